@@ -1,0 +1,157 @@
+// Job spec (SPEC §3): the typed form of a job YAML, and its parser/validator.
+//
+// ParseJobSpec never stops at the first problem: it returns every error it
+// finds, each naming its YAML path, e.g.
+//   spec.operators[1].window.tumbling: expected a duration, got "1 hour"
+// Durations are milliseconds. Relative file paths are kept as written; the
+// caller resolves them against the job file's directory (ResolvePaths).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/record.h"
+#include "common/status.h"
+
+namespace caravela {
+
+enum class TimeFormat { kIso8601, kEpochMs, kEpochS };
+
+struct EventTimeSpec {
+  FieldPath field;
+  TimeFormat format = TimeFormat::kIso8601;
+};
+
+struct WatermarkSpec {
+  int64_t max_out_of_orderness = 0;
+  int64_t idle_timeout = 0;     // 0 = partitions never become idle
+  int64_t max_future_skew = 0;  // 0 = no future check
+};
+
+struct FileSourceSpec {
+  std::string path;
+  std::string partition_field;  // empty: a single partition 0
+  std::string arrival_field;    // empty: processing time is the wall clock
+};
+
+struct KafkaSourceSpec {
+  std::string topic;
+  std::string bootstrap;       // empty: the embedded broker
+  std::string start = "earliest";  // earliest | latest
+};
+
+struct SourceSpec {
+  std::string name;
+  enum class Kind { kFile, kKafka } kind = Kind::kFile;
+  FileSourceSpec file;
+  KafkaSourceSpec kafka;
+  std::string format = "json";
+  std::vector<FieldPath> key;
+  std::optional<EventTimeSpec> event_time;  // absent: lookup-table source
+  WatermarkSpec watermark;
+};
+
+struct FilterSpec {
+  std::string from;
+  std::string where;
+};
+
+struct ProjectSpec {
+  std::string from;
+  std::vector<std::pair<std::string, std::string>> fields;  // out name -> expr, in YAML order
+};
+
+struct DedupSpec {
+  std::string from;
+  FieldPath id;
+  int64_t retention = 0;
+  std::vector<FieldPath> fingerprint;  // empty: every field but the arrival field
+};
+
+enum class AggFn { kCount, kSum, kMin, kMax, kAvg, kCountDistinct };
+
+struct AggregateSpec {
+  std::string as;
+  AggFn fn = AggFn::kCount;
+  std::string field;  // "*" for count(*)
+  FieldPath path;     // parsed `field` (empty for "*")
+};
+
+struct WindowSpec {
+  std::string from;
+  enum class Kind { kTumbling, kHopping, kSession } kind = Kind::kTumbling;
+  int64_t size = 0;   // tumbling/hopping
+  int64_t slide = 0;  // hopping (== size for tumbling)
+  int64_t gap = 0;    // session
+  std::vector<std::string> group_by;  // as written; output field names
+  std::vector<FieldPath> group_paths;
+  std::vector<AggregateSpec> aggregates;
+  int64_t early_fire_every = 0;  // 0 = no EARLY results
+  int64_t allowed_lateness = 0;
+};
+
+struct OperatorSpec {
+  std::string name;
+  enum class Kind { kFilter, kProject, kDedup, kWindow } kind = Kind::kFilter;
+  FilterSpec filter;
+  ProjectSpec project;
+  DedupSpec dedup;
+  WindowSpec window;
+  // Names of the upstream nodes (sources or operators) this operator reads.
+  std::vector<std::string> Inputs() const;
+  // Side outputs this operator produces, without the "<name>." prefix.
+  std::vector<std::string> SideOutputs() const;
+};
+
+struct SinkSpec {
+  std::string from;  // a source, an operator, or "<node>.<side output>"
+  enum class Kind { kFile, kKafka, kStdout } kind = Kind::kFile;
+  std::string path;       // file
+  std::string topic;      // kafka
+  std::string bootstrap;  // kafka; empty: the embedded broker
+};
+
+struct CheckpointSpec {
+  int64_t interval = 0;  // 0 = no checkpoints
+  std::string storage;
+  int retain = 3;
+};
+
+struct JobSpec {
+  std::string name;
+  CheckpointSpec checkpoint;
+  std::vector<SourceSpec> sources;
+  std::vector<OperatorSpec> operators;
+  std::vector<SinkSpec> sinks;
+  std::string dead_letter_path;  // spec.dead_letter.path; empty: <data dir>/dead-letter.jsonl
+
+  const SourceSpec* FindSource(std::string_view name) const;
+  const OperatorSpec* FindOperator(std::string_view name) const;
+  // True if any source or sink uses Kafka without an explicit bootstrap.
+  bool NeedsEmbeddedBroker() const;
+  // Makes relative file paths absolute against `base_dir`.
+  void ResolvePaths(const std::string& base_dir);
+};
+
+struct SpecError {
+  std::string path;     // e.g. "spec.operators[1].window.tumbling"
+  std::string message;  // e.g. "expected a duration, got \"1 hour\""
+  std::string ToString() const { return path + ": " + message; }
+};
+
+struct ParseResult {
+  JobSpec spec;                 // meaningful only when errors is empty
+  std::vector<SpecError> errors;
+  bool ok() const { return errors.empty(); }
+};
+
+// Parses and validates a job YAML document.
+ParseResult ParseJobSpec(std::string_view yaml_text);
+// Reads the file, parses, validates and resolves relative paths against the
+// file's directory. A file that cannot be read is one error with path "<file>".
+ParseResult LoadJobSpec(const std::string& file_path);
+
+}  // namespace caravela

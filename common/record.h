@@ -1,0 +1,203 @@
+// Record: the engine's decoded, typed representation of one event.
+//
+// A record is decoded from JSON exactly once, at the source, into a flat
+// pre-order tree of fixed-size `Node`s plus one byte arena that holds every key
+// and string. Operators read fields through precompiled `FieldPath`s and never
+// re-parse. Clearing a record keeps its capacity, so a runtime that reuses
+// records in batches allocates nothing per record in the steady state.
+//
+// Threading: a Record is a plain value; not synchronized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace caravela {
+
+enum class ValueType : uint8_t {
+  kNull,
+  kBool,
+  kInt,      // int64
+  kDouble,   // IEEE double (numbers with exponent or too many digits)
+  kDecimal,  // exact decimal: mantissa * 10^-scale (JSON numbers with a fraction)
+  kString,
+  kObject,
+  kArray,
+};
+
+const char* ValueTypeName(ValueType t);
+
+// One node of the flat tree. Node 0 of a non-empty record is the root object.
+struct Node {
+  uint32_t key_off = 0;  // key bytes in the arena (empty for root / array items)
+  uint32_t key_len = 0;
+  ValueType type = ValueType::kNull;
+  uint8_t scale = 0;  // kDecimal only
+  uint32_t size = 1;  // nodes in this subtree, including this one
+  union {
+    bool b;
+    int64_t i;
+    double d;
+    struct {
+      uint32_t off, len;
+    } s;  // kString
+  };
+  Node() : i(0) {}
+};
+
+class Record;
+
+// A value read from a record or computed by an expression. Strings, objects and
+// arrays are views: valid while the record (or expression scratch) they point
+// into is alive and unchanged.
+struct Value {
+  ValueType type = ValueType::kNull;
+  uint8_t scale = 0;
+  bool b = false;
+  int64_t i = 0;  // kInt; kDecimal mantissa
+  double d = 0;
+  std::string_view s;           // kString
+  const Record* rec = nullptr;  // kObject / kArray: subtree root
+  uint32_t node = 0;
+
+  static Value Null() { return {}; }
+  static Value Bool(bool v) {
+    Value x;
+    x.type = ValueType::kBool;
+    x.b = v;
+    return x;
+  }
+  static Value Int(int64_t v) {
+    Value x;
+    x.type = ValueType::kInt;
+    x.i = v;
+    return x;
+  }
+  static Value Double(double v) {
+    Value x;
+    x.type = ValueType::kDouble;
+    x.d = v;
+    return x;
+  }
+  static Value Decimal(int64_t mantissa, uint8_t scale) {
+    Value x;
+    x.type = ValueType::kDecimal;
+    x.i = mantissa;
+    x.scale = scale;
+    return x;
+  }
+  static Value String(std::string_view v) {
+    Value x;
+    x.type = ValueType::kString;
+    x.s = v;
+    return x;
+  }
+
+  bool is_null() const { return type == ValueType::kNull; }
+  bool is_number() const {
+    return type == ValueType::kInt || type == ValueType::kDouble || type == ValueType::kDecimal;
+  }
+  // Numeric value as double (0 for non-numbers).
+  double AsDouble() const;
+  // Appends the JSON text of this value.
+  void AppendJson(std::string* out) const;
+  std::string ToJson() const {
+    std::string s;
+    AppendJson(&s);
+    return s;
+  }
+};
+
+// Total order used for min/max and comparisons: numbers compare numerically
+// (int/decimal exactly), strings bytewise. Returns <0, 0, >0. Values of
+// different non-numeric kinds compare by kind.
+int CompareValues(const Value& a, const Value& b);
+// Equality as used for keys and `==` (1 == 1.0 is true).
+bool ValuesEqual(const Value& a, const Value& b);
+
+// A dot path such as `navio_info.navio_id`, split once at compile time.
+struct FieldPath {
+  std::vector<std::string> parts;
+  static FieldPath Parse(std::string_view dotted);
+  std::string ToString() const;
+  bool empty() const { return parts.empty(); }
+};
+
+class Record {
+ public:
+  // Metadata, filled by sources and propagated by operators.
+  int64_t event_time = 0;  // epoch milliseconds (may be negative)
+  int64_t arrival = 0;     // processing time (epoch ms) when the record entered
+  int32_t partition = 0;   // source partition
+  int64_t offset = -1;     // source offset (file line number or Kafka offset)
+
+  Record() = default;
+
+  // Drops all fields; keeps allocated capacity.
+  void Clear();
+  bool empty() const { return nodes_.empty(); }
+
+  // ---- Building (pre-order). A fresh record starts its root object on first add.
+  void AddNull(std::string_view key);
+  void AddBool(std::string_view key, bool v);
+  void AddInt(std::string_view key, int64_t v);
+  void AddDouble(std::string_view key, double v);
+  void AddDecimal(std::string_view key, int64_t mantissa, uint8_t scale);
+  void AddString(std::string_view key, std::string_view v);
+  // Copies `v` (including object/array subtrees) under `key`.
+  void AddValue(std::string_view key, const Value& v);
+  void BeginObject(std::string_view key);
+  void BeginArray(std::string_view key);
+  void EndContainer();  // ends the innermost open object/array
+  // Makes the root an (empty) object if nothing was added yet.
+  void EnsureRoot();
+
+  // ---- Reading.
+  // Index of the direct child of container `parent` named `key`, or -1.
+  int32_t FindChild(uint32_t parent, std::string_view key) const;
+  // Node index at `path` from the root, or -1 if absent.
+  int32_t Find(const FieldPath& path) const;
+  Value Get(int32_t node) const;  // Null for -1
+  Value GetPath(const FieldPath& path) const { return Get(Find(path)); }
+  std::string_view Key(uint32_t node) const {
+    return std::string_view(arena_.data() + nodes_[node].key_off, nodes_[node].key_len);
+  }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  // Calls f(node_index) for each direct child of container `parent`.
+  template <typename F>
+  void ForEachChild(uint32_t parent, F&& f) const {
+    if (parent >= nodes_.size()) return;
+    uint32_t end = parent + nodes_[parent].size;
+    for (uint32_t c = parent + 1; c < end; c += nodes_[c].size) f(c);
+  }
+
+  // ---- Serialization.
+  void AppendJson(std::string* out) const;  // "{}" for an empty record
+  std::string ToJson() const {
+    std::string s;
+    AppendJson(&s);
+    return s;
+  }
+  void AppendNodeJson(uint32_t node, std::string* out) const;
+
+  size_t MemoryBytes() const { return nodes_.capacity() * sizeof(Node) + arena_.capacity(); }
+
+ private:
+  Node& Push(std::string_view key, ValueType type);
+  uint32_t Intern(std::string_view bytes);
+  void CopySubtree(std::string_view key, const Record& src, uint32_t node);
+
+  std::vector<Node> nodes_;
+  std::string arena_;
+  std::vector<uint32_t> open_;  // indices of open containers
+};
+
+// Appends `s` as a JSON string literal (with quotes and escapes).
+void AppendJsonString(std::string_view s, std::string* out);
+// Shortest round-trip text for a double; always has a '.' or exponent.
+void AppendDouble(double d, std::string* out);
+void AppendDecimal(int64_t mantissa, uint8_t scale, std::string* out);
+
+}  // namespace caravela

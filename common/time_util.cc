@@ -1,0 +1,226 @@
+#include "common/time_util.h"
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace caravela {
+
+std::optional<int64_t> ParseDuration(std::string_view text, bool allow_negative) {
+  std::string_view s = text;
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  bool neg = false;
+  if (!s.empty() && (s.front() == '-' || s.front() == '+')) {
+    neg = s.front() == '-';
+    s.remove_prefix(1);
+    if (neg && !allow_negative) return std::nullopt;
+  }
+  if (s.empty() || s.front() < '0' || s.front() > '9') return std::nullopt;
+  int64_t total = 0;
+  // Allow compound forms such as "1h30m".
+  while (!s.empty()) {
+    int64_t n = 0;
+    auto r = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (r.ec != std::errc() || r.ptr == s.data()) return std::nullopt;
+    s.remove_prefix(r.ptr - s.data());
+    int64_t unit;
+    if (s.substr(0, 2) == "ms") {
+      unit = 1;
+      s.remove_prefix(2);
+    } else if (!s.empty() && s[0] == 's') {
+      unit = 1000;
+      s.remove_prefix(1);
+    } else if (!s.empty() && s[0] == 'm') {
+      unit = 60'000;
+      s.remove_prefix(1);
+    } else if (!s.empty() && s[0] == 'h') {
+      unit = 3'600'000;
+      s.remove_prefix(1);
+    } else if (!s.empty() && s[0] == 'd') {
+      unit = 86'400'000;
+      s.remove_prefix(1);
+    } else {
+      return std::nullopt;
+    }
+    int64_t part;
+    if (__builtin_mul_overflow(n, unit, &part) || __builtin_add_overflow(total, part, &total)) {
+      return std::nullopt;
+    }
+  }
+  return neg ? -total : total;
+}
+
+std::string FormatDuration(int64_t ms) {
+  if (ms == 0) return "0s";
+  std::string out;
+  if (ms < 0) {
+    out = "-";
+    ms = -ms;
+  }
+  struct U {
+    int64_t ms;
+    const char* name;
+  };
+  static const U units[] = {{86'400'000, "d"}, {3'600'000, "h"}, {60'000, "m"}, {1000, "s"}, {1, "ms"}};
+  for (const U& u : units) {
+    if (ms >= u.ms) {
+      absl::StrAppend(&out, ms / u.ms, u.name);
+      ms %= u.ms;
+    }
+  }
+  return out;
+}
+
+// Howard Hinnant's algorithms (public domain).
+int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
+void CivilFromDays(int64_t z, int64_t* y, unsigned* m, unsigned* d) {
+  z += 719468;
+  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const unsigned doe = static_cast<unsigned>(z - era * 146097);
+  const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const int64_t yy = static_cast<int64_t>(yoe) + era * 400;
+  const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const unsigned mp = (5 * doy + 2) / 153;
+  *d = doy - (153 * mp + 2) / 5 + 1;
+  *m = mp < 10 ? mp + 3 : mp - 9;
+  *y = yy + (*m <= 2);
+}
+
+namespace {
+bool Digits(std::string_view s, size_t pos, size_t n, int64_t* out) {
+  if (pos + n > s.size()) return false;
+  int64_t v = 0;
+  for (size_t i = 0; i < n; ++i) {
+    char c = s[pos + i];
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+bool IsLeap(int64_t y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+unsigned DaysInMonth(int64_t y, unsigned m) {
+  static const unsigned kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return m == 2 && IsLeap(y) ? 29 : kDays[m - 1];
+}
+}  // namespace
+
+std::optional<int64_t> ParseIso8601(std::string_view s) {
+  size_t p = 0;
+  int sign = 1;
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
+    sign = s[0] == '-' ? -1 : 1;
+    p = 1;
+  }
+  // Year: 4+ digits.
+  size_t ys = p;
+  while (p < s.size() && s[p] >= '0' && s[p] <= '9') ++p;
+  if (p - ys < 4 || p - ys > 6) return std::nullopt;
+  int64_t year;
+  if (!Digits(s, ys, p - ys, &year)) return std::nullopt;
+  year *= sign;
+  int64_t month, day;
+  if (p >= s.size() || s[p] != '-' || !Digits(s, p + 1, 2, &month)) return std::nullopt;
+  p += 3;
+  if (p >= s.size() || s[p] != '-' || !Digits(s, p + 1, 2, &day)) return std::nullopt;
+  p += 3;
+  if (month < 1 || month > 12 || day < 1 ||
+      day > DaysInMonth(year, static_cast<unsigned>(month)))
+    return std::nullopt;
+  int64_t hh = 0, mm = 0, ss = 0, frac_ms = 0, offset_min = 0;
+  if (p < s.size()) {
+    if (s[p] != 'T' && s[p] != 't' && s[p] != ' ') return std::nullopt;
+    ++p;
+    if (!Digits(s, p, 2, &hh) || p + 2 >= s.size() || s[p + 2] != ':' ||
+        !Digits(s, p + 3, 2, &mm))
+      return std::nullopt;
+    p += 5;
+    if (p < s.size() && s[p] == ':') {
+      if (!Digits(s, p + 1, 2, &ss)) return std::nullopt;
+      p += 3;
+      if (p < s.size() && (s[p] == '.' || s[p] == ',')) {
+        ++p;
+        size_t fs = p;
+        int64_t scale = 100;
+        while (p < s.size() && s[p] >= '0' && s[p] <= '9') {
+          frac_ms += (s[p] - '0') * scale;  // truncates below 1 ms
+          scale /= 10;
+          ++p;
+        }
+        if (p == fs) return std::nullopt;
+      }
+    }
+    if (hh > 24 || mm > 59 || ss > 60) return std::nullopt;  // 60: leap second, folded
+    if (hh == 24 && (mm != 0 || ss != 0 || frac_ms != 0)) return std::nullopt;
+    if (p < s.size()) {
+      if (s[p] == 'Z' || s[p] == 'z') {
+        ++p;
+      } else if (s[p] == '+' || s[p] == '-') {
+        int osign = s[p] == '-' ? -1 : 1;
+        int64_t oh, om = 0;
+        if (!Digits(s, p + 1, 2, &oh)) return std::nullopt;
+        p += 3;
+        if (p < s.size() && s[p] == ':') ++p;
+        if (p < s.size()) {
+          if (!Digits(s, p, 2, &om)) return std::nullopt;
+          p += 2;
+        }
+        if (oh > 23 || om > 59) return std::nullopt;
+        offset_min = osign * (oh * 60 + om);
+      } else {
+        return std::nullopt;
+      }
+    }
+    if (p != s.size()) return std::nullopt;
+  }
+  if (ss == 60) ss = 59;
+  int64_t days = DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
+  return ((days * 24 + hh) * 60 + mm - offset_min) * 60'000 + ss * 1000 + frac_ms;
+}
+
+void AppendIso8601(int64_t ms, std::string* out) {
+  int64_t days = FloorDiv(ms, 86'400'000);
+  int64_t rem = ms - days * 86'400'000;
+  int64_t y;
+  unsigned m, d;
+  CivilFromDays(days, &y, &m, &d);
+  char buf[48];
+  int hh = static_cast<int>(rem / 3'600'000);
+  int mi = static_cast<int>(rem / 60'000 % 60);
+  int ss = static_cast<int>(rem / 1000 % 60);
+  int mss = static_cast<int>(rem % 1000);
+  int n;
+  if (y >= 0 && y <= 9999) {
+    n = std::snprintf(buf, sizeof buf, "%04lld-%02u-%02uT%02d:%02d:%02d.%03dZ",
+                      static_cast<long long>(y), m, d, hh, mi, ss, mss);
+  } else {
+    n = std::snprintf(buf, sizeof buf, "%+05lld-%02u-%02uT%02d:%02d:%02d.%03dZ",
+                      static_cast<long long>(y), m, d, hh, mi, ss, mss);
+  }
+  out->append(buf, n);
+}
+
+std::string FormatIso8601(int64_t ms) {
+  std::string s;
+  AppendIso8601(ms, &s);
+  return s;
+}
+
+int64_t SystemClock::NowMs() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace caravela

@@ -1,0 +1,47 @@
+// Raw sources: deliver undecoded messages (bytes + partition + offset). The
+// runtime decodes each payload once, extracts event time and routes invalid
+// records to `<source>.invalid`.
+//
+// Lifecycle: Open() once, then Poll() repeatedly from the task thread, then
+// the destructor. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace caravela {
+
+struct RawMessage {
+  std::string_view payload;
+  std::string_view key;  // may be empty
+  int32_t partition = 0;
+  int64_t offset = 0;
+  int64_t timestamp_ms = -1;  // broker/producer timestamp; -1 if none
+};
+
+class RawSource {
+ public:
+  virtual ~RawSource() = default;
+  virtual absl::Status Open() = 0;
+  // Number of partitions (known after Open).
+  virtual int PartitionCount() const = 0;
+  // Delivers up to `max_messages` messages to `f`, waiting at most `timeout_ms`
+  // for the first one. Views are valid only during the call. Returns the
+  // number delivered.
+  virtual absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
+                                   const std::function<void(const RawMessage&)>& f) = 0;
+  // True for file sources: the source ends.
+  virtual bool Bounded() const = 0;
+  // Bounded sources: everything was delivered.
+  virtual bool Exhausted() const = 0;
+  // Unread messages known to exist on `partition` (consumer lag); 0 if unknown.
+  virtual int64_t Backlog(int32_t partition) const = 0;
+  // Next offset to read per partition (for progress and, later, checkpoints).
+  virtual std::vector<int64_t> Positions() const = 0;
+};
+
+}  // namespace caravela

@@ -1,0 +1,66 @@
+// State backend: key-value state owned by the runtime, declared by operators.
+//
+// An operator opens named tables (one key space each: a RocksDB column family,
+// or a key prefix). Writes are buffered in a batch that reads see immediately
+// (read-your-writes) and are applied atomically by Commit(), which the runtime
+// calls after each processed batch; RocksDB writes go through a WriteBatch
+// with the WAL disabled, because checkpoints, not the WAL, give durability.
+//
+// Threading: a backend and its tables belong to one task thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace caravela {
+
+class StateTable {
+ public:
+  virtual ~StateTable() = default;
+  // Returns true and fills `value` if `key` exists (including uncommitted writes).
+  virtual absl::StatusOr<bool> Get(std::string_view key, std::string* value) = 0;
+  virtual void Put(std::string_view key, std::string_view value) = 0;
+  virtual void Delete(std::string_view key) = 0;
+  // Visits keys in [begin, end) in bytewise order (end empty = to the end of the
+  // table), including uncommitted writes. `f` returns false to stop early.
+  // The views passed to `f` are valid only during the call. `f` must not write
+  // to the table.
+  virtual absl::Status Scan(
+      std::string_view begin, std::string_view end,
+      const std::function<bool(std::string_view key, std::string_view value)>& f) = 0;
+  // Deletes every key in [begin, end) (end empty = to the end of the table).
+  virtual absl::Status DeleteRange(std::string_view begin, std::string_view end) = 0;
+  // Exact number of live keys, including uncommitted writes (tests, metrics).
+  virtual absl::StatusOr<uint64_t> CountKeys() = 0;
+};
+
+class StateBackend {
+ public:
+  virtual ~StateBackend() = default;
+  // Opens (creating if needed) the table `name`. The backend owns the table;
+  // the pointer stays valid until the backend is destroyed or Restore()d.
+  virtual absl::StatusOr<StateTable*> OpenTable(std::string_view name) = 0;
+  // Applies all buffered writes of all tables atomically.
+  virtual absl::Status Commit() = 0;
+  // Writes a self-contained, consistent copy of the committed state into the
+  // new directory `dir` (a RocksDB checkpoint for RocksDB). Commit first.
+  virtual absl::Status Snapshot(const std::string& dir) = 0;
+  // Replaces the whole state with the snapshot in `dir`. Table pointers handed
+  // out before are invalidated; reopen tables afterwards.
+  virtual absl::Status Restore(const std::string& dir) = 0;
+  // Approximate bytes of state (memory or on disk), for metrics.
+  virtual uint64_t ApproximateBytes() = 0;
+  // Forces physical cleanup of deleted data (RocksDB: full compaction).
+  virtual absl::Status Compact() { return absl::OkStatus(); }
+};
+
+std::unique_ptr<StateBackend> NewMemoryBackend();
+// Opens or creates a RocksDB instance at `path` (one per task).
+absl::StatusOr<std::unique_ptr<StateBackend>> OpenRocksDbBackend(const std::string& path);
+
+}  // namespace caravela
