@@ -1,0 +1,141 @@
+// The operator interface (Arroyo/Flink style): one required method that
+// processes a batch; watermark, processing-time timer, snapshot and close hooks
+// have defaults. Operators declare their state tables in Open(); the runtime
+// owns the state backend and commits it after every batch.
+//
+// Lifecycle: Open() once -> any sequence of ProcessBatch / OnWatermark /
+// OnProcessingTime -> Close(). All calls come from one task thread.
+//
+// Time contract: before each call the runtime sets ctx.watermark() (the min of
+// the operator's inputs; monotonic) and ctx.now() (processing time, from the
+// injected clock). A record is late when event_time < watermark.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/record.h"
+#include "common/status.h"
+#include "common/time_util.h"
+#include "worker/runtime/metrics.h"
+#include "worker/state/state_backend.h"
+
+namespace caravela {
+
+// A reusable vector of records. clear() keeps the records (and their buffers)
+// for reuse, so steady-state batches allocate nothing.
+class RecordBatch {
+ public:
+  Record& Append() {
+    if (size_ == records_.size()) records_.emplace_back();
+    Record& r = records_[size_++];
+    r.Clear();
+    return r;
+  }
+  void PopBack() { --size_; }
+  void clear() { size_ = 0; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Record& operator[](size_t i) { return records_[i]; }
+  const Record& operator[](size_t i) const { return records_[i]; }
+  const Record* begin() const { return records_.data(); }
+  const Record* end() const { return records_.data() + size_; }
+
+ private:
+  std::vector<Record> records_;
+  size_t size_ = 0;
+};
+
+// Where an operator writes: the main output and its declared side outputs.
+class Output {
+ public:
+  explicit Output(size_t side_outputs = 0) : sides_(side_outputs) {}
+  // Appends a fresh (empty) record to the main output.
+  Record& Emit() { return main_.Append(); }
+  // Appends a fresh record to side output `i` (index into SideOutputs()).
+  Record& EmitSide(size_t i) { return sides_[i].Append(); }
+  RecordBatch& main() { return main_; }
+  RecordBatch& side(size_t i) { return sides_[i]; }
+  size_t side_count() const { return sides_.size(); }
+  void Resize(size_t side_outputs) { sides_.resize(side_outputs); }
+  void clear() {
+    main_.clear();
+    for (auto& s : sides_) s.clear();
+  }
+
+ private:
+  RecordBatch main_;
+  std::vector<RecordBatch> sides_;
+};
+
+// What the runtime gives an operator.
+class OperatorContext {
+ public:
+  OperatorContext(std::string name, StateBackend* state, MetricsRegistry* metrics,
+                  const Clock* clock)
+      : name_(std::move(name)), state_(state), metrics_(metrics), clock_(clock) {}
+
+  const std::string& name() const { return name_; }
+  // Opens the operator's state table `table` (namespaced by operator name).
+  absl::StatusOr<StateTable*> OpenTable(const std::string& table) {
+    return state_->OpenTable(name_ + "/" + table);
+  }
+  MetricsRegistry& metrics() { return *metrics_; }
+  // Counter `name{op="<op>"[,extra]}`.
+  Counter* OpCounter(const std::string& name, const std::string& extra_labels = "") {
+    std::string labels = "op=\"" + name_ + "\"";
+    if (!extra_labels.empty()) labels += "," + extra_labels;
+    return metrics_->Get(name, labels);
+  }
+  int64_t now() const { return clock_->NowMs(); }
+  int64_t watermark() const { return watermark_; }
+  void set_watermark(int64_t w) { watermark_ = w; }
+
+ private:
+  std::string name_;
+  StateBackend* state_;
+  MetricsRegistry* metrics_;
+  const Clock* clock_;
+  int64_t watermark_ = kMinTime;
+};
+
+// Fills `side` with the standard side-output record for `r`:
+// {"operator", "reason", "event_time", "watermark", "record"}.
+void BuildSideRecord(const OperatorContext& ctx, const Record& r, std::string_view reason,
+                     Record* side);
+
+class Operator {
+ public:
+  virtual ~Operator() = default;
+
+  // Names of side outputs (e.g. {"too_late"}); Output has this many sides.
+  virtual std::vector<std::string> SideOutputs() const { return {}; }
+  // Declares state and restores it from the backend (which may hold a
+  // restored snapshot).
+  virtual absl::Status Open(OperatorContext& ctx) { return absl::OkStatus(); }
+  // Processes records of input `input` (index into the operator's inputs).
+  virtual absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
+                                    Output& out) = 0;
+  // Called after ctx.watermark() advanced.
+  virtual absl::Status OnWatermark(OperatorContext& ctx, Output& out) {
+    return absl::OkStatus();
+  }
+  // Earliest processing time at which OnProcessingTime wants to run; kMaxTime
+  // for none.
+  virtual int64_t NextTimer() const { return kMaxTime; }
+  // Called when ctx.now() >= NextTimer().
+  virtual absl::Status OnProcessingTime(OperatorContext& ctx, Output& out) {
+    return absl::OkStatus();
+  }
+  // Writes every in-memory change to the state tables (before a snapshot or
+  // commit). Operators that write through need not override.
+  virtual absl::Status Flush(OperatorContext& ctx) { return absl::OkStatus(); }
+  // Key fields of output records (sinks key by them), e.g. group-by fields and
+  // window bounds. Empty: inherit from the input.
+  virtual std::vector<std::string> OutputKeyFields() const { return {}; }
+  virtual absl::Status Close(OperatorContext& ctx, Output& out) { return absl::OkStatus(); }
+};
+
+}  // namespace caravela
