@@ -23,13 +23,14 @@ class StateTable {
  public:
   virtual ~StateTable() = default;
   // Returns true and fills `value` if `key` exists (including uncommitted writes).
+  // `value` may be null to test existence only.
   virtual absl::StatusOr<bool> Get(std::string_view key, std::string* value) = 0;
   virtual void Put(std::string_view key, std::string_view value) = 0;
   virtual void Delete(std::string_view key) = 0;
   // Visits keys in [begin, end) in bytewise order (end empty = to the end of the
   // table), including uncommitted writes. `f` returns false to stop early.
   // The views passed to `f` are valid only during the call. `f` must not write
-  // to the table.
+  // to the table being scanned; it may read it and write to other tables.
   virtual absl::Status Scan(
       std::string_view begin, std::string_view end,
       const std::function<bool(std::string_view key, std::string_view value)>& f) = 0;
@@ -45,13 +46,20 @@ class StateBackend {
   // Opens (creating if needed) the table `name`. The backend owns the table;
   // the pointer stays valid until the backend is destroyed or Restore()d.
   virtual absl::StatusOr<StateTable*> OpenTable(std::string_view name) = 0;
-  // Applies all buffered writes of all tables atomically.
+  // Applies all buffered writes of all tables atomically. On error the writes
+  // stay buffered. Destroying the backend discards uncommitted writes.
   virtual absl::Status Commit() = 0;
   // Writes a self-contained, consistent copy of the committed state into the
-  // new directory `dir` (a RocksDB checkpoint for RocksDB). Commit first.
+  // new directory `dir` (a RocksDB checkpoint for RocksDB); missing parent
+  // directories are created. Commit first: returns FailedPrecondition if there
+  // are uncommitted writes, AlreadyExists if `dir` exists.
   virtual absl::Status Snapshot(const std::string& dir) = 0;
-  // Replaces the whole state with the snapshot in `dir`. Table pointers handed
-  // out before are invalidated; reopen tables afterwards.
+  // Replaces the whole state with the snapshot in `dir` (taken by the same
+  // kind of backend; the snapshot stays usable) and discards uncommitted
+  // writes. Table pointers handed out before are invalidated; reopen tables
+  // afterwards. If `dir` is missing or unreadable the state is unchanged; a
+  // RocksDB backend that fails after closing its DB returns FailedPrecondition
+  // from every later call until a Restore() succeeds.
   virtual absl::Status Restore(const std::string& dir) = 0;
   // Approximate bytes of state (memory or on disk), for metrics.
   virtual uint64_t ApproximateBytes() = 0;

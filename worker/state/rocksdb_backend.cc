@@ -1,0 +1,488 @@
+// RocksDB state backend: one DB per task, one column family per table.
+//
+// Writes of all tables go into one WriteBatchWithIndex (overwrite_key=true) so
+// Get/Scan see them before Commit(); Commit() writes the batch atomically with
+// the WAL disabled. Durability across crashes comes only from checkpoints
+// (Snapshot()); a clean close flushes memtables so reopening the same path
+// sees every committed write, and atomic_flush keeps whatever is on disk after
+// a crash a consistent cut across tables (but possibly older than the last
+// Commit()).
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/convenience.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/table.h"
+#include "rocksdb/utilities/checkpoint.h"
+#include "rocksdb/utilities/write_batch_with_index.h"
+#include "worker/state/state_backend.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Tuning for a per-task streaming state store (see README.md).
+constexpr size_t kBlockCacheBytes = 32 << 20;     // shared by all CFs of one DB
+constexpr size_t kWriteBufferBytes = 16 << 20;    // per CF memtable
+constexpr size_t kDbWriteBufferBytes = 64 << 20;  // all memtables of one DB
+constexpr int kMaxOpenFiles = 256;
+constexpr int kBloomBitsPerKey = 10;
+// DeleteRange collects at most this many keys before deleting them.
+constexpr size_t kDeleteRangeChunk = 4096;
+
+// "a/b/" -> "a/b", so that sibling paths like "a/b.restoring" stay outside.
+std::string NormalizePath(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  return p.string();
+}
+
+rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
+std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
+
+// Converts a RocksDB status; `context` names the operation, path and table.
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view context) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = absl::StrCat(context, ": ", s.ToString());
+  switch (s.code()) {
+    case rocksdb::Status::kNotFound:
+      return absl::NotFoundError(msg);
+    case rocksdb::Status::kCorruption:
+      return absl::DataLossError(msg);
+    case rocksdb::Status::kNotSupported:
+      return absl::UnimplementedError(msg);
+    case rocksdb::Status::kInvalidArgument:
+      return absl::InvalidArgumentError(msg);
+    case rocksdb::Status::kBusy:
+    case rocksdb::Status::kTimedOut:
+    case rocksdb::Status::kTryAgain:
+    case rocksdb::Status::kIncomplete:
+      return absl::UnavailableError(msg);
+    case rocksdb::Status::kAborted:
+      return absl::AbortedError(msg);
+    case rocksdb::Status::kShutdownInProgress:
+      return absl::CancelledError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+absl::Status FromErrorCode(const std::error_code& ec, absl::string_view context) {
+  return absl::InternalError(absl::StrCat(context, ": ", ec.message()));
+}
+
+rocksdb::Options MakeOptions(const std::shared_ptr<rocksdb::Cache>& block_cache) {
+  rocksdb::Options o;
+  // DB-wide.
+  o.create_if_missing = true;
+  o.create_missing_column_families = true;
+  o.max_open_files = kMaxOpenFiles;
+  o.max_background_jobs = 2;
+  o.db_write_buffer_size = kDbWriteBufferBytes;
+  // Writes skip the WAL, so flushes must commit all CFs together for the files
+  // on disk to be a consistent cut across tables.
+  o.atomic_flush = true;
+  o.keep_log_file_num = 3;
+  o.max_log_file_size = 8 << 20;
+
+  // Per CF: level compaction, bloom filters, compression.
+  o.compaction_style = rocksdb::kCompactionStyleLevel;
+  o.level_compaction_dynamic_level_bytes = true;
+  o.write_buffer_size = kWriteBufferBytes;
+  o.max_write_buffer_number = 3;
+
+  auto supported = rocksdb::GetSupportedCompressions();
+  auto has = [&](rocksdb::CompressionType t) {
+    return std::find(supported.begin(), supported.end(), t) != supported.end();
+  };
+  if (has(rocksdb::kLZ4Compression)) {
+    o.compression = rocksdb::kLZ4Compression;
+  } else if (has(rocksdb::kSnappyCompression)) {
+    o.compression = rocksdb::kSnappyCompression;
+  } else {
+    o.compression = rocksdb::kNoCompression;
+  }
+  if (has(rocksdb::kZSTD)) o.bottommost_compression = rocksdb::kZSTD;
+
+  rocksdb::BlockBasedTableOptions t;
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(kBloomBitsPerKey));
+  t.whole_key_filtering = true;
+  t.block_cache = block_cache;
+  t.cache_index_and_filter_blocks = true;
+  t.pin_l0_filter_and_index_blocks_in_cache = true;
+  t.optimize_filters_for_memory = true;
+  t.format_version = 5;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+class RocksDbBackend;
+
+class RocksDbTable final : public StateTable {
+ public:
+  RocksDbTable(RocksDbBackend* backend, std::string name, rocksdb::ColumnFamilyHandle* cf)
+      : backend_(backend), name_(std::move(name)), cf_(cf) {}
+
+  absl::StatusOr<bool> Get(std::string_view key, std::string* value) override;
+  void Put(std::string_view key, std::string_view value) override;
+  void Delete(std::string_view key) override;
+  absl::Status Scan(
+      std::string_view begin, std::string_view end,
+      const std::function<bool(std::string_view key, std::string_view value)>& f) override;
+  absl::Status DeleteRange(std::string_view begin, std::string_view end) override;
+  absl::StatusOr<uint64_t> CountKeys() override;
+
+  rocksdb::ColumnFamilyHandle* cf() const { return cf_; }
+
+ private:
+  // Returns an iterator over the committed data merged with the batch,
+  // bounded above by `*upper` if not null (`*upper` must outlive it).
+  std::unique_ptr<rocksdb::Iterator> NewIterator(const rocksdb::Slice* upper);
+  std::string Context(absl::string_view op) const;
+
+  RocksDbBackend* backend_;
+  std::string name_;
+  rocksdb::ColumnFamilyHandle* cf_;  // owned by backend_
+};
+
+class RocksDbBackend final : public StateBackend {
+ public:
+  explicit RocksDbBackend(const std::string& path)
+      : path_(NormalizePath(path)),
+        block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
+        options_(MakeOptions(block_cache_)),
+        batch_(rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true) {}
+
+  ~RocksDbBackend() override { CloseDb(/*flush=*/true); }
+
+  // Opens the DB at path_ with every existing column family.
+  absl::Status OpenDb();
+
+  absl::StatusOr<StateTable*> OpenTable(std::string_view name) override;
+  absl::Status Commit() override;
+  absl::Status Snapshot(const std::string& dir) override;
+  absl::Status Restore(const std::string& dir) override;
+  uint64_t ApproximateBytes() override;
+  absl::Status Compact() override;
+
+ private:
+  friend class RocksDbTable;
+
+  absl::Status CheckOpen(absl::string_view op) const;
+  std::vector<rocksdb::ColumnFamilyHandle*> Handles() const;
+  // Flushes (if `flush`), releases column families and closes the DB. Drops
+  // the uncommitted batch.
+  void CloseDb(bool flush);
+
+  const std::string path_;
+  std::shared_ptr<rocksdb::Cache> block_cache_;
+  rocksdb::Options options_;
+  std::unique_ptr<rocksdb::DB> db_;  // null only after a failed Restore()
+  std::map<std::string, std::unique_ptr<RocksDbTable>, std::less<>> tables_;
+  rocksdb::WriteBatchWithIndex batch_;  // uncommitted writes of all tables
+};
+
+// ---- RocksDbTable ----
+
+std::string RocksDbTable::Context(absl::string_view op) const {
+  return absl::StrCat("rocksdb state ", op, " (db ", backend_->path_, ", table ", name_, ")");
+}
+
+absl::StatusOr<bool> RocksDbTable::Get(std::string_view key, std::string* value) {
+  std::string scratch;
+  rocksdb::Status s =
+      backend_->batch_.GetFromBatchAndDB(backend_->db_.get(), rocksdb::ReadOptions(), cf_,
+                                         ToSlice(key), value != nullptr ? value : &scratch);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return FromRocks(s, Context("get"));
+  return true;
+}
+
+void RocksDbTable::Put(std::string_view key, std::string_view value) {
+  // WBWI writes only fail when a max_bytes limit is set; none is.
+  CARAVELA_CHECK(backend_->batch_.Put(cf_, ToSlice(key), ToSlice(value)).ok());
+}
+
+void RocksDbTable::Delete(std::string_view key) {
+  CARAVELA_CHECK(backend_->batch_.Delete(cf_, ToSlice(key)).ok());
+}
+
+std::unique_ptr<rocksdb::Iterator> RocksDbTable::NewIterator(const rocksdb::Slice* upper) {
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = upper;
+  return std::unique_ptr<rocksdb::Iterator>(
+      backend_->batch_.NewIteratorWithBase(cf_, backend_->db_->NewIterator(ro, cf_), &ro));
+}
+
+absl::Status RocksDbTable::Scan(
+    std::string_view begin, std::string_view end,
+    const std::function<bool(std::string_view key, std::string_view value)>& f) {
+  rocksdb::Slice upper = ToSlice(end);
+  auto it = NewIterator(end.empty() ? nullptr : &upper);
+  // Keys and values are copied before calling `f`: entries from the batch
+  // point into the WriteBatch buffer, which a write to another table made by
+  // `f` may reallocate.
+  std::string key, value;
+  for (it->Seek(ToSlice(begin)); it->Valid(); it->Next()) {
+    std::string_view k = ToView(it->key());
+    if (!end.empty() && k >= end) break;
+    key.assign(k);
+    value.assign(ToView(it->value()));
+    if (!f(key, value)) break;
+  }
+  return FromRocks(it->status(), Context("scan"));
+}
+
+// WriteBatchWithIndex cannot read through range tombstones, so ranges are
+// deleted key by key (in chunks, since the batch must not be written while
+// iterating it).
+absl::Status RocksDbTable::DeleteRange(std::string_view begin, std::string_view end) {
+  rocksdb::Slice upper = ToSlice(end);
+  std::string from(begin);
+  std::vector<std::string> keys;
+  while (true) {
+    keys.clear();
+    {
+      auto it = NewIterator(end.empty() ? nullptr : &upper);
+      for (it->Seek(from); it->Valid() && keys.size() < kDeleteRangeChunk; it->Next()) {
+        std::string_view k = ToView(it->key());
+        if (!end.empty() && k >= end) break;
+        keys.emplace_back(k);
+      }
+      RETURN_IF_ERROR(FromRocks(it->status(), Context("delete range")));
+    }
+    for (const auto& k : keys) Delete(k);
+    if (keys.size() < kDeleteRangeChunk) return absl::OkStatus();
+    from = keys.back();
+    from.push_back('\0');  // smallest key after keys.back()
+  }
+}
+
+absl::StatusOr<uint64_t> RocksDbTable::CountKeys() {
+  auto it = NewIterator(nullptr);
+  uint64_t n = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) ++n;
+  RETURN_IF_ERROR(FromRocks(it->status(), Context("count keys")));
+  return n;
+}
+
+// ---- RocksDbBackend ----
+
+absl::Status RocksDbBackend::CheckOpen(absl::string_view op) const {
+  if (db_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("rocksdb state ", op, " (db ", path_, "): DB is closed after a failed Restore"));
+}
+
+std::vector<rocksdb::ColumnFamilyHandle*> RocksDbBackend::Handles() const {
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  handles.reserve(tables_.size());
+  for (const auto& [name, table] : tables_) handles.push_back(table->cf());
+  return handles;
+}
+
+absl::Status RocksDbBackend::OpenDb() {
+  std::error_code ec;
+  std::vector<std::string> names;
+  if (fs::exists(fs::path(path_) / "CURRENT", ec)) {
+    RETURN_IF_ERROR(FromRocks(rocksdb::DB::ListColumnFamilies(options_, path_, &names),
+                              absl::StrCat("rocksdb state list tables (db ", path_, ")")));
+  } else {
+    names.push_back(rocksdb::kDefaultColumnFamilyName);
+    fs::create_directories(path_, ec);
+    if (ec) return FromErrorCode(ec, absl::StrCat("rocksdb state create ", path_));
+  }
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const auto& name : names) descriptors.emplace_back(name, options_);
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(options_, path_, descriptors, &handles, &db),
+                            absl::StrCat("rocksdb state open (db ", path_, ")")));
+  db_.reset(db);
+  for (size_t i = 0; i < names.size(); ++i) {
+    tables_.emplace(names[i], std::make_unique<RocksDbTable>(this, names[i], handles[i]));
+  }
+  return absl::OkStatus();
+}
+
+void RocksDbBackend::CloseDb(bool flush) {
+  batch_.Clear();
+  if (db_ == nullptr) return;
+  if (flush) {
+    // Best effort: the WAL is off, so unflushed memtables would be lost. A
+    // failure here surfaces as missing data on reopen, which recovery from the
+    // last checkpoint covers.
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    db_->Flush(fo, Handles()).PermitUncheckedError();
+  }
+  for (const auto& [name, table] : tables_) {
+    db_->DestroyColumnFamilyHandle(table->cf()).PermitUncheckedError();
+  }
+  tables_.clear();
+  db_->Close().PermitUncheckedError();
+  db_.reset();
+}
+
+absl::StatusOr<StateTable*> RocksDbBackend::OpenTable(std::string_view name) {
+  RETURN_IF_ERROR(CheckOpen("open table"));
+  if (name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rocksdb state (db ", path_, "): table name must not be empty"));
+  }
+  auto it = tables_.find(name);
+  if (it != tables_.end()) return it->second.get();
+  std::string cf_name(name);
+  rocksdb::ColumnFamilyHandle* cf = nullptr;
+  RETURN_IF_ERROR(
+      FromRocks(db_->CreateColumnFamily(options_, cf_name, &cf),
+                absl::StrCat("rocksdb state create table (db ", path_, ", table ", cf_name, ")")));
+  it = tables_.emplace(cf_name, std::make_unique<RocksDbTable>(this, cf_name, cf)).first;
+  return it->second.get();
+}
+
+absl::Status RocksDbBackend::Commit() {
+  RETURN_IF_ERROR(CheckOpen("commit"));
+  if (batch_.GetWriteBatch()->Count() == 0) return absl::OkStatus();
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  // On failure the batch is kept, so the caller may retry or fail the task.
+  RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch_.GetWriteBatch()),
+                            absl::StrCat("rocksdb state commit (db ", path_, ")")));
+  batch_.Clear();
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbBackend::Snapshot(const std::string& dir) {
+  RETURN_IF_ERROR(CheckOpen("snapshot"));
+  std::string context = absl::StrCat("rocksdb state snapshot (db ", path_, ", to ", dir, ")");
+  if (batch_.GetWriteBatch()->Count() != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(context, ": uncommitted writes; Commit() first"));
+  }
+  std::error_code ec;
+  fs::path target = fs::absolute(dir, ec);
+  if (ec) return FromErrorCode(ec, context);
+  if (fs::exists(target, ec)) return absl::AlreadyExistsError(absl::StrCat(context, ": exists"));
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) return FromErrorCode(ec, context);
+  }
+  // With the WAL off, memtable data exists nowhere else: flush it into SSTs
+  // so the checkpoint (which hard-links SSTs) contains it.
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  RETURN_IF_ERROR(FromRocks(db_->Flush(fo, Handles()), context));
+  rocksdb::Checkpoint* raw = nullptr;
+  RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), context));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  return FromRocks(checkpoint->CreateCheckpoint(target.string()), context);
+}
+
+absl::Status RocksDbBackend::Restore(const std::string& dir) {
+  std::string context = absl::StrCat("rocksdb state restore (db ", path_, ", from ", dir, ")");
+  std::error_code ec;
+  fs::path source(dir);
+  if (!fs::exists(source / "CURRENT", ec)) {
+    return absl::NotFoundError(absl::StrCat(context, ": not a RocksDB snapshot (no CURRENT)"));
+  }
+  if (fs::exists(path_, ec) && fs::equivalent(source, path_, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": snapshot is the live DB"));
+  }
+
+  // Copy the snapshot next to the DB first, so a failed copy leaves the live
+  // DB intact. SST files are immutable: hard-link them when possible; copy
+  // everything else (MANIFEST, OPTIONS, ... may be rewritten by RocksDB).
+  fs::path tmp = fs::path(path_).concat(".restoring");
+  fs::remove_all(tmp, ec);
+  if (ec) return FromErrorCode(ec, absl::StrCat(context, ": remove ", tmp.string()));
+  fs::create_directories(tmp, ec);
+  if (ec) return FromErrorCode(ec, absl::StrCat(context, ": create ", tmp.string()));
+  for (auto it = fs::recursive_directory_iterator(source, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    fs::path to = tmp / it->path().lexically_relative(source);
+    bool is_dir = it->is_directory(ec);
+    if (ec) {
+      // Reported below.
+    } else if (is_dir) {
+      fs::create_directories(to, ec);
+    } else if (it->path().extension() == ".sst") {
+      fs::create_hard_link(it->path(), to, ec);
+      if (ec) {
+        ec.clear();
+        fs::copy_file(it->path(), to, ec);
+      }
+    } else {
+      fs::copy_file(it->path(), to, ec);
+    }
+    if (ec) {
+      absl::Status err = FromErrorCode(ec, absl::StrCat(context, ": copy ", it->path().string()));
+      fs::remove_all(tmp, ec);
+      return err;
+    }
+  }
+  if (ec) {
+    absl::Status err = FromErrorCode(ec, absl::StrCat(context, ": list ", dir));
+    fs::remove_all(tmp, ec);
+    return err;
+  }
+
+  // From here on a failure leaves the backend closed (every call fails).
+  CloseDb(/*flush=*/false);
+  fs::remove_all(path_, ec);
+  if (ec) return FromErrorCode(ec, absl::StrCat(context, ": remove old DB"));
+  fs::rename(tmp, path_, ec);
+  if (ec) return FromErrorCode(ec, absl::StrCat(context, ": rename ", tmp.string()));
+  return OpenDb();
+}
+
+uint64_t RocksDbBackend::ApproximateBytes() {
+  if (db_ == nullptr) return 0;
+  uint64_t total = batch_.GetDataSize();
+  for (const auto& [name, table] : tables_) {
+    uint64_t v = 0;
+    if (db_->GetIntProperty(table->cf(), rocksdb::DB::Properties::kTotalSstFilesSize, &v)) {
+      total += v;
+    }
+    if (db_->GetIntProperty(table->cf(), rocksdb::DB::Properties::kCurSizeAllMemTables, &v)) {
+      total += v;
+    }
+  }
+  return total;
+}
+
+absl::Status RocksDbBackend::Compact() {
+  RETURN_IF_ERROR(CheckOpen("compact"));
+  rocksdb::CompactRangeOptions co;
+  // Rewrite the bottommost level too, so tombstones and the data they delete
+  // are physically removed.
+  co.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+  for (const auto& [name, table] : tables_) {
+    RETURN_IF_ERROR(
+        FromRocks(db_->CompactRange(co, table->cf(), nullptr, nullptr),
+                  absl::StrCat("rocksdb state compact (db ", path_, ", table ", name, ")")));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateBackend>> OpenRocksDbBackend(const std::string& path) {
+  auto backend = std::make_unique<RocksDbBackend>(path);
+  RETURN_IF_ERROR(backend->OpenDb());
+  return backend;
+}
+
+}  // namespace caravela

@@ -1,0 +1,543 @@
+// Conformance suite: every test runs against the memory and the RocksDB
+// backend (each in a fresh temporary directory), so both implement the same
+// StateBackend contract. RocksDB-only behaviour (reopen) has its own tests.
+#include "worker/state/state_backend.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/state/key_codec.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+using KV = std::vector<std::pair<std::string, std::string>>;
+
+// A fresh directory, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::path(::testing::TempDir()) / "caravela_state_XXXXXX").string();
+    char* made = mkdtemp(tmpl.data());
+    EXPECT_NE(made, nullptr) << "mkdtemp " << tmpl;
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string Sub(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+enum class Kind { kMemory, kRocksDb };
+
+class StateBackendTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Kind::kMemory) {
+      backend_ = NewMemoryBackend();
+    } else {
+      auto b = OpenRocksDbBackend(dir_.Sub("db"));
+      ASSERT_TRUE(b.ok()) << b.status();
+      backend_ = *std::move(b);
+    }
+  }
+
+  StateTable* Table(const std::string& name) {
+    auto t = backend_->OpenTable(name);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *t : nullptr;
+  }
+
+  static std::optional<std::string> Get(StateTable* t, std::string_view key) {
+    std::string value;
+    auto found = t->Get(key, &value);
+    EXPECT_TRUE(found.ok()) << found.status();
+    if (!found.ok() || !*found) return std::nullopt;
+    return value;
+  }
+
+  static KV ScanAll(StateTable* t, std::string_view begin = "", std::string_view end = "") {
+    KV out;
+    absl::Status s = t->Scan(begin, end, [&](std::string_view k, std::string_view v) {
+      out.emplace_back(std::string(k), std::string(v));
+      return true;
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  static uint64_t Count(StateTable* t) {
+    auto n = t->CountKeys();
+    EXPECT_TRUE(n.ok()) << n.status();
+    return n.ok() ? *n : ~uint64_t{0};
+  }
+
+  TempDir dir_;
+  std::unique_ptr<StateBackend> backend_;
+};
+
+TEST_P(StateBackendTest, PutGetDelete) {
+  StateTable* t = Table("t");
+  EXPECT_EQ(Get(t, "a"), std::nullopt);
+  t->Put("a", "1");
+  t->Put("b", "2");
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_EQ(Get(t, "a"), "1");
+  EXPECT_EQ(Get(t, "b"), "2");
+  t->Put("a", "11");
+  t->Delete("b");
+  t->Delete("never-existed");
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_EQ(Get(t, "a"), "11");
+  EXPECT_EQ(Get(t, "b"), std::nullopt);
+  // Existence check without a value.
+  auto found = t->Get("a", nullptr);
+  ASSERT_TRUE(found.ok());
+  EXPECT_TRUE(*found);
+  // An empty value is a present key.
+  t->Put("empty", "");
+  EXPECT_EQ(Get(t, "empty"), "");
+}
+
+TEST_P(StateBackendTest, OpenTableIsIdempotentAndRejectsEmptyName) {
+  StateTable* t = Table("t");
+  EXPECT_EQ(Table("t"), t);
+  EXPECT_EQ(backend_->OpenTable("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(StateBackendTest, ReadYourWritesBeforeCommit) {
+  StateTable* t = Table("t");
+  t->Put("k", "v1");
+  EXPECT_EQ(Get(t, "k"), "v1");
+  t->Put("k", "v2");
+  EXPECT_EQ(Get(t, "k"), "v2");
+  ASSERT_TRUE(backend_->Commit().ok());
+  t->Delete("k");
+  EXPECT_EQ(Get(t, "k"), std::nullopt);
+  t->Put("k", "v3");
+  EXPECT_EQ(Get(t, "k"), "v3");
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_EQ(Get(t, "k"), "v3");
+  // Commit with nothing buffered is fine.
+  EXPECT_TRUE(backend_->Commit().ok());
+}
+
+TEST_P(StateBackendTest, ScanOrderAndBounds) {
+  StateTable* t = Table("t");
+  for (const char* k : {"d", "b", "e", "a", "c", "ca"}) t->Put(k, std::string("v") + k);
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "va"), Pair("b", "vb"), Pair("c", "vc"),
+                                      Pair("ca", "vca"), Pair("d", "vd"), Pair("e", "ve")));
+  EXPECT_THAT(ScanAll(t, "b", "d"),
+              ElementsAre(Pair("b", "vb"), Pair("c", "vc"), Pair("ca", "vca")));
+  EXPECT_THAT(ScanAll(t, "bb", "ca"), ElementsAre(Pair("c", "vc")));
+  EXPECT_THAT(ScanAll(t, "d", ""), ElementsAre(Pair("d", "vd"), Pair("e", "ve")));
+  EXPECT_THAT(ScanAll(t, "", "b"), ElementsAre(Pair("a", "va")));
+  EXPECT_TRUE(ScanAll(t, "c", "c").empty());
+  EXPECT_TRUE(ScanAll(t, "f", "").empty());
+  EXPECT_TRUE(ScanAll(t, "d", "b").empty());  // begin > end
+}
+
+TEST_P(StateBackendTest, ScanSeesUncommittedPutsNotUncommittedDeletes) {
+  StateTable* t = Table("t");
+  t->Put("a", "1");
+  t->Put("b", "2");
+  t->Put("c", "3");
+  ASSERT_TRUE(backend_->Commit().ok());
+  t->Put("bb", "new");
+  t->Delete("b");
+  t->Put("c", "33");
+  t->Put("z", "26");
+  t->Delete("z");
+  EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "1"), Pair("bb", "new"), Pair("c", "33")));
+  EXPECT_THAT(ScanAll(t, "b", "c"), ElementsAre(Pair("bb", "new")));
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "1"), Pair("bb", "new"), Pair("c", "33")));
+}
+
+TEST_P(StateBackendTest, ScanStopsEarly) {
+  StateTable* t = Table("t");
+  for (int i = 0; i < 10; ++i) t->Put(EncodeBigEndian64(i), "v");
+  ASSERT_TRUE(backend_->Commit().ok());
+  int seen = 0;
+  ASSERT_TRUE(t->Scan("", "", [&](std::string_view, std::string_view) { return ++seen < 3; }).ok());
+  EXPECT_EQ(seen, 3);
+}
+
+// The contract allows writing to other tables from a Scan callback (e.g. fire
+// timers from one table and update another).
+TEST_P(StateBackendTest, ScanCallbackMayWriteOtherTables) {
+  StateTable* src = Table("src");
+  StateTable* dst = Table("dst");
+  for (int i = 0; i < 200; ++i) src->Put(EncodeBigEndian64(i), std::string(100, 'a' + i % 26));
+  // Half committed, half still in the batch.
+  ASSERT_TRUE(backend_->Commit().ok());
+  for (int i = 200; i < 400; ++i) src->Put(EncodeBigEndian64(i), std::string(100, 'a' + i % 26));
+  int n = 0;
+  ASSERT_TRUE(src->Scan("", "",
+                        [&](std::string_view k, std::string_view v) {
+                          // Large writes force the batch buffer to grow.
+                          dst->Put(k, std::string(v) + std::string(1000, 'x'));
+                          std::string_view rest = k;
+                          int64_t i;
+                          EXPECT_TRUE(ReadBigEndian64(&rest, &i));
+                          EXPECT_EQ(i, n);
+                          EXPECT_EQ(v, std::string(100, 'a' + n % 26));
+                          ++n;
+                          return true;
+                        })
+                  .ok());
+  EXPECT_EQ(n, 400);
+  EXPECT_EQ(Count(dst), 400u);
+}
+
+TEST_P(StateBackendTest, DeleteRange) {
+  StateTable* t = Table("t");
+  for (const char* k : {"a", "b", "c", "d", "e"}) t->Put(k, k);
+  ASSERT_TRUE(backend_->Commit().ok());
+  t->Put("bb", "uncommitted");
+  ASSERT_TRUE(t->DeleteRange("b", "d").ok());
+  EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "a"), Pair("d", "d"), Pair("e", "e")));
+  EXPECT_EQ(Get(t, "b"), std::nullopt);
+  EXPECT_EQ(Get(t, "bb"), std::nullopt);
+  EXPECT_EQ(Get(t, "d"), "d");
+  // A write after the DeleteRange is visible.
+  t->Put("c", "again");
+  EXPECT_EQ(Get(t, "c"), "again");
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_THAT(ScanAll(t),
+              ElementsAre(Pair("a", "a"), Pair("c", "again"), Pair("d", "d"), Pair("e", "e")));
+  // Empty end deletes to the end of the table.
+  ASSERT_TRUE(t->DeleteRange("d", "").ok());
+  EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "a"), Pair("c", "again")));
+  ASSERT_TRUE(backend_->Commit().ok());
+  // Empty range: no-op, and no uncommitted writes left behind.
+  ASSERT_TRUE(t->DeleteRange("x", "z").ok());
+  EXPECT_TRUE(backend_->Snapshot(dir_.Sub("snap")).ok());
+  ASSERT_TRUE(t->DeleteRange("", "").ok());
+  EXPECT_EQ(Count(t), 0u);
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_EQ(Count(t), 0u);
+}
+
+TEST_P(StateBackendTest, DeleteRangeManyKeys) {
+  // More keys than the RocksDB backend deletes per chunk.
+  StateTable* t = Table("t");
+  for (int i = 0; i < 10000; ++i) t->Put(EncodeBigEndian64(i), "v");
+  ASSERT_TRUE(backend_->Commit().ok());
+  for (int i = 10000; i < 12000; ++i) t->Put(EncodeBigEndian64(i), "v");
+  ASSERT_TRUE(t->DeleteRange(EncodeBigEndian64(100), EncodeBigEndian64(11900)).ok());
+  EXPECT_EQ(Count(t), 200u);
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_EQ(Count(t), 200u);
+}
+
+TEST_P(StateBackendTest, CountKeysIncludesUncommitted) {
+  StateTable* t = Table("t");
+  EXPECT_EQ(Count(t), 0u);
+  t->Put("a", "1");
+  t->Put("b", "2");
+  EXPECT_EQ(Count(t), 2u);
+  ASSERT_TRUE(backend_->Commit().ok());
+  t->Put("a", "overwrite");
+  t->Put("c", "3");
+  t->Delete("b");
+  t->Delete("missing");
+  EXPECT_EQ(Count(t), 2u);
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_EQ(Count(t), 2u);
+}
+
+TEST_P(StateBackendTest, TablesAreIsolated) {
+  StateTable* t1 = Table("one");
+  StateTable* t2 = Table("two");
+  t1->Put("k", "from-one");
+  t2->Put("k", "from-two");
+  t1->Put("only-one", "x");
+  EXPECT_EQ(Get(t1, "k"), "from-one");
+  EXPECT_EQ(Get(t2, "k"), "from-two");
+  EXPECT_EQ(Get(t2, "only-one"), std::nullopt);
+  ASSERT_TRUE(backend_->Commit().ok());
+  t2->Delete("k");
+  EXPECT_EQ(Get(t1, "k"), "from-one");
+  EXPECT_EQ(Count(t1), 2u);
+  EXPECT_EQ(Count(t2), 0u);
+  ASSERT_TRUE(t1->DeleteRange("", "").ok());
+  ASSERT_TRUE(backend_->Commit().ok());
+  t2->Put("k", "back");
+  EXPECT_EQ(Count(t1), 0u);
+  EXPECT_THAT(ScanAll(t2), ElementsAre(Pair("k", "back")));
+}
+
+TEST_P(StateBackendTest, SnapshotThenRestore) {
+  StateTable* t = Table("t");
+  StateTable* u = Table("u");
+  t->Put("a", "1");
+  t->Put("b", "2");
+  u->Put("a", "u1");
+  ASSERT_TRUE(backend_->Commit().ok());
+  const std::string snap = dir_.Sub("snaps/1");  // parent created as needed
+  ASSERT_TRUE(backend_->Snapshot(snap).ok());
+  EXPECT_EQ(backend_->Snapshot(snap).code(), absl::StatusCode::kAlreadyExists);
+
+  // Diverge: overwrite, delete, add, new table; some committed, some not.
+  t->Put("a", "changed");
+  t->Delete("b");
+  t->Put("c", "3");
+  StateTable* v = Table("v");
+  v->Put("x", "y");
+  ASSERT_TRUE(backend_->Commit().ok());
+  u->Put("b", "uncommitted");
+
+  ASSERT_TRUE(backend_->Restore(snap).ok());
+  t = Table("t");
+  u = Table("u");
+  v = Table("v");
+  EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "1"), Pair("b", "2")));
+  EXPECT_THAT(ScanAll(u), ElementsAre(Pair("a", "u1")));
+  EXPECT_EQ(Count(v), 0u);
+
+  // The snapshot is not consumed: write, restore again.
+  t->Put("z", "z");
+  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_TRUE(backend_->Restore(snap).ok());
+  t = Table("t");
+  EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "1"), Pair("b", "2")));
+  // And the restored state is writable and snapshottable.
+  t->Put("c", "after-restore");
+  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_TRUE(backend_->Snapshot(dir_.Sub("snaps/2")).ok());
+  ASSERT_TRUE(backend_->Restore(dir_.Sub("snaps/2")).ok());
+  EXPECT_THAT(ScanAll(Table("t")),
+              ElementsAre(Pair("a", "1"), Pair("b", "2"), Pair("c", "after-restore")));
+}
+
+TEST_P(StateBackendTest, SnapshotRequiresCommit) {
+  StateTable* t = Table("t");
+  t->Put("a", "1");
+  absl::Status s = backend_->Snapshot(dir_.Sub("snap"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_FALSE(fs::exists(dir_.Sub("snap")));
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_TRUE(backend_->Snapshot(dir_.Sub("snap")).ok());
+}
+
+TEST_P(StateBackendTest, RestoreFromMissingDirFailsAndKeepsState) {
+  StateTable* t = Table("t");
+  t->Put("a", "1");
+  ASSERT_TRUE(backend_->Commit().ok());
+  absl::Status s = backend_->Restore(dir_.Sub("no-such-snapshot"));
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no-such-snapshot"));
+  EXPECT_EQ(Get(t, "a"), "1");
+}
+
+TEST_P(StateBackendTest, BinaryKeysAndValues) {
+  StateTable* t = Table("t");
+  const std::string zero("\0", 1), ff("\xff", 1);
+  const std::vector<std::string> keys = {"",
+                                         zero,
+                                         zero + zero,
+                                         std::string("a\0b", 3),
+                                         "a",
+                                         std::string("a\0", 2),
+                                         ff,
+                                         ff + ff,
+                                         ff + zero,
+                                         std::string("\x7f", 1),
+                                         std::string("\x80", 1)};
+  for (const auto& k : keys) t->Put(k, "v" + k + zero);
+  ASSERT_TRUE(backend_->Commit().ok());
+  std::map<std::string, std::string> want;  // std::string orders bytes as unsigned
+  for (const auto& k : keys) want[k] = "v" + k + zero;
+  KV got = ScanAll(t);
+  EXPECT_EQ(got, KV(want.begin(), want.end()));
+  for (const auto& k : keys) EXPECT_EQ(Get(t, k), "v" + k + zero);
+  // Bounds with binary bytes: [\0, \xff) excludes "" and everything from \xff.
+  KV mid = ScanAll(t, zero, ff);
+  ASSERT_FALSE(mid.empty());
+  EXPECT_EQ(mid.front().first, zero);
+  EXPECT_EQ(mid.back().first, "\x80");
+  ASSERT_TRUE(t->DeleteRange(ff, "").ok());
+  EXPECT_EQ(Get(t, ff + zero), std::nullopt);
+  EXPECT_EQ(Get(t, "\x80"), "v\x80" + zero);
+}
+
+TEST_P(StateBackendTest, BigValues) {
+  StateTable* t = Table("t");
+  std::vector<std::string> values;
+  for (int i = 0; i < 4; ++i) {
+    std::string v(1 << 20, '\0');
+    for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<char>((j * 31 + i) & 0xff);
+    values.push_back(std::move(v));
+  }
+  for (int i = 0; i < 4; ++i) t->Put("big" + std::to_string(i), values[i]);
+  EXPECT_EQ(Get(t, "big1"), values[1]);
+  ASSERT_TRUE(backend_->Commit().ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Get(t, "big" + std::to_string(i)), values[i]);
+  ASSERT_TRUE(backend_->Snapshot(dir_.Sub("snap")).ok());
+  t->Delete("big0");
+  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_TRUE(backend_->Restore(dir_.Sub("snap")).ok());
+  EXPECT_EQ(Get(Table("t"), "big0"), values[0]);
+}
+
+// Performance sanity only: no timing assertions.
+TEST_P(StateBackendTest, HundredThousandKeys) {
+  constexpr int kKeys = 100000;
+  StateTable* t = Table("t");
+  for (int i = 0; i < kKeys; ++i) {
+    // Insert in a scrambled order; key = big-endian (i * 7919 mod kKeys).
+    int64_t k = (int64_t{i} * 7919) % kKeys;
+    t->Put(EncodeBigEndian64(k - kKeys / 2), "value-" + std::to_string(k));
+    if (i % 10000 == 9999) {
+      ASSERT_TRUE(backend_->Commit().ok());
+    }
+  }
+  EXPECT_EQ(Count(t), uint64_t{kKeys});
+  int64_t expect = -kKeys / 2;
+  ASSERT_TRUE(t->Scan("", "", [&](std::string_view key, std::string_view value) {
+                 int64_t k;
+                 EXPECT_TRUE(ReadBigEndian64(&key, &k));
+                 EXPECT_EQ(k, expect);
+                 EXPECT_EQ(value, "value-" + std::to_string(k + kKeys / 2));
+                 ++expect;
+                 return true;
+               }).ok());
+  EXPECT_EQ(expect, kKeys / 2);
+  for (int i = 0; i < kKeys; i += 3) {
+    EXPECT_EQ(Get(t, EncodeBigEndian64(i - kKeys / 2)), "value-" + std::to_string(i));
+  }
+  // Negative keys sort first: deleting [min, 0) removes exactly half.
+  ASSERT_TRUE(t->DeleteRange(EncodeBigEndian64(INT64_MIN), EncodeBigEndian64(0)).ok());
+  ASSERT_TRUE(backend_->Commit().ok());
+  EXPECT_EQ(Count(t), uint64_t{kKeys / 2});
+}
+
+TEST_P(StateBackendTest, CompactReclaimsDeletedKeys) {
+  StateTable* t = Table("t");
+  for (int i = 0; i < 20000; ++i) t->Put(EncodeBigEndian64(i), std::string(200, 'v'));
+  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_TRUE(backend_->Compact().ok());  // data now in SST files for RocksDB
+  const uint64_t before = backend_->ApproximateBytes();
+  EXPECT_GT(before, 0u);
+  ASSERT_TRUE(t->DeleteRange("", "").ok());
+  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_TRUE(backend_->Compact().ok());
+  EXPECT_EQ(Count(t), 0u);
+  const uint64_t after = backend_->ApproximateBytes();
+  EXPECT_LT(after, before / 10) << "before=" << before << " after=" << after;
+}
+
+std::string KindName(const ::testing::TestParamInfo<Kind>& info) {
+  return info.param == Kind::kMemory ? "Memory" : "RocksDb";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StateBackendTest,
+                         ::testing::Values(Kind::kMemory, Kind::kRocksDb), KindName);
+
+// ---- RocksDB only ----
+
+TEST(RocksDbBackendTest, ReopenSeesCommittedDataAndTables) {
+  TempDir dir;
+  const std::string path = dir.Sub("db");
+  {
+    auto b = OpenRocksDbBackend(path);
+    ASSERT_TRUE(b.ok()) << b.status();
+    auto t = (*b)->OpenTable("t");
+    auto u = (*b)->OpenTable("u");
+    ASSERT_TRUE(t.ok() && u.ok());
+    (*t)->Put("a", "1");
+    (*u)->Put("a", "u1");
+    ASSERT_TRUE((*b)->Commit().ok());
+    (*t)->Put("uncommitted", "lost");
+  }
+  auto b = OpenRocksDbBackend(path);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto t = (*b)->OpenTable("t");
+  auto u = (*b)->OpenTable("u");
+  ASSERT_TRUE(t.ok() && u.ok());
+  std::string v;
+  ASSERT_TRUE(*(*t)->Get("a", &v));
+  EXPECT_EQ(v, "1");
+  ASSERT_TRUE(*(*u)->Get("a", &v));
+  EXPECT_EQ(v, "u1");
+  EXPECT_FALSE(*(*t)->Get("uncommitted", &v));
+}
+
+TEST(RocksDbBackendTest, ReopenAfterRestore) {
+  TempDir dir;
+  const std::string path = dir.Sub("db/");  // trailing slash is fine
+  {
+    auto b = OpenRocksDbBackend(path);
+    ASSERT_TRUE(b.ok()) << b.status();
+    auto t = (*b)->OpenTable("t");
+    ASSERT_TRUE(t.ok());
+    (*t)->Put("a", "snap");
+    ASSERT_TRUE((*b)->Commit().ok());
+    ASSERT_TRUE((*b)->Snapshot(dir.Sub("snap")).ok());
+    (*t)->Put("a", "later");
+    ASSERT_TRUE((*b)->Commit().ok());
+    ASSERT_TRUE((*b)->Restore(dir.Sub("snap")).ok());
+  }
+  auto b = OpenRocksDbBackend(path);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto t = (*b)->OpenTable("t");
+  ASSERT_TRUE(t.ok());
+  std::string v;
+  ASSERT_TRUE(*(*t)->Get("a", &v));
+  EXPECT_EQ(v, "snap");
+  EXPECT_FALSE(fs::exists(dir.Sub("db.restoring")));
+}
+
+TEST(RocksDbBackendTest, OpenErrorNamesPath) {
+  TempDir dir;
+  const std::string path = dir.Sub("not-a-dir");
+  std::ofstream(path) << "file";
+  auto b = OpenRocksDbBackend(path);
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr(path));
+}
+
+TEST(MemoryBackendTest, RestoreRejectsCorruptSnapshot) {
+  TempDir dir;
+  auto b = NewMemoryBackend();
+  auto t = b->OpenTable("t");
+  ASSERT_TRUE(t.ok());
+  (*t)->Put("a", "1");
+  ASSERT_TRUE(b->Commit().ok());
+  ASSERT_TRUE(b->Snapshot(dir.Sub("snap")).ok());
+  {
+    std::fstream f(dir.Sub("snap/state.bin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('X');
+  }
+  absl::Status s = b->Restore(dir.Sub("snap"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  std::string v;
+  ASSERT_TRUE(*(*t)->Get("a", &v));  // state unchanged
+  EXPECT_EQ(v, "1");
+}
+
+}  // namespace
+}  // namespace caravela
