@@ -422,7 +422,6 @@ bool WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r, Outpu
   const int64_t W = ctx.watermark();
   int64_t start = r.event_time;
   int64_t end = SatAdd(r.event_time, spec_.gap);
-  if (W >= SatAdd(end, spec_.allowed_lateness)) return false;
   std::string group = GroupKey(r);
   // Collect sessions that intersect [start, end] (touching sessions merge).
   std::vector<std::string> merge;
@@ -440,6 +439,9 @@ bool WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r, Outpu
     new_start = std::min(new_start, w.start);
     new_end = std::max(new_end, w.end);
   }
+  // As in Flink, lateness is judged on the merged session: a late record that
+  // falls into a session still open for corrections joins it.
+  if (W >= SatAdd(new_end, spec_.allowed_lateness)) return false;
   std::string key = group;
   AppendBigEndian64(&key, new_start);
   // Build the merged window; its revision continues from the highest merged one.

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/expr.h"
@@ -385,7 +386,12 @@ absl::Status Pipeline::Impl::Decode(SourceNode& src, const RawMessage& m) {
     r.AddInt("partition", partition);
     r.AddInt("offset", m.offset);
     r.AddString("reason", reason);
-    r.AddString("raw", raw);
+    // Keep the payload losslessly: as text when it is UTF-8, else base64.
+    if (simdjson::validate_utf8(raw.data(), raw.size())) {
+      r.AddString("raw", raw);
+    } else {
+      r.AddString("raw_base64", absl::Base64Escape(raw));
+    }
     src.pending_invalid.push_back(1);
   } else {
     src.pending_invalid.push_back(0);
