@@ -40,6 +40,7 @@ bool DoubleToDecimal(double d, int64_t* mantissa, uint8_t* scale) {
   if (neg) t.remove_prefix(1);
   size_t dot = t.find('.');
   size_t frac = dot == std::string_view::npos ? 0 : t.size() - dot - 1;
+  if (frac > 18) return false;  // e.g. 0.00012345678901234567: scale must stay <= 18
   uint8_t sc = static_cast<uint8_t>(frac == 0 ? 1 : frac);
   int64_t m = 0;
   int digits = 0;

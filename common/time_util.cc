@@ -53,15 +53,16 @@ std::optional<int64_t> ParseDuration(std::string_view text, bool allow_negative)
   return neg ? -total : total;
 }
 
-std::string FormatDuration(int64_t ms) {
-  if (ms == 0) return "0s";
+std::string FormatDuration(int64_t signed_ms) {
+  if (signed_ms == 0) return "0s";
   std::string out;
-  if (ms < 0) {
+  uint64_t ms = static_cast<uint64_t>(signed_ms);
+  if (signed_ms < 0) {
     out = "-";
-    ms = -ms;
+    ms = 0 - ms;  // also correct for INT64_MIN
   }
   struct U {
-    int64_t ms;
+    uint64_t ms;
     const char* name;
   };
   static const U units[] = {{86'400'000, "d"}, {3'600'000, "h"}, {60'000, "m"}, {1000, "s"}, {1, "ms"}};
@@ -171,8 +172,9 @@ std::optional<int64_t> ParseIso8601(std::string_view s) {
         int64_t oh, om = 0;
         if (!Digits(s, p + 1, 2, &oh)) return std::nullopt;
         p += 3;
-        if (p < s.size() && s[p] == ':') ++p;
-        if (p < s.size()) {
+        bool colon = p < s.size() && s[p] == ':';
+        if (colon) ++p;
+        if (colon || p < s.size()) {
           if (!Digits(s, p, 2, &om)) return std::nullopt;
           p += 2;
         }
@@ -191,7 +193,7 @@ std::optional<int64_t> ParseIso8601(std::string_view s) {
 
 void AppendIso8601(int64_t ms, std::string* out) {
   int64_t days = FloorDiv(ms, 86'400'000);
-  int64_t rem = ms - days * 86'400'000;
+  int64_t rem = FloorMod(ms, 86'400'000);
   int64_t y;
   unsigned m, d;
   CivilFromDays(days, &y, &m, &d);

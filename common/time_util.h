@@ -37,7 +37,11 @@ inline int64_t FloorDiv(int64_t a, int64_t b) {
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
-inline int64_t FloorMod(int64_t a, int64_t b) { return a - FloorDiv(a, b) * b; }
+inline int64_t FloorMod(int64_t a, int64_t b) {
+  int64_t r = a % b;  // not a - FloorDiv(a, b) * b: that overflows near the int64 limits
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
 // Saturating add for times near the int64 limits (watermarks at +/- infinity).
 inline int64_t SatAdd(int64_t a, int64_t b) {
   int64_t r;

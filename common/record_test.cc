@@ -1,0 +1,214 @@
+#include "common/record.h"
+
+#include <string>
+
+#include "common/json.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace caravela {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Decodes `json` and re-encodes it.
+std::string RoundTrip(std::string_view json) {
+  JsonDecoder dec;
+  Record r;
+  absl::Status st = dec.Decode(json, &r);
+  if (!st.ok()) return "ERROR: " + std::string(st.message());
+  return r.ToJson();
+}
+
+std::string DecodeError(std::string_view json) {
+  JsonDecoder dec;
+  Record r;
+  absl::Status st = dec.Decode(json, &r);
+  if (st.ok()) return "OK";
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  return std::string(st.message());
+}
+
+TEST(JsonTest, RoundTripsScalars) {
+  EXPECT_EQ(RoundTrip(R"({"a":1,"b":-2,"c":true,"d":false,"e":null,"f":"x"})"),
+            R"({"a":1,"b":-2,"c":true,"d":false,"e":null,"f":"x"})");
+  EXPECT_EQ(RoundTrip("{}"), "{}");
+  EXPECT_EQ(RoundTrip("  {\"a\" : 1 }  \r"), R"({"a":1})");
+}
+
+TEST(JsonTest, Decimals) {
+  EXPECT_EQ(RoundTrip(R"({"p":19.99})"), R"({"p":19.99})");
+  EXPECT_EQ(RoundTrip(R"({"p":100.0})"), R"({"p":100.0})");
+  EXPECT_EQ(RoundTrip(R"({"p":-0.5,"q":0.001,"r":123456.789})"),
+            R"({"p":-0.5,"q":0.001,"r":123456.789})");
+  JsonDecoder dec;
+  Record r;
+  ASSERT_TRUE(dec.Decode(R"({"p":19.99,"i":3,"d":1e300,"big":18446744073709551615})", &r).ok());
+  Value p = r.GetPath(FieldPath::Parse("p"));
+  EXPECT_EQ(p.type, ValueType::kDecimal);
+  EXPECT_EQ(p.i, 1999);
+  EXPECT_EQ(p.scale, 2);
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("i")).type, ValueType::kInt);
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("d")).type, ValueType::kDouble);
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("big")).type, ValueType::kDouble);  // beyond int64
+  EXPECT_EQ(r.ToJson(), R"({"p":19.99,"i":3,"d":1e+300,"big":18446744073709551616.0})");
+}
+
+TEST(JsonTest, ManyFractionDigitsStayInRange) {
+  // Shortest text needs more than 18 fraction digits: stays a double (scale <= 18).
+  JsonDecoder dec;
+  Record r;
+  ASSERT_TRUE(dec.Decode(R"({"x":0.00012345678901234567})", &r).ok());
+  Value x = r.GetPath(FieldPath::Parse("x"));
+  EXPECT_TRUE(x.type == ValueType::kDouble || x.scale <= 18);
+  EXPECT_NEAR(x.AsDouble(), 0.00012345678901234567, 1e-18);
+}
+
+TEST(JsonTest, NestedObjectsAndArrays) {
+  const char* json = R"({"a":{"b":{"c":[1,{"d":"e"},[]]}},"f":[],"g":{}})";
+  EXPECT_EQ(RoundTrip(json), json);
+  JsonDecoder dec;
+  Record r;
+  ASSERT_TRUE(dec.Decode(json, &r).ok());
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("a.b.c")).ToJson(), R"([1,{"d":"e"},[]])");
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("a.b")).type, ValueType::kObject);
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("a.x")).type, ValueType::kNull);
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("a.b.c.d")).type, ValueType::kNull);  // arrays are not paths
+  EXPECT_EQ(r.Find(FieldPath::Parse("nope")), -1);
+  EXPECT_EQ(r.Find(FieldPath()), -1);
+}
+
+TEST(JsonTest, Escapes) {
+  EXPECT_EQ(RoundTrip(R"({"s":"q\"b\\s\/n\nt\tr\rb\bf\fu\u0001"})"),
+            R"({"s":"q\"b\\s/n\nt\tr\rb\bf\fu\u0001"})");
+  EXPECT_EQ(RoundTrip(R"({"s":"\u00e9\ud83d\ude00"})"), "{\"s\":\"\xC3\xA9\xF0\x9F\x98\x80\"}");
+  EXPECT_EQ(RoundTrip(R"({"k\"ey":1})"), R"({"k\"ey":1})");
+  JsonDecoder dec;
+  Record r;
+  ASSERT_TRUE(dec.Decode(R"({"s":"a\u0000b"})", &r).ok());
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("s")).s, std::string_view("a\0b", 3));
+  EXPECT_EQ(r.ToJson(), R"({"s":"a\u0000b"})");
+}
+
+TEST(JsonTest, Errors) {
+  EXPECT_EQ(DecodeError("\xff"), "invalid UTF-8");
+  EXPECT_EQ(DecodeError("{\"a\":\"\xc3\x28\"}"), "invalid UTF-8");
+  EXPECT_THAT(DecodeError(R"({"a":1)"), HasSubstr("truncated"));
+  EXPECT_THAT(DecodeError(R"({"a":"xyz)"), HasSubstr("truncated"));
+  EXPECT_THAT(DecodeError(R"({"a":[1,2)"), HasSubstr("truncated"));
+  EXPECT_EQ(DecodeError("[1,2]"), "top-level value is not an object");
+  EXPECT_EQ(DecodeError("42"), "top-level value is not an object");
+  EXPECT_EQ(DecodeError("\"s\""), "top-level value is not an object");
+  EXPECT_EQ(DecodeError(""), "empty line, not JSON");
+  EXPECT_EQ(DecodeError("   "), "empty line, not JSON");
+  EXPECT_THAT(DecodeError("hello"), HasSubstr("JSON"));
+  EXPECT_THAT(DecodeError(R"({"a":1}{"b":2})"), HasSubstr("JSON"));
+  EXPECT_THAT(DecodeError(R"({"a":01})"), HasSubstr("JSON"));
+}
+
+TEST(JsonTest, DecoderIsReusable) {
+  JsonDecoder dec;
+  Record r;
+  std::string big = R"({"s":")" + std::string(10000, 'x') + R"("})";
+  ASSERT_TRUE(dec.Decode(big, &r).ok());
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("s")).s.size(), 10000u);
+  ASSERT_TRUE(dec.Decode(R"({"a":1})", &r).ok());
+  EXPECT_EQ(r.ToJson(), R"({"a":1})");
+  EXPECT_FALSE(dec.Decode("{", &r).ok());
+  ASSERT_TRUE(dec.Decode(R"({"b":2})", &r).ok());
+  EXPECT_EQ(r.ToJson(), R"({"b":2})");
+}
+
+TEST(RecordTest, BuildAndRead) {
+  Record r;
+  EXPECT_TRUE(r.empty());
+  EXPECT_EQ(r.ToJson(), "{}");
+  r.AddInt("i", 1);
+  r.AddString("s", "v");
+  r.BeginObject("o");
+  r.AddDecimal("p", 1999, 2);
+  r.BeginArray("arr");
+  r.AddBool("", true);
+  r.AddNull("");
+  r.EndContainer();
+  r.EndContainer();
+  r.AddDouble("d", 0.5);
+  EXPECT_EQ(r.ToJson(), R"({"i":1,"s":"v","o":{"p":19.99,"arr":[true,null]},"d":0.5})");
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("o.p")).ToJson(), "19.99");
+  std::vector<std::string> keys;
+  r.ForEachChild(0, [&](uint32_t c) { keys.emplace_back(r.Key(c)); });
+  EXPECT_THAT(keys, ElementsAre("i", "s", "o", "d"));
+  r.Clear();
+  EXPECT_TRUE(r.empty());
+  EXPECT_EQ(r.offset, -1);
+  r.EnsureRoot();
+  EXPECT_EQ(r.ToJson(), "{}");
+}
+
+TEST(RecordTest, AddValueCopiesSubtreesIncludingFromItself) {
+  JsonDecoder dec;
+  Record src;
+  ASSERT_TRUE(dec.Decode(R"({"a":{"b":[1,"x"],"c":"long string value"},"s":"str"})", &src).ok());
+  Record dst;
+  dst.AddValue("copy", src.GetPath(FieldPath::Parse("a")));
+  dst.AddValue("s", src.GetPath(FieldPath::Parse("s")));
+  EXPECT_EQ(dst.ToJson(), R"({"copy":{"b":[1,"x"],"c":"long string value"},"s":"str"})");
+  // From the same record (the arena may grow while copying).
+  src.AddValue("again", src.GetPath(FieldPath::Parse("a")));
+  src.AddValue("s2", src.GetPath(FieldPath::Parse("a.c")));
+  EXPECT_EQ(src.ToJson(),
+            R"({"a":{"b":[1,"x"],"c":"long string value"},"s":"str",)"
+            R"("again":{"b":[1,"x"],"c":"long string value"},"s2":"long string value"})");
+  Record empty_containers;
+  Value obj;
+  obj.type = ValueType::kObject;
+  Value arr;
+  arr.type = ValueType::kArray;
+  empty_containers.AddValue("o", obj);
+  empty_containers.AddValue("a", arr);
+  EXPECT_EQ(empty_containers.ToJson(), R"({"o":{},"a":[]})");
+}
+
+TEST(FieldPathTest, ParseAndToString) {
+  FieldPath p = FieldPath::Parse("navio_info.navio_id");
+  EXPECT_THAT(p.parts, ElementsAre("navio_info", "navio_id"));
+  EXPECT_EQ(p.ToString(), "navio_info.navio_id");
+  EXPECT_TRUE(FieldPath::Parse("").empty());
+  EXPECT_THAT(FieldPath::Parse("a").parts, ElementsAre("a"));
+}
+
+TEST(ValueTest, CompareAndEqual) {
+  EXPECT_TRUE(ValuesEqual(Value::Int(1), Value::Double(1.0)));
+  EXPECT_TRUE(ValuesEqual(Value::Int(1), Value::Decimal(100, 2)));
+  EXPECT_TRUE(ValuesEqual(Value::Decimal(10, 1), Value::Decimal(100, 2)));
+  EXPECT_LT(CompareValues(Value::Decimal(1999, 2), Value::Int(20)), 0);
+  EXPECT_GT(CompareValues(Value::Decimal(1, 18), Value::Int(0)), 0);
+  EXPECT_LT(CompareValues(Value::String("a"), Value::String("b")), 0);
+  EXPECT_LT(CompareValues(Value::Null(), Value::Bool(false)), 0);
+  EXPECT_LT(CompareValues(Value::Bool(true), Value::Int(0)), 0);  // by kind
+  EXPECT_LT(CompareValues(Value::Int(5), Value::String("0")), 0);
+  EXPECT_EQ(CompareValues(Value::Int(INT64_MAX), Value::Int(INT64_MAX)), 0);
+  EXPECT_LT(CompareValues(Value::Int(INT64_MIN), Value::Decimal(INT64_MIN, 18)), 0);
+  EXPECT_FALSE(ValuesEqual(Value::String("1"), Value::Int(1)));
+}
+
+TEST(ValueTest, Json) {
+  EXPECT_EQ(Value::Null().ToJson(), "null");
+  EXPECT_EQ(Value::Double(1.0).ToJson(), "1.0");
+  EXPECT_EQ(Value::Double(1e21).ToJson(), "1e+21");
+  EXPECT_EQ(Value::Double(0.1).ToJson(), "0.1");
+  EXPECT_EQ(Value::Double(std::numeric_limits<double>::infinity()).ToJson(), "null");
+  EXPECT_EQ(Value::Decimal(5, 3).ToJson(), "0.005");
+  EXPECT_EQ(Value::Decimal(-5, 3).ToJson(), "-0.005");
+  EXPECT_EQ(Value::Decimal(-1050, 2).ToJson(), "-10.50");
+  EXPECT_EQ(Value::Decimal(INT64_MIN, 0).ToJson(), "-9223372036854775808");
+  EXPECT_EQ(Value::Int(INT64_MIN).ToJson(), "-9223372036854775808");
+  EXPECT_EQ(Value::String("a\"b").ToJson(), R"("a\"b")");
+  EXPECT_DOUBLE_EQ(Value::Decimal(1999, 2).AsDouble(), 19.99);
+  EXPECT_EQ(Value::String("x").AsDouble(), 0);
+  EXPECT_STREQ(ValueTypeName(ValueType::kDecimal), "decimal");
+}
+
+}  // namespace
+}  // namespace caravela
