@@ -80,12 +80,17 @@ uint64_t DedupOperator::Fingerprint(const Record& r) const {
     }
     return XXH3_64bits_digest(&st);
   }
-  if (r.empty()) return XXH3_64bits_digest(&st);
+  // Top-level fields are combined order-independently (a re-serialized copy
+  // with the same fields in another order is the same payload).
+  uint64_t fp = 0x9e3779b97f4a7c15ULL;
+  if (r.empty()) return fp;
   r.ForEachChild(0, [&](uint32_t c) {
     if (!exclude_field_.empty() && r.Key(c) == exclude_field_) return;
+    XXH3_64bits_reset(&st);
     HashNode(r, c, &st);
+    fp += XXH3_64bits_digest(&st);
   });
-  return XXH3_64bits_digest(&st);
+  return XXH3_64bits(&fp, sizeof fp);
 }
 
 absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input,

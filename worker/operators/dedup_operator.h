@@ -27,8 +27,9 @@ namespace caravela {
 
 class DedupOperator : public Operator {
  public:
-  // `fingerprint_fields`: fields the fingerprint covers; empty = every
-  // top-level field except `exclude_field` (the source's arrival field).
+  // `fingerprint_fields`: fields the fingerprint covers, in order; empty =
+  // every top-level field except `exclude_field` (the source's arrival
+  // field), in any order.
   DedupOperator(FieldPath id, int64_t retention, std::vector<FieldPath> fingerprint_fields,
                 std::string exclude_field);
 
