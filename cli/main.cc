@@ -8,6 +8,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "cli/demo.h"
 #include "common/job_spec.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
@@ -110,7 +111,23 @@ int main(int argc, char** argv) {
   broker->add_option("--partitions", partitions, "Partitions of auto-created topics")
       ->check(CLI::PositiveNumber);
 
+  int demo_seconds = 20, demo_events = 6000;
+  auto* demo = app.add_subcommand(
+      "demo",
+      "Live demo on the embedded broker: produces mobile purchase events (retries, late\n"
+      "uploads, disorder, conflicts, malformed records) while the job runs, prints every\n"
+      "revision as it is published, then drains and exits.");
+  demo->add_option("job", job_file, "Job YAML")
+      ->check(CLI::ExistingFile)
+      ->default_val("config/examples/hourly-revenue.yaml");
+  demo->add_option("--seconds", demo_seconds, "How long to produce events")
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--events", demo_events, "Purchases to produce")->check(CLI::PositiveNumber);
+  demo->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*demo) return caravela::RunDemo(job_file, demo_seconds, demo_events, quiet);
 
   if (*run) return RunJob(job_file, data_dir, quiet, print_metrics);
   if (*validate) {

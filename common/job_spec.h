@@ -41,6 +41,9 @@ struct KafkaSourceSpec {
   std::string topic;
   std::string bootstrap;       // empty: the embedded broker
   std::string start = "earliest";  // earliest | latest
+  // Read only what exists when the job starts, then end (watermark +inf),
+  // like a file: replays, reconciliation, benchmarks.
+  bool bounded = false;
 };
 
 struct SourceSpec {

@@ -42,6 +42,12 @@ class RawSource {
   virtual int64_t Backlog(int32_t partition) const = 0;
   // Next offset to read per partition (for progress and, later, checkpoints).
   virtual std::vector<int64_t> Positions() const = 0;
+  // Makes an unbounded source end: it delivers what exists now (the end
+  // offsets are queried when this is called) and then reports Exhausted().
+  // Used for `bounded: true` Kafka sources and to drain a demo.
+  virtual absl::Status StopAtCurrentEnd() {
+    return absl::UnimplementedError("this source cannot stop at its current end");
+  }
 };
 
 }  // namespace caravela

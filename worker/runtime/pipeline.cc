@@ -189,6 +189,9 @@ absl::Status Pipeline::Impl::Build() {
       src.raw = std::make_unique<KafkaSource>(ko);
     }
     absl::Status st = src.raw->Open();
+    if (st.ok() && ss.kind == SourceSpec::Kind::kKafka && ss.kafka.bounded) {
+      st = src.raw->StopAtCurrentEnd();
+    }
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));
     }
@@ -668,12 +671,19 @@ absl::Status Pipeline::Impl::RunArrivalMode() {
 }
 
 absl::Status Pipeline::Impl::RunWallMode() {
+  bool draining = false;
   bool any_unbounded = false;
   for (const SourceNode& src : sources) any_unbounded = any_unbounded || !src.raw->Bounded();
   for (;;) {
     if (options.stop != nullptr && options.stop->load()) break;
     bool all_done = true;
     bool got = false;
+    if (options.end_of_input != nullptr && options.end_of_input->load() && !draining) {
+      draining = true;
+      for (SourceNode& src : sources) {
+        if (!src.raw->Bounded()) RETURN_IF_ERROR(src.raw->StopAtCurrentEnd());
+      }
+    }
     for (int i = 0; i < S(); ++i) {
       SourceNode& src = sources[i];
       if (src.finished) continue;
@@ -682,7 +692,7 @@ absl::Status Pipeline::Impl::RunWallMode() {
         got = true;
         RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
       }
-      if (src.raw->Bounded() && src.raw->Exhausted() && !src.has_pending()) {
+      if (src.raw->Exhausted() && !src.has_pending()) {
         src.finished = true;
         src.wm->Finish();
       } else {
@@ -702,7 +712,7 @@ absl::Status Pipeline::Impl::Finish() {
   bool all_bounded_done = true;
   for (SourceNode& src : sources) {
     if (src.finished) continue;
-    if (src.raw->Bounded() && src.raw->Exhausted()) {
+    if (src.raw->Exhausted() && !src.has_pending()) {
       src.finished = true;
       src.wm->Finish();
     } else {

@@ -43,8 +43,13 @@ struct RunOptions {
   std::string embedded_bootstrap;
   // Processing-time clock when not driven by arrival times; null = system clock.
   const Clock* clock = nullptr;
-  // Set to true (e.g. from a signal handler) to stop an unbounded run.
+  // Set to true (e.g. from a signal handler) to stop an unbounded run. The
+  // watermark does not advance: open windows stay open (no FINAL).
   const std::atomic<bool>* stop = nullptr;
+  // Set to true when no more input will be produced: unbounded sources then
+  // read up to their current end and finish, the watermark goes to +inf and
+  // everything fires, as for bounded inputs (demos, tests, replays).
+  const std::atomic<bool>* end_of_input = nullptr;
   int batch_size = 1024;
   // Progress line on stderr every `progress_interval_ms` (0 = none).
   int progress_interval_ms = 0;
