@@ -47,7 +47,7 @@ std::vector<std::string> OperatorSpec::Inputs() const {
 std::vector<std::string> OperatorSpec::SideOutputs() const {
   switch (kind) {
     case Kind::kDedup:
-      return {"conflicts"};
+      return {"conflicts", "too_late"};
     case Kind::kWindow:
       return {"too_late"};
     default:
@@ -207,6 +207,7 @@ class SpecParser {
   JobSpec& spec() { return result_.spec; }
 
   void Err(std::string path, std::string message) {
+    if (path.empty()) path = "<yaml>";  // the top-level mapping itself
     result_.errors.push_back({std::move(path), std::move(message)});
   }
 
@@ -470,8 +471,18 @@ class SpecParser {
         info.name = name.Scalar();
         info.path = Index("spec.operators", i) + ".name";
         info.index = static_cast<int>(i);
-        if (Field(ops[i], "dedup").IsDefined()) info.sides.push_back("conflicts");
-        if (Field(ops[i], "window").IsDefined()) info.sides.push_back("too_late");
+        // Side outputs come from OperatorSpec::SideOutputs (one source of truth).
+        OperatorSpec probe;
+        for (auto [key, kind] : {std::pair{"dedup", OperatorSpec::Kind::kDedup},
+                                 std::pair{"window", OperatorSpec::Kind::kWindow}}) {
+          if (!Field(ops[i], key).IsDefined()) continue;
+          probe.kind = kind;
+          for (std::string& side : probe.SideOutputs()) {
+            if (std::find(info.sides.begin(), info.sides.end(), side) == info.sides.end()) {
+              info.sides.push_back(std::move(side));
+            }
+          }
+        }
         nodes_.push_back(std::move(info));
       }
     }
@@ -569,10 +580,13 @@ class SpecParser {
       src.kind = SourceSpec::Kind::kKafka;
       std::string kpath = Join(path, "kafka");
       YAML::Node k = Field(n, "kafka");
-      if (CheckMap(k, kpath, {"topic", "bootstrap", "start"})) {
+      if (CheckMap(k, kpath, {"topic", "bootstrap", "start", "bounded"})) {
         if (auto t = String(k, "topic", kpath, true)) src.kafka.topic = *t;
         if (auto b = String(k, "bootstrap", kpath, false)) src.kafka.bootstrap = *b;
         if (auto s = OneOf(k, "start", kpath, {"earliest", "latest"})) src.kafka.start = *s;
+        if (auto b = OneOf(k, "bounded", kpath, {"true", "false"})) {
+          src.kafka.bounded = *b == "true";
+        }
       }
     }
     if (auto f = OneOf(n, "format", path, {"json"})) src.format = *f;

@@ -112,7 +112,7 @@ TEST(JobSpecTest, ParsesTheSpecExample) {
   EXPECT_EQ(dedup.dedup.retention, 86'400'000);
   EXPECT_TRUE(dedup.dedup.fingerprint.empty());
   EXPECT_THAT(dedup.Inputs(), ElementsAre("purchases"));
-  EXPECT_THAT(dedup.SideOutputs(), ElementsAre("conflicts"));
+  EXPECT_THAT(dedup.SideOutputs(), ElementsAre("conflicts", "too_late"));
 
   const OperatorSpec& win = j.operators[1];
   EXPECT_EQ(win.name, "revenue");
@@ -162,7 +162,7 @@ spec:
   dead_letter: {path: dl/dead.jsonl}
   sources:
     - name: clicks
-      kafka: {topic: clicks, bootstrap: "broker:9092", start: latest}
+      kafka: {topic: clicks, bootstrap: "broker:9092", start: latest, bounded: true}
       event_time: {field: meta.ts, format: epoch_ms}
     - name: dims
       file: {path: /abs/dims.jsonl}
@@ -208,6 +208,7 @@ spec:
   EXPECT_EQ(j.sources[0].kafka.topic, "clicks");
   EXPECT_EQ(j.sources[0].kafka.bootstrap, "broker:9092");
   EXPECT_EQ(j.sources[0].kafka.start, "latest");
+  EXPECT_TRUE(j.sources[0].kafka.bounded);
   EXPECT_EQ(j.sources[0].event_time->format, TimeFormat::kEpochMs);
   EXPECT_THAT(j.sources[0].event_time->field.parts, ElementsAre("meta", "ts"));
   EXPECT_EQ(j.sources[0].watermark.max_out_of_orderness, 0);  // defaults
@@ -290,7 +291,7 @@ spec:
           "spec.operators[1].window.aggregates[1].as: duplicate output name \"revenue\" (also "
           "aggregates[0])",
           "spec.sinks[2].from: unknown node \"revenu\" (known: purchases, unique, revenue, "
-          "unique.conflicts, revenue.too_late, purchases.invalid)",
+          "unique.conflicts, unique.too_late, revenue.too_late, purchases.invalid)",
           "spec.sinks[3].file.pth: unknown field \"pth\" (did you mean \"path\"?)",
           "spec.sinks[3].file.path: required field is missing"));
   EXPECT_FALSE(r.ok());
@@ -333,6 +334,17 @@ TEST(JobSpecTest, DocumentShape) {
               ElementsAre("spec.sources: expected a list, got a mapping",
                           "spec.operators: expected a list, got \"3\"",
                           "spec.sinks: expected a list, got \"x\""));
+}
+
+TEST(JobSpecTest, OddTopLevelKeys) {
+  EXPECT_THAT(Errors(ParseJobSpec("apiVersion: caravela/v1\nkind: Job\nmetadata: {name: x}\n"
+                                  "spec: {sources: [{name: a, file: {path: x}}]}\n"
+                                  "? [k]\n: v\n")),
+              ElementsAre("<yaml>: expected field names, got a list as a key"));
+  EXPECT_THAT(Errors(ParseJobSpec("apiVersion: caravela/v1\nkind: Job\nmetadata: {name: x}\n"
+                                  "spec: {sources: [{name: a, file: {path: x}}]}\n"
+                                  ": v\n")),
+              ElementsAre("<yaml>: expected field names, got null as a key"));
 }
 
 TEST(JobSpecTest, DuplicateYamlKeys) {
