@@ -117,9 +117,8 @@ int main(int argc, char** argv) {
       "Live demo on the embedded broker: produces mobile purchase events (retries, late\n"
       "uploads, disorder, conflicts, malformed records) while the job runs, prints every\n"
       "revision as it is published, then drains and exits.");
-  demo->add_option("job", job_file, "Job YAML")
-      ->check(CLI::ExistingFile)
-      ->default_val("config/examples/hourly-revenue.yaml");
+  std::string demo_job = "config/examples/hourly-revenue.yaml";
+  demo->add_option("job", demo_job, "Job YAML")->capture_default_str();
   demo->add_option("--seconds", demo_seconds, "How long to produce events")
       ->check(CLI::PositiveNumber);
   demo->add_option("--events", demo_events, "Purchases to produce")->check(CLI::PositiveNumber);
@@ -127,7 +126,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
-  if (*demo) return caravela::RunDemo(job_file, demo_seconds, demo_events, quiet);
+  if (*demo) return caravela::RunDemo(demo_job, demo_seconds, demo_events, quiet);
 
   if (*run) return RunJob(job_file, data_dir, quiet, print_metrics);
   if (*validate) {
