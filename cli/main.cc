@@ -108,8 +108,11 @@ int main(int argc, char** argv) {
       "Run the embedded Kafka-protocol broker (librdkafka mock cluster) on loopback\n"
       "until killed; prints its bootstrap address. Real clients (kcat) can use it.");
   broker->add_option("--port", port, "TCP port on 127.0.0.1 (0 = any free port)");
-  broker->add_option("--partitions", partitions, "Partitions of auto-created topics")
+  std::vector<std::string> topics;
+  broker->add_option("--partitions", partitions,
+                     "Partitions of the --topic topics (auto-created topics always get 4)")
       ->check(CLI::PositiveNumber);
+  broker->add_option("--topic", topics, "Create this topic at start (repeatable)");
 
   int demo_seconds = 20, demo_events = 6000;
   auto* demo = app.add_subcommand(
@@ -138,7 +141,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*broker) {
-    absl::Status st = caravela::RunBrokerCommand(port, partitions);
+    absl::Status st = caravela::RunBrokerCommand(port, partitions, topics);
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
       return 1;
