@@ -1,0 +1,81 @@
+// An in-process Kafka-protocol broker for demos, tests and `caravela run`
+// without a bootstrap: librdkafka's mock cluster (one broker, loopback only,
+// in memory). Not a production broker; see README.md "Kafka" for its limits.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+typedef struct rd_kafka_s rd_kafka_t;
+typedef struct rd_kafka_mock_cluster_s rd_kafka_mock_cluster_t;
+
+namespace caravela {
+
+class LoopbackForwarder;
+
+// Lifecycle: Start() runs the broker on librdkafka's background threads; the
+// destructor stops it (clients still connected see the connection drop). The
+// destructor may block up to 1 s (a librdkafka 2.0.2 shutdown race).
+// Thread-safe: CreateTopic() may be called from any thread.
+class EmbeddedBroker {
+ public:
+  // Partitions librdkafka 2.0.2's mock cluster gives to a topic auto-created
+  // by a client request (Metadata/Produce); the mock has no setting for it.
+  static constexpr int kAutoCreatePartitions = 4;
+
+  // Starts the broker. `port` 0 picks any free loopback port. A non-zero
+  // `port` is served by a loopback TCP forwarder to the mock broker (which
+  // can only bind an ephemeral port): clients bootstrap on `port`, then
+  // follow the broker address advertised in Metadata (127.0.0.1:<ephemeral>),
+  // which works for every client on this host. `default_partitions` is the
+  // partition count of CreateTopic(topic) without a count.
+  // Errors: InvalidArgument (bad arguments), Unavailable (port taken, mock
+  // cluster failed to start).
+  static absl::StatusOr<std::unique_ptr<EmbeddedBroker>> Start(int port, int default_partitions);
+  ~EmbeddedBroker();
+  EmbeddedBroker(const EmbeddedBroker&) = delete;
+  EmbeddedBroker& operator=(const EmbeddedBroker&) = delete;
+
+  // "127.0.0.1:PORT": the address clients bootstrap from.
+  const std::string& bootstrap() const { return bootstrap_; }
+  // The mock broker's own (advertised) address; equals bootstrap() when
+  // Start() was given port 0.
+  const std::string& advertised() const { return advertised_; }
+  int default_partitions() const { return default_partitions_; }
+
+  // Creates `topic` with `partitions` partitions (replication factor 1).
+  // AlreadyExists if the topic exists (also if a client auto-created it).
+  absl::Status CreateTopic(const std::string& topic, int partitions);
+  absl::Status CreateTopic(const std::string& topic) {
+    return CreateTopic(topic, default_partitions_);
+  }
+
+ private:
+  EmbeddedBroker() = default;
+
+  rd_kafka_t* rk_ = nullptr;  // dummy handle that owns the mock cluster
+  rd_kafka_mock_cluster_t* cluster_ = nullptr;
+  int mock_port_ = 0;
+  std::unique_ptr<LoopbackForwarder> forwarder_;
+  std::string bootstrap_;
+  std::string advertised_;
+  int default_partitions_ = kAutoCreatePartitions;
+};
+
+// `caravela broker`: starts an EmbeddedBroker on `port` (0 = any), creates
+// `topics` with `partitions` partitions each, prints
+//   caravela broker listening on 127.0.0.1:PORT (N partitions per new topic)
+// to stdout, flushes, and blocks until SIGINT or SIGTERM, then stops.
+// The mock cluster auto-creates every other topic with kAutoCreatePartitions,
+// so `partitions` other than that needs `topics` (InvalidArgument otherwise,
+// rather than a silent mismatch) and the line then ends
+//   (N partitions for topics a,b; 4 for auto-created topics)
+// Blocks SIGINT/SIGTERM in the calling thread (restored on return); call it
+// before starting other threads, or have them block those signals too.
+absl::Status RunBrokerCommand(int port, int partitions,
+                              const std::vector<std::string>& topics = {});
+
+}  // namespace caravela

@@ -1,0 +1,312 @@
+#include "worker/connectors/kafka_source.h"
+
+#include <librdkafka/rdkafka.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
+
+namespace caravela {
+namespace {
+
+void LogCallback(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
+  spdlog::level::level_enum lvl = spdlog::level::debug;
+  if (level <= 2) {
+    lvl = spdlog::level::critical;
+  } else if (level == 3) {
+    lvl = spdlog::level::err;
+  } else if (level == 4) {
+    lvl = spdlog::level::warn;
+  } else if (level == 5) {
+    lvl = spdlog::level::info;
+  }
+  // The mock broker (Metadata v2) cannot honour allow.auto.create.topics;
+  // the source never names a missing topic in a request, so this is noise.
+  if (lvl == spdlog::level::warn && std::strcmp(fac, "AUTOCREATE") == 0) {
+    lvl = spdlog::level::debug;
+  }
+  KafkaLogger()->log(lvl, "[{}] {}: {}", rd_kafka_name(rk), fac, buf);
+}
+
+bool IsTopicPending(rd_kafka_resp_err_t err) {
+  return err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+         err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE || err == RD_KAFKA_RESP_ERR__TIMED_OUT ||
+         err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC || err == RD_KAFKA_RESP_ERR__TRANSPORT;
+}
+
+int RemainingMs(std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+  return static_cast<int>(std::max<int64_t>(left, 0));
+}
+
+}  // namespace
+
+std::shared_ptr<spdlog::logger> KafkaLogger() {
+  static const std::shared_ptr<spdlog::logger> logger = [] {
+    if (auto existing = spdlog::get("kafka")) return existing;
+    auto created = spdlog::default_logger()->clone("kafka");
+    try {
+      spdlog::register_logger(created);
+    } catch (const spdlog::spdlog_ex&) {
+      if (auto existing = spdlog::get("kafka")) return existing;  // lost a race
+    }
+    return created;
+  }();
+  return logger;
+}
+
+void KafkaConfDeleter::operator()(rd_kafka_conf_t* conf) const { rd_kafka_conf_destroy(conf); }
+
+absl::Status SetKafkaConf(rd_kafka_conf_t* conf, const std::string& name,
+                          const std::string& value) {
+  char err[512];
+  if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kafka client property ", name, "=", value, ": ", err));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KafkaConfPtr> NewKafkaConf(
+    const std::vector<std::pair<std::string, std::string>>& props) {
+  KafkaConfPtr conf(rd_kafka_conf_new());
+  rd_kafka_conf_set_log_cb(conf.get(), LogCallback);
+  for (const auto& [name, value] : props) RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
+  return conf;
+}
+
+absl::StatusOr<int> AwaitTopicPartitions(rd_kafka_t* rk, const std::string& bootstrap,
+                                         const std::string& topic, bool name_topic,
+                                         int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  rd_kafka_topic_t* rkt = name_topic ? rd_kafka_topic_new(rk, topic.c_str(), nullptr) : nullptr;
+  rd_kafka_resp_err_t last = RD_KAFKA_RESP_ERR_NO_ERROR;
+  bool answered = false;  // some broker returned metadata
+  int partitions = 0;
+  while (true) {
+    const rd_kafka_metadata_t* md = nullptr;
+    rd_kafka_resp_err_t err =
+        rd_kafka_metadata(rk, name_topic ? 0 : 1, rkt, &md, std::max(RemainingMs(deadline), 1));
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      answered = true;
+      last = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+      for (int i = 0; i < md->topic_cnt; ++i) {
+        if (topic == md->topics[i].topic) {
+          last = md->topics[i].err;
+          if (last == RD_KAFKA_RESP_ERR_NO_ERROR) partitions = md->topics[i].partition_cnt;
+        }
+      }
+      rd_kafka_metadata_destroy(md);
+    } else if (!answered) {
+      last = err;
+    }
+    if (partitions > 0 || RemainingMs(deadline) == 0 || !IsTopicPending(last)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, RemainingMs(deadline))));
+  }
+  if (rkt != nullptr) rd_kafka_topic_destroy(rkt);
+  if (partitions > 0) return partitions;
+  std::string where =
+      absl::StrCat("kafka topic ", topic, " on ", bootstrap, ": ", rd_kafka_err2str(last));
+  if (answered && IsTopicPending(last)) {
+    return absl::NotFoundError(absl::StrCat(where, " (waited ", timeout_ms, " ms)"));
+  }
+  return absl::UnavailableError(where);
+}
+
+KafkaSource::KafkaSource(KafkaSourceOptions options) : options_(std::move(options)) {}
+
+KafkaSource::~KafkaSource() {
+  if (queue_ != nullptr) rd_kafka_queue_destroy(queue_);
+  if (rk_ != nullptr) {
+    rd_kafka_consumer_close(rk_);
+    rd_kafka_destroy(rk_);
+  }
+}
+
+absl::Status KafkaSource::Open() {
+  if (rk_ != nullptr) return absl::FailedPreconditionError("KafkaSource::Open called twice");
+  if (options_.bootstrap.empty() || options_.topic.empty()) {
+    return absl::InvalidArgumentError("kafka source needs a bootstrap and a topic");
+  }
+  if (options_.start != "earliest" && options_.start != "latest") {
+    return absl::InvalidArgumentError(absl::StrCat("kafka source ", options_.topic,
+                                                   ": start must be earliest or latest, got \"",
+                                                   options_.start, "\""));
+  }
+  const std::vector<std::pair<std::string, std::string>> props = {
+      {"bootstrap.servers", options_.bootstrap},
+      {"client.id", "caravela-source"},
+      // Offsets belong to the engine. librdkafka's assign() still wants a
+      // group.id, but the group never joins, rebalances or commits.
+      {"group.id", "caravela-source"},
+      {"enable.auto.commit", "false"},
+      {"enable.auto.offset.store", "false"},
+      {"enable.partition.eof", "false"},
+      // A position outside the log is data loss: surface it, never reset.
+      {"auto.offset.reset", "error"},
+      {"allow.auto.create.topics", "false"},
+      {"fetch.wait.max.ms", "100"},
+  };
+  ASSIGN_OR_RETURN(KafkaConfPtr conf, NewKafkaConf(props));
+  for (const auto& [name, value] : options_.config) {
+    RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
+  }
+  char err[512];
+  rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof(err));
+  if (rk_ == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka consumer: ", err));
+  conf.release();  // owned by rk_ now
+  rd_kafka_poll_set_consumer(rk_);
+
+  // All-topics metadata: naming the topic in a request would auto-create it
+  // on brokers that speak only Metadata < v4 (such as the mock cluster).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.open_timeout_ms);
+  ASSIGN_OR_RETURN(int partitions,
+                   AwaitTopicPartitions(rk_, options_.bootstrap, options_.topic,
+                                        /*name_topic=*/false, options_.open_timeout_ms));
+
+  for (const auto& [p, offset] : options_.start_offsets) {
+    if (p < 0 || p >= partitions) {
+      return absl::InvalidArgumentError(absl::StrCat("kafka topic ", options_.topic, " has ",
+                                                     partitions, " partitions; no partition ", p));
+    }
+  }
+
+  // Concrete start offsets, so that Positions() and Backlog() are exact
+  // before the first record arrives.
+  positions_.assign(partitions, 0);
+  high_.assign(partitions, 0);
+  rd_kafka_topic_partition_list_t* assignment = rd_kafka_topic_partition_list_new(partitions);
+  for (int32_t p = 0; p < partitions; ++p) {
+    int64_t low = 0;
+    int64_t high = 0;
+    rd_kafka_resp_err_t qerr = rd_kafka_query_watermark_offsets(
+        rk_, options_.topic.c_str(), p, &low, &high, std::max(RemainingMs(deadline), 1000));
+    if (qerr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_topic_partition_list_destroy(assignment);
+      return absl::UnavailableError(absl::StrCat("kafka ", options_.topic, "[", p,
+                                                 "]: watermarks: ", rd_kafka_err2str(qerr)));
+    }
+    int64_t start = options_.start == "earliest" ? low : high;
+    if (auto it = options_.start_offsets.find(p); it != options_.start_offsets.end()) {
+      start = it->second;
+      if (start < low || start > high) {
+        rd_kafka_topic_partition_list_destroy(assignment);
+        return absl::DataLossError(absl::StrCat(
+            "kafka ", options_.topic, "[", p, "]: start offset ", start, " is outside the log [",
+            low, ", ", high, ")",
+            start < low ? " (records were deleted by retention)" : " (topic recreated?)"));
+      }
+    }
+    positions_[p] = start;
+    high_[p] = high;
+    rd_kafka_topic_partition_list_add(assignment, options_.topic.c_str(), p)->offset = start;
+  }
+  rd_kafka_resp_err_t aerr = rd_kafka_assign(rk_, assignment);
+  rd_kafka_topic_partition_list_destroy(assignment);
+  if (aerr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return absl::InternalError(absl::StrCat("kafka assign: ", rd_kafka_err2str(aerr)));
+  }
+  queue_ = rd_kafka_queue_get_consumer(rk_);
+  KafkaLogger()->info("source {} on {}: {} partitions from offsets [{}]", options_.topic,
+                      options_.bootstrap, partitions, absl::StrJoin(positions_, ","));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> KafkaSource::Handle(rd_kafka_message_t* m,
+                                         const std::function<void(const RawMessage&)>& f) {
+  if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) return false;
+    if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+        m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+      return absl::DataLossError(absl::StrCat("kafka ", options_.topic, "[", m->partition,
+                                              "]: ", rd_kafka_message_errstr(m)));
+    }
+    char fatal[512];
+    if (m->err == RD_KAFKA_RESP_ERR__FATAL ||
+        rd_kafka_fatal_error(rk_, fatal, sizeof(fatal)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return absl::InternalError(
+          absl::StrCat("kafka source ", options_.topic, ": fatal: ", rd_kafka_message_errstr(m)));
+    }
+    if (logged_errors_.insert(m->err).second) {
+      KafkaLogger()->warn("source {}: {} (retrying; logged once until records flow again)",
+                          options_.topic, rd_kafka_message_errstr(m));
+    }
+    return false;
+  }
+  const int32_t p = m->partition;
+  if (p < 0 || p >= static_cast<int32_t>(positions_.size())) return false;  // not assigned
+  RawMessage raw;
+  if (m->payload != nullptr) raw.payload = {static_cast<const char*>(m->payload), m->len};
+  if (m->key != nullptr) raw.key = {static_cast<const char*>(m->key), m->key_len};
+  raw.partition = p;
+  raw.offset = m->offset;
+  rd_kafka_timestamp_type_t ts_type;
+  int64_t ts = rd_kafka_message_timestamp(m, &ts_type);
+  raw.timestamp_ms = ts_type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? -1 : ts;
+  f(raw);
+  positions_[p] = m->offset + 1;
+  high_[p] = std::max(high_[p], positions_[p]);
+  if (!logged_errors_.empty()) {
+    logged_errors_.clear();
+    KafkaLogger()->info("source {}: records flow again", options_.topic);
+  }
+  return true;
+}
+
+absl::StatusOr<int> KafkaSource::Poll(int max_messages, int timeout_ms,
+                                      const std::function<void(const RawMessage&)>& f) {
+  if (rk_ == nullptr) return absl::FailedPreconditionError("KafkaSource::Poll before Open");
+  if (max_messages <= 0) return 0;
+  rd_kafka_message_t* first = rd_kafka_consumer_poll(rk_, timeout_ms);
+  if (first == nullptr) return 0;
+  int delivered = 0;
+  absl::StatusOr<bool> handled = Handle(first, f);
+  rd_kafka_message_destroy(first);
+  if (!handled.ok()) return handled.status();
+  delivered += *handled ? 1 : 0;
+
+  // Drain what is already queued, without waiting.
+  batch_.resize(static_cast<size_t>(std::min(max_messages, 4096)));
+  while (delivered < max_messages) {
+    const size_t want = std::min<size_t>(batch_.size(), max_messages - delivered);
+    ssize_t n = rd_kafka_consume_batch_queue(queue_, 0, batch_.data(), want);
+    if (n <= 0) break;
+    absl::Status status;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (status.ok()) {
+        handled = Handle(batch_[i], f);
+        if (handled.ok()) {
+          delivered += *handled ? 1 : 0;
+        } else {
+          status = handled.status();
+        }
+      }
+      rd_kafka_message_destroy(batch_[i]);
+    }
+    if (!status.ok()) return status;
+    if (static_cast<size_t>(n) < want) break;
+  }
+  return delivered;
+}
+
+int64_t KafkaSource::Backlog(int32_t partition) const {
+  if (rk_ == nullptr || partition < 0 || partition >= static_cast<int32_t>(positions_.size())) {
+    return 0;
+  }
+  int64_t low = RD_KAFKA_OFFSET_INVALID;
+  int64_t high = RD_KAFKA_OFFSET_INVALID;
+  rd_kafka_get_watermark_offsets(rk_, options_.topic.c_str(), partition, &low, &high);
+  high = std::max(high, high_[partition]);
+  return std::max<int64_t>(high - positions_[partition], 0);
+}
+
+}  // namespace caravela

@@ -1,0 +1,117 @@
+// Kafka source: reads every partition of one topic with explicit partition
+// assignment. Offsets are owned by the engine (checkpoints), never by a
+// consumer group: no group rebalancing, no offset commits.
+//
+// Also declares the small helpers shared by the Kafka connectors (logger,
+// client configuration), see "Shared by the Kafka connectors" below.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "common/status.h"
+#include "worker/connectors/source.h"
+
+typedef struct rd_kafka_s rd_kafka_t;
+typedef struct rd_kafka_conf_s rd_kafka_conf_t;
+typedef struct rd_kafka_queue_s rd_kafka_queue_t;
+typedef struct rd_kafka_message_s rd_kafka_message_t;
+
+namespace spdlog {
+class logger;
+}  // namespace spdlog
+
+namespace caravela {
+
+struct KafkaSourceOptions {
+  std::string bootstrap;  // "host:port[,host:port...]"
+  std::string topic;
+  // Where partitions without an entry in `start_offsets` begin: "earliest"
+  // (the log start) or "latest" (the log end when Open() runs).
+  std::string start = "earliest";
+  // Explicit next offset to read, per partition (e.g. from a checkpoint's
+  // Positions()). An offset outside the partition's current log range makes
+  // Poll() fail with DataLoss (never a silent reset).
+  std::map<int32_t, int64_t> start_offsets;
+  // How long Open() waits for the topic to exist (it may be created by the
+  // first producer) before failing with NotFound.
+  int open_timeout_ms = 10000;
+  // Extra librdkafka consumer properties, applied last (expert use, tests).
+  std::map<std::string, std::string> config;
+};
+
+// Lifecycle: Open() once, then Poll()/Backlog()/Positions() from one thread
+// (the task thread), then the destructor, which closes the consumer.
+// Not thread-safe. librdkafka runs its own background threads internally.
+//
+// Errors: Open() returns InvalidArgument (bad options or client config),
+// NotFound (topic missing after open_timeout_ms), Unavailable (no broker).
+// Poll() returns DataLoss when a requested offset is no longer (or not yet)
+// in the log, Internal on a fatal client error; transient broker errors are
+// logged once per error code on the "kafka" logger and retried internally.
+class KafkaSource : public RawSource {
+ public:
+  explicit KafkaSource(KafkaSourceOptions options);
+  ~KafkaSource() override;
+  KafkaSource(const KafkaSource&) = delete;
+  KafkaSource& operator=(const KafkaSource&) = delete;
+
+  absl::Status Open() override;
+  int PartitionCount() const override { return static_cast<int>(positions_.size()); }
+  absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
+                           const std::function<void(const RawMessage&)>& f) override;
+  bool Bounded() const override { return false; }
+  bool Exhausted() const override { return false; }
+  // High watermark (last seen in a fetch response, or queried at Open())
+  // minus the position; never blocks on the network.
+  int64_t Backlog(int32_t partition) const override;
+  std::vector<int64_t> Positions() const override { return positions_; }
+
+  const KafkaSourceOptions& options() const { return options_; }
+
+ private:
+  // Handles one message or consumer event; returns true if it was a record.
+  absl::StatusOr<bool> Handle(rd_kafka_message_t* m,
+                              const std::function<void(const RawMessage&)>& f);
+
+  KafkaSourceOptions options_;
+  rd_kafka_t* rk_ = nullptr;
+  rd_kafka_queue_t* queue_ = nullptr;  // the consumer queue (batch reads)
+  std::vector<int64_t> positions_;     // next offset per partition
+  std::vector<int64_t> high_;          // last known high watermark
+  std::vector<rd_kafka_message_t*> batch_;
+  absl::flat_hash_set<int> logged_errors_;  // error codes logged since last record
+};
+
+// ---------------------------------------------------------------------------
+// Shared by the Kafka connectors (source, sink, embedded broker, test utils).
+
+// The "kafka" subsystem logger (created on first use; thread-safe).
+std::shared_ptr<spdlog::logger> KafkaLogger();
+
+// Owns a librdkafka configuration until it is handed to rd_kafka_new().
+struct KafkaConfDeleter {
+  void operator()(rd_kafka_conf_t* conf) const;
+};
+using KafkaConfPtr = std::unique_ptr<rd_kafka_conf_t, KafkaConfDeleter>;
+
+// A new configuration whose librdkafka log lines go to KafkaLogger(), with
+// `props` applied in order. InvalidArgument names the bad property.
+absl::StatusOr<KafkaConfPtr> NewKafkaConf(
+    const std::vector<std::pair<std::string, std::string>>& props);
+// Waits up to `timeout_ms` until `topic` is in the cluster metadata and
+// returns its partition count. `name_topic` asks for the topic by name (what
+// a producer does; the broker may auto-create it) instead of listing all
+// topics (never creates). NotFound if the topic is still missing, Unavailable
+// if no broker answered.
+// `bootstrap` only names the cluster in error messages.
+absl::StatusOr<int> AwaitTopicPartitions(rd_kafka_t* rk, const std::string& bootstrap,
+                                         const std::string& topic, bool name_topic, int timeout_ms);
+// Sets one property; InvalidArgument names the bad property.
+absl::Status SetKafkaConf(rd_kafka_conf_t* conf, const std::string& name, const std::string& value);
+
+}  // namespace caravela

@@ -1,0 +1,446 @@
+// Kafka connectors against a real EmbeddedBroker on loopback (and kcat when
+// installed). Every wait is a bounded polling loop with a deadline.
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_sink.h"
+#include "worker/connectors/kafka_source.h"
+#include "worker/connectors/kafka_test_util.h"
+
+namespace caravela {
+namespace {
+
+#define ASSERT_OK(expr)                                       \
+  do {                                                        \
+    absl::Status assert_ok_status_ = (expr);                  \
+    ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
+  } while (0)
+
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+struct Read {
+  std::string payload;
+  std::string key;
+  int32_t partition;
+  int64_t offset;
+  int64_t timestamp_ms;
+};
+
+// Polls `source` until `n` messages arrived or `timeout_ms` passed.
+std::vector<Read> ReadN(KafkaSource& source, size_t n, int timeout_ms = 5000) {
+  std::vector<Read> out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
+    auto polled = source.Poll(100, 50, [&](const RawMessage& m) {
+      out.push_back(
+          {std::string(m.payload), std::string(m.key), m.partition, m.offset, m.timestamp_ms});
+    });
+    EXPECT_TRUE(polled.ok()) << polled.status();
+    if (!polled.ok()) break;
+  }
+  return out;
+}
+
+// A loopback port nobody listens on (free at the time of the call).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs `cmd` with sh; returns its stdout and exit status.
+std::pair<std::string, int> Shell(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return {"", -1};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  return {out, pclose(f)};
+}
+
+bool HaveKcat() {
+  return access("/usr/bin/kcat", X_OK) == 0 || Shell("command -v kcat").second == 0;
+}
+
+// One broker for the suite (stopping one can take up to 1 s); every test
+// uses its own topics.
+class KafkaTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto broker = EmbeddedBroker::Start(0, 4);
+    ASSERT_TRUE(broker.ok()) << broker.status();
+    broker_ = broker->release();
+  }
+  static void TearDownTestSuite() {
+    delete broker_;
+    broker_ = nullptr;
+  }
+
+  KafkaSourceOptions Options(const std::string& topic) {
+    KafkaSourceOptions o;
+    o.bootstrap = broker_->bootstrap();
+    o.topic = topic;
+    return o;
+  }
+
+  static EmbeddedBroker* broker_;
+};
+
+EmbeddedBroker* KafkaTest::broker_ = nullptr;
+
+TEST_F(KafkaTest, BrokerCreatesTopicsOnce) {
+  EXPECT_THAT(broker_->bootstrap(), ::testing::StartsWith("127.0.0.1:"));
+  EXPECT_EQ(broker_->bootstrap(), broker_->advertised());
+  ASSERT_TRUE(broker_->CreateTopic("t", 3).ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(broker_->CreateTopic("t", 3)));
+  EXPECT_TRUE(absl::IsInvalidArgument(broker_->CreateTopic("u", 0)));
+  ASSERT_TRUE(broker_->CreateTopic("v").ok());  // default partitions
+
+  KafkaSource source(Options("t"));
+  ASSERT_OK(source.Open());
+  EXPECT_EQ(source.PartitionCount(), 3);
+  KafkaSource v(Options("v"));
+  ASSERT_OK(v.Open());
+  EXPECT_EQ(v.PartitionCount(), 4);
+}
+
+TEST_F(KafkaTest, SourceReadsEveryPartitionWithOffsetsAndBacklog) {
+  ASSERT_TRUE(broker_->CreateTopic("in", 4).ok());
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "in",
+                           {{0, "a0"}, {1, "b0"}, {0, "a1"}, {2, "c0"}, {0, "a2"}, {2, "c1"}})
+                  .ok());
+  KafkaSource source(Options("in"));
+  ASSERT_OK(source.Open());
+  ASSERT_EQ(source.PartitionCount(), 4);
+  EXPECT_FALSE(source.Bounded());
+  EXPECT_THAT(source.Positions(), ElementsAre(0, 0, 0, 0));
+  EXPECT_EQ(source.Backlog(0), 3);
+  EXPECT_EQ(source.Backlog(1), 1);
+  EXPECT_EQ(source.Backlog(2), 2);
+  EXPECT_EQ(source.Backlog(3), 0);
+
+  std::vector<Read> got = ReadN(source, 6);
+  ASSERT_EQ(got.size(), 6u);
+  std::map<int32_t, std::vector<std::pair<int64_t, std::string>>> by_partition;
+  for (const Read& r : got) {
+    by_partition[r.partition].push_back({r.offset, r.payload});
+    EXPECT_TRUE(r.key.empty());
+    EXPECT_GT(r.timestamp_ms, 1'600'000'000'000);  // producer CreateTime
+  }
+  using P = std::pair<int64_t, std::string>;
+  EXPECT_THAT(by_partition[0], ElementsAre(P{0, "a0"}, P{1, "a1"}, P{2, "a2"}));
+  EXPECT_THAT(by_partition[1], ElementsAre(P{0, "b0"}));
+  EXPECT_THAT(by_partition[2], ElementsAre(P{0, "c0"}, P{1, "c1"}));
+  EXPECT_EQ(by_partition.count(3), 0u);
+  EXPECT_THAT(source.Positions(), ElementsAre(3, 1, 2, 0));
+  for (int p = 0; p < 4; ++p) EXPECT_EQ(source.Backlog(p), 0) << p;
+
+  // Nothing more: Poll returns 0 after its timeout.
+  auto none = source.Poll(10, 20, [](const RawMessage&) {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0);
+
+  // New records keep flowing to the open source.
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "in", {{3, "d0"}, {0, "a3"}}).ok());
+  got = ReadN(source, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_THAT(source.Positions(), ElementsAre(4, 1, 2, 1));
+}
+
+TEST_F(KafkaTest, PollRespectsMaxMessages) {
+  ASSERT_TRUE(broker_->CreateTopic("many", 1).ok());
+  std::vector<std::pair<int32_t, std::string>> msgs;
+  for (int i = 0; i < 50; ++i) msgs.push_back({0, absl::StrCat("m", i)});
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "many", msgs).ok());
+  KafkaSource source(Options("many"));
+  ASSERT_OK(source.Open());
+  int total = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int64_t next = 0;
+  while (total < 50 && std::chrono::steady_clock::now() < deadline) {
+    auto n = source.Poll(7, 50, [&](const RawMessage& m) {
+      EXPECT_EQ(m.offset, next);
+      EXPECT_EQ(m.payload, absl::StrCat("m", next));
+      ++next;
+    });
+    ASSERT_TRUE(n.ok());
+    EXPECT_LE(*n, 7);
+    total += *n;
+  }
+  EXPECT_EQ(total, 50);
+  EXPECT_EQ(source.Backlog(0), 0);
+}
+
+TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
+  ASSERT_TRUE(broker_->CreateTopic("resume", 4).ok());
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "resume",
+                           {{0, "a0"}, {0, "a1"}, {0, "a2"}, {1, "b0"}, {2, "c0"}, {2, "c1"}})
+                  .ok());
+  KafkaSourceOptions o = Options("resume");
+  o.start = "latest";
+  o.start_offsets = {{0, 2}, {2, 1}};
+  KafkaSource source(o);
+  ASSERT_OK(source.Open());
+  EXPECT_THAT(source.Positions(), ElementsAre(2, 1, 1, 0));  // p1, p3 at the log end
+  EXPECT_EQ(source.Backlog(0), 1);
+  EXPECT_EQ(source.Backlog(1), 0);
+  std::vector<Read> got = ReadN(source, 2);
+  ASSERT_EQ(got.size(), 2u);
+  std::set<std::pair<int32_t, int64_t>> seen;
+  for (const Read& r : got) seen.insert({r.partition, r.offset});
+  EXPECT_THAT(seen, UnorderedElementsAre(std::pair<int32_t, int64_t>{0, 2},
+                                         std::pair<int32_t, int64_t>{2, 1}));
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "resume", {{1, "b1"}}).ok());
+  got = ReadN(source, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].partition, 1);
+  EXPECT_EQ(got[0].offset, 1);
+  EXPECT_EQ(got[0].payload, "b1");
+  EXPECT_THAT(source.Positions(), ElementsAre(3, 2, 2, 0));
+}
+
+TEST_F(KafkaTest, SourceRejectsBadStarts) {
+  ASSERT_TRUE(broker_->CreateTopic("small", 2).ok());
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "small", {{0, "x"}}).ok());
+
+  KafkaSourceOptions beyond = Options("small");
+  beyond.start_offsets = {{0, 5}};
+  EXPECT_TRUE(absl::IsDataLoss(KafkaSource(beyond).Open()));
+
+  KafkaSourceOptions no_partition = Options("small");
+  no_partition.start_offsets = {{7, 0}};
+  EXPECT_TRUE(absl::IsInvalidArgument(KafkaSource(no_partition).Open()));
+
+  KafkaSourceOptions bad_start = Options("small");
+  bad_start.start = "middle";
+  EXPECT_TRUE(absl::IsInvalidArgument(KafkaSource(bad_start).Open()));
+
+  KafkaSourceOptions missing = Options("no-such-topic");
+  missing.open_timeout_ms = 300;
+  absl::Status opened = KafkaSource(missing).Open();
+  EXPECT_TRUE(absl::IsNotFound(opened)) << opened;
+}
+
+TEST_F(KafkaTest, SinkWritesKeyedRecords) {
+  ASSERT_TRUE(broker_->CreateTopic("out", 4).ok());
+  KafkaSinkOptions o;
+  o.bootstrap = broker_->bootstrap();
+  o.topic = "out";
+  KafkaSink sink(o);
+  ASSERT_TRUE(sink.Open().ok());
+  ASSERT_TRUE(sink.Write("k1", R"({"v":1})").ok());
+  ASSERT_TRUE(sink.Write("k2", R"({"v":2})").ok());
+  ASSERT_TRUE(sink.Write("k1", R"({"v":3})").ok());
+  ASSERT_TRUE(sink.Write("", R"({"v":4})").ok());
+  ASSERT_TRUE(sink.Flush().ok());
+  EXPECT_EQ(sink.delivered(), 4);
+  ASSERT_TRUE(sink.Close().ok());
+
+  auto records = ConsumeAll(broker_->bootstrap(), "out");
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_EQ(records->size(), 4u);
+  std::map<std::string, std::vector<std::string>> by_key;
+  std::map<std::string, std::set<int32_t>> partitions;
+  for (const KafkaConsumedRecord& r : *records) {
+    std::string key = r.has_key ? r.key : "<null>";
+    by_key[key].push_back(r.value);
+    partitions[key].insert(r.partition);
+  }
+  EXPECT_THAT(by_key["k1"], ElementsAre(R"({"v":1})", R"({"v":3})"));  // same partition, in order
+  EXPECT_THAT(by_key["k2"], ElementsAre(R"({"v":2})"));
+  EXPECT_THAT(by_key["<null>"], ElementsAre(R"({"v":4})"));
+  EXPECT_EQ(partitions["k1"].size(), 1u);
+
+  auto values = ConsumeAllValues(broker_->bootstrap(), "out");
+  ASSERT_TRUE(values.ok());
+  EXPECT_EQ(values->size(), 4u);
+}
+
+TEST(KafkaSinkTest, OpenFailsWithoutBroker) {
+  KafkaSinkOptions o;
+  o.bootstrap = absl::StrCat("127.0.0.1:", FreePort());  // nobody listens
+  o.topic = "nowhere";
+  o.open_timeout_ms = 200;
+  absl::Status opened = KafkaSink(o).Open();
+  EXPECT_TRUE(absl::IsUnavailable(opened)) << opened;
+}
+
+TEST(KafkaSinkTest, FlushReportsFailedDeliveryAndStaysFailed) {
+  auto broker = EmbeddedBroker::Start(0, 4);
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  KafkaSinkOptions o;
+  o.bootstrap = (*broker)->bootstrap();
+  o.topic = "doomed";
+  o.config = {{"message.timeout.ms", "300"}};
+  KafkaSink sink(o);
+  ASSERT_OK(sink.Open());
+  broker->reset();  // the broker goes away before the record is delivered
+  ASSERT_TRUE(sink.Write("k", "{}").ok());
+  absl::Status flushed = sink.Flush();
+  EXPECT_TRUE(absl::IsUnavailable(flushed)) << flushed;
+  EXPECT_FALSE(sink.Write("k", "{}").ok());
+  EXPECT_FALSE(sink.Close().ok());
+}
+
+TEST(EmbeddedBrokerTest, ServesAChosenPort) {
+  const int port = FreePort();
+  auto broker = EmbeddedBroker::Start(port, 4);
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  const std::string bootstrap = absl::StrCat("127.0.0.1:", port);
+  EXPECT_EQ((*broker)->bootstrap(), bootstrap);
+  EXPECT_NE((*broker)->advertised(), bootstrap);
+
+  // A second broker cannot take the same port.
+  EXPECT_TRUE(absl::IsUnavailable(EmbeddedBroker::Start(port, 4).status()));
+
+  // Clients bootstrapping on the chosen port work end to end; the topic is
+  // auto-created by the producer with the mock's fixed partition count.
+  ASSERT_TRUE(ProduceRecords(bootstrap, "fixed", {{-1, "k", "v1"}, {-1, "k", "v2"}}).ok());
+  auto records = ConsumeAll(bootstrap, "fixed");
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0].value, "v1");
+  EXPECT_EQ((*records)[1].value, "v2");
+  KafkaSourceOptions o;
+  o.bootstrap = bootstrap;
+  o.topic = "fixed";
+  KafkaSource source(o);
+  ASSERT_OK(source.Open());
+  EXPECT_EQ(source.PartitionCount(), EmbeddedBroker::kAutoCreatePartitions);
+}
+
+TEST(EmbeddedBrokerTest, RejectsBadArguments) {
+  EXPECT_TRUE(absl::IsInvalidArgument(EmbeddedBroker::Start(-1, 4).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(EmbeddedBroker::Start(0, 0).status()));
+  // A partition count the mock cannot apply to auto-created topics.
+  EXPECT_TRUE(absl::IsInvalidArgument(RunBrokerCommand(0, 8)));
+}
+
+// `caravela broker` in a child process: prints its address, serves clients,
+// stops cleanly on SIGTERM.
+TEST(EmbeddedBrokerTest, BrokerCommandServesUntilSigterm) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();  // no other threads run here: earlier clients are gone
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    absl::Status status = RunBrokerCommand(0, 4, {"cmd"});
+    _exit(status.ok() ? 0 : 1);
+  }
+  close(out[1]);
+  // Read stdout until the address line (log lines may come first).
+  const std::string prefix = "caravela broker listening on ";
+  std::string text;
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (line.empty() && std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{out[0], POLLIN, 0};
+    if (poll(&pfd, 1, 50) <= 0) continue;
+    char buf[512];
+    ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    for (absl::string_view l : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(l, prefix) && absl::EndsWith(l, " (4 partitions per new topic)")) {
+        line = std::string(l);
+      }
+    }
+  }
+  ASSERT_FALSE(line.empty()) << text;
+  const std::string bootstrap(
+      absl::StripSuffix(absl::StripPrefix(line, prefix), " (4 partitions per new topic)"));
+  EXPECT_THAT(bootstrap, ::testing::StartsWith("127.0.0.1:"));
+
+  EXPECT_TRUE(ProduceLines(bootstrap, "cmd", {{3, "hello"}}).ok());
+  auto records = ConsumeAll(bootstrap, "cmd");
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0].partition, 3);
+  EXPECT_EQ((*records)[0].value, "hello");
+
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int wstatus = 0;
+  pid_t waited = 0;
+  const auto exit_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while ((waited = waitpid(pid, &wstatus, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < exit_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (waited == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &wstatus, 0);
+  }
+  close(out[0]);  // only now: the child still logs while stopping
+  ASSERT_NE(waited, 0) << "broker did not stop on SIGTERM";
+  ASSERT_TRUE(WIFEXITED(wstatus)) << wstatus;
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+}
+
+TEST_F(KafkaTest, InteroperatesWithKcat) {
+  if (!HaveKcat()) GTEST_SKIP() << "kcat not installed";
+  const std::string b = broker_->bootstrap();
+  ASSERT_TRUE(broker_->CreateTopic("kin", 4).ok());
+  auto [out, rc] =
+      Shell(absl::StrCat("printf 'x0\\nx1\\nx2\\n' | kcat -b ", b, " -t kin -P -p 2 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  KafkaSource source(Options("kin"));
+  ASSERT_OK(source.Open());
+  std::vector<Read> got = ReadN(source, 3);
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].partition, 2);
+    EXPECT_EQ(got[i].offset, i);
+    EXPECT_EQ(got[i].payload, absl::StrCat("x", i));
+  }
+  EXPECT_THAT(source.Positions(), ElementsAre(0, 0, 3, 0));
+
+  ASSERT_TRUE(broker_->CreateTopic("kout", 4).ok());
+  KafkaSinkOptions o;
+  o.bootstrap = b;
+  o.topic = "kout";
+  KafkaSink sink(o);
+  ASSERT_TRUE(sink.Open().ok());
+  ASSERT_TRUE(sink.Write("w1", R"({"n":1})").ok());
+  ASSERT_TRUE(sink.Write("w2", R"({"n":2})").ok());
+  ASSERT_TRUE(sink.Write("", R"({"n":3})").ok());
+  ASSERT_TRUE(sink.Close().ok());
+  std::tie(out, rc) =
+      Shell(absl::StrCat("kcat -b ", b, " -t kout -C -e -q -f '%k|%s\\n' 2>/dev/null"));
+  ASSERT_EQ(rc, 0);
+  std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  EXPECT_THAT(lines, UnorderedElementsAre(R"(w1|{"n":1})", R"(w2|{"n":2})", R"(|{"n":3})"));
+}
+
+}  // namespace
+}  // namespace caravela
