@@ -244,6 +244,7 @@ absl::StatusOr<bool> KafkaSource::Handle(rd_kafka_message_t* m,
   }
   const int32_t p = m->partition;
   if (p < 0 || p >= static_cast<int32_t>(positions_.size())) return false;  // not assigned
+  if (stopping_ && m->offset >= stop_at_[p]) return false;                  // after the end
   RawMessage raw;
   if (m->payload != nullptr) raw.payload = {static_cast<const char*>(m->payload), m->len};
   if (m->key != nullptr) raw.key = {static_cast<const char*>(m->key), m->key_len};
@@ -255,6 +256,7 @@ absl::StatusOr<bool> KafkaSource::Handle(rd_kafka_message_t* m,
   f(raw);
   positions_[p] = m->offset + 1;
   high_[p] = std::max(high_[p], positions_[p]);
+  if (stopping_ && positions_[p] >= stop_at_[p]) Pause(p);
   if (!logged_errors_.empty()) {
     logged_errors_.clear();
     KafkaLogger()->info("source {}: records flow again", options_.topic);
@@ -265,7 +267,7 @@ absl::StatusOr<bool> KafkaSource::Handle(rd_kafka_message_t* m,
 absl::StatusOr<int> KafkaSource::Poll(int max_messages, int timeout_ms,
                                       const std::function<void(const RawMessage&)>& f) {
   if (rk_ == nullptr) return absl::FailedPreconditionError("KafkaSource::Poll before Open");
-  if (max_messages <= 0) return 0;
+  if (max_messages <= 0 || Exhausted()) return 0;
   rd_kafka_message_t* first = rd_kafka_consumer_poll(rk_, timeout_ms);
   if (first == nullptr) return 0;
   int delivered = 0;
@@ -298,6 +300,45 @@ absl::StatusOr<int> KafkaSource::Poll(int max_messages, int timeout_ms,
   return delivered;
 }
 
+absl::Status KafkaSource::StopAtCurrentEnd() {
+  if (rk_ == nullptr) return absl::FailedPreconditionError("StopAtCurrentEnd before Open");
+  if (stopping_) return absl::OkStatus();
+  std::vector<int64_t> ends(positions_.size());
+  for (int32_t p = 0; p < static_cast<int32_t>(ends.size()); ++p) {
+    int64_t low = 0;
+    rd_kafka_resp_err_t err =
+        rd_kafka_query_watermark_offsets(rk_, options_.topic.c_str(), p, &low, &ends[p], 10000);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return absl::UnavailableError(
+          absl::StrCat("kafka ", options_.topic, "[", p, "]: end offset: ", rd_kafka_err2str(err)));
+    }
+    high_[p] = std::max(high_[p], ends[p]);
+  }
+  stop_at_ = std::move(ends);
+  stopping_ = true;
+  for (int32_t p = 0; p < static_cast<int32_t>(positions_.size()); ++p) {
+    if (positions_[p] >= stop_at_[p]) Pause(p);
+  }
+  KafkaLogger()->info("source {}: stopping at end offsets [{}]", options_.topic,
+                      absl::StrJoin(stop_at_, ","));
+  return absl::OkStatus();
+}
+
+bool KafkaSource::Exhausted() const {
+  if (!stopping_) return false;
+  for (size_t p = 0; p < positions_.size(); ++p) {
+    if (positions_[p] < stop_at_[p]) return false;
+  }
+  return true;
+}
+
+void KafkaSource::Pause(int32_t partition) {
+  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(list, options_.topic.c_str(), partition);
+  rd_kafka_pause_partitions(rk_, list);  // best effort: only saves fetching
+  rd_kafka_topic_partition_list_destroy(list);
+}
+
 int64_t KafkaSource::Backlog(int32_t partition) const {
   if (rk_ == nullptr || partition < 0 || partition >= static_cast<int32_t>(positions_.size())) {
     return 0;
@@ -306,6 +347,7 @@ int64_t KafkaSource::Backlog(int32_t partition) const {
   int64_t high = RD_KAFKA_OFFSET_INVALID;
   rd_kafka_get_watermark_offsets(rk_, options_.topic.c_str(), partition, &low, &high);
   high = std::max(high, high_[partition]);
+  if (stopping_) high = stop_at_[partition];  // nothing after it is delivered
   return std::max<int64_t>(high - positions_[partition], 0);
 }
 

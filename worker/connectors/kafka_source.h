@@ -64,25 +64,37 @@ class KafkaSource : public RawSource {
   int PartitionCount() const override { return static_cast<int>(positions_.size()); }
   absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
                            const std::function<void(const RawMessage&)>& f) override;
-  bool Bounded() const override { return false; }
-  bool Exhausted() const override { return false; }
+  // False until StopAtCurrentEnd().
+  bool Bounded() const override { return stopping_; }
+  // After StopAtCurrentEnd(): every record before the end offsets it saw was
+  // delivered.
+  bool Exhausted() const override;
   // High watermark (last seen in a fetch response, or queried at Open())
   // minus the position; never blocks on the network.
   int64_t Backlog(int32_t partition) const override;
   std::vector<int64_t> Positions() const override { return positions_; }
+  // Queries the partitions' current end offsets; Poll() then delivers the
+  // records before them and nothing after, and Exhausted() turns true once
+  // they are all delivered (partitions that reach their end are paused).
+  // Unavailable if the end offsets cannot be queried.
+  absl::Status StopAtCurrentEnd() override;
 
   const KafkaSourceOptions& options() const { return options_; }
 
  private:
-  // Handles one message or consumer event; returns true if it was a record.
+  // Handles one message or consumer event; returns true if it was a record
+  // delivered to `f`.
   absl::StatusOr<bool> Handle(rd_kafka_message_t* m,
                               const std::function<void(const RawMessage&)>& f);
+  void Pause(int32_t partition);
 
   KafkaSourceOptions options_;
   rd_kafka_t* rk_ = nullptr;
   rd_kafka_queue_t* queue_ = nullptr;  // the consumer queue (batch reads)
   std::vector<int64_t> positions_;     // next offset per partition
   std::vector<int64_t> high_;          // last known high watermark
+  bool stopping_ = false;              // StopAtCurrentEnd() was called
+  std::vector<int64_t> stop_at_;       // end offset per partition when stopping
   std::vector<rd_kafka_message_t*> batch_;
   absl::flat_hash_set<int> logged_errors_;  // error codes logged since last record
 };

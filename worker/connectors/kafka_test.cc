@@ -227,6 +227,46 @@ TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
   EXPECT_THAT(source.Positions(), ElementsAre(3, 2, 2, 0));
 }
 
+TEST_F(KafkaTest, StopAtCurrentEndDeliversWhatExistsThenEnds) {
+  ASSERT_TRUE(broker_->CreateTopic("bounded", 3).ok());
+  ASSERT_TRUE(
+      ProduceLines(broker_->bootstrap(), "bounded", {{0, "a0"}, {0, "a1"}, {2, "c0"}}).ok());
+  KafkaSource source(Options("bounded"));
+  ASSERT_OK(source.Open());
+  EXPECT_FALSE(source.Bounded());
+  EXPECT_FALSE(source.Exhausted());
+  int first = 0;  // read one record before stopping
+  const auto first_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (first == 0 && std::chrono::steady_clock::now() < first_deadline) {
+    auto n = source.Poll(1, 50, [](const RawMessage&) {});
+    ASSERT_TRUE(n.ok()) << n.status();
+    first += *n;
+  }
+  ASSERT_EQ(first, 1);
+
+  ASSERT_OK(source.StopAtCurrentEnd());
+  EXPECT_TRUE(source.Bounded());
+  EXPECT_FALSE(source.Exhausted());
+  // Records produced after the stop are not delivered.
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "bounded", {{0, "a2"}, {1, "b0"}}).ok());
+  std::vector<Read> rest;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!source.Exhausted() && std::chrono::steady_clock::now() < deadline) {
+    auto polled = source.Poll(100, 50, [&](const RawMessage& m) {
+      rest.push_back({std::string(m.payload), "", m.partition, m.offset, 0});
+    });
+    ASSERT_TRUE(polled.ok()) << polled.status();
+  }
+  EXPECT_TRUE(source.Exhausted());
+  EXPECT_EQ(rest.size(), 2u);
+  for (const Read& r : rest) EXPECT_NE(r.payload, "a2");
+  EXPECT_THAT(source.Positions(), ElementsAre(2, 0, 1));
+  for (int p = 0; p < 3; ++p) EXPECT_EQ(source.Backlog(p), 0) << p;
+  auto after = source.Poll(100, 50, [](const RawMessage&) { ADD_FAILURE() << "after the end"; });
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, 0);
+}
+
 TEST_F(KafkaTest, SourceRejectsBadStarts) {
   ASSERT_TRUE(broker_->CreateTopic("small", 2).ok());
   ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "small", {{0, "x"}}).ok());
