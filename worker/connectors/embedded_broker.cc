@@ -255,7 +255,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(int port,
   if (broker->rk_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("embedded broker: ", err));
   }
-  conf.release();  // owned by rk_ now
+  (void)conf.release();  // owned by rk_ now
   broker->cluster_ = rd_kafka_mock_cluster_new(broker->rk_, 1);
   if (broker->cluster_ == nullptr) {
     return absl::UnavailableError("embedded broker: librdkafka mock cluster failed to start");

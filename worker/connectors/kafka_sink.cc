@@ -57,7 +57,7 @@ absl::Status KafkaSink::Open() {
   char err[512];
   rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof(err));
   if (rk_ == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka producer: ", err));
-  conf.release();  // owned by rk_ now
+  (void)conf.release();  // owned by rk_ now
   rkt_ = rd_kafka_topic_new(rk_, options_.topic.c_str(), nullptr);
   if (rkt_ == nullptr) {
     return absl::InternalError(

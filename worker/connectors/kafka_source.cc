@@ -162,7 +162,7 @@ absl::Status KafkaSource::Open() {
   char err[512];
   rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof(err));
   if (rk_ == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka consumer: ", err));
-  conf.release();  // owned by rk_ now
+  (void)conf.release();  // owned by rk_ now
   rd_kafka_poll_set_consumer(rk_);
 
   // All-topics metadata: naming the topic in a request would auto-create it

@@ -44,7 +44,7 @@ absl::Status ProduceRecords(const std::string& bootstrap, const std::string& top
   std::unique_ptr<rd_kafka_t, RdKafkaDeleter> rk(
       rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof(err)));
   if (rk == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka producer: ", err));
-  conf.release();
+  (void)conf.release();  // owned by rk now
   // Topic metadata first: records then go out at once (see KafkaSink::Open).
   RETURN_IF_ERROR(
       AwaitTopicPartitions(rk.get(), bootstrap, topic, /*name_topic=*/true, timeout_ms).status());
