@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -68,9 +70,11 @@ int FreePort() {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "no free port: " << strerror(errno);
+  }
   close(fd);
   return ntohs(addr.sin_port);
 }
@@ -178,6 +182,7 @@ TEST_F(KafkaTest, SourceReadsEveryPartitionWithOffsetsAndBacklog) {
 TEST_F(KafkaTest, PollRespectsMaxMessages) {
   ASSERT_TRUE(broker_->CreateTopic("many", 1).ok());
   std::vector<std::pair<int32_t, std::string>> msgs;
+  msgs.reserve(50);
   for (int i = 0; i < 50; ++i) msgs.push_back({0, absl::StrCat("m", i)});
   ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "many", msgs).ok());
   KafkaSource source(Options("many"));
