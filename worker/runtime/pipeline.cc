@@ -690,9 +690,11 @@ absl::Status Pipeline::Impl::RunWallMode() {
       RETURN_IF_ERROR(FillPending(src, any_unbounded ? 20 : 0));
       if (src.has_pending()) {
         got = true;
+        all_done = false;
         RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
-      }
-      if (src.raw->Exhausted() && !src.has_pending()) {
+      } else if (src.raw->Exhausted()) {
+        // Ends only in a step without records, so the watermark of the last
+        // batch is propagated (and fires) before the end-of-input +inf.
         src.finished = true;
         src.wm->Finish();
       } else {
