@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/json.h"
+#include "spdlog/spdlog.h"
 #include "common/time_util.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_sink.h"
@@ -55,8 +56,9 @@ std::vector<DemoEvent> MakeEvents(int count, int64_t start_ms, int64_t end_ms, u
     int64_t due = i * 10;
     uint64_t roll = rng() % 1000;
     if (roll < 30) {
-      // Offline device: uploaded 30-150 minutes (of event time) later.
-      int64_t delay_events = count * (30 + static_cast<int64_t>(rng() % 120)) * 60'000 /
+      // Offline device: uploaded 30-240 minutes (of event time) later; past
+      // 2h05m (lateness + out-of-orderness) it is too late for its window.
+      int64_t delay_events = count * (30 + static_cast<int64_t>(rng() % 210)) * 60'000 /
                              std::max<int64_t>(1, end_ms - start_ms);
       due += delay_events * 10;
       ++*late;
@@ -90,6 +92,7 @@ std::string HourMinute(std::string_view iso) {
 }  // namespace
 
 int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
+  spdlog::set_level(spdlog::level::warn);  // keep the screen for the results
   ParseResult parsed = LoadJobSpec(job_file);
   if (!parsed.ok()) {
     for (const auto& e : parsed.errors) std::fprintf(stderr, "  %s\n", e.ToString().c_str());
@@ -103,23 +106,24 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
   }
   std::unique_ptr<EmbeddedBroker> broker = std::move(*broker_or);
   const std::string bootstrap = broker->bootstrap();
-  for (const char* topic : {"purchases", "hourly-revenue"}) {
-    absl::Status st = broker->CreateTopic(topic, 4);
+  // One output partition, so the printer shows revisions in publication order.
+  for (auto [topic, partitions] : {std::pair{"purchases", 4}, std::pair{"hourly-revenue", 1}}) {
+    absl::Status st = broker->CreateTopic(topic, partitions);
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
       return 1;
     }
   }
-  std::printf("Embedded Kafka broker at %s; topics purchases (4 partitions), hourly-revenue\n",
+  std::printf("Embedded Kafka broker at %s; topics purchases (4 partitions), hourly-revenue (1)\n",
               bootstrap.c_str());
 
   const int64_t now = SystemClock().NowMs();
-  const int64_t start = FloorDiv(now, 3'600'000) * 3'600'000 - 3 * 3'600'000;
+  const int64_t start = FloorDiv(now, 3'600'000) * 3'600'000 - 5 * 3'600'000;
   int retries = 0, late = 0, conflicts = 0, malformed = 0;
   std::vector<DemoEvent> stream =
       MakeEvents(events, start, now, 1497, &retries, &late, &conflicts, &malformed);
   std::printf(
-      "Producing %zu messages over ~%ds: %d purchases, %d retries, %d uploads 30-150 min late, "
+      "Producing %zu messages over ~%ds: %d purchases, %d retries, %d uploads 30-240 min late, "
       "%d same-id conflicts, %d malformed\n\n",
       stream.size(), seconds, events, retries, late, conflicts, malformed);
   std::printf("%-8s %-5s %-14s %-8s %10s %7s %7s\n", "state", "rev", "hour (UTC)", "country",
@@ -188,6 +192,7 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
   options.progress_interval_ms = quiet ? 0 : 5000;
   int rc = 0;
   std::string summary;
+  MetricsRegistry* metrics = nullptr;
   auto pipeline = Pipeline::Create(parsed.spec, options);
   if (!pipeline.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(pipeline.status().message()).c_str());
@@ -200,6 +205,7 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
       rc = 1;
     }
     summary = (*pipeline)->Summary();
+    metrics = &(*pipeline)->metrics();
   }
   job_done.store(true);
   producer.join();
@@ -208,7 +214,20 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
     std::fprintf(stderr, "error: producer: %s\n", std::string(producer_status.message()).c_str());
     rc = 1;
   }
-  std::printf("\n%zu hourly results are FINAL. %s\n", finals.size(), summary.c_str());
+  std::printf("\n%zu hourly results are FINAL.\n", finals.size());
+  if (metrics != nullptr) {
+    std::printf(
+        "records read: %lld | duplicates dropped: %lld | conflicts: %lld | too late: %lld | "
+        "invalid: %lld | revisions published: %lld\n",
+        static_cast<long long>(metrics->Value("records_in_total", "source=\"purchases\"")),
+        static_cast<long long>(metrics->Value("dedup_duplicates_total", "op=\"unique\"")),
+        static_cast<long long>(metrics->Value("dedup_conflicts_total", "op=\"unique\"")),
+        static_cast<long long>(metrics->Value("too_late_total", "op=\"revenue\"") +
+                               metrics->Value("too_late_total", "op=\"unique\"")),
+        static_cast<long long>(metrics->Value("invalid_records_total", "source=\"purchases\"")),
+        static_cast<long long>(metrics->Value("sink_records_total", "from=\"revenue\"")));
+  }
+  std::printf("Side outputs:\n");
   for (const SinkSpec& sink : parsed.spec.sinks) {
     if (sink.kind == SinkSpec::Kind::kFile) {
       std::printf("  %-18s -> %s\n", sink.from.c_str(), sink.path.c_str());

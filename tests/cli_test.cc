@@ -186,4 +186,25 @@ spec:
   fs::remove_all(dir);
 }
 
+TEST(CliTest, DemoRunsTheExampleJobAndDrains) {
+  fs::path dir = TempDir("demo");
+  std::string cmd = "cd " + dir.string() + " && " + CARAVELA_BINARY + " demo " +
+                    CARAVELA_SOURCE_DIR + "/config/examples/hourly-revenue.yaml" +
+                    " --seconds 3 --events 1500 --quiet 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << out;
+  for (const char* state : {"\nON_TIME ", "\nLATE ", "\nFINAL "}) {
+    EXPECT_THAT(out, HasSubstr(state)) << out;
+  }
+  EXPECT_THAT(out, HasSubstr("hourly results are FINAL"));
+  EXPECT_THAT(out, testing::ContainsRegex("duplicates dropped: [1-9]"));
+  EXPECT_THAT(out, testing::ContainsRegex("invalid: [1-9]"));
+  fs::remove_all(dir);
+}
+
 }  // namespace

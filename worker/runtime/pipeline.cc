@@ -107,6 +107,7 @@ struct Pipeline::Impl {
   std::string key;
   int64_t records_in = 0;
   int64_t records_out = 0;
+  int64_t invalid_total = 0;
   std::chrono::steady_clock::time_point started, last_progress, last_flush;
   int64_t progress_records_in = 0;
 
@@ -446,6 +447,7 @@ absl::Status Pipeline::Impl::ApplySourceBatch(int src_id, size_t count) {
     if (src.pending_invalid[i]) {
       std::swap(out.EmitSide(0), r);
       src.invalid->Add();
+      ++invalid_total;
       continue;
     }
     if (has_time && skew > 0 && r.event_time > SatAdd(now, skew)) {
@@ -462,6 +464,7 @@ absl::Status Pipeline::Impl::ApplySourceBatch(int src_id, size_t count) {
       s.partition = r.partition;
       s.offset = r.offset;
       src.invalid->Add();
+      ++invalid_total;
       continue;
     }
     if (has_time) src.wm->OnRecord(r.partition, r.event_time, now);
@@ -616,8 +619,7 @@ void Pipeline::Impl::Progress(bool force) {
   std::fprintf(options.progress_out,
                "[caravela] in=%lld out=%lld rate=%.0f ev/s watermark=%s invalid=%lld\n",
                static_cast<long long>(records_in), static_cast<long long>(records_out), rate,
-               wm_text.c_str(),
-               static_cast<long long>(metrics->Value("dead_letter_records_total")));
+               wm_text.c_str(), static_cast<long long>(invalid_total));
   std::fflush(options.progress_out);
   last_progress = now;
   progress_records_in = records_in;
