@@ -27,8 +27,8 @@ struct Result {
   std::string out;
 };
 
-Result RunCli(const std::string& args) {
-  std::string cmd = std::string(CARAVELA_BINARY) + " " + args + " 2>&1";
+// Runs a shell command; returns its exit code and stdout.
+Result Shell(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -36,6 +36,10 @@ Result RunCli(const std::string& args) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   int rc = pclose(p);
   return {WEXITSTATUS(rc), out};
+}
+
+Result RunCli(const std::string& args) {
+  return Shell(std::string(CARAVELA_BINARY) + " " + args + " 2>&1");
 }
 
 bool HaveKcat() { return std::system("command -v kcat > /dev/null 2>&1") == 0; }
@@ -134,12 +138,8 @@ TEST(CliTest, BrokerServesRealKafkaClients) {
   std::string produce = "printf 'one\\ntwo\\nthree\\n' | kcat -b " + bootstrap +
                         " -t words -P -p 1 2>&1";
   ASSERT_EQ(std::system(produce.c_str()), 0);
-  Result consumed = {0, ""};
-  FILE* p = popen(("kcat -b " + bootstrap + " -C -t words -p 1 -o beginning -e -q 2>/dev/null").c_str(), "r");
-  char buf[256];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) consumed.out.append(buf, n);
-  pclose(p);
+  Result consumed =
+      Shell("kcat -b " + bootstrap + " -C -t words -p 1 -o beginning -e -q 2>/dev/null");
   EXPECT_EQ(consumed.out, "one\ntwo\nthree\n");
   EXPECT_EQ(broker.Stop(SIGTERM), 0) << broker.Log();
 }
@@ -188,16 +188,11 @@ spec:
 
 TEST(CliTest, DemoRunsTheExampleJobAndDrains) {
   fs::path dir = TempDir("demo");
-  std::string cmd = "cd " + dir.string() + " && " + CARAVELA_BINARY + " demo " +
-                    CARAVELA_SOURCE_DIR + "/config/examples/hourly-revenue.yaml" +
-                    " --seconds 3 --events 1500 --quiet 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int rc = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(rc), 0) << out;
+  Result r = Shell("cd " + dir.string() + " && " + CARAVELA_BINARY + " demo " +
+                   CARAVELA_SOURCE_DIR + "/config/examples/hourly-revenue.yaml" +
+                   " --seconds 3 --events 1500 --quiet 2>&1");
+  const std::string& out = r.out;
+  EXPECT_EQ(r.exit_code, 0) << out;
   for (const char* state : {"\nON_TIME ", "\nLATE ", "\nFINAL "}) {
     EXPECT_THAT(out, HasSubstr(state)) << out;
   }

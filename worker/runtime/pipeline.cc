@@ -522,7 +522,6 @@ absl::Status Pipeline::Impl::Dispatch(int node) {
         continue;
       }
       OperatorNode& on = ops[e.op];
-      on.ctx->set_watermark(on.ctx->watermark());
       RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, e.input, out.main(), on.out));
       RETURN_IF_ERROR(Dispatch(S() + e.op));
     }
