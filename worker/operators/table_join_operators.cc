@@ -1,0 +1,247 @@
+#include "worker/operators/table_join_operators.h"
+
+#include <string_view>
+
+#include "common/json.h"
+#include "worker/state/key_codec.h"
+
+namespace caravela {
+namespace {
+
+std::vector<FieldPath> Paths(const TableJoinSpec& spec, bool table_side) {
+  std::vector<FieldPath> out;
+  for (const JoinKeySpec& k : spec.on) out.push_back(table_side ? k.right_path : k.left_path);
+  return out;
+}
+
+// Output: the stream record's fields plus the table row under `name`.
+void Enrich(const Record& stream, std::string_view name, const Record* row, Record* out) {
+  out->EnsureRoot();
+  stream.ForEachChild(0, [&](uint32_t c) {
+    if (stream.Key(c) != name) out->AddValue(stream.Key(c), stream.Get(static_cast<int32_t>(c)));
+  });
+  if (row == nullptr || row->empty()) {
+    out->AddNull(name);
+  } else {
+    out->AddValue(name, row->Get(0));
+  }
+  out->event_time = stream.event_time;
+  out->arrival = stream.arrival;
+  out->partition = stream.partition;
+  out->offset = stream.offset;
+}
+
+}  // namespace
+
+bool EncodeJoinKey(const Record& r, const std::vector<FieldPath>& paths, std::string* out) {
+  out->clear();
+  for (const FieldPath& p : paths) {
+    Value v = r.GetPath(p);
+    if (v.is_null()) return false;
+    if (v.type == ValueType::kDecimal) {
+      int64_t m = v.i;
+      uint8_t sc = v.scale;
+      while (sc > 0 && m % 10 == 0) {
+        m /= 10;
+        --sc;
+      }
+      v = sc == 0 ? Value::Int(m) : Value::Decimal(m, sc);
+    } else if (v.type == ValueType::kDouble && v.d == static_cast<double>(static_cast<int64_t>(v.d))) {
+      v = Value::Int(static_cast<int64_t>(v.d));
+    }
+    v.AppendJson(out);
+    out->push_back('\0');
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// lookup_join
+
+LookupJoinOperator::LookupJoinOperator(TableJoinSpec spec, std::string table_name)
+    : spec_(std::move(spec)), table_name_(std::move(table_name)) {}
+
+absl::Status LookupJoinOperator::Open(OperatorContext& ctx) {
+  ASSIGN_OR_RETURN(table_, ctx.OpenTable("rows"));
+  misses_ = ctx.OpCounter("join_unmatched_total");
+  rows_.clear();
+  JsonDecoder dec;
+  absl::Status error;
+  RETURN_IF_ERROR(table_->Scan("", "", [&](std::string_view key, std::string_view value) {
+    Record& row = rows_[std::string(key)];
+    error = dec.Decode(value, &row);
+    return error.ok();
+  }));
+  return error;
+}
+
+absl::Status LookupJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
+                                              const RecordBatch& batch, Output& out) {
+  if (input == 1) {  // table: the latest row per key wins
+    std::vector<FieldPath> paths = Paths(spec_, true);
+    for (const Record& r : batch) {
+      if (!EncodeJoinKey(r, paths, &key_)) continue;
+      rows_[key_] = r;
+      json_.clear();
+      r.AppendJson(&json_);
+      table_->Put(key_, json_);
+    }
+    return absl::OkStatus();
+  }
+  std::vector<FieldPath> paths = Paths(spec_, false);
+  for (const Record& r : batch) {
+    const Record* row = nullptr;
+    if (EncodeJoinKey(r, paths, &key_)) {
+      auto it = rows_.find(key_);
+      if (it != rows_.end()) row = &it->second;
+    }
+    if (row == nullptr) {
+      misses_->Add();
+      if (spec_.type != JoinType::kLeft) continue;
+    }
+    Enrich(r, table_name_, row, &out.Emit());
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// temporal_join
+
+TemporalJoinOperator::TemporalJoinOperator(TableJoinSpec spec, std::string table_name)
+    : spec_(std::move(spec)), table_name_(std::move(table_name)) {}
+
+size_t TemporalJoinOperator::version_count() const {
+  size_t n = 0;
+  for (const auto& [k, v] : versions_) n += v.size();
+  return n;
+}
+
+absl::Status TemporalJoinOperator::Open(OperatorContext& ctx) {
+  ASSIGN_OR_RETURN(versions_table_, ctx.OpenTable("versions"));
+  ASSIGN_OR_RETURN(pending_table_, ctx.OpenTable("pending"));
+  too_late_ = ctx.OpCounter("too_late_total");
+  misses_ = ctx.OpCounter("join_unmatched_total");
+  versions_.clear();
+  pending_.clear();
+  next_seq_ = 0;
+  JsonDecoder dec;
+  absl::Status error;
+  RETURN_IF_ERROR(versions_table_->Scan("", "", [&](std::string_view key, std::string_view value) {
+    std::string_view time_bytes = key.substr(key.size() - 8);
+    int64_t t = 0;
+    ReadBigEndian64(&time_bytes, &t);
+    Record& row = versions_[std::string(key.substr(0, key.size() - 8))][t];
+    error = dec.Decode(value, &row);
+    row.event_time = t;
+    return error.ok();
+  }));
+  RETURN_IF_ERROR(error);
+  std::vector<FieldPath> paths = Paths(spec_, false);
+  RETURN_IF_ERROR(pending_table_->Scan("", "", [&](std::string_view key, std::string_view value) {
+    int64_t t = 0, seq = 0;
+    ReadBigEndian64(&key, &t);
+    ReadBigEndian64(&key, &seq);
+    Pending& p = pending_[{t, seq}];
+    error = dec.Decode(value, &p.record);
+    p.record.event_time = t;
+    if (!EncodeJoinKey(p.record, paths, &p.key)) p.key.clear();
+    next_seq_ = std::max(next_seq_, seq + 1);
+    return error.ok();
+  }));
+  return error;
+}
+
+absl::Status TemporalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
+                                                const RecordBatch& batch, Output& out) {
+  const int64_t W = ctx.watermark();
+  std::vector<FieldPath> paths = Paths(spec_, input == 1);
+  for (const Record& r : batch) {
+    if (r.event_time < W) {
+      too_late_->Add();
+      BuildSideRecord(ctx, r,
+                      input == 1 ? "table version older than the watermark"
+                                 : "stream record older than the watermark",
+                      &out.EmitSide(0));
+      out.side(0)[out.side(0).size() - 1].AddString("side", input == 1 ? "table" : "stream");
+      continue;
+    }
+    bool has_key = EncodeJoinKey(r, paths, &key_);
+    json_.clear();
+    r.AppendJson(&json_);
+    if (input == 1) {
+      if (!has_key) continue;  // a version without a key can never be joined
+      Record& row = versions_[key_][r.event_time];
+      row = r;
+      std::string k = key_;
+      AppendBigEndian64(&k, r.event_time);
+      versions_table_->Put(k, json_);
+      continue;
+    }
+    int64_t seq = next_seq_++;
+    Pending& p = pending_[{r.event_time, seq}];
+    p.record = r;
+    if (has_key) {
+      p.key = key_;
+    } else {
+      p.key.clear();
+    }
+    std::string k;
+    AppendBigEndian64(&k, r.event_time);
+    AppendBigEndian64(&k, seq);
+    pending_table_->Put(k, json_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TemporalJoinOperator::OnWatermark(OperatorContext& ctx, Output& out) {
+  const int64_t W = ctx.watermark();
+  // Emit stream records with t < W: every version with time <= t is known.
+  while (!pending_.empty() && pending_.begin()->first.first < W) {
+    auto it = pending_.begin();
+    const Pending& p = it->second;
+    const Record* row = nullptr;
+    if (!p.key.empty()) {
+      auto vit = versions_.find(p.key);
+      if (vit != versions_.end()) {
+        auto ver = vit->second.upper_bound(p.record.event_time);  // first version > t
+        if (ver != vit->second.begin()) row = &std::prev(ver)->second;
+      }
+    }
+    if (row == nullptr) misses_->Add();
+    if (row != nullptr || spec_.type == JoinType::kLeft) {
+      Enrich(p.record, table_name_, row, &out.Emit());
+    }
+    std::string k;
+    AppendBigEndian64(&k, it->first.first);
+    AppendBigEndian64(&k, it->first.second);
+    pending_table_->Delete(k);
+    pending_.erase(it);
+  }
+  // Compact: per key keep only the latest version older than W (and newer ones).
+  if (W == kMaxTime) {
+    for (auto& [key, vers] : versions_) {
+      for (auto& [t, row] : vers) {
+        std::string k = key;
+        AppendBigEndian64(&k, t);
+        versions_table_->Delete(k);
+      }
+    }
+    versions_.clear();
+    return absl::OkStatus();
+  }
+  for (auto vit = versions_.begin(); vit != versions_.end(); ++vit) {
+    auto& vers = vit->second;
+    auto first_current = vers.lower_bound(W);  // versions >= W stay
+    if (first_current == vers.begin()) continue;
+    auto keep = std::prev(first_current);  // latest version < W stays
+    for (auto it = vers.begin(); it != keep;) {
+      std::string k = vit->first;
+      AppendBigEndian64(&k, it->first);
+      versions_table_->Delete(k);
+      it = vers.erase(it);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace caravela

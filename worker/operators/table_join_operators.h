@@ -1,0 +1,93 @@
+// Stream-table joins (SPEC §5). Input 0 is the stream, input 1 the table
+// source. The output is the stream record with the matched table row nested
+// under the table source's name (`{...stream fields..., "navio_info": {...}}`,
+// null when a left join finds nothing); its event time is the stream
+// record's. Key fields that are null or missing never match.
+//
+// lookup_join: enriches against the *latest* contents of a dimension table.
+//   The runtime loads the table source whole before the first stream record
+//   (and then keeps following it); a later table record with the same key
+//   replaces the row. Not time-aware: a stream record sees the table as it is
+//   when the record is processed. State: table "rows" (key -> row JSON),
+//   mirrored in memory.
+//
+// temporal_join: the stream record at t joins the table version valid at t
+//   (the latest version whose event time <= t; versions are valid from their
+//   own event time, like Flink's FOR SYSTEM_TIME AS OF). Stream records wait
+//   until the watermark W (min of stream and table) passes t (t < W), so
+//   table versions up to t are all seen; then they are emitted in (t, arrival)
+//   order. Records of either side with event time < W are too late (a
+//   stream record's version may be compacted away; a table version would
+//   change results already emitted): side output `too_late`. Versions older
+//   than W are compacted: per key only the latest version < W is kept.
+//   State: tables "versions" (key + time -> row) and "pending" (time + seq ->
+//   stream record), mirrored in memory.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/job_spec.h"
+#include "worker/operators/operator.h"
+
+namespace caravela {
+
+class LookupJoinOperator : public Operator {
+ public:
+  // `table_name`: the table source's name (the nested field's name).
+  LookupJoinOperator(TableJoinSpec spec, std::string table_name);
+
+  absl::Status Open(OperatorContext& ctx) override;
+  absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
+                            Output& out) override;
+  size_t table_size() const { return rows_.size(); }
+
+ private:
+  TableJoinSpec spec_;
+  std::string table_name_;
+  StateTable* table_ = nullptr;
+  absl::flat_hash_map<std::string, Record> rows_;
+  Counter* misses_ = nullptr;
+  std::string key_, json_;
+};
+
+class TemporalJoinOperator : public Operator {
+ public:
+  TemporalJoinOperator(TableJoinSpec spec, std::string table_name);
+
+  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  absl::Status Open(OperatorContext& ctx) override;
+  absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
+                            Output& out) override;
+  absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;
+  // Versions and buffered stream records held in memory (tests).
+  size_t version_count() const;
+  size_t pending_count() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    Record record;
+    std::string key;  // empty: null key
+  };
+  TableJoinSpec spec_;
+  std::string table_name_;
+  StateTable* versions_table_ = nullptr;
+  StateTable* pending_table_ = nullptr;
+  // key -> (version time -> row)
+  absl::flat_hash_map<std::string, std::map<int64_t, Record>> versions_;
+  std::map<std::pair<int64_t, int64_t>, Pending> pending_;  // (time, seq)
+  int64_t next_seq_ = 0;
+  Counter* too_late_ = nullptr;
+  Counter* misses_ = nullptr;
+  std::string key_, json_;
+};
+
+// Encodes the join key of `r` from `paths` into `out` (JSON text of each value
+// + '\0'; numbers normalized so 1 and 1.0 are equal). False if any key field
+// is null or missing: such records never match.
+bool EncodeJoinKey(const Record& r, const std::vector<FieldPath>& paths, std::string* out);
+
+}  // namespace caravela
