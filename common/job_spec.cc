@@ -40,6 +40,13 @@ std::vector<std::string> OperatorSpec::Inputs() const {
       return {dedup.from};
     case Kind::kWindow:
       return {window.from};
+    case Kind::kIntervalJoin:
+      return {interval_join.left, interval_join.right};
+    case Kind::kWindowJoin:
+      return {window_join.left, window_join.right};
+    case Kind::kTemporalJoin:
+    case Kind::kLookupJoin:
+      return {table_join.stream, table_join.table};
   }
   return {};
 }
@@ -49,10 +56,27 @@ std::vector<std::string> OperatorSpec::SideOutputs() const {
     case Kind::kDedup:
       return {"conflicts", "too_late"};
     case Kind::kWindow:
+    case Kind::kIntervalJoin:
+    case Kind::kWindowJoin:
+    case Kind::kTemporalJoin:
       return {"too_late"};
     default:
       return {};
   }
+}
+
+const char* JoinTypeName(JoinType t) {
+  switch (t) {
+    case JoinType::kInner:
+      return "inner";
+    case JoinType::kLeft:
+      return "left";
+    case JoinType::kRight:
+      return "right";
+    case JoinType::kFull:
+      return "full";
+  }
+  return "inner";
 }
 
 const SourceSpec* JobSpec::FindSource(std::string_view name) const {
@@ -167,8 +191,14 @@ bool IsJobName(std::string_view s) {
   return true;
 }
 
-constexpr std::string_view kUnsupportedKinds[] = {"interval_join", "window_join", "temporal_join",
-                                                  "lookup_join"};
+constexpr std::string_view kOperatorKinds[] = {"filter",        "project",       "dedup",
+                                               "window",        "interval_join", "window_join",
+                                               "temporal_join", "lookup_join"};
+constexpr OperatorSpec::Kind kOperatorKindValues[] = {
+    OperatorSpec::Kind::kFilter,       OperatorSpec::Kind::kProject,
+    OperatorSpec::Kind::kDedup,        OperatorSpec::Kind::kWindow,
+    OperatorSpec::Kind::kIntervalJoin, OperatorSpec::Kind::kWindowJoin,
+    OperatorSpec::Kind::kTemporalJoin, OperatorSpec::Kind::kLookupJoin};
 
 // A source or operator, as seen by reference resolution.
 struct NodeInfo {
@@ -312,7 +342,7 @@ class SpecParser {
     return std::nullopt;
   }
 
-  enum class Bound { kNonNegative, kPositive };
+  enum class Bound { kNonNegative, kPositive, kAny };
 
   std::optional<int64_t> Duration(const YAML::Node& map, std::string_view key,
                                   const std::string& parent, bool required, Bound bound) {
@@ -324,7 +354,7 @@ class SpecParser {
 
   std::optional<int64_t> DurationValue(const YAML::Node& n, const std::string& path, Bound bound) {
     std::optional<int64_t> d;
-    if (n.IsScalar()) d = ParseDuration(n.Scalar());
+    if (n.IsScalar()) d = ParseDuration(n.Scalar(), /*allow_negative=*/bound == Bound::kAny);
     if (!d) {
       Err(path, absl::StrCat("expected a duration, got ", Describe(n)));
       return std::nullopt;
@@ -473,10 +503,9 @@ class SpecParser {
         info.index = static_cast<int>(i);
         // Side outputs come from OperatorSpec::SideOutputs (one source of truth).
         OperatorSpec probe;
-        for (auto [key, kind] : {std::pair{"dedup", OperatorSpec::Kind::kDedup},
-                                 std::pair{"window", OperatorSpec::Kind::kWindow}}) {
-          if (!Field(ops[i], key).IsDefined()) continue;
-          probe.kind = kind;
+        for (size_t k = 0; k < std::size(kOperatorKinds); ++k) {
+          if (!Field(ops[i], kOperatorKinds[k]).IsDefined()) continue;
+          probe.kind = kOperatorKindValues[k];
           for (std::string& side : probe.SideOutputs()) {
             if (std::find(info.sides.begin(), info.sides.end(), side) == info.sides.end()) {
               info.sides.push_back(std::move(side));
@@ -645,15 +674,16 @@ class SpecParser {
     return absl::StrCat(absl::StrJoin(head, ", "), ", ...");
   }
 
-  // Resolves an operator's `from`: a source, or an operator listed before
-  // operator `op_index`. Returns whether the input carries event time (true
-  // when unknown, to avoid follow-up errors).
+  // Resolves an operator's input field `key` (`from`, or `left`/`right`/
+  // `stream` of joins): a source, or an operator listed before operator
+  // `op_index`. Returns whether the input carries event time (true when
+  // unknown, to avoid follow-up errors).
   bool OperatorInput(const YAML::Node& map, const std::string& parent, int op_index,
-                     const std::string& self, std::string* from) {
-    std::optional<std::string> f = String(map, "from", parent, true);
+                     const std::string& self, std::string* from, std::string_view key = "from") {
+    std::optional<std::string> f = String(map, key, parent, true);
     if (!f) return true;
     *from = *f;
-    std::string path = Join(parent, "from");
+    std::string path = Join(parent, key);
     if (*f == self) {
       Err(path, "an operator cannot read its own output");
       return true;
@@ -685,29 +715,23 @@ class SpecParser {
   }
 
   void Operator(const YAML::Node& n, const std::string& path, int index) {
-    static constexpr std::string_view kKinds[] = {"filter", "project", "dedup", "window"};
-    if (!CheckMap(n, path, {"name", "filter", "project", "dedup", "window"},
-                  {"interval_join", "window_join", "temporal_join", "lookup_join"})) {
+    if (!CheckMap(n, path,
+                  {"name", "filter", "project", "dedup", "window", "interval_join", "window_join",
+                   "temporal_join", "lookup_join"})) {
       return;
     }
     OperatorSpec op;
     if (auto name = NodeName(n, path)) op.name = *name;
-    bool unsupported = false;
-    for (std::string_view k : kUnsupportedKinds) {
-      if (Field(n, k).IsDefined()) {
-        Err(Join(path, k), absl::StrCat("operator kind ", Quote(k), " is not supported yet"));
-        unsupported = true;
-      }
-    }
     std::vector<std::string> present;
-    for (std::string_view k : kKinds) {
+    for (std::string_view k : kOperatorKinds) {
       if (Field(n, k).IsDefined()) present.emplace_back(k);
     }
     if (present.size() != 1) {
-      if (present.empty() && !unsupported) {
-        Err(path, "expected one of filter, project, dedup, window");
-      } else if (present.size() > 1) {
-        Err(path, absl::StrCat("expected exactly one of filter, project, dedup, window, got ",
+      std::vector<std::string> names(std::begin(kOperatorKinds), std::end(kOperatorKinds));
+      if (present.empty()) {
+        Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
+      } else {
+        Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
                                absl::StrJoin(present, " and ")));
       }
       spec().operators.push_back(std::move(op));
@@ -740,6 +764,16 @@ class SpecParser {
         }
         op.dedup.fingerprint = PathList(k, "fingerprint", kpath);
       }
+    } else if (kind == "interval_join") {
+      op.kind = OperatorSpec::Kind::kIntervalJoin;
+      IntervalJoin(k, kpath, index, op.name, &op.interval_join);
+    } else if (kind == "window_join") {
+      op.kind = OperatorSpec::Kind::kWindowJoin;
+      WindowJoin(k, kpath, index, op.name, &op.window_join);
+    } else if (kind == "temporal_join" || kind == "lookup_join") {
+      bool temporal = kind == "temporal_join";
+      op.kind = temporal ? OperatorSpec::Kind::kTemporalJoin : OperatorSpec::Kind::kLookupJoin;
+      has_time = TableJoin(k, kpath, index, op.name, temporal, &op.table_join);
     } else {
       op.kind = OperatorSpec::Kind::kWindow;
       if (CheckMap(k, kpath,
@@ -756,8 +790,9 @@ class SpecParser {
     spec().operators.push_back(std::move(op));
   }
 
-  void NoEventTime(const std::string& kpath, const std::string& from, std::string_view what) {
-    Err(Join(kpath, "from"),
+  void NoEventTime(const std::string& kpath, const std::string& from, std::string_view what,
+                   std::string_view key = "from") {
+    Err(Join(kpath, key),
         absl::StrCat(Quote(from), " has no event time (its source declares no event_time), but ",
                      Sv(what), " needs event time"));
   }
@@ -782,6 +817,200 @@ class SpecParser {
       return std::nullopt;
     }
     return n.Scalar();
+  }
+
+  // ---- Joins.
+
+  // `on`: a non-empty list whose items are a field name present on both sides
+  // or a [<left>_field, <right>_field] pair.
+  std::vector<JoinKeySpec> JoinKeys(const YAML::Node& k, const std::string& kpath,
+                                    std::string_view left, std::string_view right) {
+    std::vector<JoinKeySpec> out;
+    std::string path = Join(kpath, "on");
+    YAML::Node n = Field(k, "on");
+    if (Missing(n, path, true)) return out;
+    std::string shape =
+        absl::StrCat("a field name or a [", Sv(left), "_field, ", Sv(right), "_field] pair");
+    if (!n.IsSequence()) {
+      Err(path, absl::StrCat("expected a list of keys (each ", shape, "), got ", Describe(n)));
+      return out;
+    }
+    if (n.size() == 0) {
+      Err(path, "at least one key is required");
+      return out;
+    }
+    for (size_t i = 0; i < n.size(); ++i) {
+      std::string ipath = Index(path, i);
+      YAML::Node item = n[i];
+      JoinKeySpec key;
+      if (item.IsScalar()) {
+        std::optional<FieldPath> p = Path(item, ipath);
+        if (!p) continue;
+        key.left = key.right = item.Scalar();
+        key.left_path = key.right_path = *p;
+      } else if (item.IsSequence() && item.size() == 2) {
+        std::optional<FieldPath> l = Path(item[0], Index(ipath, 0));
+        std::optional<FieldPath> r = Path(item[1], Index(ipath, 1));
+        if (!l || !r) continue;
+        key.left = item[0].Scalar();
+        key.right = item[1].Scalar();
+        key.left_path = *l;
+        key.right_path = *r;
+      } else {
+        std::string got =
+            item.IsSequence() ? absl::StrCat("a list of ", item.size(), " items") : Describe(item);
+        Err(ipath, absl::StrCat("expected ", shape, ", got ", got));
+        continue;
+      }
+      bool dup = std::any_of(out.begin(), out.end(), [&](const JoinKeySpec& o) {
+        return o.left == key.left && o.right == key.right;
+      });
+      if (dup) {
+        Err(ipath,
+            absl::StrCat("duplicate key ", Quote(key.left),
+                         key.left == key.right ? "" : absl::StrCat(" = ", Quote(key.right))));
+        continue;
+      }
+      out.push_back(std::move(key));
+    }
+    return out;
+  }
+
+  // Optional `type` (default inner): inner|left|right|full, or inner|left
+  // when `outer_right` is false (temporal and lookup joins).
+  JoinType JoinTypeField(const YAML::Node& k, const std::string& kpath, bool outer_right) {
+    std::optional<std::string> t = outer_right
+                                       ? OneOf(k, "type", kpath, {"inner", "left", "right", "full"})
+                                       : OneOf(k, "type", kpath, {"inner", "left"});
+    if (!t || *t == "inner") return JoinType::kInner;
+    if (*t == "left") return JoinType::kLeft;
+    if (*t == "right") return JoinType::kRight;
+    return JoinType::kFull;
+  }
+
+  // Both inputs of an interval/window join; they need event time.
+  void JoinSides(const YAML::Node& k, const std::string& kpath, int index, const std::string& self,
+                 std::string_view what, std::string* left, std::string* right) {
+    if (!OperatorInput(k, kpath, index, self, left, "left")) {
+      NoEventTime(kpath, *left, what, "left");
+    }
+    if (!OperatorInput(k, kpath, index, self, right, "right")) {
+      NoEventTime(kpath, *right, what, "right");
+    }
+  }
+
+  void IntervalJoin(const YAML::Node& k, const std::string& kpath, int index,
+                    const std::string& self, IntervalJoinSpec* j) {
+    if (!CheckMap(k, kpath,
+                  {"left", "right", "on", "between", "type", "allowed_lateness", "where"})) {
+      return;
+    }
+    JoinSides(k, kpath, index, self, "interval_join", &j->left, &j->right);
+    j->on = JoinKeys(k, kpath, "left", "right");
+    std::string bpath = Join(kpath, "between");
+    YAML::Node b = Field(k, "between");
+    if (!Missing(b, bpath, true) && CheckMap(b, bpath, {"lower", "upper"})) {
+      auto lower = Duration(b, "lower", bpath, true, Bound::kAny);
+      auto upper = Duration(b, "upper", bpath, true, Bound::kAny);
+      if (lower) j->lower = *lower;
+      if (upper) j->upper = *upper;
+      if (lower && upper && *lower > *upper) {
+        Err(bpath, absl::StrCat("expected lower <= upper, got lower ", Describe(Field(b, "lower")),
+                                " and upper ", Describe(Field(b, "upper"))));
+      }
+    }
+    j->type = JoinTypeField(k, kpath, true);
+    if (auto d = Duration(k, "allowed_lateness", kpath, false, Bound::kNonNegative)) {
+      j->allowed_lateness = *d;
+    }
+    std::string wpath = Join(kpath, "where");
+    YAML::Node w = Field(k, "where");
+    if (w.IsDefined()) {
+      std::optional<std::string> text = ExprValue(w, wpath);
+      if (!text) return;
+      // Fields are read from the combined record: left.<field> or right.<field>.
+      std::vector<FieldPath> fields;
+      (*Expr::Compile(*text))->CollectFields(&fields);
+      bool ok = true;
+      for (const FieldPath& f : fields) {
+        if (f.parts.size() >= 2 && (f.parts[0] == "left" || f.parts[0] == "right")) continue;
+        Err(wpath, absl::StrCat("field ", Quote(f.ToString()),
+                                " must be read as left.<field> or right.<field>"));
+        ok = false;
+      }
+      if (ok) j->where = *text;
+    }
+  }
+
+  void WindowJoin(const YAML::Node& k, const std::string& kpath, int index, const std::string& self,
+                  WindowJoinSpec* j) {
+    if (!CheckMap(k, kpath,
+                  {"left", "right", "on", "tumbling", "hopping", "type", "allowed_lateness"})) {
+      return;
+    }
+    JoinSides(k, kpath, index, self, "window_join", &j->left, &j->right);
+    j->on = JoinKeys(k, kpath, "left", "right");
+    std::string kind = ExactlyOne(k, kpath, {"tumbling", "hopping"});
+    if (kind == "tumbling") {
+      j->kind = WindowJoinSpec::Kind::kTumbling;
+      if (auto d = DurationValue(Field(k, "tumbling"), Join(kpath, "tumbling"), Bound::kPositive)) {
+        j->size = j->slide = *d;
+      }
+    } else if (kind == "hopping") {
+      j->kind = WindowJoinSpec::Kind::kHopping;
+      std::string hpath = Join(kpath, "hopping");
+      YAML::Node h = Field(k, "hopping");
+      if (CheckMap(h, hpath, {"size", "slide"})) {
+        auto size = Duration(h, "size", hpath, true, Bound::kPositive);
+        auto slide = Duration(h, "slide", hpath, true, Bound::kPositive);
+        if (size) j->size = *size;
+        if (slide) j->slide = *slide;
+        if (size && slide && *slide > *size) {
+          Err(Join(hpath, "slide"),
+              absl::StrCat("expected a slide no larger than size (", FormatDuration(*size),
+                           "), got ", Describe(Field(h, "slide"))));
+        }
+      }
+    }
+    j->type = JoinTypeField(k, kpath, true);
+    if (auto d = Duration(k, "allowed_lateness", kpath, false, Bound::kNonNegative)) {
+      j->allowed_lateness = *d;
+    }
+  }
+
+  // temporal_join / lookup_join. Returns whether the output carries event
+  // time (the stream's).
+  bool TableJoin(const YAML::Node& k, const std::string& kpath, int index, const std::string& self,
+                 bool temporal, TableJoinSpec* j) {
+    std::string_view what = temporal ? "temporal_join" : "lookup_join";
+    if (!CheckMap(k, kpath, {"stream", "table", "on", "type"})) return true;
+    bool has_time = OperatorInput(k, kpath, index, self, &j->stream, "stream");
+    if (temporal && !has_time) {
+      NoEventTime(kpath, j->stream, what, "stream");
+      has_time = true;
+    }
+    if (auto t = String(k, "table", kpath, true)) {
+      j->table = *t;
+      std::string tpath = Join(kpath, "table");
+      NodeInfo* node = FindNode(*t);
+      if (node == nullptr || !node->is_source) {
+        std::vector<std::string> known;
+        for (const NodeInfo& ni : nodes_) {
+          if (ni.is_source) known.push_back(ni.name);
+        }
+        Err(tpath,
+            absl::StrCat("expected a source (", Sv(what), " reads its table from a source), got ",
+                         node == nullptr ? "unknown node " : "operator ", Quote(*t),
+                         " (sources: ", KnownList(known), ")"));
+      } else if (temporal && !node->has_event_time) {
+        Err(tpath, absl::StrCat("source ", Quote(*t),
+                                " declares no event_time, but temporal_join versions are valid "
+                                "from their event time"));
+      }
+    }
+    j->on = JoinKeys(k, kpath, "stream", "table");
+    j->type = JoinTypeField(k, kpath, false);
+    return has_time;
   }
 
   void Project(const YAML::Node& k, const std::string& kpath, ProjectSpec* out) {

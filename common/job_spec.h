@@ -96,14 +96,73 @@ struct WindowSpec {
   int64_t allowed_lateness = 0;
 };
 
+// One equality of a join's `on` list: a field name present on both sides
+// (`left == right`) or a [left_field, right_field] pair. For temporal and
+// lookup joins "left" is the stream and "right" the table.
+struct JoinKeySpec {
+  std::string left, right;  // as written
+  FieldPath left_path, right_path;
+};
+
+enum class JoinType { kInner, kLeft, kRight, kFull };
+const char* JoinTypeName(JoinType t);
+
+// SPEC §5 interval join: keys equal and right.time - left.time in
+// [lower, upper] (both inclusive; bounds may be negative, lower <= upper).
+struct IntervalJoinSpec {
+  std::string left, right;
+  std::vector<JoinKeySpec> on;
+  int64_t lower = 0;
+  int64_t upper = 0;
+  JoinType type = JoinType::kInner;
+  int64_t allowed_lateness = 0;
+  // Optional join condition over the combined record (`left.x`, `right.y`);
+  // empty: none. Part of the join condition, i.e. applied before padding.
+  std::string where;
+};
+
+// Both sides in the same tumbling or hopping window, with equal keys.
+struct WindowJoinSpec {
+  std::string left, right;
+  std::vector<JoinKeySpec> on;
+  enum class Kind { kTumbling, kHopping } kind = Kind::kTumbling;
+  int64_t size = 0;
+  int64_t slide = 0;  // == size for tumbling
+  JoinType type = JoinType::kInner;
+  int64_t allowed_lateness = 0;
+};
+
+// temporal_join and lookup_join: a stream against a table source (`table`
+// always names a source). type is kInner or kLeft.
+struct TableJoinSpec {
+  std::string stream, table;
+  std::vector<JoinKeySpec> on;  // left = stream field, right = table field
+  JoinType type = JoinType::kInner;
+};
+
 struct OperatorSpec {
   std::string name;
-  enum class Kind { kFilter, kProject, kDedup, kWindow } kind = Kind::kFilter;
+  enum class Kind {
+    kFilter,
+    kProject,
+    kDedup,
+    kWindow,
+    kIntervalJoin,
+    kWindowJoin,
+    kTemporalJoin,
+    kLookupJoin,
+  } kind = Kind::kFilter;
   FilterSpec filter;
   ProjectSpec project;
   DedupSpec dedup;
   WindowSpec window;
-  // Names of the upstream nodes (sources or operators) this operator reads.
+  IntervalJoinSpec interval_join;
+  WindowJoinSpec window_join;
+  TableJoinSpec table_join;  // temporal_join and lookup_join
+  bool is_join() const { return kind >= Kind::kIntervalJoin; }
+  // Names of the upstream nodes (sources or operators) this operator reads,
+  // in input-index order: {left, right} for interval/window joins, {stream,
+  // table} for temporal/lookup joins.
   std::vector<std::string> Inputs() const;
   // Side outputs this operator produces, without the "<name>." prefix.
   std::vector<std::string> SideOutputs() const;

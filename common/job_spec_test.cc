@@ -440,20 +440,18 @@ TEST(JobSpecTest, CheckpointAndDeadLetterErrors) {
 }
 
 TEST(JobSpecTest, OperatorKindErrors) {
-  EXPECT_THAT(JobErrors("    - {name: j, interval_join: {left: src, right: src}}\n"),
-              ElementsAre("spec.operators[0].interval_join: operator kind \"interval_join\" is not "
-                          "supported yet"));
+  constexpr char kAllKinds[] =
+      "filter, project, dedup, window, interval_join, window_join, temporal_join, lookup_join";
   EXPECT_THAT(JobErrors("    - {name: j}\n"),
-              ElementsAre("spec.operators[0]: expected one of filter, project, dedup, window"));
-  EXPECT_THAT(
-      JobErrors("    - {name: j, filter: {from: src, where: 'true'}, project: {from: src, "
-                "fields: {a: b}}}\n"),
-      ElementsAre("spec.operators[0]: expected exactly one of filter, project, dedup, window, got "
-                  "filter and project"));
+              ElementsAre(std::string("spec.operators[0]: expected one of ") + kAllKinds));
+  EXPECT_THAT(JobErrors("    - {name: j, filter: {from: src, where: 'true'}, project: {from: src, "
+                        "fields: {a: b}}}\n"),
+              ElementsAre(std::string("spec.operators[0]: expected exactly one of ") + kAllKinds +
+                          ", got filter and project"));
   EXPECT_THAT(JobErrors("    - {name: j, flter: {}}\n"),
               ElementsAre("spec.operators[0].flter: unknown field \"flter\" (did you mean "
                           "\"filter\"?)",
-                          "spec.operators[0]: expected one of filter, project, dedup, window"));
+                          std::string("spec.operators[0]: expected one of ") + kAllKinds));
   EXPECT_THAT(JobErrors("    - {name: src, filter: {from: src, where: 'true'}}\n"),
               ElementsAre("spec.operators[0].name: duplicate name \"src\" (also at "
                           "spec.sources[0].name)",
@@ -606,6 +604,245 @@ TEST(JobSpecTest, WindowErrors) {
           "\"min\"?)",
           "spec.operators[0].window.aggregates[7].min: expected a field name or dot path, "
           "got a list"));
+}
+
+// Sources for join tests: two streams, a versioned table and a lookup table.
+constexpr char kJoinSources[] = R"(    - name: clicks
+      file: {path: c.jsonl}
+      event_time: {field: ts}
+    - name: rates
+      file: {path: r.jsonl}
+      event_time: {field: ts}
+    - name: dims
+      file: {path: d.jsonl}
+)";
+
+TEST(JobSpecTest, ParsesAllJoinKinds) {
+  ParseResult r = ParseJobSpec(Job(R"(    - name: ij
+      interval_join:
+        left: src
+        right: clicks
+        on: [ad_id, [user_id, uid]]
+        between: {lower: -5m, upper: 4h}
+        type: left
+        allowed_lateness: 1m
+        where: "right.cost > left.bid and left.x is not null"
+    - name: wj
+      window_join: {left: src, right: clicks, on: [ad_id], hopping: {size: 10s, slide: 5s}, type: full}
+    - name: wj2
+      window_join: {left: ij, right: wj, on: [[left.ad_id, right.ad_id]], tumbling: 1m}
+    - name: tj
+      temporal_join: {stream: ij, table: rates, on: [[left.currency, currency]], type: left}
+    - name: lj
+      lookup_join: {stream: tj, table: dims, on: [[left.ad_id, id]]}
+    - name: lj2
+      lookup_join: {stream: dims, table: dims, on: [id]}
+    - name: after
+      window: {from: lj, tumbling: 1h, aggregates: [{as: n, count: "*"}]}
+    - name: d
+      dedup: {from: ij, id: left.id, retention: 1h}
+)",
+                                   R"(    - {from: ij.too_late, stdout: {}}
+    - {from: wj.too_late, stdout: {}}
+    - {from: tj.too_late, stdout: {}}
+    - {from: lj, stdout: {}}
+)",
+                                   kJoinSources));
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
+  const JobSpec& j = r.spec;
+  ASSERT_EQ(j.operators.size(), 8u);
+
+  const OperatorSpec& ij = j.operators[0];
+  EXPECT_EQ(ij.kind, OperatorSpec::Kind::kIntervalJoin);
+  EXPECT_TRUE(ij.is_join());
+  EXPECT_THAT(ij.Inputs(), ElementsAre("src", "clicks"));
+  EXPECT_THAT(ij.SideOutputs(), ElementsAre("too_late"));
+  const IntervalJoinSpec& is = ij.interval_join;
+  ASSERT_EQ(is.on.size(), 2u);
+  EXPECT_EQ(is.on[0].left, "ad_id");
+  EXPECT_EQ(is.on[0].right, "ad_id");
+  EXPECT_EQ(is.on[1].left, "user_id");
+  EXPECT_EQ(is.on[1].right, "uid");
+  EXPECT_THAT(is.on[1].right_path.parts, ElementsAre("uid"));
+  EXPECT_EQ(is.lower, -5 * 60'000);
+  EXPECT_EQ(is.upper, 4 * 3'600'000);
+  EXPECT_EQ(is.type, JoinType::kLeft);
+  EXPECT_EQ(is.allowed_lateness, 60'000);
+  EXPECT_EQ(is.where, "right.cost > left.bid and left.x is not null");
+
+  const WindowJoinSpec& wj = j.operators[1].window_join;
+  EXPECT_EQ(j.operators[1].kind, OperatorSpec::Kind::kWindowJoin);
+  EXPECT_THAT(j.operators[1].Inputs(), ElementsAre("src", "clicks"));
+  EXPECT_THAT(j.operators[1].SideOutputs(), ElementsAre("too_late"));
+  EXPECT_EQ(wj.kind, WindowJoinSpec::Kind::kHopping);
+  EXPECT_EQ(wj.size, 10'000);
+  EXPECT_EQ(wj.slide, 5'000);
+  EXPECT_EQ(wj.type, JoinType::kFull);
+  EXPECT_EQ(wj.allowed_lateness, 0);
+  const WindowJoinSpec& wj2 = j.operators[2].window_join;
+  EXPECT_EQ(wj2.kind, WindowJoinSpec::Kind::kTumbling);
+  EXPECT_EQ(wj2.size, 60'000);
+  EXPECT_EQ(wj2.slide, 60'000);
+  EXPECT_EQ(wj2.type, JoinType::kInner);  // the default
+  EXPECT_THAT(wj2.on[0].left_path.parts, ElementsAre("left", "ad_id"));
+
+  const OperatorSpec& tj = j.operators[3];
+  EXPECT_EQ(tj.kind, OperatorSpec::Kind::kTemporalJoin);
+  EXPECT_THAT(tj.Inputs(), ElementsAre("ij", "rates"));
+  EXPECT_THAT(tj.SideOutputs(), ElementsAre("too_late"));
+  EXPECT_EQ(tj.table_join.type, JoinType::kLeft);
+  EXPECT_EQ(tj.table_join.on[0].left, "left.currency");
+  EXPECT_EQ(tj.table_join.on[0].right, "currency");
+
+  const OperatorSpec& lj = j.operators[4];
+  EXPECT_EQ(lj.kind, OperatorSpec::Kind::kLookupJoin);
+  EXPECT_THAT(lj.Inputs(), ElementsAre("tj", "dims"));
+  EXPECT_THAT(lj.SideOutputs(), IsEmpty());
+  EXPECT_EQ(lj.table_join.type, JoinType::kInner);
+  EXPECT_STREQ(JoinTypeName(JoinType::kFull), "full");
+  EXPECT_FALSE(j.operators[6].is_join());
+}
+
+TEST(JobSpecTest, IntervalJoinErrors) {
+  auto errors = [](const std::string& body) {
+    return JobErrors("    - name: j\n      interval_join: " + body + "\n", "", kJoinSources);
+  };
+  const std::string ok_rest = "on: [k], between: {lower: 0s, upper: 1h}";
+  EXPECT_THAT(errors("{left: src, right: clicks, " + ok_rest + "}"), IsEmpty());
+  EXPECT_THAT(errors("{left: src, right: src, " + ok_rest + "}"), IsEmpty()) << "self-join";
+  EXPECT_THAT(errors("{}"),
+              ElementsAre("spec.operators[0].interval_join.left: required field is missing",
+                          "spec.operators[0].interval_join.right: required field is missing",
+                          "spec.operators[0].interval_join.on: required field is missing",
+                          "spec.operators[0].interval_join.between: required field is missing"));
+  EXPECT_THAT(errors("{left: src, right: clicks, on: [k], between: {lower: 30m, upper: -5m}}"),
+              ElementsAre("spec.operators[0].interval_join.between: expected lower <= upper, got "
+                          "lower \"30m\" and upper \"-5m\""));
+  EXPECT_THAT(errors("{left: src, right: clicks, on: [k], between: {lower: -5 min, upr: 1h}}"),
+              ElementsAre("spec.operators[0].interval_join.between.upr: unknown field \"upr\" "
+                          "(did you mean \"upper\"?)",
+                          "spec.operators[0].interval_join.between.lower: expected a duration, "
+                          "got \"-5 min\"",
+                          "spec.operators[0].interval_join.between.upper: required field is "
+                          "missing"));
+  EXPECT_THAT(errors("{left: src, right: clicks, on: [], between: {lower: 0s, upper: 1h}}"),
+              ElementsAre("spec.operators[0].interval_join.on: at least one key is required"));
+  EXPECT_THAT(errors("{left: src, right: clicks, on: k, between: {lower: 0s, upper: 1h}}"),
+              ElementsAre("spec.operators[0].interval_join.on: expected a list of keys (each a "
+                          "field name or a [left_field, right_field] pair), got \"k\""));
+  EXPECT_THAT(
+      errors("{left: src, right: clicks, on: [{a: b}, [a, b, c], [a, ''], k, k, [x, y], [x, y]], "
+             "between: {lower: 0s, upper: 1h}}"),
+      ElementsAre("spec.operators[0].interval_join.on[0]: expected a field name or a "
+                  "[left_field, right_field] pair, got a mapping",
+                  "spec.operators[0].interval_join.on[1]: expected a field name or a "
+                  "[left_field, right_field] pair, got a list of 3 items",
+                  "spec.operators[0].interval_join.on[2][1]: expected a field name or dot path, "
+                  "got \"\"",
+                  "spec.operators[0].interval_join.on[4]: duplicate key \"k\"",
+                  "spec.operators[0].interval_join.on[6]: duplicate key \"x\" = \"y\""));
+  EXPECT_THAT(errors("{left: src, right: clicks, " + ok_rest + ", type: outer}"),
+              ElementsAre("spec.operators[0].interval_join.type: expected one of inner, left, "
+                          "right, full, got \"outer\""));
+  EXPECT_THAT(errors("{left: src, right: clicks, " + ok_rest + ", allowed_lateness: -1m}"),
+              ElementsAre("spec.operators[0].interval_join.allowed_lateness: expected a "
+                          "duration, got \"-1m\""));
+  EXPECT_THAT(errors("{left: src, right: clicks, " + ok_rest + ", where: 'amount > right.x'}"),
+              ElementsAre("spec.operators[0].interval_join.where: field \"amount\" must be read "
+                          "as left.<field> or right.<field>"));
+  EXPECT_THAT(errors("{left: src, right: clicks, " + ok_rest + ", where: 'left.a == )'}"),
+              ElementsAre(StartsWith("spec.operators[0].interval_join.where: unexpected token")));
+  // Inputs: unknown, side outputs, no event time.
+  EXPECT_THAT(errors("{left: nope, right: clicks.invalid, " + ok_rest + "}"),
+              ElementsAre("spec.operators[0].interval_join.left: unknown node \"nope\" (known: "
+                          "src, clicks, rates, dims)",
+                          "spec.operators[0].interval_join.right: side output \"clicks.invalid\" "
+                          "can only be read by a sink"));
+  EXPECT_THAT(errors("{left: src, right: dims, " + ok_rest + "}"),
+              ElementsAre("spec.operators[0].interval_join.right: \"dims\" has no event time (its "
+                          "source declares no event_time), but interval_join needs event time"));
+  EXPECT_THAT(errors("{left: j, right: src, " + ok_rest + "}"),
+              ElementsAre("spec.operators[0].interval_join.left: an operator cannot read its own "
+                          "output"));
+  // A sink may read the join's too_late side output, not an unknown one.
+  EXPECT_THAT(
+      JobErrors("    - {name: j, interval_join: {left: src, right: clicks, " + ok_rest + "}}\n",
+                "    - {from: j.too_late, stdout: {}}\n    - {from: j.conflicts, stdout: "
+                "{}}\n",
+                kJoinSources),
+      ElementsAre("spec.sinks[1].from: \"j\" has no side output \"conflicts\" (it has: "
+                  "too_late)"));
+}
+
+TEST(JobSpecTest, WindowAndTableJoinErrors) {
+  auto errors = [](const std::string& op) {
+    return JobErrors(
+        "    - name: f\n      filter: {from: src, where: 'true'}\n    - name: j\n" + op + "\n", "",
+        kJoinSources);
+  };
+  EXPECT_THAT(errors("      window_join: {left: src, right: clicks, on: [k]}"),
+              ElementsAre("spec.operators[1].window_join: expected one of tumbling, hopping"));
+  EXPECT_THAT(errors("      window_join: {left: src, right: clicks, on: [k], session: {gap: 1m}}"),
+              ElementsAre("spec.operators[1].window_join.session: unknown field \"session\"",
+                          "spec.operators[1].window_join: expected one of tumbling, hopping"));
+  EXPECT_THAT(
+      errors("      window_join: {left: src, right: clicks, on: [k], hopping: {size: 1s, slide: "
+             "2s}, tumbling: 0s}"),
+      ElementsAre("spec.operators[1].window_join: expected exactly one of tumbling, hopping, got "
+                  "tumbling and hopping"));
+  EXPECT_THAT(
+      errors("      window_join: {left: src, right: clicks, on: [k], hopping: {size: 1s, slide: "
+             "2s}}"),
+      ElementsAre("spec.operators[1].window_join.hopping.slide: expected a slide no larger than "
+                  "size (1s), got \"2s\""));
+  EXPECT_THAT(errors("      window_join: {left: src, right: clicks, on: [k], tumbling: 0s, "
+                     "allowed_lateness: 1x}"),
+              ElementsAre("spec.operators[1].window_join.tumbling: expected a duration greater "
+                          "than 0, got \"0s\"",
+                          "spec.operators[1].window_join.allowed_lateness: expected a duration, "
+                          "got \"1x\""));
+  // Temporal join: the table must be a source with event time.
+  EXPECT_THAT(errors("      temporal_join: {stream: src, table: rates, on: [k], type: left}"),
+              IsEmpty());
+  EXPECT_THAT(errors("      temporal_join: {stream: src, table: f, on: [k]}"),
+              ElementsAre("spec.operators[1].temporal_join.table: expected a source "
+                          "(temporal_join reads its table from a source), got operator \"f\" "
+                          "(sources: src, clicks, rates, dims)"));
+  EXPECT_THAT(errors("      temporal_join: {stream: src, table: nope, on: [k]}"),
+              ElementsAre("spec.operators[1].temporal_join.table: expected a source "
+                          "(temporal_join reads its table from a source), got unknown node "
+                          "\"nope\" (sources: src, clicks, rates, dims)"));
+  EXPECT_THAT(errors("      temporal_join: {stream: src, table: dims, on: [k]}"),
+              ElementsAre("spec.operators[1].temporal_join.table: source \"dims\" declares no "
+                          "event_time, but temporal_join versions are valid from their event "
+                          "time"));
+  EXPECT_THAT(errors("      temporal_join: {stream: dims, table: rates, on: [k], type: full}"),
+              ElementsAre("spec.operators[1].temporal_join.stream: \"dims\" has no event time "
+                          "(its source declares no event_time), but temporal_join needs event "
+                          "time",
+                          "spec.operators[1].temporal_join.type: expected one of inner, left, got "
+                          "\"full\""));
+  EXPECT_THAT(errors("      temporal_join: {stream: src, table: rates, on: [[a]]}"),
+              ElementsAre("spec.operators[1].temporal_join.on[0]: expected a field name or a "
+                          "[stream_field, table_field] pair, got a list of 1 items"));
+  // Lookup join: any source is a table, with or without event time.
+  EXPECT_THAT(errors("      lookup_join: {stream: f, table: dims, on: [[a, b]]}"), IsEmpty());
+  EXPECT_THAT(errors("      lookup_join: {stream: f, table: f, on: [k], type: right}"),
+              ElementsAre("spec.operators[1].lookup_join.table: expected a source (lookup_join "
+                          "reads its table from a source), got operator \"f\" (sources: src, "
+                          "clicks, rates, dims)",
+                          "spec.operators[1].lookup_join.type: expected one of inner, left, got "
+                          "\"right\""));
+  EXPECT_THAT(errors("      lookup_join: {stream: f, table: dims, on: [k], where: 'x'}"),
+              ElementsAre("spec.operators[1].lookup_join.where: unknown field \"where\""));
+  // A lookup join of a table-only stream has no event time downstream.
+  EXPECT_THAT(
+      JobErrors("    - {name: lj, lookup_join: {stream: dims, table: dims, on: [id]}}\n"
+                "    - {name: w, window: {from: lj, tumbling: 1m, aggregates: [{as: n, count: "
+                "'*'}]}}\n",
+                "", kJoinSources),
+      ElementsAre("spec.operators[1].window.from: \"lj\" has no event time (its source declares "
+                  "no event_time), but window needs event time"));
 }
 
 TEST(JobSpecTest, ResolvePaths) {

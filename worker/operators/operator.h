@@ -132,6 +132,12 @@ class Operator {
   // Writes every in-memory change to the state tables (before a snapshot or
   // commit). Operators that write through need not override.
   virtual absl::Status Flush(OperatorContext& ctx) { return absl::OkStatus(); }
+  // Watermark of the main output given the operator's input watermark (must
+  // be monotonic in it and map kMinTime/kMaxTime to themselves). An operator
+  // that emits records older than its input watermark holds it back by as
+  // much, so those records are not late downstream (an outer join's padded
+  // rows). Default: the input watermark.
+  virtual int64_t OutputWatermark(int64_t input_watermark) const { return input_watermark; }
   // Key fields of output records (sinks key by them), e.g. group-by fields and
   // window bounds. Empty: inherit from the input.
   virtual std::vector<std::string> OutputKeyFields() const { return {}; }

@@ -18,6 +18,7 @@
 #include "worker/connectors/kafka_source.h"
 #include "worker/operators/basic_operators.h"
 #include "worker/operators/dedup_operator.h"
+#include "worker/operators/interval_join_operator.h"
 #include "worker/operators/window_operator.h"
 #include "worker/runtime/event_time.h"
 #include "worker/runtime/watermark.h"
@@ -245,6 +246,15 @@ absl::Status Pipeline::Impl::Build() {
       case OperatorSpec::Kind::kWindow:
         on.op = std::make_unique<WindowOperator>(os.window);
         break;
+      case OperatorSpec::Kind::kIntervalJoin: {
+        ASSIGN_OR_RETURN(on.op, IntervalJoinOperator::Create(os.interval_join));
+        break;
+      }
+      case OperatorSpec::Kind::kWindowJoin:
+      case OperatorSpec::Kind::kTemporalJoin:
+      case OperatorSpec::Kind::kLookupJoin:
+        return absl::UnimplementedError(
+            absl::StrCat("operator ", os.name, ": this join kind is not implemented yet"));
     }
     on.ctx = std::make_unique<OperatorContext>(os.name, state, metrics, clock);
     on.out.Resize(on.op->SideOutputs().size());
@@ -270,8 +280,9 @@ absl::Status Pipeline::Impl::Build() {
     }
     no.sides.resize(no.side_names.size());
     std::vector<std::string> keys = ops[i].op->OutputKeyFields();
+    // Joins combine records of several inputs: their output has no key.
     if (keys.empty() && !ops[i].inputs.empty() &&
-        ops[i].spec->kind != OperatorSpec::Kind::kProject) {
+        ops[i].spec->kind != OperatorSpec::Kind::kProject && !ops[i].spec->is_join()) {
       no.key_fields = outputs[ops[i].inputs[0]].key_fields;
       no.key_names = outputs[ops[i].inputs[0]].key_names;
     } else {
@@ -565,7 +576,7 @@ absl::Status Pipeline::Impl::UpdateWatermarks() {
       RETURN_IF_ERROR(on.op->OnWatermark(*on.ctx, on.out));
       RETURN_IF_ERROR(Dispatch(id));
     }
-    node_wm[id] = on.ctx->watermark();
+    node_wm[id] = on.op->OutputWatermark(on.ctx->watermark());
   }
   return absl::OkStatus();
 }
