@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/hash/hash.h"
 #include "worker/state/key_codec.h"
 
 namespace caravela {
@@ -137,6 +138,18 @@ int64_t IntervalJoinOperator::OutputWatermark(int64_t w) const {
   return SatAdd(SatAdd(w, -spec_.allowed_lateness), -pad);
 }
 
+size_t IntervalJoinOperator::KeyHash(std::string_view table_key) {
+  return absl::Hash<std::string_view>{}(table_key.substr(0, table_key.size() - kTimeSeqBytes));
+}
+
+void IntervalJoinOperator::AddRow(int side, std::string_view table_key, bool matched) {
+  Pending p{Expiry(side, RowTime(table_key)), side, std::string(table_key)};
+  p.matched = matched;
+  pending_.insert(std::move(p));
+  ++buffered_[side];
+  if (table_key[0] == kKeyPrefix) ++key_rows_[side][KeyHash(table_key)];
+}
+
 bool IntervalJoinOperator::EncodeKey(const Record& r, int side) {
   key_.clear();
   key_.push_back(kKeyPrefix);
@@ -157,6 +170,8 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   padded_ = ctx.OpCounter("join_unmatched_total");
   pending_.clear();
   buffered_[kLeft] = buffered_[kRight] = 0;
+  key_rows_[kLeft].clear();
+  key_rows_[kRight].clear();
   seq_dirty_ = false;
   next_seq_ = 0;
   std::string seq;
@@ -176,8 +191,7 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
         corrupt = true;
         return false;
       }
-      pending_.insert(Pending{Expiry(side, RowTime(key)), side, std::string(key)});
-      ++buffered_[side];
+      AddRow(side, key, value[0] == 'm');
       return true;
     }));
     if (corrupt) {
@@ -207,7 +221,8 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     }
     const bool has_key = EncodeKey(r, side);
     bool matched = false;
-    if (has_key) {
+    // Skip the range scan when the other side holds no row with this key.
+    if (has_key && key_rows_[other].contains(absl::Hash<std::string_view>{}(key_))) {
       // Partner times: r - l in [lower, upper].
       int64_t lo = side == kLeft ? SatAdd(t, spec_.lower) : SatAdd(t, -spec_.upper);
       int64_t hi = side == kLeft ? SatAdd(t, spec_.upper) : SatAdd(t, -spec_.lower);
@@ -245,6 +260,8 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
             matches_->Add();
             matched = true;
             if (mark_partners && pvalue[0] != 'm') {
+              auto it = pending_.find(Pending{Expiry(other, pt), other, std::string(pkey)});
+              if (it != pending_.end()) it->matched = true;
               std::string v;
               v.reserve(pvalue.size());
               v.push_back('m');
@@ -271,8 +288,7 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     value_.push_back(matched ? 'm' : '-');
     r.AppendJson(&value_);
     tables_[side]->Put(key_, value_);
-    pending_.insert(Pending{Expiry(side, t), side, key_});
-    ++buffered_[side];
+    AddRow(side, key_, matched);
   }
   // Rows of this batch that no future record can match (possible with a
   // negative upper or positive lower bound) are expired right away.
@@ -289,7 +305,7 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
     Pending p = *pending_.begin();
     pending_.erase(pending_.begin());
     StateTable* table = tables_[p.side];
-    if (Outer(p.side)) {
+    if (Outer(p.side) && !p.matched) {
       ASSIGN_OR_RETURN(bool found, table->Get(p.key, &value_));
       if (found && !value_.empty() && value_[0] == '-') {
         RETURN_IF_ERROR(decoder_.Decode(std::string_view(value_).substr(1), &partner_));
@@ -309,6 +325,10 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
     }
     table->Delete(p.key);
     --buffered_[p.side];
+    if (p.key[0] == kKeyPrefix) {
+      auto it = key_rows_[p.side].find(KeyHash(p.key));
+      if (it != key_rows_[p.side].end() && --it->second == 0) key_rows_[p.side].erase(it);
+    }
   }
   return absl::OkStatus();
 }

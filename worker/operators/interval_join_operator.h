@@ -40,7 +40,10 @@
 // W > l + upper + allowed_lateness, a right row at r when
 // W > r - lower + allowed_lateness; that is also when its padded row is due.
 // Expiry uses an in-memory index ordered by (expiry time, side, table key)
-// that Open() rebuilds from the tables, so a restored backend resumes
+// that also knows whether each row matched (so a matched row is deleted
+// without being read), and a per-side count of buffered rows per join-key
+// hash, so a record whose key the other side does not hold skips its range
+// scan. Open() rebuilds both from the tables, so a restored backend resumes
 // exactly.
 //
 // Threading: one task thread, like every operator.
@@ -53,6 +56,7 @@
 #include <vector>
 
 #include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "common/expr.h"
 #include "common/job_spec.h"
 #include "common/json.h"
@@ -87,7 +91,8 @@ class IntervalJoinOperator : public Operator {
   struct Pending {
     int64_t expiry;  // the row is deleted (and padded) once W > expiry
     int side;
-    std::string key;  // table key
+    std::string key;               // table key
+    mutable bool matched = false;  // not part of the order
     bool operator<(const Pending& o) const {
       return std::tie(expiry, side, key) < std::tie(o.expiry, o.side, o.key);
     }
@@ -98,6 +103,9 @@ class IntervalJoinOperator : public Operator {
   // Fills key_ with the encoded join key of `r` read through `side`'s paths;
   // false if some key field is null or missing.
   bool EncodeKey(const Record& r, int side);
+  // Hash of the join-key bytes of a table key (without time and sequence).
+  static size_t KeyHash(std::string_view table_key);
+  void AddRow(int side, std::string_view table_key, bool matched);
   // Deletes every row with expiry < W, emitting padded rows for unmatched
   // rows of outer sides, in (expiry, side, key) order.
   absl::Status Expire(OperatorContext& ctx, Output& out);
@@ -108,6 +116,8 @@ class IntervalJoinOperator : public Operator {
   StateTable* tables_[2] = {nullptr, nullptr};
   StateTable* meta_ = nullptr;
   absl::btree_set<Pending> pending_;
+  // Per side: join-key hash -> buffered rows with that key (null keys excluded).
+  absl::flat_hash_map<size_t, uint32_t> key_rows_[2];
   size_t buffered_[2] = {0, 0};
   uint64_t next_seq_ = 0;
   bool seq_dirty_ = false;
