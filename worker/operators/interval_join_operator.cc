@@ -1,9 +1,9 @@
 #include "worker/operators/interval_join_operator.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/hash/hash.h"
+#include "worker/operators/join_key.h"
 #include "worker/state/key_codec.h"
 
 namespace caravela {
@@ -13,83 +13,6 @@ constexpr char kNullKeyPrefix = '\x00';
 constexpr char kKeyPrefix = '\x01';
 constexpr size_t kTimeSeqBytes = 16;  // big-endian time + sequence after the join key
 constexpr const char* kSideNames[] = {"left", "right"};
-
-// Appends the text of a number such that equal numbers give equal text
-// (1, 1.0 and 1.00 are one key, as with `==`).
-void AppendCanonicalNumber(const Value& v, std::string* out) {
-  switch (v.type) {
-    case ValueType::kInt:
-      out->append(std::to_string(v.i));
-      return;
-    case ValueType::kDecimal: {
-      int64_t m = v.i;
-      uint8_t scale = v.scale;
-      while (scale > 0 && m % 10 == 0) {
-        m /= 10;
-        --scale;
-      }
-      if (scale == 0) {
-        out->append(std::to_string(m));
-      } else {
-        AppendDecimal(m, scale, out);
-      }
-      return;
-    }
-    case ValueType::kDouble:
-      if (std::isfinite(v.d) && v.d == std::trunc(v.d) && std::fabs(v.d) < 9.2e18) {
-        out->append(std::to_string(static_cast<int64_t>(v.d)));
-      } else {
-        AppendDouble(v.d, out);
-      }
-      return;
-    default:
-      return;
-  }
-}
-
-// One key field: type tag, 4-byte big-endian length, bytes. Self-delimiting,
-// so no encoded key is a prefix of another.
-void AppendKeyField(const Value& v, std::string* out) {
-  char tag;
-  switch (v.type) {
-    case ValueType::kBool:
-      tag = 'b';
-      break;
-    case ValueType::kInt:
-    case ValueType::kDouble:
-    case ValueType::kDecimal:
-      tag = 'n';
-      break;
-    case ValueType::kString:
-      tag = 's';
-      break;
-    default:
-      tag = 'j';  // object or array: by JSON text
-      break;
-  }
-  out->push_back(tag);
-  size_t len_at = out->size();
-  out->append(4, '\0');
-  size_t start = out->size();
-  switch (v.type) {
-    case ValueType::kBool:
-      out->push_back(v.b ? '1' : '0');
-      break;
-    case ValueType::kInt:
-    case ValueType::kDouble:
-    case ValueType::kDecimal:
-      AppendCanonicalNumber(v, out);
-      break;
-    case ValueType::kString:
-      out->append(v.s);
-      break;
-    default:
-      v.AppendJson(out);
-      break;
-  }
-  auto n = static_cast<uint32_t>(out->size() - start);
-  for (int i = 0; i < 4; ++i) (*out)[len_at + i] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
-}
 
 // Time of a stored row, from its table key.
 int64_t RowTime(std::string_view table_key) {
@@ -153,12 +76,7 @@ void IntervalJoinOperator::AddRow(int side, std::string_view table_key, bool mat
 bool IntervalJoinOperator::EncodeKey(const Record& r, int side) {
   key_.clear();
   key_.push_back(kKeyPrefix);
-  for (const FieldPath& p : paths_[side]) {
-    Value v = r.GetPath(p);
-    if (v.is_null()) return false;
-    AppendKeyField(v, &key_);
-  }
-  return true;
+  return AppendJoinKey(r, paths_[side], &key_);
 }
 
 absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {

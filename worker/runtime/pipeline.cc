@@ -19,6 +19,7 @@
 #include "worker/operators/basic_operators.h"
 #include "worker/operators/dedup_operator.h"
 #include "worker/operators/interval_join_operator.h"
+#include "worker/operators/window_join_operator.h"
 #include "worker/operators/window_operator.h"
 #include "worker/runtime/event_time.h"
 #include "worker/runtime/watermark.h"
@@ -251,6 +252,8 @@ absl::Status Pipeline::Impl::Build() {
         break;
       }
       case OperatorSpec::Kind::kWindowJoin:
+        on.op = std::make_unique<WindowJoinOperator>(os.window_join);
+        break;
       case OperatorSpec::Kind::kTemporalJoin:
       case OperatorSpec::Kind::kLookupJoin:
         return absl::UnimplementedError(

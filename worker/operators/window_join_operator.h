@@ -1,0 +1,111 @@
+// Window join (SPEC §5): input 0 is the left side, input 1 the right side.
+//
+// Windows are tumbling or hopping, half-open [start, end), aligned to the
+// epoch (as for `window`). A left and a right row match when they fall in the
+// same window and every `on` key is equal (join_key.h; a null or missing key
+// never matches). With hopping windows a pair that shares several windows
+// matches once per window.
+//
+// Output (main), every record
+//   {"window_start": ..., "window_end": ..., "left": {...} | null,
+//    "right": {...} | null}  with event time window_end - 1:
+//  * when the watermark closes a window (W >= end): every pair of rows in it,
+//    key by key (keys in encoded order; left rows, then right rows, in event
+//    time order);
+//  * a row that arrives after its window closed but within allowed_lateness
+//    (W < end + allowed_lateness) joins at once with the rows already there;
+//  * for outer sides (left/right/full), every row of a window whose key has no
+//    row on the other side, once, when the window is final
+//    (W >= end + allowed_lateness); the window's state is then deleted.
+//    Nothing is ever retracted: a row is padded only when no more partner
+//    can arrive.
+// A record whose windows are all final goes to side output `too_late` (with
+// "side"); with hopping windows it still joins in its open windows. W is the
+// operator's watermark before the batch (SPEC §2).
+//
+// Output watermark: rows emitted for late arrivals are older than W, so the
+// output watermark is W - allowed_lateness; nothing the join emits is then
+// late for a downstream operator.
+//
+// State (in the backend, write-through):
+//   "left"/"right": key = big-endian window start + 0x01 join key (0x00 for a
+//                   null key, kept only on an outer side) + big-endian time +
+//                   sequence; value = the row's JSON. A window's rows of one
+//                   key are one range scan; a window is one prefix.
+//   "windows":      big-endian window start -> "o" (open) | "c" (closed).
+//   "meta":         "seq" -> the next sequence number.
+// Open() reloads the window list, so a restored backend resumes exactly.
+//
+// Threading: one task thread, like every operator.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/json.h"
+#include "worker/operators/operator.h"
+
+namespace caravela {
+
+class WindowJoinOperator : public Operator {
+ public:
+  static constexpr int kLeft = 0;
+  static constexpr int kRight = 1;
+
+  // `spec` must be valid (ParseJobSpec accepted it).
+  explicit WindowJoinOperator(WindowJoinSpec spec);
+
+  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  absl::Status Open(OperatorContext& ctx) override;
+  absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
+                            Output& out) override;
+  absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;
+  absl::Status Flush(OperatorContext& ctx) override;
+  int64_t OutputWatermark(int64_t input_watermark) const override;
+
+  // Windows currently holding state (tests).
+  size_t window_count() const { return windows_.size(); }
+
+ private:
+  // A stored row of one window: its encoded join key and JSON.
+  struct Row {
+    std::string key;  // 0x01 + join key, or 0x00 for a null key
+    std::string json;
+  };
+
+  bool Outer(int side) const;
+  int64_t End(int64_t start) const;
+  // Reads every row of window `start` on `side`, in key order.
+  absl::Status Load(int side, int64_t start, std::vector<Row>* rows);
+  // Emits every pair of window `start`.
+  absl::Status Close(OperatorContext& ctx, int64_t start, Output& out);
+  // Emits the padded rows of window `start` and deletes its state.
+  absl::Status Final(OperatorContext& ctx, int64_t start, Output& out);
+  // Appends a result for window `start`; `left`/`right` are JSON or null.
+  absl::Status EmitPair(OperatorContext& ctx, int64_t start, const std::string* left,
+                        const std::string* right, Output& out);
+
+  WindowJoinSpec spec_;
+  std::vector<FieldPath> paths_[2];
+  StateTable* tables_[2] = {nullptr, nullptr};
+  StateTable* windows_table_ = nullptr;
+  StateTable* meta_ = nullptr;
+  std::map<int64_t, bool> windows_;  // start -> closed
+  uint64_t next_seq_ = 0;
+  bool seq_dirty_ = false;
+
+  Counter* too_late_ = nullptr;
+  Counter* matches_ = nullptr;
+  Counter* padded_ = nullptr;
+
+  JsonDecoder decoder_;
+  Record left_, right_;
+  std::string key_, prefix_, row_key_, json_;
+  std::vector<Row> rows_[2];
+  std::vector<std::string> partners_;
+};
+
+}  // namespace caravela
