@@ -31,16 +31,20 @@
 //   value = 1 flag byte ('m' matched, '-' not yet) + the row's JSON
 // Join-key bytes are 0x01 + AppendJoinKey (join_key.h: self-delimiting), so
 // the partners of a left row at t are exactly one range scan over
-// (key, [t + lower, t + upper]) of the right table (and symmetrically). Rows with a null key are
-// stored only on an outer side (for their padded row) under the prefix 0x00, which no scan visits.
-// Table "meta" holds the next sequence number. A row is deleted as soon as no future record can
-// match it: future records have time >= W - allowed_lateness, so a left row at l goes when W > l +
-// upper + allowed_lateness, a right row at r when W > r - lower + allowed_lateness; that is also
-// when its padded row is due. Expiry uses an in-memory index ordered by (expiry time, side, table
-// key) that also knows whether each row matched (so a matched row is deleted without being read),
-// and a per-side count of buffered rows per join-key hash, so a record whose key the other side
-// does not hold skips its range scan. Open() rebuilds both from the tables, so a restored backend
-// resumes exactly.
+// (key, [t + lower, t + upper]) of the right table (and symmetrically). Rows
+// with a null key are stored only on an outer side (for their padded row)
+// under the prefix 0x00, which no scan visits. Table "meta" holds the next
+// sequence number.
+// A row is deleted as soon as no future record can match it: future records
+// have time >= W - allowed_lateness, so a left row at l goes when
+// W > l + upper + allowed_lateness, a right row at r when
+// W > r - lower + allowed_lateness; that is also when its padded row is due.
+// Expiry uses an in-memory index ordered by (expiry time, side, table key)
+// that also knows whether each row matched (so a matched row is deleted
+// without being read), and a per-side count of buffered rows per join-key
+// hash, so a record whose key the other side does not hold skips its range
+// scan. Open() rebuilds both from the tables, so a restored backend resumes
+// exactly.
 //
 // Threading: one task thread, like every operator.
 #pragma once
