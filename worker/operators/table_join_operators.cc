@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "common/json.h"
+#include "worker/operators/join_key.h"
 #include "worker/state/key_codec.h"
 
 namespace caravela {
@@ -31,29 +32,13 @@ void Enrich(const Record& stream, std::string_view name, const Record* row, Reco
   out->offset = stream.offset;
 }
 
-}  // namespace
-
-bool EncodeJoinKey(const Record& r, const std::vector<FieldPath>& paths, std::string* out) {
+// The join key of `r` (see join_key.h); false if a key field is null/missing.
+bool EncodeKey(const Record& r, const std::vector<FieldPath>& paths, std::string* out) {
   out->clear();
-  for (const FieldPath& p : paths) {
-    Value v = r.GetPath(p);
-    if (v.is_null()) return false;
-    if (v.type == ValueType::kDecimal) {
-      int64_t m = v.i;
-      uint8_t sc = v.scale;
-      while (sc > 0 && m % 10 == 0) {
-        m /= 10;
-        --sc;
-      }
-      v = sc == 0 ? Value::Int(m) : Value::Decimal(m, sc);
-    } else if (v.type == ValueType::kDouble && v.d == static_cast<double>(static_cast<int64_t>(v.d))) {
-      v = Value::Int(static_cast<int64_t>(v.d));
-    }
-    v.AppendJson(out);
-    out->push_back('\0');
-  }
-  return true;
+  return AppendJoinKey(r, paths, out);
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------------------
 // lookup_join
@@ -80,7 +65,7 @@ absl::Status LookupJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   if (input == 1) {  // table: the latest row per key wins
     std::vector<FieldPath> paths = Paths(spec_, true);
     for (const Record& r : batch) {
-      if (!EncodeJoinKey(r, paths, &key_)) continue;
+      if (!EncodeKey(r, paths, &key_)) continue;
       rows_[key_] = r;
       json_.clear();
       r.AppendJson(&json_);
@@ -91,7 +76,7 @@ absl::Status LookupJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   std::vector<FieldPath> paths = Paths(spec_, false);
   for (const Record& r : batch) {
     const Record* row = nullptr;
-    if (EncodeJoinKey(r, paths, &key_)) {
+    if (EncodeKey(r, paths, &key_)) {
       auto it = rows_.find(key_);
       if (it != rows_.end()) row = &it->second;
     }
@@ -144,7 +129,7 @@ absl::Status TemporalJoinOperator::Open(OperatorContext& ctx) {
     Pending& p = pending_[{t, seq}];
     error = dec.Decode(value, &p.record);
     p.record.event_time = t;
-    if (!EncodeJoinKey(p.record, paths, &p.key)) p.key.clear();
+    if (!EncodeKey(p.record, paths, &p.key)) p.key.clear();
     next_seq_ = std::max(next_seq_, seq + 1);
     return error.ok();
   }));
@@ -165,7 +150,7 @@ absl::Status TemporalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       out.side(0)[out.side(0).size() - 1].AddString("side", input == 1 ? "table" : "stream");
       continue;
     }
-    bool has_key = EncodeJoinKey(r, paths, &key_);
+    bool has_key = EncodeKey(r, paths, &key_);
     json_.clear();
     r.AppendJson(&json_);
     if (input == 1) {

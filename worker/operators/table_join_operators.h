@@ -85,9 +85,4 @@ class TemporalJoinOperator : public Operator {
   std::string key_, json_;
 };
 
-// Encodes the join key of `r` from `paths` into `out` (JSON text of each value
-// + '\0'; numbers normalized so 1 and 1.0 are equal). False if any key field
-// is null or missing: such records never match.
-bool EncodeJoinKey(const Record& r, const std::vector<FieldPath>& paths, std::string* out);
-
 }  // namespace caravela

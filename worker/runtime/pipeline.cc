@@ -18,6 +18,7 @@
 #include "worker/connectors/kafka_source.h"
 #include "worker/operators/basic_operators.h"
 #include "worker/operators/dedup_operator.h"
+#include "worker/operators/table_join_operators.h"
 #include "worker/operators/interval_join_operator.h"
 #include "worker/operators/window_join_operator.h"
 #include "worker/operators/window_operator.h"
@@ -63,6 +64,7 @@ struct SourceNode {
   size_t head = 0;
   int64_t last_arrival = kMinTime;
   bool finished = false;
+  bool preload = false;  // a lookup table: read whole before anything else
   Output out{1};
   Counter* in = nullptr;
   Counter* invalid = nullptr;
@@ -136,6 +138,7 @@ struct Pipeline::Impl {
   absl::Status Commit(bool flush_sinks);
   int64_t NextTimer() const;
   int64_t Backlog(const SourceNode& src, int partition) const;
+  absl::Status Preload();
   absl::Status RunArrivalMode();
   absl::Status RunWallMode();
   absl::Status Finish();
@@ -166,8 +169,15 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const JobSpec& spec,
 
 absl::Status Pipeline::Impl::Build() {
   // Processing time: arrival-driven iff every source is a file with arrival_field.
+  // (Lookup tables are preloaded, so their arrival times do not matter.)
   arrival_mode = !spec.sources.empty();
   for (const SourceSpec& s : spec.sources) {
+    bool lookup_table = false;
+    for (const OperatorSpec& os : spec.operators) {
+      lookup_table = lookup_table ||
+                     (os.kind == OperatorSpec::Kind::kLookupJoin && os.table_join.table == s.name);
+    }
+    if (lookup_table && s.kind == SourceSpec::Kind::kFile) continue;
     if (s.kind != SourceSpec::Kind::kFile || s.file.arrival_field.empty()) arrival_mode = false;
   }
   clock = arrival_mode ? static_cast<const Clock*>(&manual_clock)
@@ -255,9 +265,15 @@ absl::Status Pipeline::Impl::Build() {
         on.op = std::make_unique<WindowJoinOperator>(os.window_join);
         break;
       case OperatorSpec::Kind::kTemporalJoin:
-      case OperatorSpec::Kind::kLookupJoin:
-        return absl::UnimplementedError(
-            absl::StrCat("operator ", os.name, ": this join kind is not implemented yet"));
+        on.op = std::make_unique<TemporalJoinOperator>(os.table_join, os.table_join.table);
+        break;
+      case OperatorSpec::Kind::kLookupJoin: {
+        on.op = std::make_unique<LookupJoinOperator>(os.table_join, os.table_join.table);
+        // The table is loaded whole before the first stream record (Preload).
+        int table = NodeId(os.table_join.table);
+        if (table >= 0 && table < S()) sources[table].preload = true;
+        break;
+      }
     }
     on.ctx = std::make_unique<OperatorContext>(os.name, state, metrics, clock);
     on.out.Resize(on.op->SideOutputs().size());
@@ -638,6 +654,30 @@ void Pipeline::Impl::Progress(bool force) {
   progress_records_in = records_in;
 }
 
+// Reads lookup-table sources up to their current end before any other record
+// is applied (SPEC §5: "loaded whole before the first stream record"); the
+// main loop then keeps following them (files are simply finished).
+absl::Status Pipeline::Impl::Preload() {
+  for (int i = 0; i < S(); ++i) {
+    SourceNode& src = sources[i];
+    if (!src.preload) continue;
+    for (;;) {
+      RETURN_IF_ERROR(FillPending(src, 20));
+      if (src.has_pending()) {
+        RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
+        continue;
+      }
+      if (src.raw->Exhausted()) break;
+      bool caught_up = true;
+      for (int p = 0; p < src.raw->PartitionCount(); ++p) {
+        caught_up = caught_up && src.raw->Backlog(p) == 0;
+      }
+      if (caught_up) break;
+    }
+  }
+  return Commit(false);
+}
+
 absl::Status Pipeline::Impl::RunArrivalMode() {
   for (;;) {
     int best = -1;
@@ -749,6 +789,7 @@ absl::Status Pipeline::Impl::Finish() {
 
 absl::Status Pipeline::Run() {
   Impl& im = *impl_;
+  RETURN_IF_ERROR(im.Preload());
   RETURN_IF_ERROR(im.arrival_mode ? im.RunArrivalMode() : im.RunWallMode());
   return im.Finish();
 }
