@@ -117,15 +117,25 @@ TEST(CliTest, HelpListsSubcommands) {
   EXPECT_NE(bad.exit_code, 0);
 }
 
+// config/examples/*.yaml (Kafka jobs) and config/examples/<name>/job.yaml (file
+// jobs with data and expected output, run by golden_test).
 TEST(CliTest, ExampleJobsValidate) {
-  int checked = 0;
+  int checked = 0, in_dirs = 0;
   for (const auto& e : fs::directory_iterator(fs::path(CARAVELA_SOURCE_DIR) / "config/examples")) {
-    if (e.path().extension() != ".yaml") continue;
-    Result r = RunCli("validate " + e.path().string());
-    EXPECT_EQ(r.exit_code, 0) << e.path() << "\n" << r.out;
+    fs::path job = e.path();
+    if (e.is_directory()) {
+      job /= "job.yaml";
+      if (!fs::exists(job)) continue;
+      ++in_dirs;
+    } else if (job.extension() != ".yaml") {
+      continue;
+    }
+    Result r = RunCli("validate " + job.string());
+    EXPECT_EQ(r.exit_code, 0) << job << "\n" << r.out;
     ++checked;
   }
-  EXPECT_GT(checked, 0);
+  EXPECT_GT(checked, in_dirs);  // at least one top-level .yaml
+  EXPECT_GT(in_dirs, 0);
 }
 
 TEST(CliTest, BrokerServesRealKafkaClients) {

@@ -3,6 +3,8 @@
 // produce, at the same relative paths (e.g. expected/out/revenue.jsonl).
 // Each case is run twice with `caravela run` in fresh temp copies; both runs
 // must match expected/ byte for byte (determinism, SPEC §2).
+// The example jobs are checked the same way: every config/examples/<name>/
+// directory with a job.yaml and an expected/ directory (suite Examples).
 //
 // Optional: expected/exit_code (default 0) and expected/stderr.txt (lines
 // that must each appear in stderr, e.g. spec errors with their YAML paths).
@@ -11,6 +13,8 @@
 // CARAVELA_UPDATE_GOLDEN=1 and review the diff line by line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -43,7 +47,8 @@ RunResult RunCase(const fs::path& src, const fs::path& work) {
   fs::remove_all(work);
   fs::create_directories(work);
   for (const auto& e : fs::directory_iterator(src)) {
-    if (e.path().filename() == "expected") continue;
+    // out/ may hold the outputs of a run in place (config/examples): not an input.
+    if (e.path().filename() == "expected" || e.path().filename() == "out") continue;
     fs::copy(e.path(), work / e.path().filename(), fs::copy_options::recursive);
   }
   std::string cmd = std::string(CARAVELA_BINARY) + " run --quiet job.yaml --data-dir data";
@@ -52,24 +57,37 @@ RunResult RunCase(const fs::path& src, const fs::path& work) {
   return {WEXITSTATUS(rc), ReadFile(work / "stderr.txt")};
 }
 
-std::vector<std::string> Cases() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(fs::path(CARAVELA_SOURCE_DIR) / "tests/golden")) {
-    if (e.is_directory() && fs::exists(e.path() / "job.yaml")) {
-      names.push_back(e.path().filename().string());
+// The case directories under `root` (relative to the source tree), as paths
+// relative to the source tree: those with a job.yaml, and with `need_expected`
+// also an expected/ directory.
+std::vector<std::string> Cases(const std::string& root, bool need_expected) {
+  std::vector<std::string> dirs;
+  for (const auto& e : fs::directory_iterator(fs::path(CARAVELA_SOURCE_DIR) / root)) {
+    if (e.is_directory() && fs::exists(e.path() / "job.yaml") &&
+        (!need_expected || fs::is_directory(e.path() / "expected"))) {
+      dirs.push_back(root + "/" + e.path().filename().string());
     }
   }
-  std::sort(names.begin(), names.end());
-  return names;
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+// Test name: the directory's name, '-' and other non-alphanumerics as '_'.
+std::string CaseName(const std::string& dir) {
+  std::string name = fs::path(dir).filename().string();
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
 }
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenTest, MatchesExpectedAndIsDeterministic) {
-  const fs::path src = fs::path(CARAVELA_SOURCE_DIR) / "tests/golden" / GetParam();
+  const fs::path src = fs::path(CARAVELA_SOURCE_DIR) / GetParam();
   const fs::path expected = src / "expected";
-  const fs::path tmp = fs::temp_directory_path() / ("caravela-golden-" + GetParam() + "-" +
-                                                   std::to_string(::getpid()));
+  const fs::path tmp = fs::temp_directory_path() / ("caravela-golden-" + CaseName(GetParam()) +
+                                                    "-" + std::to_string(::getpid()));
   RunResult r1 = RunCase(src, tmp / "run1");
   RunResult r2 = RunCase(src, tmp / "run2");
 
@@ -112,7 +130,9 @@ TEST_P(GoldenTest, MatchesExpectedAndIsDeterministic) {
     EXPECT_EQ(ReadFile(tmp / "run2" / rel), ReadFile(tmp / "run1" / rel))
         << "two runs differ: " << rel;
   }
-  if (want_exit == 0) EXPECT_GT(compared, 0) << "a passing case must compare some output";
+  if (want_exit == 0) {
+    EXPECT_GT(compared, 0) << "a passing case must compare some output";
+  }
   // Every file the job wrote under out/ must be covered by expected/.
   if (fs::exists(tmp / "run1/out")) {
     for (const auto& e : fs::recursive_directory_iterator(tmp / "run1/out")) {
@@ -124,7 +144,9 @@ TEST_P(GoldenTest, MatchesExpectedAndIsDeterministic) {
   if (!HasFailure()) fs::remove_all(tmp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::ValuesIn(Cases()),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::ValuesIn(Cases("tests/golden", false)),
+                         [](const auto& info) { return CaseName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Examples, GoldenTest, ::testing::ValuesIn(Cases("config/examples", true)),
+                         [](const auto& info) { return CaseName(info.param); });
 
 }  // namespace
