@@ -128,7 +128,7 @@ struct Pipeline::Impl {
   Output& OutputOf(int node) { return node < S() ? sources[node].out : ops[node - S()].out; }
 
   absl::Status Build();
-  absl::Status Decode(SourceNode& src, const RawMessage& m);
+  void Decode(SourceNode& src, const RawMessage& m);
   absl::Status FillPending(SourceNode& src, int timeout_ms);
   absl::Status ApplySourceBatch(int src_id, size_t count);
   absl::Status Dispatch(int node);
@@ -386,8 +386,8 @@ absl::Status Pipeline::Impl::Build() {
 }
 
 // Decodes one raw message into src.pending (a valid record, or an invalid-record
-// side record flagged in pending_invalid).
-absl::Status Pipeline::Impl::Decode(SourceNode& src, const RawMessage& m) {
+// side record flagged in pending_invalid). Never fails: bad input is data.
+void Pipeline::Impl::Decode(SourceNode& src, const RawMessage& m) {
   Record& r = src.pending.Append();
   const SourceSpec& ss = *src.spec;
   absl::Status st = decoder.Decode(m.payload, &r);
@@ -433,7 +433,6 @@ absl::Status Pipeline::Impl::Decode(SourceNode& src, const RawMessage& m) {
   r.partition = partition;
   r.offset = m.offset;
   r.arrival = arrival_mode ? src.last_arrival : clock->NowMs();
-  return absl::OkStatus();
 }
 
 absl::Status Pipeline::Impl::FillPending(SourceNode& src, int timeout_ms) {
@@ -441,14 +440,9 @@ absl::Status Pipeline::Impl::FillPending(SourceNode& src, int timeout_ms) {
   src.pending.clear();
   src.pending_invalid.clear();
   src.head = 0;
-  if (src.raw->Bounded() && src.raw->Exhausted()) return absl::OkStatus();
-  absl::Status decode_status;
-  ASSIGN_OR_RETURN(int n, src.raw->Poll(options.batch_size, timeout_ms, [&](const RawMessage& m) {
-    absl::Status st = Decode(src, m);
-    if (!st.ok() && decode_status.ok()) decode_status = st;
-  }));
-  (void)n;
-  return decode_status;
+  if (src.raw->Exhausted()) return absl::OkStatus();
+  return src.raw->Poll(options.batch_size, timeout_ms, [&](const RawMessage& m) { Decode(src, m); })
+      .status();
 }
 
 int64_t Pipeline::Impl::Backlog(const SourceNode& src, int partition) const {
