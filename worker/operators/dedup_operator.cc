@@ -1,19 +1,25 @@
 #include "worker/operators/dedup_operator.h"
 
 #include <algorithm>
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "worker/state/key_codec.h"
-#define XXH_STATIC_LINKING_ONLY
+// Inlined: the fingerprint hashes many short byte strings per record.
+#define XXH_INLINE_ALL
 #include "xxhash.h"
 
 namespace caravela {
 namespace {
 
-constexpr size_t kKeySize = 16;
-// Expired keys are collected and deleted in chunks of this many.
-constexpr size_t kExpireChunk = 4096;
+// Blobs group ids by bucket of event time (and by the batch that added them).
+constexpr int64_t kBucketMs = 10'000;
+constexpr size_t kKeySize = 12;    // bucket start (8) + batch sequence (4)
+constexpr size_t kEntrySize = 18;  // time offset (2) + id hash (8) + fingerprint (8)
+// Expired blobs are collected and deleted in chunks of this many.
+constexpr size_t kExpireChunk = 256;
 constexpr uint32_t kNoPending = UINT32_MAX;
 
 // Appends the bytes HashNode feeds to the hash. Hashing the concatenation in
@@ -52,58 +58,113 @@ void AppendNodeBytes(const Record& r, uint32_t node, std::string* buf) {
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 
-// key = order-preserving big-endian event time + id hash.
-void MakeKey(int64_t event_time, uint64_t id_hash, char* key) {
-  uint64_t u = static_cast<uint64_t>(event_time) ^ (uint64_t{1} << 63);
+// Start of the bucket holding `t`: [start, start + kBucketMs) contains t.
+int64_t BucketStart(int64_t t) {
+  if (t < kMinTime + kBucketMs) return kMinTime;  // t - FloorMod(t) would overflow
+  return t - FloorMod(t, kBucketMs);
+}
+
+void MakeKey(int64_t bucket, uint32_t seq, char* key) {
+  uint64_t u = static_cast<uint64_t>(bucket) ^ (uint64_t{1} << 63);
   for (int i = 7; i >= 0; --i) {
     key[i] = static_cast<char>(u & 0xff);
     u >>= 8;
   }
-  std::memcpy(key + 8, &id_hash, 8);
+  for (int i = 11; i >= 8; --i) {
+    key[i] = static_cast<char>(seq & 0xff);
+    seq >>= 8;
+  }
 }
 
-bool ParseKey(std::string_view key, int64_t* event_time, uint64_t* id_hash) {
-  if (key.size() != kKeySize || !ReadBigEndian64(&key, event_time)) return false;
-  std::memcpy(id_hash, key.data(), 8);
+bool ParseKey(std::string_view key, int64_t* bucket, uint32_t* seq) {
+  if (key.size() != kKeySize || !ReadBigEndian64(&key, bucket)) return false;
+  uint32_t s = 0;
+  for (int i = 0; i < 4; ++i) s = (s << 8) | static_cast<uint8_t>(key[i]);
+  *seq = s;
+  return true;
+}
+
+struct Entry {
+  uint16_t offset;
+  uint64_t hash;
+  uint64_t fingerprint;
+};
+
+void AppendEntry(const Entry& e, std::string* blob) {
+  char buf[kEntrySize];
+  std::memcpy(buf, &e.offset, 2);
+  std::memcpy(buf + 2, &e.hash, 8);
+  std::memcpy(buf + 10, &e.fingerprint, 8);
+  blob->append(buf, kEntrySize);
+}
+
+Entry ReadEntry(std::string_view blob, size_t i) {
+  Entry e;
+  const char* p = blob.data() + i * kEntrySize;
+  std::memcpy(&e.offset, p, 2);
+  std::memcpy(&e.hash, p + 2, 8);
+  std::memcpy(&e.fingerprint, p + 10, 8);
+  return e;
+}
+
+// Binary search of a blob (sorted by offset, then hash) for (offset, hash).
+bool FindEntry(std::string_view blob, uint16_t offset, uint64_t hash, uint64_t* fingerprint) {
+  size_t lo = 0, hi = blob.size() / kEntrySize;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    Entry e = ReadEntry(blob, mid);
+    if (e.offset < offset || (e.offset == offset && e.hash < hash)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == blob.size() / kEntrySize) return false;
+  Entry e = ReadEntry(blob, lo);
+  if (e.offset != offset || e.hash != hash) return false;
+  *fingerprint = e.fingerprint;
   return true;
 }
 
 }  // namespace
 
-// Every id in the table, as (32-bit tag of its hash -> first event time), in
-// 12-byte slots. Linear probing; a slot's home is the tag's top bits, so the
-// table can grow without the full hash. A lookup returns the event times of
-// all slots with the id's tag: candidates that the caller verifies against
-// the table.
+// Every id in the table, as (32-bit tag of its hash -> first event time and
+// blob sequence), in 16-byte slots. Linear probing; a slot's home is the
+// tag's top bits, so the table can grow without the full hash. A lookup
+// returns every slot with the id's tag: candidates that the caller verifies
+// against the blob.
 class DedupOperator::IdIndex {
  public:
   IdIndex() { Reset(kMinCapacity); }
+  ~IdIndex() { Free(); }
+  IdIndex(const IdIndex&) = delete;
+  IdIndex& operator=(const IdIndex&) = delete;
 
   void Clear() { Reset(kMinCapacity); }
   size_t size() const { return size_; }
 
   void Prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[Home(Tag(hash))]); }
 
-  void Insert(uint64_t hash, int64_t event_time) {
-    if ((size_ + 1) * 4 > slots_.size() * 3) Grow();
-    Place(Tag(hash), event_time);
+  void Insert(uint64_t hash, int64_t event_time, uint32_t seq) {
+    if ((size_ + 1) * 4 > (mask_ + 1) * 3) Grow();
+    Place(Slot{Tag(hash), seq, event_time});
     ++size_;
   }
 
-  // Appends the event time of every slot whose tag matches `hash`.
-  void Find(uint64_t hash, std::vector<int64_t>* times) const {
+  // Appends (event time, blob sequence) of every slot whose tag matches.
+  void Find(uint64_t hash, std::vector<std::pair<int64_t, uint32_t>>* out) const {
     const uint32_t tag = Tag(hash);
     for (size_t i = Home(tag); slots_[i].tag != 0; i = (i + 1) & mask_) {
-      if (slots_[i].tag == tag) times->push_back(slots_[i].time());
+      if (slots_[i].tag == tag) out->emplace_back(slots_[i].time, slots_[i].seq);
     }
   }
 
-  // Removes one slot with this tag and time (backward-shift deletion).
-  void Erase(uint64_t hash, int64_t event_time) {
+  // Removes one slot with this tag, time and sequence (backward-shift deletion).
+  void Erase(uint64_t hash, int64_t event_time, uint32_t seq) {
     const uint32_t tag = Tag(hash);
     size_t i = Home(tag);
     for (; slots_[i].tag != 0; i = (i + 1) & mask_) {
-      if (slots_[i].tag == tag && slots_[i].time() == event_time) break;
+      if (slots_[i].tag == tag && slots_[i].time == event_time && slots_[i].seq == seq) break;
     }
     if (slots_[i].tag == 0) return;
     --size_;
@@ -124,11 +185,8 @@ class DedupOperator::IdIndex {
  private:
   struct Slot {
     uint32_t tag;  // 0: empty
-    uint32_t time_lo;
-    uint32_t time_hi;
-    int64_t time() const {
-      return static_cast<int64_t>((static_cast<uint64_t>(time_hi) << 32) | time_lo);
-    }
+    uint32_t seq;
+    int64_t time;
   };
   static constexpr size_t kMinCapacity = 1024;
   static uint32_t Tag(uint64_t hash) {
@@ -137,29 +195,45 @@ class DedupOperator::IdIndex {
   }
   size_t Home(uint32_t tag) const { return static_cast<size_t>(tag) >> shift_; }
 
+  // Slots live in anonymous memory: zeroed lazily by the kernel, and on
+  // transparent huge pages where available (random probes into a large
+  // index would otherwise miss the TLB on most lookups).
   void Reset(size_t capacity) {
-    slots_.assign(capacity, Slot{0, 0, 0});
+    Free();
+    bytes_ = capacity * sizeof(Slot);
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CARAVELA_CHECK(p != MAP_FAILED);
+    if (bytes_ >= (2u << 20)) madvise(p, bytes_, MADV_HUGEPAGE);
+    slots_ = static_cast<Slot*>(p);
     mask_ = capacity - 1;
     shift_ = 32 - __builtin_ctzll(capacity);
     size_ = 0;
   }
-  void Place(uint32_t tag, int64_t event_time) {
-    size_t i = Home(tag);
+  void Free() {
+    if (slots_ != nullptr) munmap(slots_, bytes_);
+    slots_ = nullptr;
+  }
+  void Place(const Slot& s) {
+    size_t i = Home(s.tag);
     while (slots_[i].tag != 0) i = (i + 1) & mask_;
-    uint64_t u = static_cast<uint64_t>(event_time);
-    slots_[i] = Slot{tag, static_cast<uint32_t>(u), static_cast<uint32_t>(u >> 32)};
+    slots_[i] = s;
   }
   void Grow() {
-    std::vector<Slot> old = std::move(slots_);
+    Slot* old = slots_;
+    size_t old_capacity = mask_ + 1;
+    size_t old_bytes = bytes_;
     size_t n = size_;
-    Reset(old.size() * 2);
-    for (const Slot& s : old) {
-      if (s.tag != 0) Place(s.tag, s.time());
+    slots_ = nullptr;  // keep `old` mapped while rehashing
+    Reset(old_capacity * 2);
+    for (size_t i = 0; i < old_capacity; ++i) {
+      if (old[i].tag != 0) Place(old[i]);
     }
+    munmap(old, old_bytes);
     size_ = n;
   }
 
-  std::vector<Slot> slots_;
+  Slot* slots_ = nullptr;
+  size_t bytes_ = 0;
   size_t mask_ = 0;
   int shift_ = 0;
   size_t size_ = 0;
@@ -185,19 +259,28 @@ absl::Status DedupOperator::Open(OperatorContext& ctx) {
   missing_id_ = ctx.OpCounter("dedup_missing_id_total");
   expired_ = ctx.OpCounter("dedup_expired_ids_total");
   ctx.OpCounter("dedup_retention_ms")->Set(retention_);
-  // Rebuild the in-memory index from the table (empty, or restored).
+  // Rebuild the in-memory index from the table (empty, or restored); new
+  // blobs continue after the highest sequence found.
   index_->Clear();
   expired_before_ = kMinTime;
+  seq_ = 0;
+  bool any = false;
   absl::Status bad;
-  RETURN_IF_ERROR(ids_->Scan("", "", [&](std::string_view key, std::string_view) {
-    int64_t t;
-    uint64_t h;
-    if (!ParseKey(key, &t, &h)) {
-      bad = absl::DataLossError("corrupt dedup state in " + ctx.name() + ": bad key size " +
-                                std::to_string(key.size()));
+  RETURN_IF_ERROR(ids_->Scan("", "", [&](std::string_view key, std::string_view value) {
+    int64_t bucket;
+    uint32_t seq;
+    if (!ParseKey(key, &bucket, &seq) || value.size() % kEntrySize != 0) {
+      bad = absl::DataLossError("corrupt dedup state in " + ctx.name() + " (key of " +
+                                std::to_string(key.size()) + " bytes, value of " +
+                                std::to_string(value.size()) + ")");
       return false;
     }
-    index_->Insert(h, t);
+    for (size_t i = 0; i < value.size() / kEntrySize; ++i) {
+      Entry e = ReadEntry(value, i);
+      index_->Insert(e.hash, bucket + e.offset, seq);
+    }
+    if (!any || static_cast<int32_t>(seq - seq_) >= 0) seq_ = seq + 1;
+    any = true;
     return true;
   }));
   return bad;
@@ -230,6 +313,35 @@ uint64_t DedupOperator::Fingerprint(const Record& r) const {
   return XXH3_64bits(&fp, sizeof fp);
 }
 
+absl::StatusOr<bool> DedupOperator::FindFirst(uint64_t hash, int64_t horizon,
+                                              uint64_t* fingerprint) {
+  candidates_.clear();
+  index_->Find(hash, &candidates_);
+  for (const auto& [t, seq] : candidates_) {
+    if (t < horizon) continue;  // forgotten (its blob is deleted a little later)
+    if (seq == seq_) {
+      // Added by this batch: not written yet.
+      auto it = pending_by_hash_.find(hash);
+      for (uint32_t j = it == pending_by_hash_.end() ? kNoPending : it->second; j != kNoPending;
+           j = pending_[j].next) {
+        if (pending_[j].event_time == t) {
+          *fingerprint = pending_[j].fingerprint;
+          return true;
+        }
+      }
+      continue;
+    }
+    char key[kKeySize];
+    const int64_t bucket = BucketStart(t);
+    MakeKey(bucket, seq, key);
+    ASSIGN_OR_RETURN(bool hit, ids_->Get(std::string_view(key, kKeySize), &value_));
+    if (hit && FindEntry(value_, static_cast<uint16_t>(t - bucket), hash, fingerprint)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input,
                                          const RecordBatch& batch, Output& out) {
   const int64_t horizon = SatAdd(ctx.watermark(), -retention_);
@@ -258,7 +370,6 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input,
     fingerprints_[i] = Fingerprint(r);
   }
   // Pass 2: decide, in order.
-  char key[kKeySize];
   pending_.clear();
   pending_by_hash_.clear();
   for (size_t i = 0; i < n; ++i) {
@@ -276,30 +387,8 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input,
     }
     const uint64_t h = hashes_[i];
     const uint64_t fp = fingerprints_[i];
-    // Verify every candidate the index offers (usually none or one) against
-    // this batch's new ids, then the table.
-    candidates_.clear();
-    index_->Find(h, &candidates_);
-    bool found = false;
     uint64_t first_fp = 0;
-    for (int64_t t : candidates_) {
-      if (auto it = pending_by_hash_.find(h); it != pending_by_hash_.end()) {
-        for (uint32_t j = it->second; j != kNoPending && !found; j = pending_[j].next) {
-          if (pending_[j].event_time == t) {
-            first_fp = pending_[j].fingerprint;
-            found = true;
-          }
-        }
-      }
-      if (found) break;
-      MakeKey(t, h, key);
-      ASSIGN_OR_RETURN(bool hit, ids_->Get(std::string_view(key, kKeySize), &value_));
-      if (hit && value_.size() == 8) {
-        std::memcpy(&first_fp, value_.data(), 8);
-        found = true;
-        break;
-      }
-    }
+    ASSIGN_OR_RETURN(bool found, FindFirst(h, horizon, &first_fp));
     if (found) {
       if (first_fp == fp) {
         duplicates_->Add();
@@ -319,66 +408,76 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input,
     auto [it, inserted] = pending_by_hash_.try_emplace(h, kNoPending);
     pending_.push_back(PendingId{r.event_time, h, fp, it->second});
     it->second = static_cast<uint32_t>(pending_.size() - 1);
-    index_->Insert(h, r.event_time);
+    index_->Insert(h, r.event_time, seq_);
     passed_->Add();
     out.Emit() = r;
   }
-  // New ids are written at the end of the batch in key order: nearly
-  // sequential inserts into the write batch index and the memtable.
+  if (pending_.empty()) return absl::OkStatus();
+  // One blob per bucket touched, entries sorted by (time, hash).
   std::sort(pending_.begin(), pending_.end(), [](const PendingId& a, const PendingId& b) {
     return a.event_time != b.event_time ? a.event_time < b.event_time : a.hash < b.hash;
   });
-  for (const PendingId& p : pending_) {
-    MakeKey(p.event_time, p.hash, key);
-    ids_->Put(std::string_view(key, kKeySize),
-              std::string_view(reinterpret_cast<const char*>(&p.fingerprint), 8));
+  char key[kKeySize];
+  for (size_t i = 0; i < pending_.size();) {
+    const int64_t bucket = BucketStart(pending_[i].event_time);
+    blob_.clear();
+    for (; i < pending_.size() && BucketStart(pending_[i].event_time) == bucket; ++i) {
+      AppendEntry(Entry{static_cast<uint16_t>(pending_[i].event_time - bucket), pending_[i].hash,
+                        pending_[i].fingerprint},
+                  &blob_);
+    }
+    MakeKey(bucket, seq_, key);
+    ids_->Put(std::string_view(key, kKeySize), blob_);
   }
+  ++seq_;
   return absl::OkStatus();
 }
 
 absl::Status DedupOperator::OnWatermark(OperatorContext& ctx, Output& out) {
-  // Forget ids with event_time < W - retention. Everything below
+  // Forget ids with event_time < W - retention: lookups skip them at once;
+  // their blobs are deleted when the whole bucket is behind the horizon
+  // (bucket start + kBucketMs <= W - retention). Everything before
   // expired_before_ is gone already, so the scan starts there (and skips the
   // tombstones of earlier expiries).
   const int64_t horizon = SatAdd(ctx.watermark(), -retention_);
-  if (horizon <= expired_before_) return absl::OkStatus();
+  const int64_t cutoff = SatAdd(horizon, -(kBucketMs - 1));  // delete buckets starting before
+  if (cutoff <= expired_before_) return absl::OkStatus();
   if (ctx.watermark() == kMaxTime) {
     // End of input: no record can reach this operator any more (every later
     // one would be too late), so the ids are forgotten without deleting them
     // one by one, which would cost as much as inserting them did.
     expired_->Add(static_cast<int64_t>(index_->size()));
     index_->Clear();
-    expired_before_ = horizon;
+    expired_before_ = cutoff;
     return absl::OkStatus();
   }
   std::string begin = expired_before_ == kMinTime ? "" : EncodeBigEndian64(expired_before_);
-  const std::string end = EncodeBigEndian64(horizon);
-  std::string keys;  // kKeySize bytes per key
+  const std::string end = EncodeBigEndian64(cutoff);
+  std::vector<std::pair<std::string, std::string>> blobs;
   int64_t expired = 0;
   for (;;) {
-    keys.clear();
-    size_t n = 0;
-    RETURN_IF_ERROR(ids_->Scan(begin, end, [&](std::string_view key, std::string_view) {
-      if (key.size() == kKeySize) {
-        keys.append(key);
-        ++n;
-      }
-      return n < kExpireChunk;
+    blobs.clear();
+    RETURN_IF_ERROR(ids_->Scan(begin, end, [&](std::string_view key, std::string_view value) {
+      blobs.emplace_back(key, value);
+      return blobs.size() < kExpireChunk;
     }));
-    for (size_t i = 0; i < n; ++i) {
-      std::string_view key(keys.data() + i * kKeySize, kKeySize);
-      int64_t t;
-      uint64_t h;
-      ParseKey(key, &t, &h);
+    for (const auto& [key, value] : blobs) {
+      int64_t bucket;
+      uint32_t seq;
+      if (ParseKey(key, &bucket, &seq)) {
+        for (size_t i = 0; i < value.size() / kEntrySize; ++i) {
+          Entry e = ReadEntry(value, i);
+          index_->Erase(e.hash, bucket + e.offset, seq);
+          ++expired;
+        }
+      }
       ids_->Delete(key);
-      index_->Erase(h, t);
     }
-    expired += static_cast<int64_t>(n);
-    if (n < kExpireChunk) break;
-    begin.assign(keys.data() + (n - 1) * kKeySize, kKeySize);
+    if (blobs.size() < kExpireChunk) break;
+    begin = blobs.back().first;
     begin.push_back('\0');  // the smallest key after the last one deleted
   }
-  expired_before_ = horizon;
+  expired_before_ = cutoff;
   expired_->Add(expired);
   return absl::OkStatus();
 }

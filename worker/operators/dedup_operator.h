@@ -11,23 +11,29 @@
 //    could count it twice;
 //  * a record without an id (missing/null) passes and is counted
 //    (`dedup_missing_id_total`): it cannot be deduplicated.
+// An id is forgotten as soon as W - retention passes its first event time:
+// a later copy with event_time >= W - retention passes as a first copy.
 //
-// State: one table, "ids", keyed by the first copy's event time:
-//   key   = AppendBigEndian64(event_time) (8 bytes) + 64-bit hash of the id (8 bytes)
-//   value = 64-bit payload fingerprint (8 bytes)
-// Time-first keys make expiry one range scan from the previous horizon to the
-// new one (every id with event_time < W - retention is deleted when the
-// watermark passes), keep memtable inserts nearly sequential, and let
-// RocksDB's prefix compression share the time bytes (docs/benchmarks.md (d)).
-// An id matches a stored entry only if both its event time and its 64-bit
-// hash match, so a false match needs a 64-bit collision within one
-// millisecond of event time.
+// State: table "ids" holds the remembered ids in blobs, one per (10-second
+// bucket of event time, batch that added them):
+//   key   = AppendBigEndian64(bucket start) (8 bytes) + big-endian batch sequence (4 bytes)
+//   value = entries sorted by (time, hash), 18 bytes each: event time offset
+//           in the bucket (uint16 LE), 64-bit id hash, 64-bit fingerprint
+// A batch writes one blob per bucket it touched (not one key per id), which
+// keeps the per-record state cost low, and time-first keys make expiry a
+// range scan from the previous horizon. A blob is deleted when the watermark
+// passes its bucket's end + retention (so the physical cleanup lags the
+// logical one by < 10 s of event time; lookups ignore ids already older than
+// the horizon, so decisions are exact). An id matches a stored entry only if
+// its 64-bit hash and its event time both match.
 //
 // To find an id without knowing its first event time, the operator keeps an
-// in-memory index (32-bit hash tag -> event time, 12 bytes per slot) of every
-// id in the table, rebuilt from the table by Open() (so after a restore too).
-// A new id whose tag is absent costs no state read at all; a tag hit is
-// verified with one point read. The table stays the source of truth.
+// in-memory index (32-bit hash tag -> event time and blob sequence; 16 bytes
+// per slot) of every id in the table, rebuilt from the table by Open() (so
+// after a restore too). A new id whose tag is absent costs no state read; a
+// tag hit is verified with one point read of the blob (or against the
+// current batch). Blob sequences wrap after 2^32 batches: a bucket that stays
+// live that long (retention of ~50 days at 1000 batches/s) is not supported.
 #pragma once
 
 #include <memory>
@@ -61,13 +67,18 @@ class DedupOperator : public Operator {
   class IdIndex;
 
  private:
+  // Looks up the first copy of id `hash` among the index's candidates that
+  // are not older than `horizon`; sets *fingerprint and returns true if found.
+  absl::StatusOr<bool> FindFirst(uint64_t hash, int64_t horizon, uint64_t* fingerprint);
+
   FieldPath id_;
   int64_t retention_;
   std::vector<FieldPath> fingerprint_fields_;
   std::string exclude_field_;
   StateTable* ids_ = nullptr;
   std::unique_ptr<IdIndex> index_;
-  // Every id with event_time < expired_before_ is deleted (kMinTime after Open).
+  uint32_t seq_ = 0;  // sequence of the blobs the current batch writes
+  // Every blob whose bucket starts before this is deleted (kMinTime after Open).
   int64_t expired_before_;
   Counter* passed_ = nullptr;
   Counter* duplicates_ = nullptr;
@@ -75,8 +86,6 @@ class DedupOperator : public Operator {
   Counter* too_late_ = nullptr;
   Counter* missing_id_ = nullptr;
   Counter* expired_ = nullptr;
-  mutable std::string scratch_;
-  std::string value_;
   // Per-batch scratch (kept for their capacity).
   enum Kind : uint8_t { kHasId, kMissingId, kTooLate };
   struct PendingId {
@@ -85,11 +94,14 @@ class DedupOperator : public Operator {
     uint64_t fingerprint;
     uint32_t next;  // previous pending id with the same hash, or UINT32_MAX
   };
+  mutable std::string scratch_;
+  std::string value_;
+  std::string blob_;
   std::vector<uint64_t> hashes_;
   std::vector<uint64_t> fingerprints_;
   std::vector<Kind> kinds_;
-  std::vector<int64_t> candidates_;
-  // New ids of the current batch, written to the table in key order at its end.
+  std::vector<std::pair<int64_t, uint32_t>> candidates_;  // (event time, blob sequence)
+  // New ids of the current batch, written as blobs at its end.
   std::vector<PendingId> pending_;
   absl::flat_hash_map<uint64_t, uint32_t> pending_by_hash_;  // hash -> last index
 };
