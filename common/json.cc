@@ -27,11 +27,42 @@ absl::Status JsonError(simdjson::error_code e) {
   }
 }
 
+// Fast path of DoubleToDecimal for the common case (prices, rates): a
+// non-integral value with 1 <= |d| < 1e12 whose shortest round-trip text has
+// at most 3 fractional digits. Such text is always fixed-point (never
+// shorter in scientific notation), and with exactly one candidate mantissa
+// round-tripping at the smallest scale it is the text std::to_chars prints.
+// Returns false when unsure; the caller then takes the general path.
+bool DoubleToDecimalFast(double d, int64_t* mantissa, uint8_t* scale) {
+  const double a = std::fabs(d);
+  if (!(a >= 1.0 && a < 1e12)) return false;  // mantissas stay < 2^53: exact doubles
+  static constexpr double kPow[] = {1.0, 10.0, 100.0, 1000.0};
+  for (int s = 1; s <= 3; ++s) {
+    const double p = kPow[s];
+    const int64_t m = static_cast<int64_t>(std::nearbyint(a * p));
+    int64_t found = -1;
+    int hits = 0;
+    for (int64_t c : {m - 1, m, m + 1}) {
+      if (static_cast<double>(c) / p == a) {
+        found = c;
+        ++hits;
+      }
+    }
+    if (hits == 0) continue;
+    if (hits > 1 || found % 10 == 0) return false;  // ambiguous, or integral at s == 1
+    *mantissa = d < 0 ? -found : found;
+    *scale = static_cast<uint8_t>(s);
+    return true;
+  }
+  return false;
+}
+
 // A double parsed from a JSON number with a fraction, as an exact decimal of
 // its shortest round-trip text. False if that text needs an exponent or more
 // than 18 digits.
 bool DoubleToDecimal(double d, int64_t* mantissa, uint8_t* scale) {
   if (!std::isfinite(d)) return false;
+  if (DoubleToDecimalFast(d, mantissa, scale)) return true;
   char buf[40];
   auto r = std::to_chars(buf, buf + sizeof buf, d);
   std::string_view t(buf, r.ptr - buf);

@@ -107,6 +107,9 @@ struct Pipeline::Impl {
   int dead_letter_sink = -1;
 
   JsonDecoder decoder;
+  // Processing time of the records of the current poll (read once per poll,
+  // at its first record: a clock read per record costs ~2% of the hot path).
+  int64_t poll_now = kMinTime;
   std::string json;
   std::string key;
   int64_t records_in = 0;
@@ -432,7 +435,8 @@ void Pipeline::Impl::Decode(SourceNode& src, const RawMessage& m) {
   }
   r.partition = partition;
   r.offset = m.offset;
-  r.arrival = arrival_mode ? src.last_arrival : clock->NowMs();
+  if (!arrival_mode && poll_now == kMinTime) poll_now = clock->NowMs();
+  r.arrival = arrival_mode ? src.last_arrival : poll_now;
 }
 
 absl::Status Pipeline::Impl::FillPending(SourceNode& src, int timeout_ms) {
@@ -441,6 +445,7 @@ absl::Status Pipeline::Impl::FillPending(SourceNode& src, int timeout_ms) {
   src.pending_invalid.clear();
   src.head = 0;
   if (src.raw->Exhausted()) return absl::OkStatus();
+  poll_now = kMinTime;
   return src.raw->Poll(options.batch_size, timeout_ms, [&](const RawMessage& m) { Decode(src, m); })
       .status();
 }
