@@ -70,14 +70,18 @@ void PurchaseGenerator::GenerateNext() {
     double u = Unit(Draw(seed, p, 2));
     delay = static_cast<int64_t>(u * u * static_cast<double>(options_.max_disorder_ms));
   }
-  Pending first{event_time + delay, next_seq_++, p, event_time, false};
+  Pending first{event_time + delay, next_seq_++, p, event_time, false, false};
   heap_.push(first);
   if (Unit(Draw(seed, p, 3)) < options_.retry_fraction) {
     int64_t retry_delay =
         100 + static_cast<int64_t>(Unit(Draw(seed, p, 4)) *
                                    static_cast<double>(std::max<int64_t>(
                                        options_.max_retry_delay_ms - 100, 0)));
-    heap_.push(Pending{first.delivery + retry_delay, next_seq_++, p, event_time, true});
+    heap_.push(Pending{first.delivery + retry_delay, next_seq_++, p, event_time, true, false});
+  }
+  if (options_.conflict_fraction > 0 && Unit(Draw(seed, p, 8)) < options_.conflict_fraction) {
+    int64_t conflict_delay = 1000 + static_cast<int64_t>(Draw(seed, p, 9) % 3'600'000);
+    heap_.push(Pending{first.delivery + conflict_delay, next_seq_++, p, event_time, false, true});
   }
 }
 
@@ -93,6 +97,7 @@ void PurchaseGenerator::Format(const Pending& pd, std::string* line) {
   uint64_t sku = (attrs >> 20) % static_cast<uint64_t>(options_.skus);
   uint64_t quantity = 1 + (attrs >> 40) % 4;
   uint64_t cents = 99 + (Draw(seed, p, 7) % 29901) * quantity;
+  if (pd.conflict) cents += 100;  // same id, another payload
 
   line->clear();
   line->append("{\"event_id\":\"evt-");
@@ -140,6 +145,7 @@ bool PurchaseGenerator::Next(std::string* line) {
   last_delivery_time_ = p.delivery;
   ++stats_.lines;
   if (p.retry) ++stats_.retries;
+  if (p.conflict) ++stats_.conflicts;
   stats_.bytes += static_cast<int64_t>(line->size()) + 1;
   return true;
 }

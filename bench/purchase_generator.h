@@ -15,7 +15,9 @@
 //  * `late_upload_fraction` of purchases are delivered hours late
 //    (a delay in [late_upload_min_ms, late_upload_max_ms]: offline devices);
 //  * `retry_fraction` of purchases are delivered a second time, byte-identical,
-//    up to `max_retry_delay_ms` after the first copy (producer retries).
+//    up to `max_retry_delay_ms` after the first copy (producer retries);
+//  * `conflict_fraction` of purchases are delivered a second time with the
+//    same event_id but another amount (a buggy client: a dedup conflict).
 //
 // Threading: a generator is a plain value; not synchronized.
 #pragma once
@@ -36,6 +38,7 @@ struct PurchaseStreamOptions {
   int64_t span_ms = 24LL * 3600 * 1000;     // event-time span of the stream
   double retry_fraction = 0.05;
   int64_t max_retry_delay_ms = 120'000;
+  double conflict_fraction = 0;
   int64_t max_disorder_ms = 4 * 60'000;
   double late_upload_fraction = 0.001;
   int64_t late_upload_min_ms = 1 * 3600'000;
@@ -49,6 +52,7 @@ struct PurchaseStreamOptions {
 struct PurchaseStreamStats {
   int64_t lines = 0;         // lines delivered (purchases + retries)
   int64_t retries = 0;       // byte-identical second copies delivered
+  int64_t conflicts = 0;     // same-id copies with another amount delivered
   int64_t late_uploads = 0;  // purchases delivered hours late
   int64_t bytes = 0;         // bytes of all lines, newlines included
 };
@@ -77,6 +81,7 @@ class PurchaseGenerator {
     int64_t purchase;
     int64_t event_time;
     bool retry;
+    bool conflict;
     bool operator>(const Pending& o) const {
       return delivery != o.delivery ? delivery > o.delivery : seq > o.seq;
     }

@@ -56,7 +56,64 @@ void AppendNodeBytes(const Record& r, uint32_t node, std::string* buf) {
   }
 }
 
+// AppendNodeBytes for a scalar node into `out` (capacity `cap`), without
+// std::string appends. Returns the length, or 0 if the bytes do not fit or
+// the node is a container.
+size_t ScalarNodeBytes(const Record& r, uint32_t node, char* out, size_t cap) {
+  const Node& n = r.nodes()[node];
+  std::string_view key = r.Key(node);
+  size_t len = key.size() + 1;
+  std::string_view str;
+  switch (n.type) {
+    case ValueType::kObject:
+    case ValueType::kArray:
+      return 0;
+    case ValueType::kString:
+      str = r.Get(static_cast<int32_t>(node)).s;
+      len += 4 + str.size();
+      break;
+    case ValueType::kBool:
+      len += 1;
+      break;
+    case ValueType::kNull:
+      break;
+    default:
+      len += 9;
+  }
+  if (len > cap) return 0;
+  std::memcpy(out, key.data(), key.size());
+  char* p = out + key.size();
+  *p++ = static_cast<char>(n.type);
+  switch (n.type) {
+    case ValueType::kString: {
+      uint32_t sl = static_cast<uint32_t>(str.size());
+      std::memcpy(p, &sl, 4);
+      std::memcpy(p + 4, str.data(), str.size());
+      break;
+    }
+    case ValueType::kBool:
+      std::memcpy(p, &n.b, 1);
+      break;
+    case ValueType::kNull:
+      break;
+    default:
+      std::memcpy(p, &n.i, 8);
+      std::memcpy(p + 8, &n.scale, 1);
+  }
+  return len;
+}
+
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+// Ids are equal when their JSON texts are: strings hash their raw bytes (in
+// their own seed domain, so no escaping pass), other values their JSON text.
+constexpr uint64_t kStringIdSeed = 0x5bd1e9955bd1e995ULL;
+uint64_t IdHash(const Value& id, std::string* scratch) {
+  if (id.type == ValueType::kString) return XXH3_64bits_withSeed(id.s.data(), id.s.size(), kStringIdSeed);
+  scratch->clear();
+  id.AppendJson(scratch);
+  return XXH3_64bits(scratch->data(), scratch->size());
+}
 
 // Start of the bucket holding `t`: [start, start + kBucketMs) contains t.
 int64_t BucketStart(int64_t t) {
@@ -304,8 +361,13 @@ uint64_t DedupOperator::Fingerprint(const Record& r) const {
   // with the same fields in another order is the same payload).
   uint64_t fp = 0x9e3779b97f4a7c15ULL;
   if (r.empty()) return fp;
+  char stack[256];
   r.ForEachChild(0, [&](uint32_t c) {
     if (!exclude_field_.empty() && r.Key(c) == exclude_field_) return;
+    if (size_t len = ScalarNodeBytes(r, c, stack, sizeof stack); len > 0) {
+      fp += XXH3_64bits(stack, len);
+      return;
+    }
     buf.clear();
     AppendNodeBytes(r, c, &buf);
     fp += XXH3_64bits(buf.data(), buf.size());
@@ -363,9 +425,7 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input,
       continue;
     }
     kinds_[i] = kHasId;
-    scratch_.clear();
-    id.AppendJson(&scratch_);
-    hashes_[i] = XXH3_64bits(scratch_.data(), scratch_.size());
+    hashes_[i] = IdHash(id, &scratch_);
     index_->Prefetch(hashes_[i]);
     fingerprints_[i] = Fingerprint(r);
   }
