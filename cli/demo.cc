@@ -17,8 +17,8 @@
 
 #include "absl/strings/str_format.h"
 #include "common/json.h"
-#include "spdlog/spdlog.h"
 #include "common/time_util.h"
+#include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
@@ -173,7 +173,8 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
                     static_cast<long long>(s("revision").i), hour.c_str(),
                     std::string(s("country").s).c_str(), s("revenue").ToJson().c_str(),
                     s("orders").ToJson().c_str(), s("buyers").ToJson().c_str());
-        if (state == "FINAL") finals[hour + " " + std::string(s("country").s)] = s("revenue").ToJson();
+        if (state == "FINAL")
+          finals[hour + " " + std::string(s("country").s)] = s("revenue").ToJson();
       });
       std::fflush(stdout);
       if (n.ok() && *n == 0 && job_done.load()) {

@@ -51,8 +51,7 @@ int RunJob(const std::string& file, const std::string& data_dir_flag, bool quiet
     broker = std::move(*b);
     options.embedded_bootstrap = broker->bootstrap();
     if (!quiet) {
-      std::fprintf(stderr, "[caravela] embedded Kafka broker at %s\n",
-                   broker->bootstrap().c_str());
+      std::fprintf(stderr, "[caravela] embedded Kafka broker at %s\n", broker->bootstrap().c_str());
     }
   }
 
@@ -109,8 +108,9 @@ int main(int argc, char** argv) {
       "until killed; prints its bootstrap address. Real clients (kcat) can use it.");
   broker->add_option("--port", port, "TCP port on 127.0.0.1 (0 = any free port)");
   std::vector<std::string> topics;
-  broker->add_option("--partitions", partitions,
-                     "Partitions of the --topic topics (auto-created topics always get 4)")
+  broker
+      ->add_option("--partitions", partitions,
+                   "Partitions of the --topic topics (auto-created topics always get 4)")
       ->check(CLI::PositiveNumber);
   broker->add_option("--topic", topics, "Create this topic at start (repeatable)");
 
@@ -136,8 +136,8 @@ int main(int argc, char** argv) {
     caravela::ParseResult parsed = caravela::LoadJobSpec(job_file);
     if (!ReportSpec(parsed, job_file)) return 2;
     std::printf("%s: OK (job \"%s\": %zu sources, %zu operators, %zu sinks)\n", job_file.c_str(),
-                parsed.spec.name.c_str(), parsed.spec.sources.size(),
-                parsed.spec.operators.size(), parsed.spec.sinks.size());
+                parsed.spec.name.c_str(), parsed.spec.sources.size(), parsed.spec.operators.size(),
+                parsed.spec.sinks.size());
     return 0;
   }
   if (*broker) {

@@ -9,9 +9,9 @@
 #define CARAVELA_CONCAT(a, b) CARAVELA_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` yields a non-OK status.
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::absl::Status caravela_status_ = (expr);        \
+#define RETURN_IF_ERROR(expr)                            \
+  do {                                                   \
+    ::absl::Status caravela_status_ = (expr);            \
     if (!caravela_status_.ok()) return caravela_status_; \
   } while (0)
 
@@ -24,9 +24,9 @@
   lhs = std::move(tmp).value()
 
 // Invariant check: crashes with a message (never used for bad input).
-#define CARAVELA_CHECK(cond)                                                    \
-  do {                                                                          \
-    if (!(cond)) ::caravela::CheckFailed(#cond, __FILE__, __LINE__);            \
+#define CARAVELA_CHECK(cond)                                         \
+  do {                                                               \
+    if (!(cond)) ::caravela::CheckFailed(#cond, __FILE__, __LINE__); \
   } while (0)
 
 namespace caravela {

@@ -103,7 +103,8 @@ class Child {
 };
 
 fs::path TempDir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("caravela-cli-" + name + "-" + std::to_string(getpid()));
+  fs::path d =
+      fs::temp_directory_path() / ("caravela-cli-" + name + "-" + std::to_string(getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -145,8 +146,8 @@ TEST(CliTest, BrokerServesRealKafkaClients) {
                dir / "broker.log");
   std::string bootstrap = broker.WaitFor(R"(listening on (\S+))");
   ASSERT_FALSE(bootstrap.empty()) << broker.Log();
-  std::string produce = "printf 'one\\ntwo\\nthree\\n' | kcat -b " + bootstrap +
-                        " -t words -P -p 1 2>&1";
+  std::string produce =
+      "printf 'one\\ntwo\\nthree\\n' | kcat -b " + bootstrap + " -t words -P -p 1 2>&1";
   ASSERT_EQ(std::system(produce.c_str()), 0);
   Result consumed =
       Shell("kcat -b " + bootstrap + " -C -t words -p 1 -o beginning -e -q 2>/dev/null");
@@ -167,7 +168,8 @@ metadata: {name: sigterm}
 spec:
   sources:
     - name: events
-      kafka: {topic: events, bootstrap: ")" << bootstrap << R"("}
+      kafka: {topic: events, bootstrap: ")"
+                                  << bootstrap << R"("}
       event_time: {field: ts, format: epoch_ms}
   operators:
     - name: big
@@ -175,12 +177,13 @@ spec:
   sinks:
     - {from: big, file: {path: out/big.jsonl}}
 )";
-  std::string produce = "printf '{\"ts\":1,\"v\":5}\\n{\"ts\":2,\"v\":50}\\n{\"ts\":3,\"v\":500}\\n' | kcat -b " +
-                        bootstrap + " -t events -P -p 0 2>&1";
+  std::string produce =
+      "printf '{\"ts\":1,\"v\":5}\\n{\"ts\":2,\"v\":50}\\n{\"ts\":3,\"v\":500}\\n' | kcat -b " +
+      bootstrap + " -t events -P -p 0 2>&1";
   ASSERT_EQ(std::system(produce.c_str()), 0);
-  Child job({CARAVELA_BINARY, "run", (dir / "job.yaml").string(), "--data-dir",
-             (dir / "data").string()},
-            dir / "job.log");
+  Child job(
+      {CARAVELA_BINARY, "run", (dir / "job.yaml").string(), "--data-dir", (dir / "data").string()},
+      dir / "job.log");
   // The job keeps running (Kafka is unbounded) and writes the filtered records.
   std::string text;
   for (int i = 0; i < 500 && text.find("500") == std::string::npos; ++i) {
@@ -198,9 +201,9 @@ spec:
 
 TEST(CliTest, DemoRunsTheExampleJobAndDrains) {
   fs::path dir = TempDir("demo");
-  Result r = Shell("cd " + dir.string() + " && " + CARAVELA_BINARY + " demo " +
-                   CARAVELA_SOURCE_DIR + "/config/examples/hourly-revenue.yaml" +
-                   " --seconds 3 --events 1500 --quiet 2>&1");
+  Result r =
+      Shell("cd " + dir.string() + " && " + CARAVELA_BINARY + " demo " + CARAVELA_SOURCE_DIR +
+            "/config/examples/hourly-revenue.yaml" + " --seconds 3 --events 1500 --quiet 2>&1");
   const std::string& out = r.out;
   EXPECT_EQ(r.exit_code, 0) << out;
   for (const char* state : {"\nON_TIME ", "\nLATE ", "\nFINAL "}) {

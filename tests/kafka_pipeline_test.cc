@@ -50,8 +50,8 @@ spec:
 }
 
 std::string Click(const std::string& id, const std::string& ts, int v) {
-  return R"({"id":")" + id + R"(","ts":"2026-10-01T)" + ts + R"(:00Z","v":)" +
-         std::to_string(v) + "}";
+  return R"({"id":")" + id + R"(","ts":"2026-10-01T)" + ts + R"(:00Z","v":)" + std::to_string(v) +
+         "}";
 }
 
 TEST(KafkaPipelineTest, PerPartitionWatermarksFromRealPartitions) {

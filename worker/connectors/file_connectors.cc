@@ -11,7 +11,8 @@ namespace {
 constexpr size_t kChunk = 1 << 20;
 
 absl::Status Errno(std::string_view what, const std::string& path) {
-  return absl::UnavailableError(absl::StrCat(std::string(what), " ", path, ": ", std::strerror(errno)));
+  return absl::UnavailableError(
+      absl::StrCat(std::string(what), " ", path, ": ", std::strerror(errno)));
 }
 }  // namespace
 

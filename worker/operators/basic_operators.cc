@@ -2,8 +2,8 @@
 
 namespace caravela {
 
-absl::Status FilterOperator::ProcessBatch(OperatorContext& ctx, int input,
-                                          const RecordBatch& batch, Output& out) {
+absl::Status FilterOperator::ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
+                                          Output& out) {
   for (const Record& r : batch) {
     if (IsTrue(where_->Eval(r))) out.Emit() = r;
   }

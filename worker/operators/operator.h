@@ -119,9 +119,7 @@ class Operator {
   virtual absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                                     Output& out) = 0;
   // Called after ctx.watermark() advanced.
-  virtual absl::Status OnWatermark(OperatorContext& ctx, Output& out) {
-    return absl::OkStatus();
-  }
+  virtual absl::Status OnWatermark(OperatorContext& ctx, Output& out) { return absl::OkStatus(); }
   // Earliest processing time at which OnProcessingTime wants to run; kMaxTime
   // for none.
   virtual int64_t NextTimer() const { return kMaxTime; }

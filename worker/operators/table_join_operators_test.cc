@@ -14,8 +14,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-TableJoinSpec Spec(JoinType type, const std::string& stream_field,
-                   const std::string& table_field) {
+TableJoinSpec Spec(JoinType type, const std::string& stream_field, const std::string& table_field) {
   TableJoinSpec s;
   s.stream = "voyages";
   s.table = "navio_info";
@@ -50,7 +49,8 @@ TEST(LookupJoinTest, EnrichesWithLatestRowAndKeepsUnmatchedForLeftJoin) {
   // The table changes: later stream records see the new row.
   ASSERT_TRUE(h.ProcessJson(R"({"nome":"S. Gabriel","navio_id":10})", 0, 1).ok());
   ASSERT_TRUE(h.ProcessJson(R"({"voyage":"brazil","navio":"S. Gabriel"})", 200).ok());
-  EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr(R"("navio_info":{"nome":"S. Gabriel","navio_id":10})")));
+  EXPECT_THAT(h.TakeOutput(),
+              ElementsAre(HasSubstr(R"("navio_info":{"nome":"S. Gabriel","navio_id":10})")));
   EXPECT_EQ(h.metrics().Value("join_unmatched_total", "op=\"normalize\""), 2);
 }
 

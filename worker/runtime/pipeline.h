@@ -60,8 +60,7 @@ class Pipeline {
  public:
   ~Pipeline();
   // Builds operators, opens state, sources and sinks. Errors name the part.
-  static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const JobSpec& spec,
-                                                          RunOptions options);
+  static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const JobSpec& spec, RunOptions options);
   // Runs until every source is bounded and drained (then the watermark goes
   // to +inf and everything fires) or options.stop is set. Closes sinks.
   absl::Status Run();

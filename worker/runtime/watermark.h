@@ -48,7 +48,10 @@ class SourceWatermark {
   // (monotonic) source watermark.
   int64_t Update(int64_t now, const std::function<int64_t(int)>& backlog);
   // The source has ended: watermark +inf.
-  void Finish() { finished_ = true; current_ = kMaxTime; }
+  void Finish() {
+    finished_ = true;
+    current_ = kMaxTime;
+  }
 
   int64_t current() const { return current_; }
   bool idle() const { return idle_; }

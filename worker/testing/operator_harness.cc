@@ -66,8 +66,7 @@ absl::Status OperatorHarness::Snapshot(const std::string& dir) {
   return backend_->Snapshot(dir);
 }
 
-absl::Status OperatorHarness::RestoreInto(Operator* op, const std::string& dir,
-                                          int64_t watermark) {
+absl::Status OperatorHarness::RestoreInto(Operator* op, const std::string& dir, int64_t watermark) {
   RETURN_IF_ERROR(backend_->Restore(dir));
   op_ = op;
   ctx_->set_watermark(watermark);
