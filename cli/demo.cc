@@ -217,14 +217,15 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
   }
   std::printf("\n%zu hourly results are FINAL.\n", finals.size());
   if (metrics != nullptr) {
+    const int64_t too_late = metrics->Value("too_late_total", "op=\"revenue\"") +
+                             metrics->Value("too_late_total", "op=\"unique\"");
     std::printf(
         "records read: %lld | duplicates dropped: %lld | conflicts: %lld | too late: %lld | "
         "invalid: %lld | revisions published: %lld\n",
         static_cast<long long>(metrics->Value("records_in_total", "source=\"purchases\"")),
         static_cast<long long>(metrics->Value("dedup_duplicates_total", "op=\"unique\"")),
         static_cast<long long>(metrics->Value("dedup_conflicts_total", "op=\"unique\"")),
-        static_cast<long long>(metrics->Value("too_late_total", "op=\"revenue\"") +
-                               metrics->Value("too_late_total", "op=\"unique\"")),
+        static_cast<long long>(too_late),
         static_cast<long long>(metrics->Value("invalid_records_total", "source=\"purchases\"")),
         static_cast<long long>(metrics->Value("sink_records_total", "from=\"revenue\"")));
   }
