@@ -54,13 +54,15 @@ best_of a_file_job_24h "$B/file_job_bench" --input "$TMP/p24.jsonl" --work-dir "
 echo "== (a') same job, 48h of data: ids expire during the run (steady-state cost)"
 best_of a_file_job_48h "$B/file_job_bench" --input "$TMP/p48.jsonl" --work-dir "$TMP/a48"
 echo "== (b) + (c) embedded Kafka broker, 4 partitions"
-"$B/kafka_bench" --purchases "$PURCHASES" --work-dir "$TMP/kafka" 2> /dev/null \
-  | tee /dev/stderr | grep '^RESULT' \
+out="$("$B/kafka_bench" --purchases "$PURCHASES" --work-dir "$TMP/kafka" 2> /dev/null)"
+echo "$out" | sed 's/^/   /'
+grep '^RESULT' <<< "$out" \
   | sed -e 's/^RESULT kafka_bare_consumer/RESULT c_kafka_bare_consumer/' \
         -e 's/^RESULT kafka_job_rocksdb/RESULT b_kafka_job/' >> "$RESULTS"
 echo "== (d) dedup state bytes per id at $DEDUP_IDS ids"
-"$B/dedup_state_bench" --ids "$DEDUP_IDS" --work-dir "$TMP/d" 2> /dev/null \
-  | tee /dev/stderr | grep '^RESULT' | sed 's/^RESULT dedup_state/RESULT d_dedup_state/' >> "$RESULTS"
+out="$("$B/dedup_state_bench" --ids "$DEDUP_IDS" --work-dir "$TMP/d" 2> /dev/null)"
+echo "$out" | sed 's/^/   /'
+grep '^RESULT' <<< "$out" | sed 's/^RESULT dedup_state/RESULT d_dedup_state/' >> "$RESULTS"
 
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< "$2"; }
 echo

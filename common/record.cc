@@ -183,47 +183,6 @@ void Record::Clear() {
   offset = -1;
 }
 
-uint32_t Record::Intern(std::string_view bytes) {
-  uint32_t off = static_cast<uint32_t>(arena_.size());
-  arena_.append(bytes.data(), bytes.size());
-  return off;
-}
-
-void Record::EnsureRoot() {
-  if (nodes_.empty()) {
-    Node root;
-    root.type = ValueType::kObject;
-    nodes_.push_back(root);
-    open_.push_back(0);
-  }
-}
-
-Node& Record::Push(std::string_view key, ValueType type) {
-  EnsureRoot();
-  Node n;
-  n.type = type;
-  n.key_off = Intern(key);
-  n.key_len = static_cast<uint32_t>(key.size());
-  for (uint32_t idx : open_) nodes_[idx].size++;
-  nodes_.push_back(n);
-  return nodes_.back();
-}
-
-void Record::AddNull(std::string_view key) { Push(key, ValueType::kNull); }
-void Record::AddBool(std::string_view key, bool v) { Push(key, ValueType::kBool).b = v; }
-void Record::AddInt(std::string_view key, int64_t v) { Push(key, ValueType::kInt).i = v; }
-void Record::AddDouble(std::string_view key, double v) { Push(key, ValueType::kDouble).d = v; }
-void Record::AddDecimal(std::string_view key, int64_t mantissa, uint8_t scale) {
-  Node& n = Push(key, ValueType::kDecimal);
-  n.i = mantissa;
-  n.scale = scale;
-}
-void Record::AddString(std::string_view key, std::string_view v) {
-  uint32_t off = Intern(v);  // before Push: Push may not reallocate arena order-sensitively
-  Node& n = Push(key, ValueType::kString);
-  n.s.off = off;
-  n.s.len = static_cast<uint32_t>(v.size());
-}
 void Record::BeginObject(std::string_view key) {
   Push(key, ValueType::kObject);
   open_.push_back(static_cast<uint32_t>(nodes_.size() - 1));
@@ -301,62 +260,6 @@ void Record::AddValue(std::string_view key, const Value& v) {
       }
       return;
   }
-}
-
-int32_t Record::FindChild(uint32_t parent, std::string_view key) const {
-  if (parent >= nodes_.size() || nodes_[parent].type != ValueType::kObject) return -1;
-  uint32_t end = parent + nodes_[parent].size;
-  const char* a = arena_.data();
-  for (uint32_t c = parent + 1; c < end; c += nodes_[c].size) {
-    const Node& n = nodes_[c];
-    if (n.key_len == key.size() && std::memcmp(a + n.key_off, key.data(), key.size()) == 0) {
-      return static_cast<int32_t>(c);
-    }
-  }
-  return -1;
-}
-
-int32_t Record::Find(const FieldPath& path) const {
-  if (nodes_.empty() || path.parts.empty()) return -1;
-  int32_t cur = 0;
-  for (const std::string& part : path.parts) {
-    cur = FindChild(static_cast<uint32_t>(cur), part);
-    if (cur < 0) return -1;
-  }
-  return cur;
-}
-
-Value Record::Get(int32_t idx) const {
-  Value v;
-  if (idx < 0 || static_cast<size_t>(idx) >= nodes_.size()) return v;
-  const Node& n = nodes_[idx];
-  v.type = n.type;
-  switch (n.type) {
-    case ValueType::kBool:
-      v.b = n.b;
-      break;
-    case ValueType::kInt:
-      v.i = n.i;
-      break;
-    case ValueType::kDouble:
-      v.d = n.d;
-      break;
-    case ValueType::kDecimal:
-      v.i = n.i;
-      v.scale = n.scale;
-      break;
-    case ValueType::kString:
-      v.s = std::string_view(arena_.data() + n.s.off, n.s.len);
-      break;
-    case ValueType::kObject:
-    case ValueType::kArray:
-      v.rec = this;
-      v.node = static_cast<uint32_t>(idx);
-      break;
-    case ValueType::kNull:
-      break;
-  }
-  return v;
 }
 
 void Record::AppendNodeJson(uint32_t node, std::string* out) const {
