@@ -57,8 +57,7 @@ class Flags {
 };
 
 inline double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Peak resident set size of this process so far, in MiB (getrusage ru_maxrss).
@@ -96,9 +95,10 @@ inline void PrintResult(const std::string& name, long long events, double second
     std::snprintf(thread, sizeof thread, " thread_cpu_s=%.2f events_per_thread_cpu_s=%.0f",
                   thread_cpu_s, events / thread_cpu_s);
   }
-  std::printf("RESULT %s events=%lld seconds=%.3f events_per_s=%.0f peak_rss_mib=%.1f cpu_s=%.2f%s%s%s\n",
-              name.c_str(), events, seconds, seconds > 0 ? events / seconds : 0.0, PeakRssMiB(),
-              CpuSeconds(), thread, extra.empty() ? "" : " ", extra.c_str());
+  std::printf(
+      "RESULT %s events=%lld seconds=%.3f events_per_s=%.0f peak_rss_mib=%.1f cpu_s=%.2f%s%s%s\n",
+      name.c_str(), events, seconds, seconds > 0 ? events / seconds : 0.0, PeakRssMiB(),
+      CpuSeconds(), thread, extra.empty() ? "" : " ", extra.c_str());
   std::fflush(stdout);
 }
 

@@ -50,8 +50,7 @@ int main(int argc, char** argv) {
   caravela::MetricsRegistry metrics;
   caravela::ManualClock clock(0);
   caravela::OperatorContext ctx("unique", backend->get(), &metrics, &clock);
-  caravela::DedupOperator op(caravela::FieldPath::Parse("event_id"), 30LL * 24 * 3600'000, {},
-                             "");
+  caravela::DedupOperator op(caravela::FieldPath::Parse("event_id"), 30LL * 24 * 3600'000, {}, "");
   if (auto st = op.Open(ctx); !st.ok()) {
     std::fprintf(stderr, "open dedup: %s\n", std::string(st.message()).c_str());
     return 1;

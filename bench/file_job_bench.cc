@@ -27,7 +27,8 @@ metadata: {name: bench-hourly-revenue}
 spec:
   sources:
     - name: purchases
-      file: {path: )", input, R"(}
+      file: {path: )",
+                      input, R"(}
       format: json
       event_time: {field: event_time, format: iso8601}
       watermark: {max_out_of_orderness: 5m}
@@ -42,10 +43,14 @@ spec:
         aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
         allowed_lateness: 2h
   sinks:
-    - {from: revenue, file: {path: )", out_dir, R"(/revenue.jsonl}}
-    - {from: unique.conflicts, file: {path: )", out_dir, R"(/conflicts.jsonl}}
-    - {from: revenue.too_late, file: {path: )", out_dir, R"(/too_late.jsonl}}
-  dead_letter: {path: )", out_dir, R"(/dead-letter.jsonl}
+    - {from: revenue, file: {path: )",
+                      out_dir, R"(/revenue.jsonl}}
+    - {from: unique.conflicts, file: {path: )",
+                      out_dir, R"(/conflicts.jsonl}}
+    - {from: revenue.too_late, file: {path: )",
+                      out_dir, R"(/too_late.jsonl}}
+  dead_letter: {path: )",
+                      out_dir, R"(/dead-letter.jsonl}
 )");
 }
 
@@ -95,9 +100,8 @@ int main(int argc, char** argv) {
       options.in_memory_state ? "file_job_memory_state" : "file_job_rocksdb", in, secs,
       absl::StrCat("passed=", m.Value("dedup_passed_total", "op=\"unique\""),
                    " duplicates=", m.Value("dedup_duplicates_total", "op=\"unique\""),
-                   " too_late=", m.Value("too_late_total", "op=\"revenue\""),
-                   " results=", m.Value("sink_records_total", "from=\"revenue\""),
-                   " state_bytes=", state_bytes),
+                   " too_late=", m.Value("too_late_total", "op=\"revenue\""), " results=",
+                   m.Value("sink_records_total", "from=\"revenue\""), " state_bytes=", state_bytes),
       thread_cpu);
   return 0;
 }

@@ -120,13 +120,13 @@ int Consume(const Flags& flags) {
   const int partitions = static_cast<int>(flags.Int("partitions", 4));
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  for (auto [k, v] : std::vector<std::pair<const char*, std::string>>{
-           {"bootstrap.servers", bootstrap},
-           {"group.id", "kafka-bench-bare"},
-           {"enable.auto.commit", "false"},
-           {"enable.auto.offset.store", "false"},
-           {"enable.partition.eof", "false"},
-           {"fetch.wait.max.ms", "100"}}) {
+  for (auto [k, v] :
+       std::vector<std::pair<const char*, std::string>>{{"bootstrap.servers", bootstrap},
+                                                        {"group.id", "kafka-bench-bare"},
+                                                        {"enable.auto.commit", "false"},
+                                                        {"enable.auto.offset.store", "false"},
+                                                        {"enable.partition.eof", "false"},
+                                                        {"fetch.wait.max.ms", "100"}}) {
     if (rd_kafka_conf_set(conf, k, v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) {
       std::fprintf(stderr, "kafka_bench consume: %s: %s\n", k, err);
       return 1;
@@ -194,7 +194,8 @@ metadata: {name: bench-hourly-revenue-kafka}
 spec:
   sources:
     - name: purchases
-      kafka: {topic: )", kInputTopic, R"(}
+      kafka: {topic: )",
+                      kInputTopic, R"(}
       format: json
       key: [user_id]
       event_time: {field: event_time, format: iso8601}
@@ -210,10 +211,14 @@ spec:
         aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
         allowed_lateness: 2h
   sinks:
-    - {from: revenue, kafka: {topic: )", kOutputTopic, R"(}}
-    - {from: unique.conflicts, file: {path: )", out_dir, R"(/conflicts.jsonl}}
-    - {from: revenue.too_late, file: {path: )", out_dir, R"(/too_late.jsonl}}
-  dead_letter: {path: )", out_dir, R"(/dead-letter.jsonl}
+    - {from: revenue, kafka: {topic: )",
+                      kOutputTopic, R"(}}
+    - {from: unique.conflicts, file: {path: )",
+                      out_dir, R"(/conflicts.jsonl}}
+    - {from: revenue.too_late, file: {path: )",
+                      out_dir, R"(/too_late.jsonl}}
+  dead_letter: {path: )",
+                      out_dir, R"(/dead-letter.jsonl}
 )");
 }
 
@@ -260,9 +265,8 @@ int Job(const Flags& flags) {
   caravela::bench::PrintResult(
       "kafka_job_rocksdb", in->value(), rounds.busy() + end_secs,
       absl::StrCat("passed=", m.Value("dedup_passed_total", "op=\"unique\""),
-                   " duplicates=", m.Value("dedup_duplicates_total", "op=\"unique\""),
-                   " results=", m.Value("sink_records_total", "from=\"revenue\""),
-                   " end_flush_s=", end_secs),
+                   " duplicates=", m.Value("dedup_duplicates_total", "op=\"unique\""), " results=",
+                   m.Value("sink_records_total", "from=\"revenue\""), " end_flush_s=", end_secs),
       thread_cpu);
   return 0;
 }
@@ -373,10 +377,11 @@ int RunReader(const std::string& mode, const Flags& flags, const std::string& bo
   }
   (void)producer.Close();
   reader.Send("end");
-  std::printf("kafka_bench: %s: produced %lld records (%.1f MiB) in rounds of %lld, "
-              "producer busy %.2f s\n",
-              mode.c_str(), static_cast<long long>(gen.stats().lines),
-              gen.stats().bytes / 1048576.0, round, produce_secs);
+  std::printf(
+      "kafka_bench: %s: produced %lld records (%.1f MiB) in rounds of %lld, "
+      "producer busy %.2f s\n",
+      mode.c_str(), static_cast<long long>(gen.stats().lines), gen.stats().bytes / 1048576.0, round,
+      produce_secs);
   return reader.Finish();
 }
 

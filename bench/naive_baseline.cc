@@ -104,10 +104,9 @@ int main(int argc, char** argv) {
   }
   std::fclose(out);
   double secs = caravela::bench::NowSeconds() - t0;
-  caravela::bench::PrintResult(
-      "naive_baseline", lines, secs,
-      "duplicates=" + std::to_string(duplicates) + " windows=" + std::to_string(totals.size()) +
-          " bad=" + std::to_string(bad),
-      caravela::bench::ThreadCpuSeconds());
+  caravela::bench::PrintResult("naive_baseline", lines, secs,
+                               "duplicates=" + std::to_string(duplicates) + " windows=" +
+                                   std::to_string(totals.size()) + " bad=" + std::to_string(bad),
+                               caravela::bench::ThreadCpuSeconds());
   return 0;
 }

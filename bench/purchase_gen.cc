@@ -29,12 +29,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "purchase_gen: %s\n", std::string(stats.status().message()).c_str());
     return 1;
   }
-  std::printf("purchase_gen: %s: %lld lines (%lld purchases, %lld retries, %lld conflicts, "
-              "%lld late uploads), %.1f MiB, %.2f s\n",
-              out.c_str(), static_cast<long long>(stats->lines),
-              static_cast<long long>(o.purchases), static_cast<long long>(stats->retries),
-              static_cast<long long>(stats->conflicts),
-              static_cast<long long>(stats->late_uploads), stats->bytes / 1048576.0,
-              caravela::bench::NowSeconds() - t0);
+  std::printf(
+      "purchase_gen: %s: %lld lines (%lld purchases, %lld retries, %lld conflicts, "
+      "%lld late uploads), %.1f MiB, %.2f s\n",
+      out.c_str(), static_cast<long long>(stats->lines), static_cast<long long>(o.purchases),
+      static_cast<long long>(stats->retries), static_cast<long long>(stats->conflicts),
+      static_cast<long long>(stats->late_uploads), stats->bytes / 1048576.0,
+      caravela::bench::NowSeconds() - t0);
   return 0;
 }

@@ -12,10 +12,10 @@
 namespace caravela::bench {
 namespace {
 
-constexpr const char* kCountries[] = {
-    "US", "DE", "GB", "FR", "BR", "PT", "ES", "IT", "NL", "JP", "IN", "CA", "MX", "AU",
-    "PL", "SE", "BE", "CH", "AT", "IE", "DK", "NO", "FI", "CZ", "RO", "GR", "HU", "AR",
-    "CL", "CO", "ZA", "NG", "KE", "EG", "TR", "KR", "SG", "NZ", "TH", "VN"};
+constexpr const char* kCountries[] = {"US", "DE", "GB", "FR", "BR", "PT", "ES", "IT", "NL", "JP",
+                                      "IN", "CA", "MX", "AU", "PL", "SE", "BE", "CH", "AT", "IE",
+                                      "DK", "NO", "FI", "CZ", "RO", "GR", "HU", "AR", "CL", "CO",
+                                      "ZA", "NG", "KE", "EG", "TR", "KR", "SG", "NZ", "TH", "VN"};
 
 // Uniform double in [0, 1) from 53 random bits.
 double Unit(uint64_t r) { return static_cast<double>(r >> 11) * 0x1.0p-53; }
@@ -54,16 +54,16 @@ void PurchaseGenerator::GenerateNext() {
   const uint64_t seed = options_.seed;
   const int64_t n = std::max<int64_t>(options_.purchases, 1);
   int64_t jitter = static_cast<int64_t>(Draw(seed, p, 0) % 1000);
-  int64_t event_time =
-      options_.start_ms + static_cast<int64_t>(static_cast<__int128>(p) * options_.span_ms / n) +
-      jitter;
+  int64_t event_time = options_.start_ms +
+                       static_cast<int64_t>(static_cast<__int128>(p) * options_.span_ms / n) +
+                       jitter;
   int64_t delay;
   bool late = Unit(Draw(seed, p, 1)) < options_.late_upload_fraction;
   if (late) {
     delay = options_.late_upload_min_ms +
-            static_cast<int64_t>(Unit(Draw(seed, p, 2)) *
-                                 static_cast<double>(options_.late_upload_max_ms -
-                                                     options_.late_upload_min_ms));
+            static_cast<int64_t>(
+                Unit(Draw(seed, p, 2)) *
+                static_cast<double>(options_.late_upload_max_ms - options_.late_upload_min_ms));
     ++stats_.late_uploads;
   } else {
     // Most deliveries are prompt; a tail reaches max_disorder_ms.
@@ -73,10 +73,9 @@ void PurchaseGenerator::GenerateNext() {
   Pending first{event_time + delay, next_seq_++, p, event_time, false, false};
   heap_.push(first);
   if (Unit(Draw(seed, p, 3)) < options_.retry_fraction) {
-    int64_t retry_delay =
-        100 + static_cast<int64_t>(Unit(Draw(seed, p, 4)) *
-                                   static_cast<double>(std::max<int64_t>(
-                                       options_.max_retry_delay_ms - 100, 0)));
+    int64_t retry_delay = 100 + static_cast<int64_t>(Unit(Draw(seed, p, 4)) *
+                                                     static_cast<double>(std::max<int64_t>(
+                                                         options_.max_retry_delay_ms - 100, 0)));
     heap_.push(Pending{first.delivery + retry_delay, next_seq_++, p, event_time, true, false});
   }
   if (options_.conflict_fraction > 0 && Unit(Draw(seed, p, 8)) < options_.conflict_fraction) {
@@ -90,8 +89,8 @@ void PurchaseGenerator::Format(const Pending& pd, std::string* line) {
   const int64_t p = pd.purchase;
   uint64_t attrs = Draw(seed, p, 5);
   double cu = Unit(Draw(seed, p, 6));
-  int country = static_cast<int>(
-      std::lower_bound(country_cdf_.begin(), country_cdf_.end(), cu) - country_cdf_.begin());
+  int country = static_cast<int>(std::lower_bound(country_cdf_.begin(), country_cdf_.end(), cu) -
+                                 country_cdf_.begin());
   country = std::min(country, options_.countries - 1);
   uint64_t user = attrs % static_cast<uint64_t>(options_.users);
   uint64_t sku = (attrs >> 20) % static_cast<uint64_t>(options_.skus);
@@ -103,8 +102,8 @@ void PurchaseGenerator::Format(const Pending& pd, std::string* line) {
   line->append("{\"event_id\":\"evt-");
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(Mix64(seed * 0x9e3779b97f4a7c15ULL +
-                                                      static_cast<uint64_t>(p))));
+                static_cast<unsigned long long>(
+                    Mix64(seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(p))));
   line->append(hex, 16);
   line->append("\",\"user_id\":\"u");
   last_key_.assign("u");

@@ -33,9 +33,9 @@ namespace caravela::bench {
 
 struct PurchaseStreamOptions {
   uint64_t seed = 42;
-  int64_t purchases = 2'000'000;            // distinct purchases (before retries)
-  int64_t start_ms = 1790812800000;         // 2026-10-01T00:00:00Z
-  int64_t span_ms = 24LL * 3600 * 1000;     // event-time span of the stream
+  int64_t purchases = 2'000'000;         // distinct purchases (before retries)
+  int64_t start_ms = 1790812800000;      // 2026-10-01T00:00:00Z
+  int64_t span_ms = 24LL * 3600 * 1000;  // event-time span of the stream
   double retry_fraction = 0.05;
   int64_t max_retry_delay_ms = 120'000;
   double conflict_fraction = 0;

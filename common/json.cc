@@ -1,8 +1,8 @@
 #include "common/json.h"
 
 #include <charconv>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -23,7 +23,8 @@ absl::Status JsonError(simdjson::error_code e) {
     case simdjson::DEPTH_ERROR:
       return absl::InvalidArgumentError("JSON nested too deeply");
     default:
-      return absl::InvalidArgumentError(absl::StrCat("not JSON (", simdjson::error_message(e), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("not JSON (", simdjson::error_message(e), ")"));
   }
 }
 

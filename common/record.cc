@@ -166,7 +166,8 @@ void Value::AppendJson(std::string* out) const {
 FieldPath FieldPath::Parse(std::string_view dotted) {
   FieldPath p;
   if (dotted.empty()) return p;
-  for (absl::string_view part : absl::StrSplit(absl::string_view(dotted.data(), dotted.size()), '.'))
+  for (absl::string_view part :
+       absl::StrSplit(absl::string_view(dotted.data(), dotted.size()), '.'))
     p.parts.emplace_back(part);
   return p;
 }

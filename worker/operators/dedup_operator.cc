@@ -1,8 +1,8 @@
 #include "worker/operators/dedup_operator.h"
 
-#include <algorithm>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -109,7 +109,8 @@ std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 // their own seed domain, so no escaping pass), other values their JSON text.
 constexpr uint64_t kStringIdSeed = 0x5bd1e9955bd1e995ULL;
 uint64_t IdHash(const Value& id, std::string* scratch) {
-  if (id.type == ValueType::kString) return XXH3_64bits_withSeed(id.s.data(), id.s.size(), kStringIdSeed);
+  if (id.type == ValueType::kString)
+    return XXH3_64bits_withSeed(id.s.data(), id.s.size(), kStringIdSeed);
   scratch->clear();
   id.AppendJson(scratch);
   return XXH3_64bits(scratch->data(), scratch->size());
@@ -404,8 +405,8 @@ absl::StatusOr<bool> DedupOperator::FindFirst(uint64_t hash, int64_t horizon,
   return false;
 }
 
-absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input,
-                                         const RecordBatch& batch, Output& out) {
+absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
+                                         Output& out) {
   const int64_t horizon = SatAdd(ctx.watermark(), -retention_);
   // Pass 1: classify and hash every record, and prefetch its index slot, so
   // that the index cache misses of a batch overlap.
