@@ -141,26 +141,26 @@ class Record {
   bool empty() const { return nodes_.empty(); }
 
   // ---- Building (pre-order). A fresh record starts its root object on first add.
-  void AddNull(std::string_view key);
-  void AddBool(std::string_view key, bool v);
-  void AddInt(std::string_view key, int64_t v);
-  void AddDouble(std::string_view key, double v);
-  void AddDecimal(std::string_view key, int64_t mantissa, uint8_t scale);
-  void AddString(std::string_view key, std::string_view v);
+  inline void AddNull(std::string_view key);
+  inline void AddBool(std::string_view key, bool v);
+  inline void AddInt(std::string_view key, int64_t v);
+  inline void AddDouble(std::string_view key, double v);
+  inline void AddDecimal(std::string_view key, int64_t mantissa, uint8_t scale);
+  inline void AddString(std::string_view key, std::string_view v);
   // Copies `v` (including object/array subtrees) under `key`.
   void AddValue(std::string_view key, const Value& v);
   void BeginObject(std::string_view key);
   void BeginArray(std::string_view key);
   void EndContainer();  // ends the innermost open object/array
   // Makes the root an (empty) object if nothing was added yet.
-  void EnsureRoot();
+  inline void EnsureRoot();
 
   // ---- Reading.
   // Index of the direct child of container `parent` named `key`, or -1.
-  int32_t FindChild(uint32_t parent, std::string_view key) const;
+  inline int32_t FindChild(uint32_t parent, std::string_view key) const;
   // Node index at `path` from the root, or -1 if absent.
-  int32_t Find(const FieldPath& path) const;
-  Value Get(int32_t node) const;  // Null for -1
+  inline int32_t Find(const FieldPath& path) const;
+  inline Value Get(int32_t node) const;  // Null for -1
   Value GetPath(const FieldPath& path) const { return Get(Find(path)); }
   std::string_view Key(uint32_t node) const {
     return std::string_view(arena_.data() + nodes_[node].key_off, nodes_[node].key_len);
@@ -186,8 +186,8 @@ class Record {
   size_t MemoryBytes() const { return nodes_.capacity() * sizeof(Node) + arena_.capacity(); }
 
  private:
-  Node& Push(std::string_view key, ValueType type);
-  uint32_t Intern(std::string_view bytes);
+  inline Node& Push(std::string_view key, ValueType type);
+  inline uint32_t Intern(std::string_view bytes);
   void CopySubtree(std::string_view key, const Record& src, uint32_t node);
 
   std::vector<Node> nodes_;

@@ -416,7 +416,9 @@ TEST_P(WindowJoinModelTest, MatchesBruteForceReference) {
   EXPECT_THAT(h.TakeOutput(), UnorderedElementsAreArray(want));
   EXPECT_EQ(Keys(h), 0u) << "all state freed";
   EXPECT_GT(matches, 50);
-  if (outer[L] || outer[R]) EXPECT_GT(padded, 10);
+  if (outer[L] || outer[R]) {
+    EXPECT_GT(padded, 10);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TypesAndSeeds, WindowJoinModelTest,

@@ -363,7 +363,9 @@ TEST_P(WindowModelTest, MatchesReferenceModel) {
       model.Watermark(max_seen - ooo);
       ASSERT_TRUE(h.AdvanceWatermark(max_seen - ooo).ok());
     }
-    if (rng() % 97 == 0) ASSERT_TRUE(h.Commit().ok());
+    if (rng() % 97 == 0) {
+      ASSERT_TRUE(h.Commit().ok());
+    }
   }
   model.Watermark(kMaxTime);
   ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());

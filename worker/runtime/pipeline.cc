@@ -385,6 +385,9 @@ absl::Status Pipeline::Impl::Build() {
     }
   }
   started = last_progress = last_flush = std::chrono::steady_clock::now();
+  Log()->debug("[job={}] {} sources, {} operators, {} sinks; processing time: {}", spec.name,
+               sources.size(), ops.size(), sinks.size(),
+               arrival_mode ? "arrival field" : "clock");
   return absl::OkStatus();
 }
 
@@ -749,6 +752,7 @@ absl::Status Pipeline::Impl::RunWallMode() {
       } else if (src.raw->Exhausted()) {
         // Ends only in a step without records, so the watermark of the last
         // batch is propagated (and fires) before the end-of-input +inf.
+        Log()->debug("[job={}] source {} ended", spec.name, src.spec->name);
         src.finished = true;
         src.wm->Finish();
       } else {
