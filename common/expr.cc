@@ -33,25 +33,6 @@ constexpr int kMaxDepth = 256;
 // `in` lists of literal strings/ints at least this long are looked up in a set.
 constexpr size_t kInSetThreshold = 8;
 
-constexpr int64_t kPow10[19] = {1,
-                                10,
-                                100,
-                                1000,
-                                10000,
-                                100000,
-                                1000000,
-                                10000000,
-                                100000000,
-                                1000000000,
-                                10000000000LL,
-                                100000000000LL,
-                                1000000000000LL,
-                                10000000000000LL,
-                                100000000000000LL,
-                                1000000000000000LL,
-                                10000000000000000LL,
-                                100000000000000000LL,
-                                1000000000000000000LL};
 constexpr int kMaxScale = 18;
 
 // This abseil build does not alias absl::string_view to std::string_view.

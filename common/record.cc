@@ -33,26 +33,6 @@ const char* ValueTypeName(ValueType t) {
 }
 
 namespace {
-constexpr int64_t kPow10[] = {1,
-                              10,
-                              100,
-                              1000,
-                              10000,
-                              100000,
-                              1000000,
-                              10000000,
-                              100000000,
-                              1000000000,
-                              10000000000LL,
-                              100000000000LL,
-                              1000000000000LL,
-                              10000000000000LL,
-                              100000000000000LL,
-                              1000000000000000LL,
-                              10000000000000000LL,
-                              100000000000000000LL,
-                              1000000000000000000LL};
-
 int NumKind(ValueType t) {
   switch (t) {
     case ValueType::kNull:

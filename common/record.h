@@ -30,6 +30,27 @@ enum class ValueType : uint8_t {
 
 const char* ValueTypeName(ValueType t);
 
+// 10^n for n in [0, 18]: the scales of kDecimal values.
+inline constexpr int64_t kPow10[19] = {1LL,
+                                       10LL,
+                                       100LL,
+                                       1000LL,
+                                       10000LL,
+                                       100000LL,
+                                       1000000LL,
+                                       10000000LL,
+                                       100000000LL,
+                                       1000000000LL,
+                                       10000000000LL,
+                                       100000000000LL,
+                                       1000000000000LL,
+                                       10000000000000LL,
+                                       100000000000000LL,
+                                       1000000000000000LL,
+                                       10000000000000000LL,
+                                       100000000000000000LL,
+                                       1000000000000000000LL};
+
 // One node of the flat tree. Node 0 of a non-empty record is the root object.
 struct Node {
   uint32_t key_off = 0;  // key bytes in the arena (empty for root / array items)
