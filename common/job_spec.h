@@ -39,7 +39,7 @@ struct FileSourceSpec {
 
 struct KafkaSourceSpec {
   std::string topic;
-  std::string bootstrap;       // empty: the embedded broker
+  std::string bootstrap;           // empty: the embedded broker
   std::string start = "earliest";  // earliest | latest
   // Read only what exists when the job starts, then end (watermark +inf),
   // like a file: replays, reconciliation, benchmarks.
@@ -86,9 +86,9 @@ struct AggregateSpec {
 struct WindowSpec {
   std::string from;
   enum class Kind { kTumbling, kHopping, kSession } kind = Kind::kTumbling;
-  int64_t size = 0;   // tumbling/hopping
-  int64_t slide = 0;  // hopping (== size for tumbling)
-  int64_t gap = 0;    // session
+  int64_t size = 0;                   // tumbling/hopping
+  int64_t slide = 0;                  // hopping (== size for tumbling)
+  int64_t gap = 0;                    // session
   std::vector<std::string> group_by;  // as written; output field names
   std::vector<FieldPath> group_paths;
   std::vector<AggregateSpec> aggregates;
@@ -205,7 +205,7 @@ struct SpecError {
 };
 
 struct ParseResult {
-  JobSpec spec;                 // meaningful only when errors is empty
+  JobSpec spec;  // meaningful only when errors is empty
   std::vector<SpecError> errors;
   bool ok() const { return errors.empty(); }
 };

@@ -65,7 +65,8 @@ std::string FormatDuration(int64_t signed_ms) {
     uint64_t ms;
     const char* name;
   };
-  static const U units[] = {{86'400'000, "d"}, {3'600'000, "h"}, {60'000, "m"}, {1000, "s"}, {1, "ms"}};
+  static const U units[] = {
+      {86'400'000, "d"}, {3'600'000, "h"}, {60'000, "m"}, {1000, "s"}, {1, "ms"}};
   for (const U& u : units) {
     if (ms >= u.ms) {
       absl::StrAppend(&out, ms / u.ms, u.name);
@@ -136,15 +137,13 @@ std::optional<int64_t> ParseIso8601(std::string_view s) {
   p += 3;
   if (p >= s.size() || s[p] != '-' || !Digits(s, p + 1, 2, &day)) return std::nullopt;
   p += 3;
-  if (month < 1 || month > 12 || day < 1 ||
-      day > DaysInMonth(year, static_cast<unsigned>(month)))
+  if (month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, static_cast<unsigned>(month)))
     return std::nullopt;
   int64_t hh = 0, mm = 0, ss = 0, frac_ms = 0, offset_min = 0;
   if (p < s.size()) {
     if (s[p] != 'T' && s[p] != 't' && s[p] != ' ') return std::nullopt;
     ++p;
-    if (!Digits(s, p, 2, &hh) || p + 2 >= s.size() || s[p + 2] != ':' ||
-        !Digits(s, p + 3, 2, &mm))
+    if (!Digits(s, p, 2, &hh) || p + 2 >= s.size() || s[p + 2] != ':' || !Digits(s, p + 3, 2, &mm))
       return std::nullopt;
     p += 5;
     if (p < s.size() && s[p] == ':') {

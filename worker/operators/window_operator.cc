@@ -23,7 +23,8 @@ void AppendInt128(__int128 v, std::string* out) {
     return;
   }
   bool neg = v < 0;
-  unsigned __int128 u = neg ? -static_cast<unsigned __int128>(v) : static_cast<unsigned __int128>(v);
+  unsigned __int128 u =
+      neg ? -static_cast<unsigned __int128>(v) : static_cast<unsigned __int128>(v);
   char buf[48];
   int n = 0;
   while (u > 0) {
@@ -183,7 +184,8 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(table_, ctx.OpenTable("windows"));
   too_late_ = ctx.OpCounter("too_late_total");
   for (int s = 0; s < 4; ++s) {
-    emitted_[s] = ctx.OpCounter("window_emitted_total", std::string("state=\"") + kStates[s] + "\"");
+    emitted_[s] =
+        ctx.OpCounter("window_emitted_total", std::string("state=\"") + kStates[s] + "\"");
   }
   windows_.clear();
   pending_on_time_.clear();
@@ -235,8 +237,9 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
       }
       int32_t dv = rec.FindChild(a, "dv");
       if (dv >= 0) {
-        rec.ForEachChild(static_cast<uint32_t>(dv),
-                         [&](uint32_t c) { acc.distinct.emplace(rec.Get(static_cast<int32_t>(c)).s); });
+        rec.ForEachChild(static_cast<uint32_t>(dv), [&](uint32_t c) {
+          acc.distinct.emplace(rec.Get(static_cast<int32_t>(c)).s);
+        });
       }
       w->accs.push_back(std::move(acc));
     });
@@ -280,8 +283,8 @@ std::string WindowOperator::GroupKey(const Record& r) {
 }
 
 WindowOperator::Window* WindowOperator::Touch(OperatorContext& ctx, const std::string& key,
-                                              const Record& group_src, int64_t start,
-                                              int64_t end, bool* created) {
+                                              const Record& group_src, int64_t start, int64_t end,
+                                              bool* created) {
   auto it = windows_.find(key);
   if (it != windows_.end()) {
     *created = false;
@@ -370,9 +373,8 @@ void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Ou
   o.EnsureRoot();
   o.AddString("window_start", FormatIso8601(w.start));
   o.AddString("window_end", FormatIso8601(w.end));
-  w.group.ForEachChild(0, [&](uint32_t c) {
-    o.AddValue(w.group.Key(c), w.group.Get(static_cast<int32_t>(c)));
-  });
+  w.group.ForEachChild(
+      0, [&](uint32_t c) { o.AddValue(w.group.Key(c), w.group.Get(static_cast<int32_t>(c))); });
   for (size_t i = 0; i < spec_.aggregates.size(); ++i) {
     const AggregateSpec& a = spec_.aggregates[i];
     const Acc& acc = w.accs[i];
@@ -462,7 +464,8 @@ bool WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r, Outpu
       const Acc& src = w.accs[i];
       const AggregateSpec& a = spec_.aggregates[i];
       if ((a.fn == AggFn::kMin || a.fn == AggFn::kMax) && src.ext.type != ValueType::kNull) {
-        int c = dst.ext.type == ValueType::kNull ? 0 : CompareValues(src.ext.view(), dst.ext.view());
+        int c =
+            dst.ext.type == ValueType::kNull ? 0 : CompareValues(src.ext.view(), dst.ext.view());
         if (dst.ext.type == ValueType::kNull || (a.fn == AggFn::kMin ? c < 0 : c > 0)) {
           dst.ext = src.ext;
         }
@@ -481,8 +484,8 @@ bool WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r, Outpu
   return true;
 }
 
-absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input,
-                                          const RecordBatch& batch, Output& out) {
+absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
+                                          Output& out) {
   const int64_t W = ctx.watermark();
   std::string key;
   for (const Record& r : batch) {

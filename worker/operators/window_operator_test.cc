@@ -56,14 +56,18 @@ TEST(WindowOperatorTest, OnTimeLateFinalAndTooLateByHand) {
   ASSERT_TRUE(h.AdvanceWatermark(T(10, 59)).ok());
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "window [10,11) is not complete before W=11:00";
   ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
-  EXPECT_THAT(h.TakeOutput(),
-              ElementsAre(R"({"window_start":"2026-10-01T10:00:00.000Z","window_end":"2026-10-01T11:00:00.000Z","revenue":150,"orders":2,"revision":1,"state":"ON_TIME"})"));
+  EXPECT_THAT(
+      h.TakeOutput(),
+      ElementsAre(
+          R"({"window_start":"2026-10-01T10:00:00.000Z","window_end":"2026-10-01T11:00:00.000Z","revenue":150,"orders":2,"revision":1,"state":"ON_TIME"})"));
   ASSERT_TRUE(h.ProcessJson(Amount(20), T(10, 30)).ok());
-  EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr(R"("revenue":170,"orders":3,"revision":2,"state":"LATE")")));
+  EXPECT_THAT(h.TakeOutput(),
+              ElementsAre(HasSubstr(R"("revenue":170,"orders":3,"revision":2,"state":"LATE")")));
   ASSERT_TRUE(h.AdvanceWatermark(T(11, 29)).ok());
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   ASSERT_TRUE(h.AdvanceWatermark(T(11, 30)).ok());
-  EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr(R"("revenue":170,"orders":3,"revision":3,"state":"FINAL")")));
+  EXPECT_THAT(h.TakeOutput(),
+              ElementsAre(HasSubstr(R"("revenue":170,"orders":3,"revision":3,"state":"FINAL")")));
   EXPECT_EQ(op.window_count(), 0u);
   ASSERT_TRUE(h.ProcessJson(Amount(30), T(10, 40)).ok());
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
@@ -102,12 +106,14 @@ TEST(WindowOperatorTest, EarlyFiresOnlyWhenChanged) {
   ASSERT_TRUE(h.SetProcessingTime(59'999).ok());
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   ASSERT_TRUE(h.SetProcessingTime(60'000).ok());
-  EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr(R"("revenue":7,"orders":1,"revision":1,"state":"EARLY")")));
+  EXPECT_THAT(h.TakeOutput(),
+              ElementsAre(HasSubstr(R"("revenue":7,"orders":1,"revision":1,"state":"EARLY")")));
   ASSERT_TRUE(h.SetProcessingTime(300'000).ok());
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "nothing new since the last emission";
   ASSERT_TRUE(h.ProcessJson(Amount(3), T(10, 1)).ok());
   ASSERT_TRUE(h.SetProcessingTime(360'000).ok());
-  EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr(R"("revenue":10,"orders":2,"revision":2,"state":"EARLY")")));
+  EXPECT_THAT(h.TakeOutput(),
+              ElementsAre(HasSubstr(R"("revenue":10,"orders":2,"revision":2,"state":"EARLY")")));
   ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
   EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr("\"revision\":3,\"state\":\"ON_TIME\""),
                                           HasSubstr("\"revision\":4,\"state\":\"FINAL\"")));
@@ -153,8 +159,10 @@ TEST(WindowOperatorTest, SnapshotRestoreContinuesRevisionsAndState) {
   ASSERT_TRUE(h2.ProcessJson(R"({"country":"PT","amount":1,"user":"c"})", T(10, 9)).ok());
   ASSERT_TRUE(h2.AdvanceWatermark(T(12, 0)).ok());
   EXPECT_EQ(h2.TakeOutput(), uninterrupted);
-  EXPECT_THAT(uninterrupted,
-              testing::Contains(HasSubstr(R"("country":"PT","revenue":4.75,"orders":4,"users":3,"revision":3,"state":"LATE")")));
+  EXPECT_THAT(
+      uninterrupted,
+      testing::Contains(HasSubstr(
+          R"("country":"PT","revenue":4.75,"orders":4,"users":3,"revision":3,"state":"LATE")")));
   std::filesystem::remove_all(dir);
 }
 

@@ -18,8 +18,8 @@
 #include "worker/connectors/kafka_source.h"
 #include "worker/operators/basic_operators.h"
 #include "worker/operators/dedup_operator.h"
-#include "worker/operators/table_join_operators.h"
 #include "worker/operators/interval_join_operator.h"
+#include "worker/operators/table_join_operators.h"
 #include "worker/operators/window_join_operator.h"
 #include "worker/operators/window_operator.h"
 #include "worker/runtime/event_time.h"
@@ -98,11 +98,11 @@ struct Pipeline::Impl {
   const Clock* clock = nullptr;
   bool arrival_mode = false;
 
-  std::vector<SourceNode> sources;    // node ids [0, S)
-  std::vector<OperatorNode> ops;      // node ids [S, S+O)
+  std::vector<SourceNode> sources;  // node ids [0, S)
+  std::vector<OperatorNode> ops;    // node ids [S, S+O)
   std::vector<SinkNode> sinks;
-  std::vector<NodeOutputs> outputs;   // per node id
-  std::vector<int64_t> node_wm;       // output watermark per node id
+  std::vector<NodeOutputs> outputs;  // per node id
+  std::vector<int64_t> node_wm;      // output watermark per node id
   std::vector<uint8_t> node_idle;
   int dead_letter_sink = -1;
 
@@ -314,7 +314,8 @@ absl::Status Pipeline::Impl::Build() {
       }
     }
     for (size_t in = 0; in < ops[i].inputs.size(); ++in) {
-      outputs[ops[i].inputs[in]].main.push_back(Edge{static_cast<int>(i), static_cast<int>(in), -1});
+      outputs[ops[i].inputs[in]].main.push_back(
+          Edge{static_cast<int>(i), static_cast<int>(in), -1});
     }
   }
 
@@ -386,8 +387,7 @@ absl::Status Pipeline::Impl::Build() {
   }
   started = last_progress = last_flush = std::chrono::steady_clock::now();
   Log()->debug("[job={}] {} sources, {} operators, {} sinks; processing time: {}", spec.name,
-               sources.size(), ops.size(), sinks.size(),
-               arrival_mode ? "arrival field" : "clock");
+               sources.size(), ops.size(), sinks.size(), arrival_mode ? "arrival field" : "clock");
   return absl::OkStatus();
 }
 
@@ -799,8 +799,7 @@ absl::Status Pipeline::Run() {
 
 std::string Pipeline::Summary() const {
   const Impl& im = *impl_;
-  std::string s = absl::StrFormat("records in: %d, results out: %d", im.records_in,
-                                  im.records_out);
+  std::string s = absl::StrFormat("records in: %d, results out: %d", im.records_in, im.records_out);
   for (const auto& [name, v] : metrics_.Snapshot()) {
     if (v == 0) continue;
     if (name.rfind("invalid_records_total", 0) == 0 || name.rfind("too_late_total", 0) == 0 ||
