@@ -53,7 +53,7 @@ void RunRandomStream(uint32_t seed, bool rocksdb) {
   std::mt19937 rng(seed);
   const std::string dir = ::testing::TempDir() + "/dedup_model_" + std::to_string(seed) + "_" +
                           std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   auto backend = [&]() -> std::unique_ptr<StateBackend> {
     if (!rocksdb) return NewMemoryBackend();
     auto b = OpenRocksDbBackend(dir + "/state");
@@ -127,7 +127,7 @@ void RunRandomStream(uint32_t seed, bool rocksdb) {
   EXPECT_EQ(*(*table)->CountKeys(), 0u);
   EXPECT_EQ(h.metrics().Value("dedup_passed_total", "op=\"unique\""),
             h.metrics().Value("dedup_expired_ids_total", "op=\"unique\""));
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
 }
 
 TEST(DedupOperatorModelTest, MatchesReferenceInMemory) {

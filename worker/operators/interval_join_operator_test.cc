@@ -436,7 +436,7 @@ TEST_P(IntervalJoinRestoreTest, SnapshotRestoreMidJoinEqualsTheUninterruptedRun)
   const bool rocksdb = GetParam();
   const std::string dir = ::testing::TempDir() + "/interval_join_" + std::to_string(::getpid()) +
                           (rocksdb ? "_rocks" : "_mem");
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   auto backend = [&](const std::string& name) -> std::unique_ptr<StateBackend> {
     if (!rocksdb) return NewMemoryBackend();
     auto b = OpenRocksDbBackend(dir + "/" + name);
@@ -488,7 +488,7 @@ TEST_P(IntervalJoinRestoreTest, SnapshotRestoreMidJoinEqualsTheUninterruptedRun)
                           RightOnly(r5),    // l3 (10:10) is 21m before r5 (10:31)
                           LeftOnly(l5)));   // end of input
   EXPECT_THAT(uninterrupted_late, ElementsAre(HasSubstr("l_late")));
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IntervalJoinRestoreTest, ::testing::Bool(),
@@ -541,7 +541,7 @@ TEST_P(IntervalJoinModelTest, MatchesBruteForceReference) {
   const std::string dir = ::testing::TempDir() + "/interval_join_model_" +
                           std::to_string(::getpid()) + "_" + std::to_string(seed) + "_" +
                           JoinTypeName(type);
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   auto op = Make(spec);
   std::unique_ptr<IntervalJoinOperator> restored;
   OperatorHarness h(op.get());
@@ -626,7 +626,7 @@ TEST_P(IntervalJoinModelTest, MatchesBruteForceReference) {
       ASSERT_TRUE(h.Snapshot(dir).ok());
       restored = Make(spec);
       ASSERT_TRUE(h.RestoreInto(restored.get(), dir, h.watermark()).ok());
-      std::filesystem::remove_all(dir);
+      RemoveTree(dir);
     }
   }
   IntervalJoinOperator* cur = restored != nullptr ? restored.get() : op.get();

@@ -56,7 +56,7 @@ TEST(LookupJoinTest, EnrichesWithLatestRowAndKeepsUnmatchedForLeftJoin) {
 
 TEST(LookupJoinTest, InnerJoinDropsUnmatchedAndStateSurvivesRestore) {
   std::string dir = ::testing::TempDir() + "/lookup_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   LookupJoinOperator op(Spec(JoinType::kInner, "code", "code"), "countries");
   OperatorHarness h(&op);
   ASSERT_TRUE(h.Open().ok());
@@ -69,7 +69,7 @@ TEST(LookupJoinTest, InnerJoinDropsUnmatchedAndStateSurvivesRestore) {
   ASSERT_TRUE(h.ProcessBatch({{R"({"code":1.0})", 5}, {R"({"code":2})", 6}}).ok());
   EXPECT_THAT(h.TakeOutput(),
               ElementsAre(R"({"code":1.0,"countries":{"code":1,"name":"Portugal"}})"));
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
 }
 
 TEST(TemporalJoinTest, JoinsTheVersionValidAtEventTimeAfterTheWatermark) {
@@ -114,7 +114,7 @@ TEST(TemporalJoinTest, JoinsTheVersionValidAtEventTimeAfterTheWatermark) {
 
 TEST(TemporalJoinTest, InnerJoinDropsUnmatchedAndPendingSurvivesRestore) {
   std::string dir = ::testing::TempDir() + "/temporal_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   TemporalJoinOperator op(Spec(JoinType::kInner, "k", "k"), "t");
   OperatorHarness h(&op);
   ASSERT_TRUE(h.Open().ok());
@@ -127,7 +127,7 @@ TEST(TemporalJoinTest, InnerJoinDropsUnmatchedAndPendingSurvivesRestore) {
   ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
   EXPECT_THAT(h.TakeOutput(), ElementsAre(R"({"k":"a","n":1,"t":{"k":"a","v":1}})"));
   EXPECT_EQ(restored.version_count(), 0u);
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
 }
 
 }  // namespace

@@ -227,7 +227,7 @@ TEST(WindowJoinTest, CompositeAndNullKeys) {
 
 TEST(WindowJoinTest, SnapshotRestoreBetweenCloseAndFinalEqualsTheUninterruptedRun) {
   const std::string dir = ::testing::TempDir() + "/window_join_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   const WindowJoinSpec spec = Spec(JoinType::kFull, kHour, kHour, 30 * kMin);
   auto run_rest = [&](OperatorHarness& h) {
     EXPECT_TRUE(h.ProcessJson(Row("r_late", "1"), T(10, 40), R).ok());
@@ -260,7 +260,7 @@ TEST(WindowJoinTest, SnapshotRestoreBetweenCloseAndFinalEqualsTheUninterruptedRu
   EXPECT_EQ(restored.window_count(), 1u);
   run_rest(h2);
   EXPECT_EQ(h2.TakeOutput(), uninterrupted);
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
 }
 
 // ---------------------------------------------------------------------------
@@ -305,7 +305,7 @@ TEST_P(WindowJoinModelTest, MatchesBruteForceReference) {
   const std::string dir = ::testing::TempDir() + "/window_join_model_" +
                           std::to_string(::getpid()) + "_" + std::to_string(seed) + "_" +
                           JoinTypeName(type);
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   auto op = std::make_unique<WindowJoinOperator>(spec);
   std::unique_ptr<WindowJoinOperator> restored;
   OperatorHarness h(op.get());
@@ -402,7 +402,7 @@ TEST_P(WindowJoinModelTest, MatchesBruteForceReference) {
       ASSERT_TRUE(h.Snapshot(dir).ok());
       restored = std::make_unique<WindowJoinOperator>(spec);
       ASSERT_TRUE(h.RestoreInto(restored.get(), dir, h.watermark()).ok());
-      std::filesystem::remove_all(dir);
+      RemoveTree(dir);
     }
   }
   EXPECT_EQ(static_cast<int>(h.TakeSide("too_late").size()), too_late);

@@ -121,7 +121,7 @@ TEST(WindowOperatorTest, EarlyFiresOnlyWhenChanged) {
 
 TEST(WindowOperatorTest, SnapshotRestoreContinuesRevisionsAndState) {
   std::string dir = ::testing::TempDir() + "/window_snapshot_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
   WindowSpec spec = Tumbling(kHour, kHour, kMin);
   spec.group_by = {"country"};
   spec.group_paths = {FieldPath::Parse("country")};
@@ -163,7 +163,7 @@ TEST(WindowOperatorTest, SnapshotRestoreContinuesRevisionsAndState) {
       uninterrupted,
       testing::Contains(HasSubstr(
           R"("country":"PT","revenue":4.75,"orders":4,"users":3,"revision":3,"state":"LATE")")));
-  std::filesystem::remove_all(dir);
+  RemoveTree(dir);
 }
 
 TEST(WindowOperatorTest, ExpiredStateIsDeletedFromTheBackend) {

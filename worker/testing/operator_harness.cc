@@ -1,6 +1,14 @@
 #include "worker/testing/operator_harness.h"
 
+#include <filesystem>
+#include <system_error>
+
 namespace caravela {
+
+void RemoveTree(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
 
 OperatorHarness::OperatorHarness(Operator* op, std::unique_ptr<StateBackend> backend,
                                  std::string name)

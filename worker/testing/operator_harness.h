@@ -21,6 +21,10 @@
 
 namespace caravela {
 
+// Removes a test directory, best effort: never throws (RocksDB background
+// threads may still be deleting files in it).
+void RemoveTree(const std::string& dir);
+
 class OperatorHarness {
  public:
   // `op` is not owned. With no backend given, an in-memory one is created.
