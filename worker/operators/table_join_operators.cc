@@ -143,11 +143,12 @@ absl::Status TemporalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   for (const Record& r : batch) {
     if (r.event_time < W) {
       too_late_->Add();
+      Record& s = out.EmitSide(0);
       BuildSideRecord(ctx, r,
                       input == 1 ? "table version older than the watermark"
                                  : "stream record older than the watermark",
-                      &out.EmitSide(0));
-      out.side(0)[out.side(0).size() - 1].AddString("side", input == 1 ? "table" : "stream");
+                      &s);
+      s.AddString("side", input == 1 ? "table" : "stream");
       continue;
     }
     bool has_key = EncodeKey(r, paths, &key_);
