@@ -28,8 +28,7 @@ bool NumberToMs(const Value& v, int64_t unit, int64_t* out) {
       return !__builtin_mul_overflow(v.i, unit, out);
     case ValueType::kDecimal: {
       __int128 m = static_cast<__int128>(v.i) * unit;
-      __int128 p = 1;
-      for (int i = 0; i < v.scale; ++i) p *= 10;
+      __int128 p = kPow10[v.scale];
       __int128 q = m / p;
       if ((m % p != 0) && (m < 0)) --q;
       if (q > INT64_MAX || q < INT64_MIN) return false;
