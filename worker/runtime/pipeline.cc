@@ -15,6 +15,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/connectors/file_connectors.h"
 #include "worker/connectors/kafka_sink.h"
+#include "worker/connectors/sink_factory.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/operators/basic_operators.h"
 #include "worker/operators/dedup_operator.h"
@@ -112,6 +113,8 @@ struct Pipeline::Impl {
   int64_t poll_now = kMinTime;
   std::string json;
   std::string key;
+  const FieldPath revision_path = FieldPath::Parse("revision");
+  const FieldPath state_path = FieldPath::Parse("state");
   int64_t records_in = 0;
   int64_t records_out = 0;
   int64_t invalid_total = 0;
@@ -323,21 +326,11 @@ absl::Status Pipeline::Impl::Build() {
   for (const SinkSpec& ss : spec.sinks) {
     SinkNode sn;
     sn.name = ss.from;
-    switch (ss.kind) {
-      case SinkSpec::Kind::kFile:
-        sn.sink = std::make_unique<FileSink>(ss.path);
-        break;
-      case SinkSpec::Kind::kStdout:
-        sn.sink = std::make_unique<StdoutSink>();
-        break;
-      case SinkSpec::Kind::kKafka: {
-        KafkaSinkOptions ko;
-        ko.bootstrap = ss.bootstrap.empty() ? options.embedded_bootstrap : ss.bootstrap;
-        ko.topic = ss.topic;
-        sn.sink = std::make_unique<KafkaSink>(ko);
-        break;
-      }
-    }
+    SinkContext sc;
+    sc.job_name = spec.name;
+    sc.embedded_bootstrap = options.embedded_bootstrap;
+    sc.sink_index = static_cast<int>(sinks.size());
+    ASSIGN_OR_RETURN(sn.sink, MakeSink(ss, sc));
     absl::Status st = sn.sink->Open();
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("sink for ", ss.from, ": ", st.message()));
@@ -541,7 +534,16 @@ absl::Status Pipeline::Impl::WriteSink(int sink_id, int node, const Record& r,
   }
   sn.written->Add();
   ++records_out;
-  return sn.sink->Write(key, json);
+  SinkRecord sr;
+  sr.key = key;
+  sr.value = json;
+  if (!sn.dead_letter && side_name.empty()) {
+    Value rev = r.GetPath(revision_path);
+    if (rev.type == ValueType::kInt) sr.revision = rev.i;
+    Value st = r.GetPath(state_path);
+    if (st.type == ValueType::kString) sr.state = st.s;
+  }
+  return sn.sink->WriteRecord(sr);
 }
 
 absl::Status Pipeline::Impl::Dispatch(int node) {

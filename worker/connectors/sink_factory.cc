@@ -1,0 +1,24 @@
+#include "worker/connectors/sink_factory.h"
+
+#include "worker/connectors/file_connectors.h"
+#include "worker/connectors/kafka_sink.h"
+
+namespace caravela {
+
+absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkContext& ctx) {
+  switch (spec.kind) {
+    case SinkSpec::Kind::kFile:
+      return std::make_unique<FileSink>(spec.path);
+    case SinkSpec::Kind::kStdout:
+      return std::make_unique<StdoutSink>();
+    case SinkSpec::Kind::kKafka: {
+      KafkaSinkOptions ko;
+      ko.bootstrap = spec.bootstrap.empty() ? ctx.embedded_bootstrap : spec.bootstrap;
+      ko.topic = spec.topic;
+      return std::make_unique<KafkaSink>(ko);
+    }
+  }
+  return absl::InvalidArgumentError("unknown sink kind");
+}
+
+}  // namespace caravela

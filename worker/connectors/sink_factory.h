@@ -1,0 +1,28 @@
+// Builds the sink a job's `spec.sinks[i]` describes. New sink kinds are added
+// here (and in job_spec's SinkSpec), not in the runtime.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "worker/connectors/sink.h"
+
+namespace caravela {
+
+struct SinkContext {
+  std::string job_name;
+  // Bootstrap of the embedded broker for Kafka sinks that name none.
+  std::string embedded_bootstrap;
+  // Index of the sink in spec.sinks (transactional ids, table names).
+  int sink_index = 0;
+  // The run's epoch: 0 for a fresh job, +1 on every start from a checkpoint.
+  int64_t epoch = 0;
+};
+
+// Returns the sink, not yet opened.
+absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkContext& ctx);
+
+}  // namespace caravela
