@@ -103,6 +103,17 @@ bool JobSpec::NeedsEmbeddedBroker() const {
   return false;
 }
 
+bool IsSqlIdentifier(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    bool digit = c >= '0' && c <= '9';
+    if (!alpha && !(digit && i > 0)) return false;
+  }
+  return true;
+}
+
 namespace {
 
 void ResolvePath(const std::string& base_dir, std::string* path) {
@@ -1189,10 +1200,10 @@ class SpecParser {
   }
 
   void Sink(const YAML::Node& n, const std::string& path) {
-    if (!CheckMap(n, path, {"from", "file", "kafka", "stdout"})) return;
+    if (!CheckMap(n, path, {"from", "file", "kafka", "postgres", "stdout"})) return;
     SinkSpec sink;
     SinkInput(n, path, &sink.from);
-    std::string kind = ExactlyOne(n, path, {"file", "kafka", "stdout"});
+    std::string kind = ExactlyOne(n, path, {"file", "kafka", "postgres", "stdout"});
     std::string kpath = Join(path, kind);
     YAML::Node k = Field(n, kind);
     if (kind == "file") {
@@ -1205,6 +1216,26 @@ class SpecParser {
       if (CheckMap(k, kpath, {"topic", "bootstrap"})) {
         if (auto t = String(k, "topic", kpath, true)) sink.topic = *t;
         if (auto b = String(k, "bootstrap", kpath, false)) sink.bootstrap = *b;
+      }
+    } else if (kind == "postgres") {
+      sink.kind = SinkSpec::Kind::kPostgres;
+      if (CheckMap(k, kpath, {"dsn", "table"})) {
+        if (auto d = String(k, "dsn", kpath, true)) sink.dsn = *d;
+        if (auto t = String(k, "table", kpath, true)) {
+          sink.table = *t;
+          std::string_view name = *t;
+          size_t dot = name.find('.');
+          bool ok = dot == std::string_view::npos ? IsSqlIdentifier(name)
+                                                  : IsSqlIdentifier(name.substr(0, dot)) &&
+                                                        IsSqlIdentifier(name.substr(dot + 1));
+          if (!ok) {
+            Err(Join(kpath, "table"),
+                absl::StrCat("expected a table name such as hourly_revenue or "
+                             "analytics.hourly_revenue (letters, digits and _, not starting "
+                             "with a digit, at most 63 characters per part), got ",
+                             Quote(*t)));
+          }
+        }
       }
     } else if (kind == "stdout") {
       sink.kind = SinkSpec::Kind::kStdout;

@@ -170,11 +170,18 @@ struct OperatorSpec {
 
 struct SinkSpec {
   std::string from;  // a source, an operator, or "<node>.<side output>"
-  enum class Kind { kFile, kKafka, kStdout } kind = Kind::kFile;
+  enum class Kind { kFile, kKafka, kStdout, kPostgres } kind = Kind::kFile;
   std::string path;       // file
   std::string topic;      // kafka
   std::string bootstrap;  // kafka; empty: the embedded broker
+  std::string dsn;        // postgres: libpq connection string or postgresql:// URI
+  std::string table;      // postgres: [schema.]table, SQL identifiers (see IsSqlIdentifier)
 };
+
+// True for an unquoted SQL identifier: [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes
+// (PostgreSQL's NAMEDATALEN - 1). The postgres sink folds it to lower case, as
+// PostgreSQL does for unquoted names.
+bool IsSqlIdentifier(std::string_view name);
 
 struct CheckpointSpec {
   int64_t interval = 0;  // 0 = no checkpoints

@@ -478,12 +478,12 @@ TEST(JobSpecTest, FromReferences) {
               ElementsAre("spec.sinks[0].from: required field is missing"));
   EXPECT_THAT(JobErrors("", "    - {from: src.invalid, stdout: {}}\n"), IsEmpty());
   EXPECT_THAT(JobErrors("", "    - {from: src}\n"),
-              ElementsAre("spec.sinks[0]: expected one of file, kafka, stdout"));
+              ElementsAre("spec.sinks[0]: expected one of file, kafka, postgres, stdout"));
   EXPECT_THAT(JobErrors("", "    - {from: src, stdout: false}\n"),
               ElementsAre("spec.sinks[0].stdout: expected {} or true, got \"false\""));
   EXPECT_THAT(JobErrors("", "    - {from: src, stdout: {}, file: {path: x}}\n"),
-              ElementsAre("spec.sinks[0]: expected exactly one of file, kafka, stdout, got file "
-                          "and stdout"));
+              ElementsAre("spec.sinks[0]: expected exactly one of file, kafka, postgres, "
+                          "stdout, got file and stdout"));
   EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {bootstrap: x}}\n"),
               ElementsAre("spec.sinks[0].kafka.topic: required field is missing"));
   // The known list is capped.
@@ -494,6 +494,59 @@ TEST(JobSpecTest, FromReferences) {
   EXPECT_THAT(JobErrors(many, "    - {from: nope, stdout: {}}\n"),
               ElementsAre("spec.sinks[0].from: unknown node \"nope\" (known: src, f0, f1, f2, f3, "
                           "f4, f5, f6, f7, f8, ...)"));
+}
+
+TEST(JobSpecTest, PostgresSink) {
+  ParseResult r = ParseJobSpec(
+      Job("",
+          "    - {from: src, postgres: {dsn: \"host=127.0.0.1 port=5432 dbname=x user=y\", "
+          "table: hourly_revenue}}\n"
+          "    - {from: src, postgres: {dsn: \"postgresql://u@h/db\", table: An_1.T_2}}\n"));
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
+  ASSERT_EQ(r.spec.sinks.size(), 2u);
+  EXPECT_EQ(r.spec.sinks[0].kind, SinkSpec::Kind::kPostgres);
+  EXPECT_EQ(r.spec.sinks[0].dsn, "host=127.0.0.1 port=5432 dbname=x user=y");
+  EXPECT_EQ(r.spec.sinks[0].table, "hourly_revenue");
+  EXPECT_EQ(r.spec.sinks[1].table, "An_1.T_2");
+  EXPECT_FALSE(r.spec.NeedsEmbeddedBroker());
+
+  EXPECT_THAT(JobErrors("", "    - {from: src, postgres: {dsn: \"dbname=x\"}}\n"),
+              ElementsAre("spec.sinks[0].postgres.table: required field is missing"));
+  EXPECT_THAT(JobErrors("", "    - {from: src, postgres: {table: t}}\n"),
+              ElementsAre("spec.sinks[0].postgres.dsn: required field is missing"));
+  EXPECT_THAT(JobErrors("", "    - {from: src, postgres: {dsn: \"\", table: t}}\n"),
+              ElementsAre("spec.sinks[0].postgres.dsn: expected a non-empty string"));
+  EXPECT_THAT(JobErrors("", "    - {from: src, postgres: {dsn: x, table: t, tabel: u}}\n"),
+              ElementsAre("spec.sinks[0].postgres.tabel: unknown field \"tabel\" (did you mean "
+                          "\"table\"?)"));
+  EXPECT_THAT(JobErrors("", "    - {from: src, postgres: true}\n"),
+              ElementsAre("spec.sinks[0].postgres: expected a mapping, got \"true\""));
+  for (const char* bad : {"\"1abc\"", "\"hourly-revenue\"", "\"a.b.c\"", "\"a.\"",
+                          "\"drop table x;\"", "\"\\\"quoted\\\"\""}) {
+    std::vector<std::string> errs =
+        JobErrors("", std::string("    - {from: src, postgres: {dsn: x, table: ") + bad + "}}\n");
+    ASSERT_EQ(errs.size(), 1u) << bad;
+    EXPECT_THAT(errs[0], StartsWith("spec.sinks[0].postgres.table: expected a table name")) << bad;
+  }
+  EXPECT_THAT(
+      JobErrors("", "    - {from: src, postgres: {dsn: x, table: " + std::string(64, 'a') + "}}\n"),
+      ElementsAre(HasSubstr("at most 63 characters")));
+  EXPECT_THAT(
+      JobErrors("", "    - {from: src, postgres: {dsn: x, table: " + std::string(63, 'a') + "}}\n"),
+      IsEmpty());
+}
+
+TEST(JobSpecTest, SqlIdentifier) {
+  EXPECT_TRUE(IsSqlIdentifier("a"));
+  EXPECT_TRUE(IsSqlIdentifier("_x9"));
+  EXPECT_TRUE(IsSqlIdentifier("Hourly_Revenue"));
+  EXPECT_FALSE(IsSqlIdentifier(""));
+  EXPECT_FALSE(IsSqlIdentifier("9a"));
+  EXPECT_FALSE(IsSqlIdentifier("a b"));
+  EXPECT_FALSE(IsSqlIdentifier("a\"b"));
+  EXPECT_FALSE(IsSqlIdentifier("\xc3\xa1"));
+  EXPECT_TRUE(IsSqlIdentifier(std::string(63, 'z')));
+  EXPECT_FALSE(IsSqlIdentifier(std::string(64, 'z')));
 }
 
 TEST(JobSpecTest, EventTimeIsRequiredForDedupAndWindow) {
