@@ -1,7 +1,9 @@
 #include "worker/connectors/sink_factory.h"
 
+#include "absl/strings/str_cat.h"
 #include "worker/connectors/file_connectors.h"
 #include "worker/connectors/kafka_sink.h"
+#include "worker/connectors/postgres_sink.h"
 
 namespace caravela {
 
@@ -16,6 +18,14 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
       ko.bootstrap = spec.bootstrap.empty() ? ctx.embedded_bootstrap : spec.bootstrap;
       ko.topic = spec.topic;
       return std::make_unique<KafkaSink>(ko);
+    }
+    case SinkSpec::Kind::kPostgres: {
+      PostgresSinkOptions po;
+      po.dsn = spec.dsn;
+      po.table = spec.table;
+      po.epoch = ctx.epoch;
+      po.yaml_path = absl::StrCat("spec.sinks[", ctx.sink_index, "].postgres");
+      return std::make_unique<PostgresSink>(po);
     }
   }
   return absl::InvalidArgumentError("unknown sink kind");
