@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -143,6 +144,8 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
     return absl::InternalError(absl::StrCat("mkdtemp ", templ, ": ", std::strerror(errno)));
   }
   s->dir_ = templ;
+  uid_t server_uid = getuid();
+  gid_t server_gid = getgid();
   if (s->run_as_postgres_) {
     passwd* pw = getpwnam("postgres");
     if (pw == nullptr) {
@@ -151,6 +154,8 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
           "server as (initdb refuses root): run scripts/install-deps (the Debian package "
           "postgresql creates it)");
     }
+    server_uid = pw->pw_uid;
+    server_gid = pw->pw_gid;
     if (chown(s->dir_.c_str(), pw->pw_uid, pw->pw_gid) != 0) {
       return absl::InternalError(
           absl::StrCat("chown ", s->dir_, " to postgres: ", std::strerror(errno)));
@@ -163,14 +168,42 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
     return out;
   };
 
+  // initdb takes ~2 s, most of a server's start: it runs once into a template
+  // cluster kept in `base` (per server user and binary directory), which each
+  // server copies. Concurrent test processes race benignly: each builds its own
+  // candidate and the first rename wins.
+  const std::string tmpl =
+      absl::StrCat(base, "/caravela-pg-template-", s->run_as_postgres_ ? "postgres" : "uid",
+                   getuid(), "-", std::hash<std::string>()(s->bin_dir_) % 1000000007);
+  if (access((tmpl + "/data/PG_VERSION").c_str(), F_OK) != 0) {
+    std::string cand = base + "/caravela-pg-template-tmp-XXXXXX";
+    if (mkdtemp(cand.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat("mkdtemp ", cand, ": ", std::strerror(errno)));
+    }
+    if (s->run_as_postgres_ && chown(cand.c_str(), server_uid, server_gid) != 0) {
+      std::string err = std::strerror(errno);
+      RemoveTree(cand);
+      return absl::InternalError(absl::StrCat("chown ", cand, " to postgres: ", err));
+    }
+    const std::string initdb_log = s->dir_ + "/initdb.log";
+    int rc =
+        Run(as_server_user({s->bin_dir_ + "/initdb", "-D", cand + "/data", "-U", "caravela", "-A",
+                            "trust", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"}),
+            s->dir_, initdb_log);
+    if (rc != 0) {
+      RemoveTree(cand);
+      return absl::InternalError(absl::StrCat("initdb -D ", cand, "/data exited with ", rc, ":\n",
+                                              Tail(ReadFile(initdb_log), 15)));
+    }
+    if (rename(cand.c_str(), tmpl.c_str()) != 0) RemoveTree(cand);  // another process won
+  }
   const std::string data = s->dir_ + "/data";
-  const std::string initdb_log = s->dir_ + "/initdb.log";
-  int rc = Run(as_server_user({s->bin_dir_ + "/initdb", "-D", data, "-U", "caravela", "-A", "trust",
-                               "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"}),
-               s->dir_, initdb_log);
+  const std::string cp_log = s->dir_ + "/cp.log";
+  int rc = Run(as_server_user({"cp", "-a", tmpl + "/data", data}), s->dir_, cp_log);
   if (rc != 0) {
-    return absl::InternalError(absl::StrCat("initdb -D ", data, " exited with ", rc, ":\n",
-                                            Tail(ReadFile(initdb_log), 15)));
+    return absl::InternalError(absl::StrCat("cp -a ", tmpl, "/data ", data, " exited with ", rc,
+                                            ": ", ReadFile(cp_log),
+                                            " (delete the template directory to rebuild it)"));
   }
 
   // The free port may be taken between FreePort() and the server's bind: retry.

@@ -1,8 +1,10 @@
 // A real, throwaway PostgreSQL server for tests (no mocks).
 //
 // PostgresServer::Start() runs the Debian packages' binaries
-// (/usr/lib/postgresql/15/bin, or $CARAVELA_PG_BINDIR): initdb into a fresh temp
-// directory, then `pg_ctl start -w` (returns once the server accepts connections)
+// (/usr/lib/postgresql/15/bin, or $CARAVELA_PG_BINDIR): a fresh cluster in a new
+// temp directory (copied from a template that initdb makes once and leaves in
+// the temp dir as caravela-pg-template-*, since initdb takes ~2 s), then
+// `pg_ctl start -w` (returns once the server accepts connections)
 // listening on 127.0.0.1 at a free port and on a unix socket in that directory,
 // with fsync/synchronous_commit/full_page_writes off. Authentication is `trust`;
 // the superuser is `caravela`. initdb refuses to run as root, so when the test
