@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/hash/hash.h"
 #include "worker/operators/join_key.h"
 #include "worker/state/key_codec.h"
 
@@ -13,14 +12,6 @@ constexpr char kNullKeyPrefix = '\x00';
 constexpr char kKeyPrefix = '\x01';
 constexpr size_t kTimeSeqBytes = 16;  // big-endian time + sequence after the join key
 constexpr const char* kSideNames[] = {"left", "right"};
-
-// Time of a stored row, from its table key.
-int64_t RowTime(std::string_view table_key) {
-  std::string_view tail = table_key.substr(table_key.size() - kTimeSeqBytes);
-  int64_t t = 0;
-  ReadBigEndian64(&tail, &t);
-  return t;
-}
 
 }  // namespace
 
@@ -61,16 +52,36 @@ int64_t IntervalJoinOperator::OutputWatermark(int64_t w) const {
   return SatAdd(SatAdd(w, -spec_.allowed_lateness), -pad);
 }
 
-size_t IntervalJoinOperator::KeyHash(std::string_view table_key) {
-  return absl::Hash<std::string_view>{}(table_key.substr(0, table_key.size() - kTimeSeqBytes));
+void IntervalJoinOperator::TableKey(const std::string& key, int64_t time, uint64_t seq,
+                                    std::string* out) {
+  out->assign(key);
+  AppendBigEndian64(out, time);
+  AppendBigEndian64(out, static_cast<int64_t>(seq));
 }
 
-void IntervalJoinOperator::AddRow(int side, std::string_view table_key, bool matched) {
-  Pending p{Expiry(side, RowTime(table_key)), side, std::string(table_key)};
-  p.matched = matched;
-  pending_.insert(std::move(p));
+void IntervalJoinOperator::MarkDirty(int side, RowMap::value_type* entry) {
+  if (entry->second.dirty) return;
+  entry->second.dirty = true;
+  dirty_keys_.emplace_back(side, entry);
+}
+
+IntervalJoinOperator::Row& IntervalJoinOperator::AddRow(int side, const std::string& key,
+                                                        int64_t time, uint64_t seq, bool matched,
+                                                        Record rec, bool persisted) {
+  auto [it, inserted] = rows_[side].try_emplace(key);
+  std::vector<Row>& rows = it->second.rows;
+  // Rows mostly arrive in time order: search from the back.
+  auto pos = rows.end();
+  while (pos != rows.begin() &&
+         std::tie(std::prev(pos)->time, std::prev(pos)->seq) > std::tie(time, seq)) {
+    --pos;
+  }
+  pos = rows.insert(pos,
+                    Row{time, seq, matched, persisted ? Row::kClean : Row::kNew, std::move(rec)});
+  if (!persisted) MarkDirty(side, &*it);
+  pending_.insert(Pending{Expiry(side, time), side, &it->first, time, seq});
   ++buffered_[side];
-  if (table_key[0] == kKeyPrefix) ++key_rows_[side][KeyHash(table_key)];
+  return *pos;
 }
 
 bool IntervalJoinOperator::EncodeKey(const Record& r, int side) {
@@ -87,9 +98,12 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");
   pending_.clear();
-  buffered_[kLeft] = buffered_[kRight] = 0;
-  key_rows_[kLeft].clear();
-  key_rows_[kRight].clear();
+  dirty_keys_.clear();
+  deleted_.clear();
+  for (int side : {kLeft, kRight}) {
+    rows_[side].clear();
+    buffered_[side] = 0;
+  }
   seq_dirty_ = false;
   next_seq_ = 0;
   std::string seq;
@@ -104,12 +118,21 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   }
   for (int side : {kLeft, kRight}) {
     bool corrupt = false;
+    Record rec;
     RETURN_IF_ERROR(tables_[side]->Scan("", "", [&](std::string_view key, std::string_view value) {
-      if (key.size() <= kTimeSeqBytes || value.empty()) {
+      if (key.size() <= kTimeSeqBytes || value.empty() ||
+          !decoder_.Decode(value.substr(1), &rec).ok()) {
         corrupt = true;
         return false;
       }
-      AddRow(side, key, value[0] == 'm');
+      std::string_view tail = key.substr(key.size() - kTimeSeqBytes);
+      int64_t t = 0, s = 0;
+      ReadBigEndian64(&tail, &t);
+      ReadBigEndian64(&tail, &s);
+      rec.event_time = t;
+      AddRow(side, std::string(key.substr(0, key.size() - kTimeSeqBytes)), t,
+             static_cast<uint64_t>(s), value[0] == 'm', std::move(rec), true);
+      rec = Record();
       return true;
     }));
     if (corrupt) {
@@ -127,6 +150,7 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   }
   const int side = input;
   const int other = 1 - side;
+  const bool mark_partners = Outer(other);
   const int64_t oldest = SatAdd(ctx.watermark(), -spec_.allowed_lateness);
   for (const Record& r : batch) {
     const int64_t t = r.event_time;
@@ -139,74 +163,47 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     }
     const bool has_key = EncodeKey(r, side);
     bool matched = false;
-    // Skip the range scan when the other side holds no row with this key.
-    if (has_key && key_rows_[other].contains(absl::Hash<std::string_view>{}(key_))) {
+    auto partners = has_key ? rows_[other].find(key_) : rows_[other].end();
+    if (partners != rows_[other].end()) {
       // Partner times: r - l in [lower, upper].
-      int64_t lo = side == kLeft ? SatAdd(t, spec_.lower) : SatAdd(t, -spec_.upper);
-      int64_t hi = side == kLeft ? SatAdd(t, spec_.upper) : SatAdd(t, -spec_.lower);
-      begin_ = key_;
-      AppendBigEndian64(&begin_, lo);
-      if (hi == kMaxTime) {
-        end_ = PrefixEnd(key_);
-      } else {
-        end_ = key_;
-        AppendBigEndian64(&end_, hi + 1);
+      const int64_t lo = side == kLeft ? SatAdd(t, spec_.lower) : SatAdd(t, -spec_.upper);
+      const int64_t hi = side == kLeft ? SatAdd(t, spec_.upper) : SatAdd(t, -spec_.lower);
+      std::vector<Row>& rows = partners->second.rows;
+      auto p = std::lower_bound(rows.begin(), rows.end(), lo,
+                                [](const Row& row, int64_t v) { return row.time < v; });
+      for (; p != rows.end() && p->time <= hi; ++p) {
+        Record& o = out.Emit();
+        o.EnsureRoot();
+        const Record& left = side == kLeft ? r : p->rec;
+        const Record& right = side == kLeft ? p->rec : r;
+        o.AddValue("left", left.Get(0));
+        o.AddValue("right", right.Get(0));
+        if (where_ != nullptr && !IsTrue(where_->Eval(o))) {
+          out.main().PopBack();
+          continue;
+        }
+        o.event_time = std::max(t, p->time);
+        o.arrival = r.arrival;
+        o.partition = r.partition;
+        o.offset = r.offset;
+        matches_->Add();
+        matched = true;
+        if (mark_partners && !p->matched) {
+          p->matched = true;
+          if (p->persisted == Row::kClean) {
+            p->persisted = Row::kStale;
+            MarkDirty(other, &*partners);
+          }
+        }
       }
-      absl::Status error;
-      to_mark_.clear();
-      const bool mark_partners = Outer(other);
-      RETURN_IF_ERROR(
-          tables_[other]->Scan(begin_, end_, [&](std::string_view pkey, std::string_view pvalue) {
-            std::string_view json = pvalue.substr(1);
-            error = decoder_.Decode(json, &partner_);
-            if (!error.ok()) return false;
-            const int64_t pt = RowTime(pkey);
-            Record& o = out.Emit();
-            o.EnsureRoot();
-            const Record& left = side == kLeft ? r : partner_;
-            const Record& right = side == kLeft ? partner_ : r;
-            o.AddValue("left", left.Get(0));
-            o.AddValue("right", right.Get(0));
-            if (where_ != nullptr && !IsTrue(where_->Eval(o))) {
-              out.main().PopBack();
-              return true;
-            }
-            o.event_time = std::max(t, pt);
-            o.arrival = r.arrival;
-            o.partition = r.partition;
-            o.offset = r.offset;
-            matches_->Add();
-            matched = true;
-            if (mark_partners && pvalue[0] != 'm') {
-              auto it = pending_.find(Pending{Expiry(other, pt), other, std::string(pkey)});
-              if (it != pending_.end()) it->matched = true;
-              std::string v;
-              v.reserve(pvalue.size());
-              v.push_back('m');
-              v.append(json);
-              to_mark_.emplace_back(std::string(pkey), std::move(v));
-            }
-            return true;
-          }));
-      if (!error.ok()) {
-        return absl::DataLossError("corrupt join state in " + ctx.name() + ": " +
-                                   std::string(error.message()));
-      }
-      for (const auto& [k, v] : to_mark_) tables_[other]->Put(k, v);
     }
     // Rows that can never match are kept only if they may need a padded row.
     if (!has_key) {
       if (!Outer(side)) continue;
       key_.assign(1, kNullKeyPrefix);
     }
-    AppendBigEndian64(&key_, t);
-    AppendBigEndian64(&key_, static_cast<int64_t>(next_seq_++));
+    AddRow(side, key_, t, next_seq_++, matched, r, false);
     seq_dirty_ = true;
-    value_.clear();
-    value_.push_back(matched ? 'm' : '-');
-    r.AppendJson(&value_);
-    tables_[side]->Put(key_, value_);
-    AddRow(side, key_, matched);
   }
   // Rows of this batch that no future record can match (possible with a
   // negative upper or positive lower bound) are expired right away.
@@ -220,38 +217,59 @@ absl::Status IntervalJoinOperator::OnWatermark(OperatorContext& ctx, Output& out
 absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
   const int64_t w = ctx.watermark();
   while (!pending_.empty() && pending_.begin()->expiry < w) {
-    Pending p = *pending_.begin();
+    const Pending p = *pending_.begin();
     pending_.erase(pending_.begin());
-    StateTable* table = tables_[p.side];
-    if (Outer(p.side) && !p.matched) {
-      ASSIGN_OR_RETURN(bool found, table->Get(p.key, &value_));
-      if (found && !value_.empty() && value_[0] == '-') {
-        RETURN_IF_ERROR(decoder_.Decode(std::string_view(value_).substr(1), &partner_));
-        Record& o = out.Emit();
-        o.EnsureRoot();
-        if (p.side == kLeft) {
-          o.AddValue("left", partner_.Get(0));
-          o.AddNull("right");
-        } else {
-          o.AddNull("left");
-          o.AddValue("right", partner_.Get(0));
-        }
-        o.event_time = RowTime(p.key);
-        o.arrival = ctx.now();
-        padded_->Add();
+    auto entry = rows_[p.side].find(*p.key);
+    if (entry == rows_[p.side].end()) continue;  // cannot happen
+    std::vector<Row>& rows = entry->second.rows;
+    auto row = std::lower_bound(rows.begin(), rows.end(), std::make_pair(p.time, p.seq),
+                                [](const Row& x, const std::pair<int64_t, uint64_t>& v) {
+                                  return std::tie(x.time, x.seq) < std::tie(v.first, v.second);
+                                });
+    if (row == rows.end() || row->time != p.time || row->seq != p.seq) continue;
+    if (Outer(p.side) && !row->matched) {
+      Record& o = out.Emit();
+      o.EnsureRoot();
+      if (p.side == kLeft) {
+        o.AddValue("left", row->rec.Get(0));
+        o.AddNull("right");
+      } else {
+        o.AddNull("left");
+        o.AddValue("right", row->rec.Get(0));
       }
+      o.event_time = p.time;
+      o.arrival = ctx.now();
+      padded_->Add();
     }
-    table->Delete(p.key);
+    if (row->persisted != Row::kNew) {
+      TableKey(entry->first, p.time, p.seq, &table_key_);
+      deleted_.emplace_back(p.side, table_key_);
+    }
+    rows.erase(row);
     --buffered_[p.side];
-    if (p.key[0] == kKeyPrefix) {
-      auto it = key_rows_[p.side].find(KeyHash(p.key));
-      if (it != key_rows_[p.side].end() && --it->second == 0) key_rows_[p.side].erase(it);
-    }
+    if (rows.empty() && !entry->second.dirty) rows_[p.side].erase(entry);
   }
   return absl::OkStatus();
 }
 
 absl::Status IntervalJoinOperator::Flush(OperatorContext& ctx) {
+  for (auto& [side, entry] : dirty_keys_) {
+    entry->second.dirty = false;
+    for (Row& row : entry->second.rows) {
+      if (row.persisted == Row::kClean) continue;
+      TableKey(entry->first, row.time, row.seq, &table_key_);
+      value_.assign(1, row.matched ? 'm' : '-');
+      row.rec.AppendJson(&value_);
+      tables_[side]->Put(table_key_, value_);
+      row.persisted = Row::kClean;
+    }
+  }
+  for (auto& [side, entry] : dirty_keys_) {
+    if (entry->second.rows.empty()) rows_[side].erase(entry->first);
+  }
+  dirty_keys_.clear();
+  for (const auto& [side, key] : deleted_) tables_[side]->Delete(key);
+  deleted_.clear();
   if (seq_dirty_) {
     meta_->Put("seq", EncodeBigEndian64(static_cast<int64_t>(next_seq_)));
     seq_dirty_ = false;

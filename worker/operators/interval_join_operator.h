@@ -26,25 +26,30 @@
 // row-time interval join does; neither padded rows nor matches are then late
 // for a downstream operator.
 //
-// State (in the backend, write-through; one table per side, "left"/"right"):
+// State: one table per side ("left"/"right"):
 //   key   = join-key bytes + AppendBigEndian64(time) + AppendBigEndian64(seq)
 //   value = 1 flag byte ('m' matched, '-' not yet) + the row's JSON
 // Join-key bytes are 0x01 + AppendJoinKey (join_key.h: self-delimiting), so
-// the partners of a left row at t are exactly one range scan over
-// (key, [t + lower, t + upper]) of the right table (and symmetrically). Rows
-// with a null key are stored only on an outer side (for their padded row)
-// under the prefix 0x00, which no scan visits. Table "meta" holds the next
-// sequence number.
-// A row is deleted as soon as no future record can match it: future records
+// the rows of one key sorted by time are one range of the table. Rows with a
+// null key are stored only on an outer side (for their padded row) under the
+// prefix 0x00, which never matches. Table "meta" holds the next sequence
+// number.
+// The working set is in memory, write-behind: per side, join key -> rows
+// sorted by (time, seq), each decoded once; partners of a row at t are a
+// binary search + walk over the other side's rows of its key within
+// [t + lower, t + upper] (or [t - upper, t - lower]). Flush() (called by the
+// runtime before a checkpoint and at least once a second) writes rows that
+// are new or whose matched flag changed since the last Flush and deletes the
+// persisted rows that expired; a row that lives and dies between two flushes
+// never touches the backend. Open() rebuilds the working set from the
+// tables, so a restored backend resumes exactly. (The working set must fit
+// in memory: ~300-400 bytes per buffered row plus the row's fields.)
+// A row is dropped as soon as no future record can match it: future records
 // have time >= W - allowed_lateness, so a left row at l goes when
 // W > l + upper + allowed_lateness, a right row at r when
 // W > r - lower + allowed_lateness; that is also when its padded row is due.
-// Expiry uses an in-memory index ordered by (expiry time, side, table key)
-// that also knows whether each row matched (so a matched row is deleted
-// without being read), and a per-side count of buffered rows per join-key
-// hash, so a record whose key the other side does not hold skips its range
-// scan. Open() rebuilds both from the tables, so a restored backend resumes
-// exactly.
+// Expiry uses an index ordered by (expiry time, side, join key, time, seq),
+// which is also the order of padded rows.
 //
 // Threading: one task thread, like every operator.
 #pragma once
@@ -56,7 +61,7 @@
 #include <vector>
 
 #include "absl/container/btree_set.h"
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "common/expr.h"
 #include "common/job_spec.h"
 #include "common/json.h"
@@ -81,20 +86,45 @@ class IntervalJoinOperator : public Operator {
   absl::Status Flush(OperatorContext& ctx) override;
   int64_t OutputWatermark(int64_t input_watermark) const override;
 
-  // Rows currently held in state for side `side` (kLeft/kRight), from the
-  // in-memory index (tests; the tables hold the same number of keys).
+  // Rows currently buffered for side `side` (kLeft/kRight) (tests; after a
+  // Flush the tables hold the same number of keys).
   size_t buffered_rows(int side) const { return buffered_[side]; }
 
  private:
   IntervalJoinOperator(IntervalJoinSpec spec, std::unique_ptr<Expr> where);
 
+  // One buffered row.
+  struct Row {
+    int64_t time;
+    uint64_t seq;
+    bool matched = false;
+    // kNew: not in the table; kClean: in the table as is; kStale: in the
+    // table with an outdated matched flag.
+    enum : uint8_t { kNew, kClean, kStale } persisted = kNew;
+    Record rec;
+  };
+  // The rows of one join key, sorted by (time, seq). `dirty` while some row
+  // must be written at the next Flush (the entry then outlives its rows until
+  // that Flush, so dirty_keys_ may point at it).
+  struct KeyRows {
+    std::vector<Row> rows;
+    bool dirty = false;
+  };
+  using RowMap = absl::node_hash_map<std::string, KeyRows>;
   struct Pending {
-    int64_t expiry;  // the row is deleted (and padded) once W > expiry
+    int64_t expiry;  // the row is dropped (and padded) once W > expiry
     int side;
-    std::string key;               // table key
-    mutable bool matched = false;  // not part of the order
+    const std::string* key;  // key of rows_[side] (node_hash_map: stable)
+    int64_t time;
+    uint64_t seq;
     bool operator<(const Pending& o) const {
-      return std::tie(expiry, side, key) < std::tie(o.expiry, o.side, o.key);
+      if (expiry != o.expiry) return expiry < o.expiry;
+      if (side != o.side) return side < o.side;
+      if (key != o.key) {
+        int c = key->compare(*o.key);
+        if (c != 0) return c < 0;
+      }
+      return std::tie(time, seq) < std::tie(o.time, o.seq);
     }
   };
 
@@ -103,21 +133,24 @@ class IntervalJoinOperator : public Operator {
   // Fills key_ with the encoded join key of `r` read through `side`'s paths;
   // false if some key field is null or missing.
   bool EncodeKey(const Record& r, int side);
-  // Hash of the join-key bytes of a table key (without time and sequence).
-  static size_t KeyHash(std::string_view table_key);
-  void AddRow(int side, std::string_view table_key, bool matched);
-  // Deletes every row with expiry < W, emitting padded rows for unmatched
-  // rows of outer sides, in (expiry, side, key) order.
+  // Buffers a row (rec moved in) under `key`; returns it.
+  Row& AddRow(int side, const std::string& key, int64_t time, uint64_t seq, bool matched,
+              Record rec, bool persisted);
+  void MarkDirty(int side, RowMap::value_type* entry);
+  // Drops every row with expiry < W, emitting padded rows for unmatched rows
+  // of outer sides, in (expiry, side, key, time, seq) order.
   absl::Status Expire(OperatorContext& ctx, Output& out);
+  static void TableKey(const std::string& key, int64_t time, uint64_t seq, std::string* out);
 
   IntervalJoinSpec spec_;
   std::unique_ptr<Expr> where_;
   std::vector<FieldPath> paths_[2];
   StateTable* tables_[2] = {nullptr, nullptr};
   StateTable* meta_ = nullptr;
+  RowMap rows_[2];
   absl::btree_set<Pending> pending_;
-  // Per side: join-key hash -> buffered rows with that key (null keys excluded).
-  absl::flat_hash_map<size_t, uint32_t> key_rows_[2];
+  std::vector<std::pair<int, RowMap::value_type*>> dirty_keys_;
+  std::vector<std::pair<int, std::string>> deleted_;  // persisted rows dropped since Flush
   size_t buffered_[2] = {0, 0};
   uint64_t next_seq_ = 0;
   bool seq_dirty_ = false;
@@ -128,9 +161,7 @@ class IntervalJoinOperator : public Operator {
 
   // Scratch, reused across records.
   JsonDecoder decoder_;
-  Record partner_;
-  std::string key_, begin_, end_, value_;
-  std::vector<std::pair<std::string, std::string>> to_mark_;
+  std::string key_, table_key_, value_;
 };
 
 }  // namespace caravela

@@ -45,6 +45,7 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");
   windows_.clear();
+  deleted_.clear();
   next_seq_ = 0;
   seq_dirty_ = false;
   std::string seq;
@@ -64,37 +65,59 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
       corrupt = true;
       return false;
     }
-    windows_[start] = value[0] == 'c';
+    Window& w = windows_[start];
+    w.closed = value[0] == 'c';
+    w.persisted = true;
     return true;
   }));
-  if (corrupt) return absl::DataLossError("corrupt join state in " + ctx.name() + "/windows");
+  for (int side : {kLeft, kRight}) {
+    if (corrupt) break;
+    RETURN_IF_ERROR(tables_[side]->Scan("", "", [&](std::string_view key, std::string_view value) {
+      if (key.size() < kStartBytes + 1 + kTimeSeqBytes) {
+        corrupt = true;
+        return false;
+      }
+      std::string_view in = key;
+      int64_t start = 0, t = 0, s = 0;
+      ReadBigEndian64(&in, &start);
+      std::string_view tail = key.substr(key.size() - kTimeSeqBytes);
+      ReadBigEndian64(&tail, &t);
+      ReadBigEndian64(&tail, &s);
+      Row row{t, static_cast<uint64_t>(s), true, Record()};
+      if (!decoder_.Decode(value, &row.rec).ok()) {
+        corrupt = true;
+        return false;
+      }
+      row.rec.event_time = t;
+      std::string jk(key.substr(kStartBytes, key.size() - kStartBytes - kTimeSeqBytes));
+      windows_[start].sides[side][jk].push_back(std::move(row));
+      return true;
+    }));
+  }
+  if (corrupt) return absl::DataLossError("corrupt join state in " + ctx.name());
   return absl::OkStatus();
 }
 
-absl::Status WindowJoinOperator::EmitPair(OperatorContext& ctx, int64_t start,
-                                          const std::string* left, const std::string* right,
-                                          Output& out) {
-  if (left != nullptr) RETURN_IF_ERROR(decoder_.Decode(*left, &left_));
-  if (right != nullptr) RETURN_IF_ERROR(decoder_.Decode(*right, &right_));
+void WindowJoinOperator::EmitPair(OperatorContext& ctx, int64_t start, const Record* left,
+                                  const Record* right, Output& out) {
   const int64_t end = End(start);
   Record& o = out.Emit();
   o.EnsureRoot();
   o.AddString("window_start", FormatIso8601(start));
   o.AddString("window_end", FormatIso8601(end));
   if (left != nullptr) {
-    o.AddValue("left", left_.Get(0));
+    o.AddValue("left", left->Get(0));
   } else {
     o.AddNull("left");
   }
   if (right != nullptr) {
-    o.AddValue("right", right_.Get(0));
+    o.AddValue("right", right->Get(0));
   } else {
     o.AddNull("right");
   }
   o.event_time = end - 1;
   o.arrival = ctx.now();
   (left != nullptr && right != nullptr ? matches_ : padded_)->Add();
-  return absl::OkStatus();
 }
 
 absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
@@ -112,8 +135,6 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     key_.push_back(kKeyPrefix);
     const bool has_key = AppendJoinKey(r, paths_[side], &key_);
     if (!has_key) key_.assign(1, kNullKeyPrefix);
-    json_.clear();
-    r.AppendJson(&json_);
     bool used = false;
     // Windows containing t: starts s = k * slide with s <= t < s + size.
     const int64_t last = FloorDiv(t, spec_.slide) * spec_.slide;
@@ -123,29 +144,29 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       if (t >= end || w >= SatAdd(end, spec_.allowed_lateness)) continue;  // final
       used = true;
       if (!has_key && !Outer(side)) continue;  // can never match, never padded
-      auto [it, created] = windows_.try_emplace(s, w >= end);
-      prefix_.clear();
-      AppendBigEndian64(&prefix_, s);
-      if (created) windows_table_->Put(prefix_, it->second ? "c" : "o");
-      prefix_.append(key_);
-      if (has_key && it->second) {
+      auto [it, created] = windows_.try_emplace(s);
+      Window& win = it->second;
+      if (created) win.closed = w >= end;
+      win.dirty = true;
+      if (has_key && win.closed) {
         // Closed, within the lateness: join with the rows already there.
-        partners_.clear();
-        RETURN_IF_ERROR(tables_[other]->Scan(prefix_, PrefixEnd(prefix_),
-                                             [&](std::string_view, std::string_view value) {
-                                               partners_.emplace_back(value);
-                                               return true;
-                                             }));
-        for (const std::string& p : partners_) {
-          RETURN_IF_ERROR(side == kLeft ? EmitPair(ctx, s, &json_, &p, out)
-                                        : EmitPair(ctx, s, &p, &json_, out));
+        auto partners = win.sides[other].find(key_);
+        if (partners != win.sides[other].end()) {
+          std::vector<Row>& rows = partners->second;
+          std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+            return std::tie(a.time, a.seq) < std::tie(b.time, b.seq);
+          });
+          for (const Row& p : rows) {
+            if (side == kLeft) {
+              EmitPair(ctx, s, &r, &p.rec, out);
+            } else {
+              EmitPair(ctx, s, &p.rec, &r, out);
+            }
+          }
         }
       }
-      row_key_ = prefix_;
-      AppendBigEndian64(&row_key_, t);
-      AppendBigEndian64(&row_key_, static_cast<int64_t>(next_seq_++));
+      win.sides[side][key_].push_back(Row{t, next_seq_++, false, r});
       seq_dirty_ = true;
-      tables_[side]->Put(row_key_, json_);
     }
     if (!used) {
       too_late_->Add();
@@ -158,122 +179,128 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   return absl::OkStatus();
 }
 
-absl::Status WindowJoinOperator::Load(int side, int64_t start, std::vector<Row>* rows) {
-  rows->clear();
-  prefix_.clear();
-  AppendBigEndian64(&prefix_, start);
-  bool corrupt = false;
-  RETURN_IF_ERROR(tables_[side]->Scan(
-      prefix_, PrefixEnd(prefix_), [&](std::string_view key, std::string_view value) {
-        if (key.size() < kStartBytes + 1 + kTimeSeqBytes) {
-          corrupt = true;
-          return false;
-        }
-        rows->push_back(
-            Row{std::string(key.substr(kStartBytes, key.size() - kStartBytes - kTimeSeqBytes)),
-                std::string(value)});
-        return true;
-      }));
-  if (corrupt) return absl::DataLossError("corrupt window join state");
-  return absl::OkStatus();
+std::vector<std::pair<const std::string*, std::vector<WindowJoinOperator::Row>*>>
+WindowJoinOperator::Sorted(SideRows& rows) {
+  std::vector<std::pair<const std::string*, std::vector<Row>*>> keys;
+  keys.reserve(rows.size());
+  for (auto& [k, v] : rows) {
+    std::sort(v.begin(), v.end(), [](const Row& a, const Row& b) {
+      return std::tie(a.time, a.seq) < std::tie(b.time, b.seq);
+    });
+    keys.emplace_back(&k, &v);
+  }
+  std::sort(keys.begin(), keys.end(),
+            [](const auto& a, const auto& b) { return *a.first < *b.first; });
+  return keys;
 }
 
-absl::Status WindowJoinOperator::Close(OperatorContext& ctx, int64_t start, Output& out) {
-  RETURN_IF_ERROR(Load(kLeft, start, &rows_[kLeft]));
-  RETURN_IF_ERROR(Load(kRight, start, &rows_[kRight]));
-  const std::vector<Row>& l = rows_[kLeft];
-  const std::vector<Row>& r = rows_[kRight];
-  // Merge the two key-ordered lists group by group.
+void WindowJoinOperator::Close(OperatorContext& ctx, int64_t start, Window& w, Output& out) {
+  // Keys present on both sides, in encoded order.
+  std::vector<std::pair<const std::string*, std::vector<Row>*>> keys;
+  const bool left_smaller = w.sides[kLeft].size() <= w.sides[kRight].size();
+  SideRows& probe = w.sides[left_smaller ? kLeft : kRight];
+  SideRows& build = w.sides[left_smaller ? kRight : kLeft];
+  for (auto& [k, v] : probe) {
+    if (k[0] == kKeyPrefix && build.contains(k)) keys.emplace_back(&k, &v);
+  }
+  std::sort(keys.begin(), keys.end(),
+            [](const auto& a, const auto& b) { return *a.first < *b.first; });
+  auto by_time = [](const Row& a, const Row& b) {
+    return std::tie(a.time, a.seq) < std::tie(b.time, b.seq);
+  };
+  for (const auto& [key, unused] : keys) {
+    std::vector<Row>& l = w.sides[kLeft].find(*key)->second;
+    std::vector<Row>& r = w.sides[kRight].find(*key)->second;
+    std::sort(l.begin(), l.end(), by_time);
+    std::sort(r.begin(), r.end(), by_time);
+    for (const Row& a : l) {
+      for (const Row& b : r) EmitPair(ctx, start, &a.rec, &b.rec, out);
+    }
+  }
+}
+
+void WindowJoinOperator::Final(OperatorContext& ctx, int64_t start, Window& w, Output& out) {
+  if (!Outer(kLeft) && !Outer(kRight)) return;
+  auto l = Sorted(w.sides[kLeft]);
+  auto r = Sorted(w.sides[kRight]);
+  // Group by key in key order; a group is unmatched if the other side has no
+  // row with that key (a null key never matches).
   size_t i = 0, j = 0;
-  while (i < l.size() && j < r.size()) {
-    if (l[i].key < r[j].key) {
-      ++i;
-    } else if (r[j].key < l[i].key) {
-      ++j;
+  while (i < l.size() || j < r.size()) {
+    const std::string* key;
+    if (j >= r.size() || (i < l.size() && *l[i].first <= *r[j].first)) {
+      key = l[i].first;
     } else {
-      size_t i_end = i, j_end = j;
-      while (i_end < l.size() && l[i_end].key == l[i].key) ++i_end;
-      while (j_end < r.size() && r[j_end].key == r[j].key) ++j_end;
-      if (l[i].key[0] == kKeyPrefix) {
-        for (size_t a = i; a < i_end; ++a) {
-          for (size_t b = j; b < j_end; ++b) {
-            RETURN_IF_ERROR(EmitPair(ctx, start, &l[a].json, &r[b].json, out));
-          }
-        }
-      }
-      i = i_end;
-      j = j_end;
+      key = r[j].first;
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WindowJoinOperator::Final(OperatorContext& ctx, int64_t start, Output& out) {
-  if (Outer(kLeft) || Outer(kRight)) {
-    RETURN_IF_ERROR(Load(kLeft, start, &rows_[kLeft]));
-    RETURN_IF_ERROR(Load(kRight, start, &rows_[kRight]));
-    const std::vector<Row>& l = rows_[kLeft];
-    const std::vector<Row>& r = rows_[kRight];
-    // Group by key in key order; a group is unmatched if the other side has
-    // no row with that key (a null key never matches).
-    size_t i = 0, j = 0;
-    while (i < l.size() || j < r.size()) {
-      const std::string* key;
-      if (j >= r.size() || (i < l.size() && l[i].key <= r[j].key)) {
-        key = &l[i].key;
-      } else {
-        key = &r[j].key;
-      }
-      size_t i_end = i, j_end = j;
-      while (i_end < l.size() && l[i_end].key == *key) ++i_end;
-      while (j_end < r.size() && r[j_end].key == *key) ++j_end;
-      const bool matchable = (*key)[0] == kKeyPrefix;
-      const bool left_unmatched = i_end > i && (j_end == j || !matchable);
-      const bool right_unmatched = j_end > j && (i_end == i || !matchable);
-      if (Outer(kLeft) && left_unmatched) {
-        for (size_t a = i; a < i_end; ++a) {
-          RETURN_IF_ERROR(EmitPair(ctx, start, &l[a].json, nullptr, out));
-        }
-      }
-      if (Outer(kRight) && right_unmatched) {
-        for (size_t b = j; b < j_end; ++b) {
-          RETURN_IF_ERROR(EmitPair(ctx, start, nullptr, &r[b].json, out));
-        }
-      }
-      i = i_end;
-      j = j_end;
+    const bool has_l = i < l.size() && *l[i].first == *key;
+    const bool has_r = j < r.size() && *r[j].first == *key;
+    const bool matchable = (*key)[0] == kKeyPrefix;
+    if (Outer(kLeft) && has_l && (!has_r || !matchable)) {
+      for (const Row& a : *l[i].second) EmitPair(ctx, start, &a.rec, nullptr, out);
     }
+    if (Outer(kRight) && has_r && (!has_l || !matchable)) {
+      for (const Row& b : *r[j].second) EmitPair(ctx, start, nullptr, &b.rec, out);
+    }
+    if (has_l) ++i;
+    if (has_r) ++j;
   }
-  prefix_.clear();
-  AppendBigEndian64(&prefix_, start);
-  for (int side : {kLeft, kRight}) {
-    RETURN_IF_ERROR(tables_[side]->DeleteRange(prefix_, PrefixEnd(prefix_)));
-  }
-  windows_table_->Delete(prefix_);
-  return absl::OkStatus();
 }
 
 absl::Status WindowJoinOperator::OnWatermark(OperatorContext& ctx, Output& out) {
   const int64_t w = ctx.watermark();
   // Close, in window order, every window the watermark completed...
-  for (auto& [start, closed] : windows_) {
+  for (auto& [start, win] : windows_) {
     if (End(start) > w) break;  // ends grow with starts
-    if (closed) continue;
-    RETURN_IF_ERROR(Close(ctx, start, out));
-    closed = true;
-    prefix_.clear();
-    AppendBigEndian64(&prefix_, start);
-    windows_table_->Put(prefix_, "c");
+    if (win.closed) continue;
+    Close(ctx, start, win, out);
+    win.closed = true;
+    win.dirty = true;
   }
   // ...then finish every window that is final.
   while (!windows_.empty() && w >= SatAdd(End(windows_.begin()->first), spec_.allowed_lateness)) {
-    RETURN_IF_ERROR(Final(ctx, windows_.begin()->first, out));
-    windows_.erase(windows_.begin());
+    auto it = windows_.begin();
+    Final(ctx, it->first, it->second, out);
+    if (it->second.persisted) deleted_.push_back(it->first);
+    windows_.erase(it);
   }
   return absl::OkStatus();
 }
 
 absl::Status WindowJoinOperator::Flush(OperatorContext& ctx) {
+  std::string prefix;
+  for (int64_t start : deleted_) {
+    prefix.clear();
+    AppendBigEndian64(&prefix, start);
+    for (int side : {kLeft, kRight}) {
+      RETURN_IF_ERROR(tables_[side]->DeleteRange(prefix, PrefixEnd(prefix)));
+    }
+    windows_table_->Delete(prefix);
+  }
+  deleted_.clear();
+  for (auto& [start, win] : windows_) {
+    if (!win.dirty) continue;
+    prefix.clear();
+    AppendBigEndian64(&prefix, start);
+    windows_table_->Put(prefix, win.closed ? "c" : "o");
+    for (int side : {kLeft, kRight}) {
+      for (auto& [key, rows] : win.sides[side]) {
+        for (Row& row : rows) {
+          if (row.persisted) continue;
+          row_key_ = prefix;
+          row_key_.append(key);
+          AppendBigEndian64(&row_key_, row.time);
+          AppendBigEndian64(&row_key_, static_cast<int64_t>(row.seq));
+          json_.clear();
+          row.rec.AppendJson(&json_);
+          tables_[side]->Put(row_key_, json_);
+          row.persisted = true;
+        }
+      }
+    }
+    win.dirty = false;
+    win.persisted = true;
+  }
   if (seq_dirty_) {
     meta_->Put("seq", EncodeBigEndian64(static_cast<int64_t>(next_seq_)));
     seq_dirty_ = false;

@@ -27,14 +27,19 @@
 // output watermark is W - allowed_lateness; nothing the join emits is then
 // late for a downstream operator.
 //
-// State (in the backend, write-through):
+// State (tables):
 //   "left"/"right": key = big-endian window start + 0x01 join key (0x00 for a
 //                   null key, kept only on an outer side) + big-endian time +
 //                   sequence; value = the row's JSON. A window's rows of one
 //                   key are one range scan; a window is one prefix.
 //   "windows":      big-endian window start -> "o" (open) | "c" (closed).
 //   "meta":         "seq" -> the next sequence number.
-// Open() reloads the window list, so a restored backend resumes exactly.
+// The working set is in memory, write-behind: window start -> per side, join
+// key -> rows (decoded once). Flush() (runtime: before a checkpoint, at least
+// once a second) writes the rows and window flags that changed since the
+// last Flush; a window that opens and becomes final between two flushes
+// never touches the backend. Open() reloads everything from the tables, so a
+// restored backend resumes exactly.
 //
 // Threading: one task thread, like every operator.
 #pragma once
@@ -44,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "common/job_spec.h"
 #include "common/json.h"
 #include "worker/operators/operator.h"
@@ -70,30 +76,41 @@ class WindowJoinOperator : public Operator {
   size_t window_count() const { return windows_.size(); }
 
  private:
-  // A stored row of one window: its encoded join key and JSON.
   struct Row {
-    std::string key;  // 0x01 + join key, or 0x00 for a null key
-    std::string json;
+    int64_t time;
+    uint64_t seq;
+    bool persisted;  // in the table
+    Record rec;
+  };
+  // Per side: join key (0x01 + AppendJoinKey, or 0x00 for null) -> rows in
+  // arrival order (sorted by (time, seq) when emitted).
+  using SideRows = absl::flat_hash_map<std::string, std::vector<Row>>;
+  struct Window {
+    bool closed = false;
+    bool dirty = false;      // rows or the closed flag not yet flushed
+    bool persisted = false;  // something of it is in the tables
+    SideRows sides[2];
   };
 
   bool Outer(int side) const;
   int64_t End(int64_t start) const;
-  // Reads every row of window `start` on `side`, in key order.
-  absl::Status Load(int side, int64_t start, std::vector<Row>* rows);
   // Emits every pair of window `start`.
-  absl::Status Close(OperatorContext& ctx, int64_t start, Output& out);
-  // Emits the padded rows of window `start` and deletes its state.
-  absl::Status Final(OperatorContext& ctx, int64_t start, Output& out);
-  // Appends a result for window `start`; `left`/`right` are JSON or null.
-  absl::Status EmitPair(OperatorContext& ctx, int64_t start, const std::string* left,
-                        const std::string* right, Output& out);
+  void Close(OperatorContext& ctx, int64_t start, Window& w, Output& out);
+  // Emits the padded rows of window `start`; the caller drops its state.
+  void Final(OperatorContext& ctx, int64_t start, Window& w, Output& out);
+  // Appends a result for window `start`; `left`/`right` may be null.
+  void EmitPair(OperatorContext& ctx, int64_t start, const Record* left, const Record* right,
+                Output& out);
+  // Keys of `rows` in encoded order (sorting each key's rows by time, seq).
+  static std::vector<std::pair<const std::string*, std::vector<Row>*>> Sorted(SideRows& rows);
 
   WindowJoinSpec spec_;
   std::vector<FieldPath> paths_[2];
   StateTable* tables_[2] = {nullptr, nullptr};
   StateTable* windows_table_ = nullptr;
   StateTable* meta_ = nullptr;
-  std::map<int64_t, bool> windows_;  // start -> closed
+  std::map<int64_t, Window> windows_;
+  std::vector<int64_t> deleted_;  // persisted windows dropped since the last Flush
   uint64_t next_seq_ = 0;
   bool seq_dirty_ = false;
 
@@ -102,10 +119,7 @@ class WindowJoinOperator : public Operator {
   Counter* padded_ = nullptr;
 
   JsonDecoder decoder_;
-  Record left_, right_;
-  std::string key_, prefix_, row_key_, json_;
-  std::vector<Row> rows_[2];
-  std::vector<std::string> partners_;
+  std::string key_, row_key_, json_;
 };
 
 }  // namespace caravela

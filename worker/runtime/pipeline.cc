@@ -15,8 +15,8 @@
 #include "spdlog/spdlog.h"
 #include "worker/connectors/file_connectors.h"
 #include "worker/connectors/kafka_sink.h"
-#include "worker/connectors/sink_factory.h"
 #include "worker/connectors/kafka_source.h"
+#include "worker/connectors/sink_factory.h"
 #include "worker/operators/basic_operators.h"
 #include "worker/operators/dedup_operator.h"
 #include "worker/operators/interval_join_operator.h"
@@ -118,7 +118,7 @@ struct Pipeline::Impl {
   int64_t records_in = 0;
   int64_t records_out = 0;
   int64_t invalid_total = 0;
-  std::chrono::steady_clock::time_point started, last_progress, last_flush;
+  std::chrono::steady_clock::time_point started, last_progress, last_flush, last_state_flush;
   int64_t progress_records_in = 0;
 
   int S() const { return static_cast<int>(sources.size()); }
@@ -141,7 +141,10 @@ struct Pipeline::Impl {
   absl::Status WriteSink(int sink, int node, const Record& r, std::string_view side_name);
   absl::Status UpdateWatermarks();
   absl::Status FireTimers();
-  absl::Status Commit(bool flush_sinks);
+  // Flushes operator state into the backend and commits it when `force` or
+  // state_flush_interval_ms passed; flushes sinks when `force` or 200 ms
+  // passed.
+  absl::Status Commit(bool force);
   int64_t NextTimer() const;
   int64_t Backlog(const SourceNode& src, int partition) const;
   absl::Status Preload();
@@ -378,7 +381,7 @@ absl::Status Pipeline::Impl::Build() {
       }
     }
   }
-  started = last_progress = last_flush = std::chrono::steady_clock::now();
+  started = last_progress = last_flush = last_state_flush = std::chrono::steady_clock::now();
   Log()->debug("[job={}] {} sources, {} operators, {} sinks; processing time: {}", spec.name,
                sources.size(), ops.size(), sinks.size(), arrival_mode ? "arrival field" : "clock");
   return absl::OkStatus();
@@ -624,11 +627,20 @@ absl::Status Pipeline::Impl::FireTimers() {
   return absl::OkStatus();
 }
 
-absl::Status Pipeline::Impl::Commit(bool flush_sinks) {
-  for (OperatorNode& on : ops) RETURN_IF_ERROR(on.op->Flush(*on.ctx));
-  RETURN_IF_ERROR(state->Commit());
+absl::Status Pipeline::Impl::Commit(bool force) {
   auto now = std::chrono::steady_clock::now();
-  if (flush_sinks || now - last_flush > std::chrono::milliseconds(200)) {
+  // Operator state is written behind: operators keep their working set in
+  // memory and persist it at Flush, which runs at checkpoints, at the end and
+  // at least every state_flush_interval_ms (so the uncommitted write batch
+  // stays small). Rows that live and die between two flushes never reach
+  // the backend.
+  if (force ||
+      now - last_state_flush >= std::chrono::milliseconds(options.state_flush_interval_ms)) {
+    for (OperatorNode& on : ops) RETURN_IF_ERROR(on.op->Flush(*on.ctx));
+    RETURN_IF_ERROR(state->Commit());
+    last_state_flush = now;
+  }
+  if (force || now - last_flush > std::chrono::milliseconds(200)) {
     for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Flush());
     last_flush = now;
   }

@@ -51,6 +51,9 @@ struct RunOptions {
   // everything fires, as for bounded inputs (demos, tests, replays).
   const std::atomic<bool>* end_of_input = nullptr;
   int batch_size = 1024;
+  // Operators persist their in-memory working set into the state backend (and
+  // the backend commits) at least this often, besides checkpoints and the end.
+  int state_flush_interval_ms = 1000;
   // Progress line on stderr every `progress_interval_ms` (0 = none).
   int progress_interval_ms = 0;
   std::FILE* progress_out = stderr;

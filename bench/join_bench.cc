@@ -1,0 +1,277 @@
+// Join benchmarks (issue 3), both from files with RocksDB state, in-process:
+//
+//  --case interval  impressions LEFT interval-joined to clicks on
+//                   (ad_id, user_id), between 0 and 4 h. 1000 ads x 100 users
+//                   = 100k keys; half the impressions get a click 0-4 h later
+//                   (a few 4-5 h later: no match); disorder up to 3 min.
+//  --case window    Nexmark-q8-like: persons JOIN auctions ON
+//                   person.id = auction.seller in 10 s tumbling windows;
+//                   1 person : 3 auctions, sellers among the 1000 most recent
+//                   persons, 10,000 events/s of event time, disorder up to 2 s.
+//
+//   join_bench --case interval|window [--events 2000000] [--work-dir DIR]
+//              [--memory-state] [--flush-ms N] [--state-sample]
+//
+// Records carry an `arrival` field (event time + a delay, rounded to 10 s)
+// so the two files are merged in arrival order, as two live topics would be.
+// Prints events/s over Pipeline::Create + Run, peak RSS, matches. With
+// --state-sample it then feeds the first half of the events through the
+// operator alone (harness, RocksDB), flushes, compacts and prints the state
+// bytes per buffered row.
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench_util.h"
+#include "common/job_spec.h"
+#include "common/time_util.h"
+#include "worker/operators/interval_join_operator.h"
+#include "worker/operators/window_join_operator.h"
+#include "worker/runtime/pipeline.h"
+#include "worker/testing/operator_harness.h"
+
+namespace {
+
+using caravela::FormatIso8601;
+
+constexpr int64_t kStart = 1798761600000;  // 2027-01-01T00:00:00Z
+constexpr int64_t kMinute = 60'000;
+constexpr int64_t kHour = 60 * kMinute;
+
+struct Event {
+  int64_t arrival;
+  int64_t time;
+  std::string json;
+};
+
+// Writes events sorted by arrival (stable) as JSONL.
+void WriteFile(std::vector<Event>& ev, const std::string& path) {
+  std::stable_sort(ev.begin(), ev.end(),
+                   [](const Event& a, const Event& b) { return a.arrival < b.arrival; });
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  for (const Event& e : ev) {
+    std::fwrite(e.json.data(), 1, e.json.size(), f);
+    std::fputc('\n', f);
+  }
+  std::fclose(f);
+}
+
+int64_t Arrival(int64_t t, int64_t delay) { return (t + delay) / 10000 * 10000; }
+
+// Impressions and clicks: `events` in all, 2/3 impressions.
+void GenerateInterval(long long events, std::vector<Event>* left, std::vector<Event>* right) {
+  std::mt19937_64 rng(42);
+  const long long impressions = events * 2 / 3;
+  const int64_t span = 24 * kHour;
+  std::uniform_int_distribution<int> ad(0, 999), user(0, 99);
+  std::uniform_int_distribution<int64_t> disorder(0, 3 * kMinute);
+  std::exponential_distribution<double> latency(1.0 / (40.0 * kMinute));
+  for (long long i = 0; i < impressions; ++i) {
+    const int64_t t = kStart + span * i / impressions;
+    const int a = ad(rng), u = user(rng);
+    const int64_t arr = Arrival(t, disorder(rng));
+    left->push_back(
+        {arr, t,
+         absl::StrFormat(R"({"imp_id":%lld,"ad_id":%d,"user_id":%d,"ts":"%s","arrival":%lld})", i,
+                         a, u, FormatIso8601(t), arr)});
+    if (i % 2 == 0 && static_cast<long long>(right->size()) < events - impressions) {
+      // Half the impressions are clicked; 2% of those after the 4 h bound.
+      int64_t lat = static_cast<int64_t>(latency(rng)) % (4 * kHour);
+      if (i % 100 == 0) lat = 4 * kHour + 1 + static_cast<int64_t>(latency(rng)) % kHour;
+      const int64_t ct = t + lat;
+      const int64_t carr = Arrival(ct, disorder(rng));
+      right->push_back(
+          {carr, ct,
+           absl::StrFormat(R"({"click_id":%lld,"ad_id":%d,"user_id":%d,"ts":"%s","arrival":%lld})",
+                           i, a, u, FormatIso8601(ct), carr)});
+    }
+  }
+}
+
+// Nexmark-like persons and auctions: `events` in all, 1 : 3.
+void GenerateWindow(long long events, std::vector<Event>* left, std::vector<Event>* right) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> disorder(0, 2000);
+  std::uniform_int_distribution<int> recent(0, 999);
+  const int64_t step_us = 100;  // 10,000 events/s of event time
+  long long persons = 0;
+  const char* states[] = {"OR", "ID", "CA", "WA", "AZ"};
+  for (long long i = 0; i < events; ++i) {
+    const int64_t t = kStart + i * step_us / 1000;
+    const int64_t arr = Arrival(t, disorder(rng));
+    if (i % 4 == 0) {
+      left->push_back(
+          {arr, t,
+           absl::StrFormat(
+               R"({"id":%lld,"name":"person %lld","city":"Portland","state":"%s","ts":"%s","arrival":%lld})",
+               persons, persons, states[persons % 5], FormatIso8601(t), arr)});
+      ++persons;
+    } else {
+      long long seller = std::max<long long>(0, persons - 1 - recent(rng));
+      right->push_back(
+          {arr, t,
+           absl::StrFormat(
+               R"({"id":%lld,"seller":%lld,"item":"item %lld","reserve":%lld,"category":%lld,"ts":"%s","arrival":%lld})",
+               i, seller, i, 100 + i % 9000, i % 10, FormatIso8601(t), arr)});
+    }
+  }
+}
+
+std::string JobYaml(const std::string& kase, const std::string& dir) {
+  std::string sources = absl::StrCat(R"(
+  sources:
+    - name: left_src
+      file: {path: )",
+                                     dir, R"(/left.jsonl, arrival_field: arrival}
+      event_time: {field: ts, format: iso8601}
+      watermark: {max_out_of_orderness: 5m}
+    - name: right_src
+      file: {path: )",
+                                     dir, R"(/right.jsonl, arrival_field: arrival}
+      event_time: {field: ts, format: iso8601}
+      watermark: {max_out_of_orderness: 5m}
+)");
+  std::string op = kase == "interval" ? R"(
+  operators:
+    - name: joined
+      interval_join:
+        type: left
+        left: left_src
+        right: right_src
+        on: [ad_id, user_id]
+        between: {lower: 0s, upper: 4h}
+)"
+                                      : R"(
+  operators:
+    - name: joined
+      window_join:
+        type: inner
+        left: left_src
+        right: right_src
+        on: [[id, seller]]
+        tumbling: 10s
+)";
+  return absl::StrCat("apiVersion: caravela/v1\nkind: Job\nmetadata: {name: join-bench}\nspec:",
+                      sources, op, "  sinks:\n    - {from: joined, file: {path: ", dir,
+                      "/out/joined.jsonl}}\n  dead_letter: {path: ", dir, "/out/dead.jsonl}\n");
+}
+
+// Feeds the first half of the events (by arrival) through the operator alone
+// and returns state bytes per buffered row after flush + compaction.
+void StateSample(const std::string& kase, const caravela::JobSpec& spec, std::vector<Event> left,
+                 std::vector<Event> right, const std::string& dir) {
+  std::vector<std::pair<int, Event*>> all;
+  for (Event& e : left) all.push_back({0, &e});
+  for (Event& e : right) all.push_back({1, &e});
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.second->arrival < b.second->arrival;
+  });
+  all.resize(all.size() / 2);
+  auto backend = caravela::OpenRocksDbBackend(dir + "/sample-state");
+  if (!backend.ok()) return;
+  std::unique_ptr<caravela::Operator> op;
+  if (kase == "interval") {
+    op = std::move(*caravela::IntervalJoinOperator::Create(spec.operators[0].interval_join));
+  } else {
+    op = std::make_unique<caravela::WindowJoinOperator>(spec.operators[0].window_join);
+  }
+  caravela::OperatorHarness h(op.get(), std::move(*backend));
+  if (!h.Open().ok()) return;
+  int64_t max_t = caravela::kMinTime;
+  for (size_t i = 0; i < all.size();) {
+    std::vector<std::pair<std::string, int64_t>> batch[2];
+    for (size_t n = 0; n < 1024 && i < all.size(); ++n, ++i) {
+      batch[all[i].first].push_back({all[i].second->json, all[i].second->time});
+      max_t = std::max(max_t, all[i].second->time);
+    }
+    for (int s = 0; s < 2; ++s) {
+      if (!batch[s].empty() && !h.ProcessBatch(batch[s], s).ok()) return;
+    }
+    if (!h.AdvanceWatermark(max_t - 5 * kMinute).ok()) return;
+    h.TakeOutput();
+  }
+  if (!h.Commit().ok() || !h.state().Compact().ok()) return;
+  uint64_t rows = 0;
+  if (kase == "interval") {
+    auto* ij = static_cast<caravela::IntervalJoinOperator*>(op.get());
+    rows = ij->buffered_rows(0) + ij->buffered_rows(1);
+  } else {
+    for (const char* t : {"left", "right"}) {
+      auto table = h.state().OpenTable(t);
+      if (table.ok()) rows += *(*table)->CountKeys();
+    }
+  }
+  const uint64_t bytes = h.state().ApproximateBytes();
+  std::printf("STATE %s buffered_rows=%" PRIu64 " state_bytes=%" PRIu64
+              " bytes_per_row=%.1f peak_rss_mib=%.1f\n",
+              kase.c_str(), rows, bytes, rows ? static_cast<double>(bytes) / rows : 0.0,
+              caravela::bench::PeakRssMiB());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  caravela::bench::Flags flags(argc, argv);
+  const std::string kase = flags.Str("case", "interval");
+  const long long events = flags.Int("events", 2'000'000);
+  const std::string work = flags.Str("work-dir", "/tmp/caravela-join-bench-" + kase);
+  if (kase != "interval" && kase != "window") {
+    std::fprintf(stderr,
+                 "usage: join_bench --case interval|window [--events N] [--work-dir DIR]\n");
+    return 2;
+  }
+  std::filesystem::remove_all(work);
+  std::filesystem::create_directories(work + "/out");
+  std::vector<Event> left, right;
+  if (kase == "interval") {
+    GenerateInterval(events, &left, &right);
+  } else {
+    GenerateWindow(events, &left, &right);
+  }
+  WriteFile(left, work + "/left.jsonl");
+  WriteFile(right, work + "/right.jsonl");
+  caravela::ParseResult parsed = caravela::ParseJobSpec(JobYaml(kase, work));
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "job spec: %s\n", parsed.errors[0].ToString().c_str());
+    return 1;
+  }
+  caravela::RunOptions options;
+  options.data_dir = work + "/data";
+  options.in_memory_state = flags.Bool("memory-state");
+  options.state_flush_interval_ms =
+      static_cast<int>(flags.Int("flush-ms", options.state_flush_interval_ms));
+  const double t0 = caravela::bench::NowSeconds();
+  const double c0 = caravela::bench::ThreadCpuSeconds();
+  auto pipeline = caravela::Pipeline::Create(parsed.spec, options);
+  if (!pipeline.ok()) {
+    std::fprintf(stderr, "create: %s\n", std::string(pipeline.status().message()).c_str());
+    return 1;
+  }
+  absl::Status st = (*pipeline)->Run();
+  const double secs = caravela::bench::NowSeconds() - t0;
+  const double thread_cpu = caravela::bench::ThreadCpuSeconds() - c0;
+  if (!st.ok()) {
+    std::fprintf(stderr, "run: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  caravela::MetricsRegistry& m = (*pipeline)->metrics();
+  const long long in = m.Value("records_in_total", "source=\"left_src\"") +
+                       m.Value("records_in_total", "source=\"right_src\"");
+  std::fprintf(stderr, "%s\n", (*pipeline)->Summary().c_str());
+  caravela::bench::PrintResult(
+      absl::StrCat(kase, "_join", options.in_memory_state ? "_memory_state" : "_rocksdb"), in, secs,
+      absl::StrCat("left=", left.size(), " right=", right.size(),
+                   " matches=", m.Value("join_matches_total", "op=\"joined\""),
+                   " unmatched=", m.Value("join_unmatched_total", "op=\"joined\""),
+                   " out=", m.Value("sink_records_total", "from=\"joined\"")),
+      thread_cpu);
+  pipeline->reset();
+  if (flags.Bool("state-sample")) StateSample(kase, parsed.spec, left, right, work);
+  if (!flags.Bool("keep")) std::filesystem::remove_all(work);
+  return 0;
+}
