@@ -276,7 +276,19 @@ void AppendJsonString(std::string_view s, std::string* out) {
   static const char kHex[] = "0123456789abcdef";
   out->push_back('"');
   size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
+  size_t i = 0;
+  // Skip 8 bytes at a time while none of them is '"', '\\' or < 0x20 (SWAR:
+  // a byte b is flagged by (b - k) & ~b & 0x80 for each k tested).
+  constexpr uint64_t kOnes = 0x0101010101010101ULL, kHigh = 0x8080808080808080ULL;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t v;
+    std::memcpy(&v, s.data() + i, 8);
+    const uint64_t quote = v ^ (kOnes * '"'), slash = v ^ (kOnes * '\\');
+    const uint64_t flags =
+        ((quote - kOnes) & ~quote) | ((slash - kOnes) & ~slash) | ((v - kOnes * 0x20) & ~v);
+    if ((flags & kHigh) != 0) break;
+  }
+  for (; i < s.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     if (c >= 0x20 && c != '"' && c != '\\') continue;
     out->append(s.data() + start, i - start);

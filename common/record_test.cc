@@ -91,6 +91,36 @@ TEST(JsonTest, Escapes) {
   EXPECT_EQ(r.ToJson(), R"({"s":"a\u0000b"})");
 }
 
+TEST(JsonTest, EscapesInLongStringsAtEveryPosition) {
+  // AppendJsonString skips 8 bytes at a time: put each special byte at every
+  // offset of a long string and compare with a byte-by-byte reference.
+  const std::string specials = std::string("\"\\\n\x01\x1f", 5) + std::string(1, '\0');
+  for (char sp : specials) {
+    for (size_t pos = 0; pos < 40; ++pos) {
+      std::string s(40, 'a');
+      s[pos] = sp;
+      s[39 - pos / 2] = '\xC3';  // non-ASCII bytes must pass through untouched
+      std::string got;
+      AppendJsonString(s, &got);
+      std::string want = "\"";
+      for (char c : s) {
+        if (c == sp) {
+          want += sp == '"'      ? "\\\""
+                  : sp == '\\'   ? "\\\\"
+                  : sp == '\n'   ? "\\n"
+                  : sp == '\x01' ? "\\u0001"
+                  : sp == '\x1f' ? "\\u001f"
+                                 : "\\u0000";
+        } else {
+          want += c;
+        }
+      }
+      want += "\"";
+      EXPECT_EQ(got, want) << "special " << static_cast<int>(sp) << " at " << pos;
+    }
+  }
+}
+
 TEST(JsonTest, Errors) {
   EXPECT_EQ(DecodeError("\xff"), "invalid UTF-8");
   EXPECT_EQ(DecodeError("{\"a\":\"\xc3\x28\"}"), "invalid UTF-8");

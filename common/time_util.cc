@@ -203,12 +203,34 @@ void AppendIso8601(int64_t ms, std::string* out) {
   int mss = static_cast<int>(rem % 1000);
   int n;
   if (y >= 0 && y <= 9999) {
-    n = std::snprintf(buf, sizeof buf, "%04lld-%02u-%02uT%02d:%02d:%02d.%03dZ",
-                      static_cast<long long>(y), m, d, hh, mi, ss, mss);
-  } else {
-    n = std::snprintf(buf, sizeof buf, "%+05lld-%02u-%02uT%02d:%02d:%02d.%03dZ",
-                      static_cast<long long>(y), m, d, hh, mi, ss, mss);
+    // Hot path (every window result carries two of these): no snprintf.
+    char* p = buf;
+    auto put = [&p](unsigned v, int digits) {
+      for (int i = digits - 1; i >= 0; --i) {
+        p[i] = static_cast<char>('0' + v % 10);
+        v /= 10;
+      }
+      p += digits;
+    };
+    put(static_cast<unsigned>(y), 4);
+    *p++ = '-';
+    put(m, 2);
+    *p++ = '-';
+    put(d, 2);
+    *p++ = 'T';
+    put(hh, 2);
+    *p++ = ':';
+    put(mi, 2);
+    *p++ = ':';
+    put(ss, 2);
+    *p++ = '.';
+    put(mss, 3);
+    *p++ = 'Z';
+    out->append(buf, p - buf);
+    return;
   }
+  n = std::snprintf(buf, sizeof buf, "%+05lld-%02u-%02uT%02d:%02d:%02d.%03dZ",
+                    static_cast<long long>(y), m, d, hh, mi, ss, mss);
   out->append(buf, n);
 }
 

@@ -79,7 +79,7 @@ IntervalJoinOperator::Row& IntervalJoinOperator::AddRow(int side, const std::str
   pos = rows.insert(pos,
                     Row{time, seq, matched, persisted ? Row::kClean : Row::kNew, std::move(rec)});
   if (!persisted) MarkDirty(side, &*it);
-  pending_.insert(Pending{Expiry(side, time), side, &it->first, time, seq});
+  pending_.insert(Pending{Expiry(side, time), side, seq, time, &*it});
   ++buffered_[side];
   return *pos;
 }
@@ -219,14 +219,17 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
   while (!pending_.empty() && pending_.begin()->expiry < w) {
     const Pending p = *pending_.begin();
     pending_.erase(pending_.begin());
-    auto entry = rows_[p.side].find(*p.key);
-    if (entry == rows_[p.side].end()) continue;  // cannot happen
+    RowMap::value_type* entry = p.entry;
     std::vector<Row>& rows = entry->second.rows;
-    auto row = std::lower_bound(rows.begin(), rows.end(), std::make_pair(p.time, p.seq),
-                                [](const Row& x, const std::pair<int64_t, uint64_t>& v) {
-                                  return std::tie(x.time, x.seq) < std::tie(v.first, v.second);
-                                });
-    if (row == rows.end() || row->time != p.time || row->seq != p.seq) continue;
+    // Rows mostly expire in time order: the row is usually the first.
+    auto row = rows.begin();
+    if (row == rows.end() || row->seq != p.seq) {
+      row = std::lower_bound(rows.begin(), rows.end(), std::make_pair(p.time, p.seq),
+                             [](const Row& x, const std::pair<int64_t, uint64_t>& v) {
+                               return std::tie(x.time, x.seq) < std::tie(v.first, v.second);
+                             });
+    }
+    if (row == rows.end() || row->seq != p.seq) continue;  // cannot happen
     if (Outer(p.side) && !row->matched) {
       Record& o = out.Emit();
       o.EnsureRoot();
@@ -247,7 +250,7 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
     }
     rows.erase(row);
     --buffered_[p.side];
-    if (rows.empty() && !entry->second.dirty) rows_[p.side].erase(entry);
+    if (rows.empty() && !entry->second.dirty) rows_[p.side].erase(entry->first);
   }
   return absl::OkStatus();
 }

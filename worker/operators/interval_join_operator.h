@@ -48,8 +48,8 @@
 // have time >= W - allowed_lateness, so a left row at l goes when
 // W > l + upper + allowed_lateness, a right row at r when
 // W > r - lower + allowed_lateness; that is also when its padded row is due.
-// Expiry uses an index ordered by (expiry time, side, join key, time, seq),
-// which is also the order of padded rows.
+// Expiry uses an index ordered by (expiry time, side, seq), which is also
+// the order of padded rows.
 //
 // Threading: one task thread, like every operator.
 #pragma once
@@ -114,17 +114,11 @@ class IntervalJoinOperator : public Operator {
   struct Pending {
     int64_t expiry;  // the row is dropped (and padded) once W > expiry
     int side;
-    const std::string* key;  // key of rows_[side] (node_hash_map: stable)
+    uint64_t seq;  // unique per row
     int64_t time;
-    uint64_t seq;
+    RowMap::value_type* entry;  // its key's rows (node_hash_map: stable)
     bool operator<(const Pending& o) const {
-      if (expiry != o.expiry) return expiry < o.expiry;
-      if (side != o.side) return side < o.side;
-      if (key != o.key) {
-        int c = key->compare(*o.key);
-        if (c != 0) return c < 0;
-      }
-      return std::tie(time, seq) < std::tie(o.time, o.seq);
+      return std::tie(expiry, side, seq) < std::tie(o.expiry, o.side, o.seq);
     }
   };
 
@@ -138,7 +132,7 @@ class IntervalJoinOperator : public Operator {
               Record rec, bool persisted);
   void MarkDirty(int side, RowMap::value_type* entry);
   // Drops every row with expiry < W, emitting padded rows for unmatched rows
-  // of outer sides, in (expiry, side, key, time, seq) order.
+  // of outer sides, in (expiry, side, seq) order.
   absl::Status Expire(OperatorContext& ctx, Output& out);
   static void TableKey(const std::string& key, int64_t time, uint64_t seq, std::string* out);
 
