@@ -15,6 +15,10 @@
 //   On start from checkpoint `id`, Recover(id, state) gets the state PreCommit
 //   returned for it, before any Write: the sink finishes a commit that was cut
 //   short (step 3 never ran) or discards output written after the checkpoint.
+//   A sink whose Commit cannot be redone after a crash (a Kafka transaction
+//   is aborted when a new producer fences the old one) reports
+//   LastCommittedCheckpoint(); the runtime then restores that checkpoint
+//   instead of a newer one whose output was lost, and replays from it.
 // Non-transactional sinks keep the defaults: PreCommit = Flush, nothing else.
 #pragma once
 
@@ -53,6 +57,10 @@ class Sink {
   virtual absl::Status Recover(int64_t checkpoint_id, std::string_view state) {
     return absl::OkStatus();
   }
+  // After Open(), before Recover(): the id of the newest checkpoint whose
+  // output this sink has durably committed, or -1 if the sink does not track
+  // it (non-transactional sinks: every checkpoint's output is recoverable).
+  virtual absl::StatusOr<int64_t> LastCommittedCheckpoint() { return -1; }
   virtual absl::Status Close() = 0;
 };
 
