@@ -165,10 +165,17 @@ std::string MissingFile(const CheckpointManifest& m, const std::map<std::string,
   return "";
 }
 
+bool IsImmutableFile(std::string_view name) {
+  return name.ends_with(".sst") || name.ends_with(".blob");
+}
+
 // Downloads the files of `m` (keys relative to `key_prefix` in `storage`)
-// into the new directory `dir`, verifying size and checksum of each.
+// into the new directory `dir`, verifying size and checksum of each. With
+// `hard_links`, immutable files of a storage on the same filesystem are
+// hard-linked instead of copied (and still read once to verify them).
 absl::Status Download(CheckpointStorage& storage, const std::string& key_prefix,
-                      const CheckpointManifest& m, const std::string& dir, RestoreStats* stats) {
+                      const CheckpointManifest& m, const std::string& dir, bool hard_links,
+                      RestoreStats* stats) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
@@ -181,6 +188,21 @@ absl::Status Download(CheckpointStorage& storage, const std::string& key_prefix,
           absl::StrCat("checkpoint file ", where, ": invalid file name '", f.name(), "'"));
     }
     std::string path = absl::StrCat(dir, "/", f.name());
+    std::string local = hard_links && IsImmutableFile(f.name()) ? storage.LocalPath(key) : "";
+    if (!local.empty() && ::link(local.c_str(), path.c_str()) == 0) {
+      // Same filesystem: no copy. Verify what was linked.
+      std::error_code size_ec;
+      uint64_t size = fs::file_size(path, size_ec);
+      ASSIGN_OR_RETURN(std::string sum, HashFile(path));
+      if (size_ec || size != f.size() || sum != f.xxh3_128()) {
+        return absl::DataLossError(absl::StrCat("checkpoint file ", where, " is corrupt: expected ",
+                                                f.size(), " bytes with xxh3-128 ", f.xxh3_128(),
+                                                ", got ", size, " bytes with ", sum));
+      }
+      ++stats->files;
+      stats->bytes += size;
+      continue;
+    }
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return absl::InternalError(absl::StrCat("create ", path, ": ", strerror(errno)));
     XXH3_state_t state;
@@ -394,7 +416,7 @@ absl::Status CheckpointManager::UploadSnapshot(CheckpointStorage& storage, const
     uint64_t size = fs::file_size(path, ec);
     if (ec) return absl::InternalError(absl::StrCat("stat ", path.string(), ": ", ec.message()));
     std::string ext = path.extension().string();
-    bool immutable = ext == ".sst" || ext == ".blob";
+    bool immutable = IsImmutableFile(name);
     ASSIGN_OR_RETURN(std::string sum,
                      immutable ? Checksum(path.string(), name, &seen) : HashFile(path.string()));
     std::string key;
@@ -506,7 +528,8 @@ absl::StatusOr<RestoreStats> CheckpointManager::RestoreState(const CheckpointMan
   Timer timer;
   RestoreStats stats;
   std::string dir = absl::StrCat(scratch_, "/restore-", m.checkpoint_id());
-  absl::Status st = Download(*storage_, prefix_, m, dir, &stats);
+  absl::Status st = Download(*storage_, prefix_, m, dir, restore_hard_links_, &stats);
+  stats.download_ms = timer.Ms();
   if (st.ok()) st = backend.Restore(dir);
   RemoveDir(dir);
   checksum_cache_.clear();  // the backend's files are new inodes now
@@ -656,7 +679,7 @@ absl::StatusOr<CheckpointManifest> CheckpointManager::RestoreSavepoint(const std
   ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(ToUrl(path)));
   RestoreStats stats;
   std::string dir = absl::StrCat(scratch_, "/restore-savepoint-", m.checkpoint_id());
-  absl::Status st = Download(*storage, "", m, dir, &stats);
+  absl::Status st = Download(*storage, "", m, dir, restore_hard_links_, &stats);
   if (st.ok()) st = backend.Restore(dir);
   RemoveDir(dir);
   checksum_cache_.clear();

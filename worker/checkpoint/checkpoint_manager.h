@@ -72,6 +72,7 @@ struct CheckpointStats {
 struct RestoreStats {
   int64_t files = 0;
   uint64_t bytes = 0;
+  int64_t download_ms = 0;  // download + verify
   int64_t duration_ms = 0;  // download + verify + backend Restore()
 };
 
@@ -118,8 +119,13 @@ class CheckpointManager {
 
   // Downloads the manifest's files into a fresh scratch dir, verifies sizes
   // and checksums (DataLoss naming the key on mismatch), then
-  // backend.Restore()s from it. Reopen tables afterwards.
+  // backend.Restore()s from it. Reopen tables afterwards. SSTs of a storage
+  // on the same filesystem as the scratch dir are hard-linked rather than
+  // copied (see set_restore_hard_links); a restored RocksDB then shares
+  // those immutable files with the storage.
   absl::StatusOr<RestoreStats> RestoreState(const CheckpointManifest& m, StateBackend& backend);
+  // false: always copy on restore (default true: hard-link when possible).
+  void set_restore_hard_links(bool on) { restore_hard_links_ = on; }
 
   // Keeps the newest `retain` complete checkpoints; deletes older manifests,
   // chk-<n>/ files not belonging to a kept manifest (and, older than the
@@ -164,6 +170,7 @@ class CheckpointManager {
   const int retain_;
   const std::string prefix_;
   int64_t next_id_ = 1;
+  bool restore_hard_links_ = true;
   // Keys (relative to prefix_) of the shared files known to be in storage.
   std::set<std::string> known_shared_;
   // Checksums of local files already hashed, by (name, size, dev, inode,

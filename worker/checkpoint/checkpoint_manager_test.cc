@@ -208,7 +208,16 @@ TEST_F(CheckpointManagerTest, WriteThenRestoreGivesIdenticalState) {
 
   Contents expected = Dump(*backend_, {"a", "b"});
   EXPECT_EQ(expected["a"].size(), 3000u);
+  // Same filesystem: SSTs are hard-linked from the store, others copied.
   EXPECT_EQ(RestoreAndDump(*mgr, m, {"a", "b"}), expected);
+  for (const auto& f : m.files()) {
+    auto links = fs::hard_link_count(root_ + "/store/job-1/task-3/" + f.key());
+    EXPECT_EQ(links, f.name().ends_with(".sst") ? 2u : 1u) << f.key();
+  }
+  // Copy path.
+  mgr->set_restore_hard_links(false);
+  EXPECT_EQ(RestoreAndDump(*mgr, m, {"a", "b"}), expected);
+  mgr->set_restore_hard_links(true);
 
   // Restoring into the live backend itself works too (recovery in place).
   Fill(*backend_, "a", 5000, 5100);

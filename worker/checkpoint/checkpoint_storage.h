@@ -63,6 +63,10 @@ class CheckpointStorage {
   virtual absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) = 0;
   virtual absl::Status Delete(std::string_view key) = 0;
 
+  // If the object is a plain file on a local (or mounted) filesystem, its
+  // path; "" otherwise. Callers may hard-link it but must never modify it.
+  virtual std::string LocalPath(std::string_view key) const { return ""; }
+
   // Removes temporaries of interrupted writes under `prefix` that were last
   // modified before `older_than_unix_ms` (and, for directory-based stores,
   // empty directories). Default: nothing to do (stores whose interrupted

@@ -188,6 +188,10 @@ class FileStorage final : public CheckpointStorage {
     return absl::OkStatus();
   }
 
+  std::string LocalPath(std::string_view key) const override {
+    return ValidateStorageKey(key).ok() ? PathOf(key) : "";
+  }
+
   absl::Status DeleteStaleTemporaries(std::string_view prefix,
                                       int64_t older_than_unix_ms) override {
     std::vector<fs::path> dirs;
