@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -491,6 +492,10 @@ absl::StatusOr<CheckpointStats> CheckpointManager::Write(StateBackend& backend,
 }
 
 absl::StatusOr<std::optional<CheckpointManifest>> CheckpointManager::Latest() {
+  return LatestUpTo(std::numeric_limits<int64_t>::max());
+}
+
+absl::StatusOr<std::optional<CheckpointManifest>> CheckpointManager::LatestUpTo(int64_t max_id) {
   ASSIGN_OR_RETURN(auto objects, storage_->List(prefix_));
   std::map<std::string, uint64_t> sizes;
   std::vector<int64_t> ids;
@@ -498,7 +503,7 @@ absl::StatusOr<std::optional<CheckpointManifest>> CheckpointManager::Latest() {
     std::string rel = o.key.substr(prefix_.size());
     bool in_dir = false;
     int64_t id = ParseCheckpointKey(rel, &in_dir);
-    if (id > 0 && !in_dir) ids.push_back(id);
+    if (id > 0 && !in_dir && id <= max_id) ids.push_back(id);
     sizes.emplace(std::move(rel), o.size);
   }
   std::sort(ids.rbegin(), ids.rend());
@@ -551,6 +556,20 @@ absl::StatusOr<int64_t> CheckpointManager::CollectGarbage() {
     if (id > 0 && !in_dir) manifests.emplace(id, rel);
     sizes.emplace(std::move(rel), o.size);
   }
+  // Resynchronize the known shared files with what the storage really holds:
+  // a file lost or removed behind our back is uploaded again by the next
+  // checkpoint instead of being referenced by every checkpoint from now on.
+  std::set<std::string> listed_shared;
+  for (const auto& [rel, size] : sizes) {
+    if (rel.starts_with("shared/")) listed_shared.insert(rel);
+  }
+  for (const auto& key : known_shared_) {
+    if (!listed_shared.count(key)) {
+      Log()->warn("shared file {}{} vanished from {}; it will be uploaded again", prefix_, key,
+                  storage_->url());
+    }
+  }
+  known_shared_ = std::move(listed_shared);
   if (manifests.empty()) return 0;
   const int64_t newest_id = manifests.begin()->first;
 

@@ -116,6 +116,9 @@ class CheckpointManager {
   // The newest complete checkpoint, nullopt if there is none. See the class
   // comment for what is skipped and what fails.
   absl::StatusOr<std::optional<CheckpointManifest>> Latest();
+  // The same among checkpoints with id <= `max_id` (manifests above it are
+  // not read): for sinks that committed only an older checkpoint's output.
+  absl::StatusOr<std::optional<CheckpointManifest>> LatestUpTo(int64_t max_id);
 
   // Downloads the manifest's files into a fresh scratch dir, verifies sizes
   // and checksums (DataLoss naming the key on mismatch), then

@@ -293,6 +293,15 @@ TEST_F(CheckpointManagerTest, TornCheckpointsAreSkipped) {
   EXPECT_EQ(latest.checkpoint_id(), 1);
   EXPECT_EQ(RestoreAndDump(*mgr, latest, {"a"}), at_first);
 
+  // LatestUpTo only considers ids up to its bound.
+  auto up_to_2 = mgr->LatestUpTo(2);
+  ASSERT_TRUE(up_to_2.ok()) << up_to_2.status();
+  ASSERT_TRUE(up_to_2->has_value());
+  EXPECT_EQ((*up_to_2)->checkpoint_id(), 1);
+  auto up_to_0 = mgr->LatestUpTo(0);
+  ASSERT_TRUE(up_to_0.ok());
+  EXPECT_FALSE(up_to_0->has_value());
+
   // A file with the wrong size counts as missing too.
   ASSERT_OK(mgr->storage().Write(mgr->prefix() + victim, "short"));
   EXPECT_EQ(LatestOrDie(*mgr).checkpoint_id(), 1);
@@ -302,6 +311,33 @@ TEST_F(CheckpointManagerTest, TornCheckpointsAreSkipped) {
   auto none = mgr->Latest();
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_FALSE(none->has_value());
+}
+
+// A shared file lost by the storage makes the checkpoints referencing it
+// torn; the manager notices at its next GC and uploads the file again.
+TEST_F(CheckpointManagerTest, LostSharedFileIsUploadedAgain) {
+  backend_ = NewBackend(root_ + "/db");
+  Fill(*backend_, "a", 0, 2000);
+  auto mgr = OpenManager();
+  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  std::string lost;
+  for (const auto& f : LatestOrDie(*mgr).files()) {
+    if (f.key().starts_with("shared/")) lost = f.key();
+  }
+  ASSERT_FALSE(lost.empty());
+  ASSERT_OK(mgr->storage().Delete(mgr->prefix() + lost));
+  // Checkpoint 2 still believes the file is there: it is torn (its GC resyncs).
+  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  auto latest = mgr->Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_FALSE(latest->has_value());
+  // Checkpoint 3 uploads it again and is complete.
+  auto third = mgr->Write(*backend_, CheckpointManifest());
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(*mgr->storage().Exists(mgr->prefix() + lost));
+  CheckpointManifest m = LatestOrDie(*mgr);
+  EXPECT_EQ(m.checkpoint_id(), 3);
+  EXPECT_EQ(RestoreAndDump(*mgr, m, {"a"}), Dump(*backend_, {"a"}));
 }
 
 TEST_F(CheckpointManagerTest, CorruptManifestFailsNamingTheFile) {
@@ -322,6 +358,11 @@ TEST_F(CheckpointManagerTest, CorruptManifestFailsNamingTheFile) {
     EXPECT_THAT(latest.status().message(),
                 AllOf(HasSubstr(url_ + "/job-1/task-3/chk-2.manifest"), HasSubstr("corrupt")));
   }
+  // A bound below the corrupt manifest does not read it.
+  auto below = mgr->LatestUpTo(1);
+  ASSERT_TRUE(below.ok()) << below.status();
+  ASSERT_TRUE(below->has_value());
+  EXPECT_EQ((*below)->checkpoint_id(), 1);
   // DecodeManifest directly: the name given is the one reported.
   auto decoded = DecodeManifest("CVCKMAN1", "some/name");
   EXPECT_THAT(decoded.status().message(), HasSubstr("some/name"));
