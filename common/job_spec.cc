@@ -1213,9 +1213,23 @@ class SpecParser {
       }
     } else if (kind == "kafka") {
       sink.kind = SinkSpec::Kind::kKafka;
-      if (CheckMap(k, kpath, {"topic", "bootstrap"})) {
+      if (CheckMap(k, kpath, {"topic", "bootstrap", "mode", "exactly_once"})) {
         if (auto t = String(k, "topic", kpath, true)) sink.topic = *t;
         if (auto b = String(k, "bootstrap", kpath, false)) sink.bootstrap = *b;
+        if (auto m = OneOf(k, "mode", kpath, {"upsert", "changelog"})) {
+          sink.kafka_mode =
+              *m == "upsert" ? SinkSpec::KafkaMode::kUpsert : SinkSpec::KafkaMode::kChangelog;
+        }
+        if (auto e = OneOf(k, "exactly_once", kpath, {"true", "false"})) {
+          sink.exactly_once = *e == "true";
+          // The transaction commits with each checkpoint: without checkpoints
+          // nothing would ever become visible to read_committed consumers.
+          if (sink.exactly_once && spec().checkpoint.interval <= 0) {
+            Err(Join(kpath, "exactly_once"),
+                "needs checkpoints (spec.checkpoint.interval > 0): the Kafka transaction "
+                "commits with each checkpoint");
+          }
+        }
       }
     } else if (kind == "postgres") {
       sink.kind = SinkSpec::Kind::kPostgres;

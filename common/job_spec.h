@@ -174,8 +174,15 @@ struct SinkSpec {
   std::string path;       // file
   std::string topic;      // kafka
   std::string bootstrap;  // kafka; empty: the embedded broker
-  std::string dsn;        // postgres: libpq connection string or postgresql:// URI
-  std::string table;      // postgres: [schema.]table, SQL identifiers (see IsSqlIdentifier)
+  // kafka.mode: kUpsert (default) produces only the highest revision per key
+  // within a flush (compaction-friendly); kChangelog produces every revision.
+  enum class KafkaMode { kUpsert, kChangelog } kafka_mode = KafkaMode::kUpsert;
+  // kafka.exactly_once: a transactional producer whose transaction commits
+  // with each checkpoint (needs spec.checkpoint.interval > 0). Default false:
+  // idempotent producer, at-least-once.
+  bool exactly_once = false;
+  std::string dsn;    // postgres: libpq connection string or postgresql:// URI
+  std::string table;  // postgres: [schema.]table, SQL identifiers (see IsSqlIdentifier)
 };
 
 // True for an unquoted SQL identifier: [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes

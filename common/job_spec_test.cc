@@ -536,6 +536,47 @@ TEST(JobSpecTest, PostgresSink) {
       IsEmpty());
 }
 
+TEST(JobSpecTest, KafkaSinkModes) {
+  ParseResult r = ParseJobSpec(Job("",
+                                   "    - {from: src, kafka: {topic: a}}\n"
+                                   "    - {from: src, kafka: {topic: b, mode: changelog}}\n"
+                                   "    - {from: src, kafka: {topic: c, mode: upsert, "
+                                   "exactly_once: false}}\n"));
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
+  ASSERT_EQ(r.spec.sinks.size(), 3u);
+  EXPECT_EQ(r.spec.sinks[0].kafka_mode, SinkSpec::KafkaMode::kUpsert);  // default
+  EXPECT_FALSE(r.spec.sinks[0].exactly_once);                           // default
+  EXPECT_EQ(r.spec.sinks[1].kafka_mode, SinkSpec::KafkaMode::kChangelog);
+  EXPECT_EQ(r.spec.sinks[2].kafka_mode, SinkSpec::KafkaMode::kUpsert);
+  EXPECT_FALSE(r.spec.sinks[2].exactly_once);
+
+  // exactly_once needs checkpoints: the transaction commits with each one.
+  std::string with_checkpoints =
+      Job("", "    - {from: src, kafka: {topic: a, exactly_once: true}}\n");
+  with_checkpoints.replace(with_checkpoints.find("spec:\n"), 6,
+                           "spec:\n  checkpoint: {interval: 10s, storage: \"file:///tmp/c\"}\n");
+  r = ParseJobSpec(with_checkpoints);
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
+  EXPECT_TRUE(r.spec.sinks[0].exactly_once);
+  EXPECT_EQ(r.spec.sinks[0].kafka_mode, SinkSpec::KafkaMode::kUpsert);
+  EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, exactly_once: true}}\n"),
+              ElementsAre("spec.sinks[0].kafka.exactly_once: needs checkpoints "
+                          "(spec.checkpoint.interval > 0): the Kafka transaction commits with "
+                          "each checkpoint"));
+
+  EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, mode: append}}\n"),
+              ElementsAre("spec.sinks[0].kafka.mode: expected one of upsert, changelog, got "
+                          "\"append\""));
+  EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, exactly_once: yes}}\n"),
+              ElementsAre("spec.sinks[0].kafka.exactly_once: expected one of true, false, got "
+                          "\"yes\""));
+  EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, mode: [upsert]}}\n"),
+              ElementsAre(StartsWith("spec.sinks[0].kafka.mode: expected one of upsert, "
+                                     "changelog, got ")));
+  EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, exactly-once: true}}\n"),
+              ElementsAre(StartsWith("spec.sinks[0].kafka.exactly-once: unknown field")));
+}
+
 TEST(JobSpecTest, SqlIdentifier) {
   EXPECT_TRUE(IsSqlIdentifier("a"));
   EXPECT_TRUE(IsSqlIdentifier("_x9"));

@@ -17,6 +17,12 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
       KafkaSinkOptions ko;
       ko.bootstrap = spec.bootstrap.empty() ? ctx.embedded_bootstrap : spec.bootstrap;
       ko.topic = spec.topic;
+      ko.mode = spec.kafka_mode == SinkSpec::KafkaMode::kChangelog
+                    ? KafkaSinkOptions::Mode::kChangelog
+                    : KafkaSinkOptions::Mode::kUpsert;
+      ko.exactly_once = spec.exactly_once;
+      ko.transactional_id = absl::StrCat("caravela-", ctx.job_name, "-sink", ctx.sink_index);
+      ko.epoch = ctx.epoch;
       return std::make_unique<KafkaSink>(ko);
     }
     case SinkSpec::Kind::kPostgres: {
