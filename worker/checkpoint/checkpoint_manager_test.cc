@@ -321,7 +321,8 @@ TEST_F(CheckpointManagerTest, LostSharedFileIsUploadedAgain) {
   auto mgr = OpenManager();
   ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
   std::string lost;
-  for (const auto& f : LatestOrDie(*mgr).files()) {
+  CheckpointManifest first = LatestOrDie(*mgr);
+  for (const auto& f : first.files()) {
     if (f.key().starts_with("shared/")) lost = f.key();
   }
   ASSERT_FALSE(lost.empty());
