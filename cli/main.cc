@@ -29,8 +29,18 @@ bool ReportSpec(const caravela::ParseResult& result, const std::string& file) {
   return false;
 }
 
-int RunJob(const std::string& file, const std::string& data_dir_flag, bool quiet,
-           bool print_metrics) {
+struct RunFlags {
+  std::string data_dir;
+  std::string from_savepoint;
+  std::string savepoint_on_stop;
+  bool quiet = false;
+  bool print_metrics = false;
+};
+
+int RunJob(const std::string& file, const RunFlags& flags) {
+  const std::string& data_dir_flag = flags.data_dir;
+  const bool quiet = flags.quiet;
+  const bool print_metrics = flags.print_metrics;
   caravela::ParseResult parsed = caravela::LoadJobSpec(file);
   if (!ReportSpec(parsed, file)) return 2;
   const caravela::JobSpec& spec = parsed.spec;
@@ -39,6 +49,8 @@ int RunJob(const std::string& file, const std::string& data_dir_flag, bool quiet
   options.data_dir = data_dir_flag.empty() ? "caravela-data/" + spec.name : data_dir_flag;
   options.stop = &g_stop;
   options.progress_interval_ms = quiet ? 0 : 1000;
+  options.from_savepoint = flags.from_savepoint;
+  options.savepoint_on_stop = flags.savepoint_on_stop;
 
   std::unique_ptr<caravela::EmbeddedBroker> broker;
   if (spec.NeedsEmbeddedBroker()) {
@@ -82,19 +94,29 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
 
-  std::string job_file, data_dir;
-  bool quiet = false, print_metrics = false;
+  std::string job_file;
+  RunFlags run_flags;
+  bool& quiet = run_flags.quiet;
   auto* run = app.add_subcommand(
       "run",
       "Validate and run a job in-process. Bounded (file) inputs: exits when drained,\n"
-      "after every window fired ON_TIME and FINAL. Kafka inputs: runs until Ctrl-C.");
+      "after every window fired ON_TIME and FINAL. Kafka inputs: runs until Ctrl-C.\n"
+      "With spec.checkpoint.interval set, the run checkpoints state, source offsets and\n"
+      "watermarks, and a re-run with the same job and --data-dir resumes from the\n"
+      "latest complete checkpoint (after a crash or a stop).");
   run->add_option("job", job_file, "Job YAML (relative paths in it resolve against its directory)")
       ->required()
       ->check(CLI::ExistingFile);
-  run->add_option("--data-dir", data_dir,
-                  "State and dead-letter directory (default: ./caravela-data/<job name>)");
+  run->add_option("--data-dir", run_flags.data_dir,
+                  "State, checkpoint (unless spec.checkpoint.storage is set) and dead-letter\n"
+                  "directory (default: ./caravela-data/<job name>)");
+  run->add_option("--from-savepoint", run_flags.from_savepoint,
+                  "Start from this savepoint directory instead of the latest checkpoint");
+  run->add_option("--savepoint-on-stop", run_flags.savepoint_on_stop,
+                  "When the run ends (input drained, Ctrl-C or SIGTERM), write a\n"
+                  "self-contained savepoint into this new directory");
   run->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
-  run->add_flag("--print-metrics", print_metrics,
+  run->add_flag("--print-metrics", run_flags.print_metrics,
                 "Print the metrics registry (Prometheus text) to stdout at the end");
 
   auto* validate = app.add_subcommand(
@@ -131,7 +153,7 @@ int main(int argc, char** argv) {
 
   if (*demo) return caravela::RunDemo(demo_job, demo_seconds, demo_events, quiet);
 
-  if (*run) return RunJob(job_file, data_dir, quiet, print_metrics);
+  if (*run) return RunJob(job_file, run_flags);
   if (*validate) {
     caravela::ParseResult parsed = caravela::LoadJobSpec(job_file);
     if (!ReportSpec(parsed, job_file)) return 2;

@@ -174,9 +174,10 @@ struct SinkSpec {
   std::string path;       // file
   std::string topic;      // kafka
   std::string bootstrap;  // kafka; empty: the embedded broker
-  // kafka.mode: kUpsert (default) produces only the highest revision per key
-  // within a flush (compaction-friendly); kChangelog produces every revision.
-  enum class KafkaMode { kUpsert, kChangelog } kafka_mode = KafkaMode::kUpsert;
+  // kafka.mode: kChangelog (default) produces every revision, in order;
+  // kUpsert produces only the highest revision per key within a flush
+  // (compaction-friendly, for readers that only want the latest result).
+  enum class KafkaMode { kUpsert, kChangelog } kafka_mode = KafkaMode::kChangelog;
   // kafka.exactly_once: a transactional producer whose transaction commits
   // with each checkpoint (needs spec.checkpoint.interval > 0). Default false:
   // idempotent producer, at-least-once.

@@ -544,8 +544,8 @@ TEST(JobSpecTest, KafkaSinkModes) {
                                    "exactly_once: false}}\n"));
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
   ASSERT_EQ(r.spec.sinks.size(), 3u);
-  EXPECT_EQ(r.spec.sinks[0].kafka_mode, SinkSpec::KafkaMode::kUpsert);  // default
-  EXPECT_FALSE(r.spec.sinks[0].exactly_once);                           // default
+  EXPECT_EQ(r.spec.sinks[0].kafka_mode, SinkSpec::KafkaMode::kChangelog);  // default
+  EXPECT_FALSE(r.spec.sinks[0].exactly_once);                              // default
   EXPECT_EQ(r.spec.sinks[1].kafka_mode, SinkSpec::KafkaMode::kChangelog);
   EXPECT_EQ(r.spec.sinks[2].kafka_mode, SinkSpec::KafkaMode::kUpsert);
   EXPECT_FALSE(r.spec.sinks[2].exactly_once);
@@ -558,7 +558,7 @@ TEST(JobSpecTest, KafkaSinkModes) {
   r = ParseJobSpec(with_checkpoints);
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
   EXPECT_TRUE(r.spec.sinks[0].exactly_once);
-  EXPECT_EQ(r.spec.sinks[0].kafka_mode, SinkSpec::KafkaMode::kUpsert);
+  EXPECT_EQ(r.spec.sinks[0].kafka_mode, SinkSpec::KafkaMode::kChangelog);
   EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, exactly_once: true}}\n"),
               ElementsAre("spec.sinks[0].kafka.exactly_once: needs checkpoints "
                           "(spec.checkpoint.interval > 0): the Kafka transaction commits with "

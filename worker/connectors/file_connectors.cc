@@ -1,10 +1,16 @@
 #include "worker/connectors/file_connectors.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace caravela {
 namespace {
@@ -88,8 +94,22 @@ absl::Status FileSink::Open() {
   std::error_code ec;
   auto parent = std::filesystem::path(path_).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (file_ == nullptr) return Errno("cannot open output file", path_);
+  if (!checkpointed_) {
+    file_ = std::fopen(path_.c_str(), "wb");
+    if (file_ == nullptr) return Errno("cannot open output file", path_);
+    return absl::OkStatus();
+  }
+  // Checkpointed: nothing is visible until Recover() says what is committed.
+  return OpenPending();
+}
+
+std::string FileSink::PendingPath(int64_t id) const {
+  return id < 0 ? path_ + ".pending" : path_ + ".pending-" + std::to_string(id);
+}
+
+absl::Status FileSink::OpenPending() {
+  file_ = std::fopen(PendingPath(-1).c_str(), "wb");
+  if (file_ == nullptr) return Errno("cannot open pending output file", PendingPath(-1));
   return absl::OkStatus();
 }
 
@@ -104,11 +124,129 @@ absl::Status FileSink::Flush() {
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::Status FsyncPath(const std::string& path, bool dir) {
+  int fd = ::open(path.c_str(), dir ? O_RDONLY | O_DIRECTORY : O_RDWR);
+  if (fd < 0) return Errno("cannot open for fsync", path);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Errno("cannot fsync", path);
+  return absl::OkStatus();
+}
+
+std::string ParentDir(const std::string& path) {
+  auto parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FileSink::PreCommit(int64_t checkpoint_id) {
+  if (!checkpointed_) {
+    RETURN_IF_ERROR(Flush());
+    return std::string();
+  }
+  RETURN_IF_ERROR(Flush());
+  if (::fsync(fileno(file_)) != 0) return Errno("cannot fsync", PendingPath(-1));
+  const int64_t pending_size = static_cast<int64_t>(std::ftell(file_));
+  std::fclose(file_);
+  file_ = nullptr;
+  if (std::rename(PendingPath(-1).c_str(), PendingPath(checkpoint_id).c_str()) != 0) {
+    return Errno("cannot rename pending output", PendingPath(-1));
+  }
+  RETURN_IF_ERROR(FsyncPath(ParentDir(path_), true));
+  RETURN_IF_ERROR(OpenPending());
+  return absl::StrCat(committed_size_, " ", committed_size_ + pending_size);
+}
+
+absl::Status FileSink::AppendFile(const std::string& from) {
+  std::FILE* in = std::fopen(from.c_str(), "rb");
+  if (in == nullptr) return Errno("cannot open", from);
+  std::FILE* out = std::fopen(path_.c_str(), "ab");
+  if (out == nullptr) {
+    std::fclose(in);
+    return Errno("cannot open output file", path_);
+  }
+  char buf[1 << 16];
+  size_t n;
+  bool ok = true;
+  while ((n = std::fread(buf, 1, sizeof buf, in)) > 0) {
+    ok = ok && std::fwrite(buf, 1, n, out) == n;
+  }
+  std::fclose(in);
+  ok = ok && std::fflush(out) == 0 && ::fsync(fileno(out)) == 0;
+  committed_size_ = static_cast<int64_t>(std::ftell(out));
+  std::fclose(out);
+  if (!ok) return Errno("cannot append committed output to", path_);
+  return absl::OkStatus();
+}
+
+absl::Status FileSink::Commit(int64_t checkpoint_id) {
+  if (!checkpointed_) return absl::OkStatus();
+  const std::string pending = PendingPath(checkpoint_id);
+  RETURN_IF_ERROR(AppendFile(pending));
+  std::remove(pending.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status FileSink::Recover(int64_t checkpoint_id, std::string_view state) {
+  if (!checkpointed_) return absl::OkStatus();
+  int64_t before = 0, after = 0;
+  if (checkpoint_id > 0) {
+    std::vector<std::string> parts =
+        absl::StrSplit(absl::string_view(state.data(), state.size()), ' ');
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &before) ||
+        !absl::SimpleAtoi(parts[1], &after)) {
+      return absl::DataLossError(
+          absl::StrCat("file sink ", path_, ": bad checkpoint state \"", std::string(state), "\""));
+    }
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec)) {
+    std::FILE* f = std::fopen(path_.c_str(), "wb");
+    if (f == nullptr) return Errno("cannot create output file", path_);
+    std::fclose(f);
+  }
+  const int64_t size = static_cast<int64_t>(std::filesystem::file_size(path_, ec));
+  const std::string pending = PendingPath(checkpoint_id);
+  if (checkpoint_id > 0 && std::filesystem::exists(pending, ec)) {
+    // The crash came between the manifest and the commit: finish the commit.
+    if (size < before) {
+      return absl::DataLossError(absl::StrCat("file sink ", path_, " holds ", size,
+                                              " bytes, less than the ", before,
+                                              " its checkpoint committed; was it modified?"));
+    }
+    if (::truncate(path_.c_str(), before) != 0) return Errno("cannot truncate", path_);
+    committed_size_ = before;
+    RETURN_IF_ERROR(AppendFile(pending));
+    std::remove(pending.c_str());
+  } else {
+    if (size < after) {
+      return absl::DataLossError(absl::StrCat("file sink ", path_, " holds ", size,
+                                              " bytes, less than the ", after,
+                                              " its checkpoint committed; was it modified?"));
+    }
+    if (::truncate(path_.c_str(), after) != 0) return Errno("cannot truncate", path_);
+    RETURN_IF_ERROR(FsyncPath(path_, false));
+    committed_size_ = after;
+  }
+  // Output of checkpoints that never committed is regenerated by the replay.
+  const std::string dir = ParentDir(path_);
+  const std::string base = std::filesystem::path(path_).filename().string() + ".pending-";
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(base, 0) == 0) std::filesystem::remove(entry.path(), ec);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FileSink::Close() {
   if (file_ == nullptr) return absl::OkStatus();
   absl::Status st = Flush();
   std::fclose(file_);
   file_ = nullptr;
+  if (checkpointed_) std::remove(PendingPath(-1).c_str());  // uncommitted: dropped
   return st;
 }
 

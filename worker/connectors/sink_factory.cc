@@ -10,7 +10,7 @@ namespace caravela {
 absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkContext& ctx) {
   switch (spec.kind) {
     case SinkSpec::Kind::kFile:
-      return std::make_unique<FileSink>(spec.path);
+      return std::make_unique<FileSink>(spec.path, ctx.checkpointed);
     case SinkSpec::Kind::kStdout:
       return std::make_unique<StdoutSink>();
     case SinkSpec::Kind::kKafka: {

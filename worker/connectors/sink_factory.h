@@ -20,6 +20,8 @@ struct SinkContext {
   int sink_index = 0;
   // The run's epoch: 0 for a fresh job, +1 on every start from a checkpoint.
   int64_t epoch = 0;
+  // The job checkpoints: file sinks publish per checkpoint (see FileSink).
+  bool checkpointed = false;
 };
 
 // Returns the sink, not yet opened.

@@ -92,6 +92,16 @@ class OperatorContext {
   int64_t now() const { return clock_->NowMs(); }
   int64_t watermark() const { return watermark_; }
   void set_watermark(int64_t w) { watermark_ = w; }
+  // The run's epoch: 0 for a fresh job, +1 on every start from a checkpoint
+  // or savepoint (SPEC §4: revisions increase across restores).
+  int64_t epoch() const { return epoch_; }
+  void set_epoch(int64_t e) { epoch_ = e; }
+  // The published revision for a per-key counter `n` (1, 2, ... over the
+  // key's life, restored with the state): epoch * kRevisionEpochStride + n.
+  // Consecutive within one run; after a restore, greater than anything the
+  // previous runs can have published, even after the checkpoint.
+  static constexpr int64_t kRevisionEpochStride = 1'000'000'000;
+  int64_t Revision(int64_t n) const { return epoch_ * kRevisionEpochStride + n; }
 
  private:
   std::string name_;
@@ -99,6 +109,7 @@ class OperatorContext {
   MetricsRegistry* metrics_;
   const Clock* clock_;
   int64_t watermark_ = kMinTime;
+  int64_t epoch_ = 0;
 };
 
 // Fills `side` with the standard side-output record for `r`:

@@ -398,7 +398,7 @@ void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Ou
         break;
     }
   }
-  o.AddInt("revision", w.revision);
+  o.AddInt("revision", ctx.Revision(w.revision));
   o.AddString("state", state);
   o.event_time = w.end - 1;
   for (int s = 0; s < 4; ++s) {

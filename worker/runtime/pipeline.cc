@@ -4,15 +4,22 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/expr.h"
+#include "common/failpoint.h"
 #include "common/json.h"
 #include "spdlog/spdlog.h"
+#include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/connectors/file_connectors.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
@@ -25,6 +32,7 @@
 #include "worker/operators/window_operator.h"
 #include "worker/runtime/event_time.h"
 #include "worker/runtime/watermark.h"
+#include "xxhash.h"
 
 namespace caravela {
 namespace {
@@ -66,6 +74,11 @@ struct SourceNode {
   int64_t last_arrival = kMinTime;
   bool finished = false;
   bool preload = false;  // a lookup table: read whole before anything else
+  // Per raw partition: offset after the last applied record, and the arrival
+  // time of the last applied record (checkpoints: prefetched records are
+  // read again after a restore, so neither may include them).
+  std::vector<int64_t> applied;
+  int64_t applied_arrival = kMinTime;
   Output out{1};
   Counter* in = nullptr;
   Counter* invalid = nullptr;
@@ -121,6 +134,13 @@ struct Pipeline::Impl {
   std::chrono::steady_clock::time_point started, last_progress, last_flush, last_state_flush;
   int64_t progress_records_in = 0;
 
+  // Checkpoints (SPEC §6); null when the job has none and no savepoint is used.
+  std::unique_ptr<CheckpointManager> checkpoints;
+  int64_t epoch = 0;
+  int64_t checkpoint_interval_ms = 0;
+  int64_t next_checkpoint_at = kMinTime;  // processing time; kMinTime: not scheduled yet
+  std::string spec_hash;
+
   int S() const { return static_cast<int>(sources.size()); }
   int NodeId(std::string_view name) const {
     for (int i = 0; i < S(); ++i) {
@@ -134,6 +154,16 @@ struct Pipeline::Impl {
   Output& OutputOf(int node) { return node < S() ? sources[node].out : ops[node - S()].out; }
 
   absl::Status Build();
+  absl::StatusOr<std::unique_ptr<RawSource>> OpenRawSource(
+      const SourceSpec& ss, const std::map<int32_t, int64_t>& start_offsets);
+  // Checkpoints: manager and epoch (before Build), restore (after Build),
+  // periodic and final checkpoints, savepoints.
+  absl::Status OpenCheckpoints();
+  absl::Status Restore();
+  absl::Status ApplyManifest(const CheckpointManifest& m);
+  absl::Status TakeCheckpoint(const std::string& savepoint_dir);
+  absl::Status MaybeCheckpoint();
+  std::string SpecHash() const;
   void Decode(SourceNode& src, const RawMessage& m);
   absl::Status FillPending(SourceNode& src, int timeout_ms);
   absl::Status ApplySourceBatch(int src_id, size_t count);
@@ -167,13 +197,46 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const JobSpec& spec,
   if (im.options.in_memory_state) {
     p->state_ = NewMemoryBackend();
   } else {
+    // Every run starts from empty local state: the state of a previous run is
+    // ahead of its last checkpoint (or, without checkpoints, of the input's
+    // start), so reusing it would count events twice. A checkpoint or
+    // savepoint, if any, is restored into it below.
     std::error_code ec;
+    std::filesystem::remove_all(im.options.data_dir + "/state", ec);
     std::filesystem::create_directories(im.options.data_dir, ec);
     ASSIGN_OR_RETURN(p->state_, OpenRocksDbBackend(im.options.data_dir + "/state"));
   }
   im.state = p->state_.get();
+  RETURN_IF_ERROR(im.OpenCheckpoints());
   RETURN_IF_ERROR(im.Build());
+  RETURN_IF_ERROR(im.Restore());
   return p;
+}
+
+absl::StatusOr<std::unique_ptr<RawSource>> Pipeline::Impl::OpenRawSource(
+    const SourceSpec& ss, const std::map<int32_t, int64_t>& start_offsets) {
+  std::unique_ptr<RawSource> raw;
+  absl::Status st;
+  if (ss.kind == SourceSpec::Kind::kFile) {
+    auto file = std::make_unique<FileSource>(ss.file.path);
+    st = file->Open();
+    auto it = start_offsets.find(0);
+    if (st.ok() && it != start_offsets.end() && it->second > 0) st = file->SkipLines(it->second);
+    raw = std::move(file);
+  } else {
+    KafkaSourceOptions ko;
+    ko.bootstrap = ss.kafka.bootstrap.empty() ? options.embedded_bootstrap : ss.kafka.bootstrap;
+    ko.topic = ss.kafka.topic;
+    ko.start = ss.kafka.start;
+    ko.start_offsets = start_offsets;
+    raw = std::make_unique<KafkaSource>(ko);
+    st = raw->Open();
+    if (st.ok() && ss.kafka.bounded) st = raw->StopAtCurrentEnd();
+  }
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));
+  }
+  return raw;
 }
 
 absl::Status Pipeline::Impl::Build() {
@@ -200,23 +263,11 @@ absl::Status Pipeline::Impl::Build() {
     SourceNode& src = sources[i];
     src.spec = &ss;
     if (ss.kind == SourceSpec::Kind::kFile) {
-      src.raw = std::make_unique<FileSource>(ss.file.path);
       src.partition_path = FieldPath::Parse(ss.file.partition_field);
       src.arrival_path = FieldPath::Parse(ss.file.arrival_field);
-    } else {
-      KafkaSourceOptions ko;
-      ko.bootstrap = ss.kafka.bootstrap.empty() ? options.embedded_bootstrap : ss.kafka.bootstrap;
-      ko.topic = ss.kafka.topic;
-      ko.start = ss.kafka.start;
-      src.raw = std::make_unique<KafkaSource>(ko);
     }
-    absl::Status st = src.raw->Open();
-    if (st.ok() && ss.kind == SourceSpec::Kind::kKafka && ss.kafka.bounded) {
-      st = src.raw->StopAtCurrentEnd();
-    }
-    if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));
-    }
+    ASSIGN_OR_RETURN(src.raw, OpenRawSource(ss, {}));
+    src.applied = src.raw->Positions();
     src.wm = std::make_unique<SourceWatermark>(ss.watermark, start_time);
     if (ss.kind == SourceSpec::Kind::kKafka) src.wm->EnsurePartitions(src.raw->PartitionCount());
     std::string labels = absl::StrCat("source=\"", ss.name, "\"");
@@ -285,6 +336,7 @@ absl::Status Pipeline::Impl::Build() {
       }
     }
     on.ctx = std::make_unique<OperatorContext>(os.name, state, metrics, clock);
+    on.ctx->set_epoch(epoch);
     on.out.Resize(on.op->SideOutputs().size());
     RETURN_IF_ERROR(on.op->Open(*on.ctx));
   }
@@ -333,6 +385,8 @@ absl::Status Pipeline::Impl::Build() {
     sc.job_name = spec.name;
     sc.embedded_bootstrap = options.embedded_bootstrap;
     sc.sink_index = static_cast<int>(sinks.size());
+    sc.epoch = epoch;
+    sc.checkpointed = checkpoints != nullptr;
     ASSIGN_OR_RETURN(sn.sink, MakeSink(ss, sc));
     absl::Status st = sn.sink->Open();
     if (!st.ok()) {
@@ -370,7 +424,7 @@ absl::Status Pipeline::Impl::Build() {
     SinkNode sn;
     sn.name = "dead-letter";
     sn.dead_letter = true;
-    sn.sink = std::make_unique<FileSink>(path);
+    sn.sink = std::make_unique<FileSink>(path, checkpoints != nullptr);
     RETURN_IF_ERROR(sn.sink->Open());
     sn.written = metrics->Get("dead_letter_records_total");
     dead_letter_sink = static_cast<int>(sinks.size());
@@ -469,8 +523,12 @@ absl::Status Pipeline::Impl::ApplySourceBatch(int src_id, size_t count) {
   const int64_t skew = src.spec->watermark.max_future_skew;
   const bool has_time = src.spec->event_time.has_value();
   Output& out = src.out;
+  const bool file = src.spec->kind == SourceSpec::Kind::kFile;
   for (size_t i = src.head; i < src.head + count; ++i) {
     Record& r = src.pending[i];
+    const size_t raw_partition = file ? 0 : static_cast<size_t>(r.partition);
+    if (raw_partition < src.applied.size()) src.applied[raw_partition] = r.offset + 1;
+    src.applied_arrival = r.arrival;
     src.wm->OnActivity(r.partition, now);
     if (src.pending_invalid[i]) {
       std::swap(out.EmitSide(0), r);
@@ -501,7 +559,9 @@ absl::Status Pipeline::Impl::ApplySourceBatch(int src_id, size_t count) {
   src.head += count;
   src.in->Add(static_cast<int64_t>(count));
   records_in += static_cast<int64_t>(count);
-  return Dispatch(src_id);
+  RETURN_IF_ERROR(Dispatch(src_id));
+  Failpoint("source.after_batch");
+  return absl::OkStatus();
 }
 
 absl::Status Pipeline::Impl::WriteSink(int sink_id, int node, const Record& r,
@@ -546,7 +606,9 @@ absl::Status Pipeline::Impl::WriteSink(int sink_id, int node, const Record& r,
     Value st = r.GetPath(state_path);
     if (st.type == ValueType::kString) sr.state = st.s;
   }
-  return sn.sink->WriteRecord(sr);
+  RETURN_IF_ERROR(sn.sink->WriteRecord(sr));
+  Failpoint("sink.after_write");
+  return absl::OkStatus();
 }
 
 absl::Status Pipeline::Impl::Dispatch(int node) {
@@ -723,6 +785,7 @@ absl::Status Pipeline::Impl::RunArrivalMode() {
       RETURN_IF_ERROR(UpdateWatermarks());
       RETURN_IF_ERROR(FireTimers());
       RETURN_IF_ERROR(Commit(false));
+      RETURN_IF_ERROR(MaybeCheckpoint());
       continue;
     }
     manual_clock.Set(t_next);
@@ -737,6 +800,7 @@ absl::Status Pipeline::Impl::RunArrivalMode() {
     RETURN_IF_ERROR(UpdateWatermarks());
     RETURN_IF_ERROR(FireTimers());
     RETURN_IF_ERROR(Commit(false));
+    RETURN_IF_ERROR(MaybeCheckpoint());
   }
   return absl::OkStatus();
 }
@@ -776,6 +840,7 @@ absl::Status Pipeline::Impl::RunWallMode() {
     RETURN_IF_ERROR(UpdateWatermarks());
     RETURN_IF_ERROR(FireTimers());
     RETURN_IF_ERROR(Commit(false));
+    RETURN_IF_ERROR(MaybeCheckpoint());
     if (all_done) break;
     if (!got && !any_unbounded) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -795,6 +860,11 @@ absl::Status Pipeline::Impl::Finish() {
   }
   if (all_bounded_done) RETURN_IF_ERROR(UpdateWatermarks());
   RETURN_IF_ERROR(Commit(true));
+  // A final checkpoint commits the last output (checkpointed sinks show only
+  // committed output) and lets a stopped job resume where it stopped.
+  if (checkpoints != nullptr && spec.checkpoint.interval > 0) RETURN_IF_ERROR(TakeCheckpoint(""));
+  if (!options.savepoint_on_stop.empty())
+    RETURN_IF_ERROR(TakeCheckpoint(options.savepoint_on_stop));
   Progress(true);
   absl::Status first;
   for (SinkNode& sn : sinks) {
@@ -802,6 +872,272 @@ absl::Status Pipeline::Impl::Finish() {
     if (!st.ok() && first.ok()) first = st;
   }
   return first;
+}
+
+// ---- Checkpoints (SPEC §6) ----------------------------------------------------
+
+namespace {
+
+constexpr int kTaskId = 0;  // one task per job in-process (the cluster assigns more)
+
+}  // namespace
+
+std::string Pipeline::Impl::SpecHash() const {
+  // The job graph the state belongs to: source, operator and sink names and
+  // kinds. A checkpoint of another graph cannot be restored into this one.
+  std::string text;
+  for (const SourceSpec& ss : spec.sources) {
+    absl::StrAppend(&text, "source ", ss.name, " ", static_cast<int>(ss.kind), "\n");
+  }
+  for (const OperatorSpec& os : spec.operators) {
+    absl::StrAppend(&text, "operator ", os.name, " ", static_cast<int>(os.kind), "\n");
+  }
+  for (const SinkSpec& ss : spec.sinks) {
+    absl::StrAppend(&text, "sink ", ss.from, " ", static_cast<int>(ss.kind), "\n");
+  }
+  // xxh3 is stable across processes and releases (absl::Hash is seeded per process).
+  return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
+}
+
+absl::Status Pipeline::Impl::OpenCheckpoints() {
+  const bool periodic = spec.checkpoint.interval > 0;
+  if (!periodic && options.from_savepoint.empty() && options.savepoint_on_stop.empty()) {
+    return absl::OkStatus();
+  }
+  std::string url = spec.checkpoint.storage;
+  if (url.empty()) {
+    url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
+  }
+  ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Open(url, spec.name, kTaskId,
+                                                        options.data_dir + "/checkpoint-scratch",
+                                                        std::max(1, spec.checkpoint.retain)));
+  spec_hash = SpecHash();
+  // The epoch is counted durably at every start, before anything is written,
+  // so that revisions published after a restart exceed everything published
+  // before it, even output that came after the last checkpoint.
+  const std::string key = checkpoints->prefix() + "epoch";
+  ASSIGN_OR_RETURN(bool has_epoch, checkpoints->storage().Exists(key));
+  if (has_epoch) {
+    ASSIGN_OR_RETURN(std::string text, checkpoints->storage().Read(key));
+    int64_t previous = 0;
+    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &previous)) {
+      return absl::DataLossError(absl::StrCat("corrupt epoch file ", checkpoints->storage().url(),
+                                              "/", key, ": \"", text, "\""));
+    }
+    epoch = previous + 1;
+  } else if (!options.from_savepoint.empty()) {
+    ASSIGN_OR_RETURN(CheckpointManifest sp,
+                     CheckpointManager::LoadSavepoint(options.from_savepoint));
+    epoch = sp.epoch() + 1;
+  }
+  RETURN_IF_ERROR(checkpoints->storage().Write(key, std::to_string(epoch)));
+  checkpoint_interval_ms = spec.checkpoint.interval;
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::Impl::Restore() {
+  if (checkpoints == nullptr) return absl::OkStatus();
+  std::optional<CheckpointManifest> m;
+  if (!options.from_savepoint.empty()) {
+    ASSIGN_OR_RETURN(CheckpointManifest sp,
+                     CheckpointManager::LoadSavepoint(options.from_savepoint));
+    m = std::move(sp);
+  } else if (spec.checkpoint.interval > 0) {
+    ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(kMaxTime));
+    // A sink whose commit cannot be redone after a crash (Kafka
+    // transactions) may hold the output of an older checkpoint only: restore
+    // that one and replay from it.
+    int64_t committed = kMaxTime;
+    for (SinkNode& sn : sinks) {
+      ASSIGN_OR_RETURN(int64_t c, sn.sink->LastCommittedCheckpoint());
+      if (c >= 0) committed = std::min(committed, c);
+    }
+    if (m.has_value() && committed < m->checkpoint_id()) {
+      Log()->warn(
+          "[job={}] checkpoint {} is complete but a sink committed only up to {}: "
+          "restoring that one",
+          spec.name, m->checkpoint_id(), committed);
+      ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(committed));
+    }
+  }
+  if (!m.has_value()) {
+    // A fresh start: checkpointed sinks drop whatever a crashed run left.
+    for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Recover(0, ""));
+    return absl::OkStatus();
+  }
+  if (!m->spec_hash().empty() && m->spec_hash() != spec_hash) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", m->checkpoint_id(), " of job ", spec.name,
+        " was taken by a different job graph (sources, operators or sinks changed): its state "
+        "cannot be restored into this one. Start from scratch with another --data-dir (or "
+        "checkpoint storage), or run the job version that wrote it."));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!options.from_savepoint.empty()) {
+    ASSIGN_OR_RETURN(CheckpointManifest sp,
+                     checkpoints->RestoreSavepoint(options.from_savepoint, *state));
+    (void)sp;
+  } else {
+    ASSIGN_OR_RETURN(RestoreStats rs, checkpoints->RestoreState(*m, *state));
+    (void)rs;
+  }
+  RETURN_IF_ERROR(ApplyManifest(*m));
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  metrics->Get("restores_total")->Add();
+  Log()->info("[job={}] restored {} {} (epoch {}) in {} ms; this run is epoch {}", spec.name,
+              options.from_savepoint.empty() ? "checkpoint" : "savepoint", m->checkpoint_id(),
+              m->epoch(), ms, epoch);
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::Impl::ApplyManifest(const CheckpointManifest& m) {
+  const auto& extra = m.extra();
+  auto get = [&](const std::string& k) -> const std::string* {
+    auto it = extra.find(k);
+    return it == extra.end() ? nullptr : &it->second;
+  };
+  if (const std::string* now = get("clock"); now != nullptr && arrival_mode) {
+    int64_t t = 0;
+    if (absl::SimpleAtoi(*now, &t)) manual_clock.Set(t);
+  }
+  for (const auto& sc : m.sources()) {
+    int id = NodeId(sc.name());
+    if (id < 0 || id >= S()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", m.checkpoint_id(), " names unknown source ", sc.name()));
+    }
+    SourceNode& src = sources[id];
+    std::map<int32_t, int64_t> start;
+    for (const auto& pc : sc.partitions()) {
+      if (pc.next_offset() >= 0) start[pc.partition()] = pc.next_offset();
+    }
+    ASSIGN_OR_RETURN(src.raw, OpenRawSource(*src.spec, start));
+    src.applied = src.raw->Positions();
+    if (const std::string* wm = get("wm/" + sc.name())) {
+      if (!src.wm->Import(*wm)) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", m.checkpoint_id(),
+                                                ": bad watermark state of source ", sc.name()));
+      }
+    }
+    if (const std::string* pids = get("pids/" + sc.name())) {
+      int n = 0;
+      for (absl::string_view v : absl::StrSplit(*pids, '\n', absl::SkipEmpty())) {
+        src.partition_ids.emplace(std::string(v), n++);
+      }
+    }
+    if (const std::string* la = get("last_arrival/" + sc.name())) {
+      if (absl::SimpleAtoi(*la, &src.last_arrival)) src.applied_arrival = src.last_arrival;
+    }
+  }
+  for (const auto& oc : m.operators()) {
+    int id = NodeId(oc.name());
+    int64_t w = kMinTime;
+    if (id < S() || !absl::SimpleAtoi(oc.state(), &w)) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", m.checkpoint_id(), ": bad state of operator ", oc.name()));
+    }
+    ops[id - S()].ctx->set_watermark(w);
+  }
+  // Table pointers died with the old state: operators reopen theirs, with
+  // the clock and watermarks of the checkpoint (timers are armed from them).
+  for (OperatorNode& on : ops) RETURN_IF_ERROR(on.op->Open(*on.ctx));
+  for (const auto& sc : m.sinks()) {
+    if (sc.index() < 0 || sc.index() >= static_cast<int>(sinks.size())) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", m.checkpoint_id(), " names unknown sink ", sc.index()));
+    }
+    absl::Status st = sinks[sc.index()].sink->Recover(m.checkpoint_id(), sc.state());
+    if (!st.ok()) {
+      return absl::Status(
+          st.code(), absl::StrCat("sink for ", sinks[sc.index()].name, ": recovering checkpoint ",
+                                  m.checkpoint_id(), ": ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::Impl::MaybeCheckpoint() {
+  if (checkpoints == nullptr || checkpoint_interval_ms <= 0) return absl::OkStatus();
+  const int64_t now = clock->NowMs();
+  if (next_checkpoint_at == kMinTime) {
+    next_checkpoint_at = SatAdd(now, checkpoint_interval_ms);
+    return absl::OkStatus();
+  }
+  if (now < next_checkpoint_at) return absl::OkStatus();
+  next_checkpoint_at = SatAdd(now, checkpoint_interval_ms);
+  return TakeCheckpoint("");
+}
+
+absl::Status Pipeline::Impl::TakeCheckpoint(const std::string& savepoint_dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(Commit(true));  // operator state into the backend, committed
+  const int64_t id = checkpoints->next_checkpoint_id();
+  CheckpointManifest m;
+  m.set_checkpoint_id(id);
+  m.set_job_name(spec.name);
+  m.set_spec_hash(spec_hash);
+  m.set_epoch(epoch);
+  auto& extra = *m.mutable_extra();
+  for (SourceNode& src : sources) {
+    auto* sc = m.add_sources();
+    sc->set_name(src.spec->name);
+    for (size_t p = 0; p < src.applied.size(); ++p) {
+      auto* pc = sc->add_partitions();
+      pc->set_partition(static_cast<int32_t>(p));
+      pc->set_next_offset(src.applied[p]);
+      if (static_cast<int>(p) < src.wm->partition_count()) {
+        pc->set_watermark(src.wm->partition_watermark(static_cast<int>(p)));
+        pc->set_idle(src.wm->partition_idle(static_cast<int>(p)));
+      }
+    }
+    extra["wm/" + src.spec->name] = src.wm->Export();
+    if (!src.partition_ids.empty()) {
+      std::vector<std::string> by_id(src.partition_ids.size());
+      for (const auto& [value, pid] : src.partition_ids) by_id[pid] = value;
+      extra["pids/" + src.spec->name] = absl::StrJoin(by_id, "\n");
+    }
+    if (arrival_mode) {
+      extra["last_arrival/" + src.spec->name] = std::to_string(src.applied_arrival);
+    }
+  }
+  if (arrival_mode) extra["clock"] = std::to_string(clock->NowMs());
+  for (OperatorNode& on : ops) {
+    auto* oc = m.add_operators();
+    oc->set_name(on.spec->name);
+    oc->set_state(std::to_string(on.ctx->watermark()));
+  }
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string st, sinks[i].sink->PreCommit(id));
+    auto* sc = m.add_sinks();
+    sc->set_index(static_cast<int32_t>(i));
+    sc->set_state(st);
+  }
+  CheckpointStats stats;
+  if (savepoint_dir.empty()) {
+    ASSIGN_OR_RETURN(stats, checkpoints->Write(*state, std::move(m)));
+  } else {
+    ASSIGN_OR_RETURN(stats, checkpoints->WriteSavepoint(*state, std::move(m), savepoint_dir));
+  }
+  // The manifest is the commit point: now the sinks publish.
+  for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Commit(id));
+  Failpoint("checkpoint.after_sink_commit");
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  metrics->Get(savepoint_dir.empty() ? "checkpoints_total" : "savepoints_total")->Add();
+  metrics->Get("checkpoint_uploaded_bytes_total")->Add(static_cast<int64_t>(stats.bytes_uploaded));
+  metrics->Get("checkpoint_last_duration_ms")->Set(ms);
+  metrics->Get("checkpoint_last_state_bytes")->Set(static_cast<int64_t>(stats.bytes_total));
+  metrics->Get("checkpoint_last_id")->Set(id);
+  Log()->debug("[job={}] {} {}: {} ms, {} of {} bytes uploaded", spec.name,
+               savepoint_dir.empty() ? "checkpoint" : "savepoint", id, ms, stats.bytes_uploaded,
+               stats.bytes_total);
+  if (!savepoint_dir.empty()) {
+    Log()->info("[job={}] savepoint {} written to {}", spec.name, id, savepoint_dir);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Pipeline::Run() {

@@ -50,6 +50,11 @@ struct RunOptions {
   // read up to their current end and finish, the watermark goes to +inf and
   // everything fires, as for bounded inputs (demos, tests, replays).
   const std::atomic<bool>* end_of_input = nullptr;
+  // Start from this savepoint (a directory written by savepoint_on_stop)
+  // instead of the latest checkpoint.
+  std::string from_savepoint;
+  // When the run ends (input drained or stop), write a savepoint here.
+  std::string savepoint_on_stop;
   int batch_size = 1024;
   // Operators persist their in-memory working set into the state backend (and
   // the backend commits) at least this often, besides checkpoints and the end.

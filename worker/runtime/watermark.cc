@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace caravela {
 
 SourceWatermark::SourceWatermark(WatermarkSpec spec, int64_t start_time)
@@ -51,6 +55,54 @@ int64_t SourceWatermark::NextIdleTransition(int64_t after) const {
     if (!p.idle && t > after) next = std::min(next, t);
   }
   return next;
+}
+
+// "current idle; max_event_time seen idle last_activity; ..." (one group per
+// partition).
+std::string SourceWatermark::Export() const {
+  std::string out = absl::StrCat(current_, " ", idle_ ? 1 : 0);
+  for (const Part& p : parts_) {
+    absl::StrAppend(&out, ";", p.max_event_time, " ", p.seen ? 1 : 0, " ", p.idle ? 1 : 0, " ",
+                    p.last_activity);
+  }
+  return out;
+}
+
+bool SourceWatermark::Import(std::string_view text) {
+  std::vector<std::string> groups =
+      absl::StrSplit(absl::string_view(text.data(), text.size()), ';');
+  if (groups.empty()) return false;
+  auto ints = [](const std::string& g, std::vector<int64_t>* v) {
+    v->clear();
+    for (absl::string_view f : absl::StrSplit(g, ' ')) {
+      int64_t x;
+      if (!absl::SimpleAtoi(f, &x)) return false;
+      v->push_back(x);
+    }
+    return true;
+  };
+  std::vector<int64_t> v;
+  if (!ints(groups[0], &v) || v.size() != 2) return false;
+  const int64_t current = v[0];
+  const bool idle = v[1] != 0;
+  std::vector<Part> parts;
+  for (size_t i = 1; i < groups.size(); ++i) {
+    if (!ints(groups[i], &v) || v.size() != 4) return false;
+    Part p;
+    p.max_event_time = v[0];
+    p.seen = v[1] != 0;
+    p.idle = v[2] != 0;
+    p.last_activity = v[3];
+    parts.push_back(p);
+  }
+  current_ = current;
+  idle_ = idle;
+  if (parts.size() > parts_.size()) {
+    parts_ = std::move(parts);
+  } else {
+    std::copy(parts.begin(), parts.end(), parts_.begin());
+  }
+  return true;
 }
 
 }  // namespace caravela

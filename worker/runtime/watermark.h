@@ -62,6 +62,10 @@ class SourceWatermark {
   int64_t NextIdleTransition(int64_t after) const;
   // Restores monotonicity after a restore.
   void set_current(int64_t w) { current_ = w; }
+  // The whole state as text (checkpoints) and back; Import returns false on
+  // malformed text and then leaves the state unchanged.
+  std::string Export() const;
+  bool Import(std::string_view text);
 
  private:
   struct Part {

@@ -1,0 +1,264 @@
+// Crash matrix (issue 4, SPEC §6): the `caravela` binary runs a job with dedup,
+// hourly windows and an interval join over a generated stream (retries,
+// disorder, late and too-late events), with checkpoints. It is killed with
+// SIGKILL by a failpoint (CARAVELA_FAILPOINT) at each point of the checkpoint
+// protocol, restarted with the same data dir, and must end with exactly the
+// output of an uninterrupted run: file sinks hold committed output only, and
+// the replay regenerates the rest. Revisions published after a restart carry
+// the new epoch (epoch * 10^9 + n), so outputs are compared with the epoch
+// part removed, and per key they must only ever increase.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/time_util.h"
+#include "worker/testing/operator_harness.h"
+
+namespace fs = std::filesystem;
+
+namespace caravela {
+namespace {
+
+constexpr int64_t kStart = 1790848800000;  // 2026-10-01T10:00:00Z
+constexpr int64_t kMinute = 60'000;
+
+struct RunResult {
+  int exit_code = -1;
+  int signal = 0;
+  std::string log;
+};
+
+// Runs `caravela run` with an optional failpoint; returns how it ended.
+RunResult RunJob(const fs::path& job, const fs::path& data, const std::string& failpoint) {
+  const fs::path log = data.string() + ".log";
+  std::string cmd = absl::StrCat(failpoint.empty() ? "" : "CARAVELA_FAILPOINT=" + failpoint + " ",
+                                 CARAVELA_BINARY, " run -q --data-dir ", data.string(), " ",
+                                 job.string(), " > ", log.string(), " 2>&1");
+  int rc = std::system(cmd.c_str());
+  RunResult r;
+  // system() runs sh -c: a child killed by a signal shows as exit 128 + signal.
+  if (WIFEXITED(rc)) {
+    r.exit_code = WEXITSTATUS(rc);
+    if (r.exit_code > 128) r.signal = r.exit_code - 128;
+  }
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.log = ss.str();
+  return r;
+}
+
+std::vector<std::string> ReadLines(const fs::path& p) {
+  std::vector<std::string> lines;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Replaces "revision":E000000NNN by "revision":NNN; records the epochs seen.
+std::string StripEpoch(const std::string& line, int64_t* max_epoch) {
+  static const std::regex re("\"revision\":([0-9]+)");
+  std::smatch m;
+  if (!std::regex_search(line, m, re)) return line;
+  int64_t rev = std::stoll(m[1]);
+  *max_epoch = std::max(*max_epoch, rev / 1'000'000'000);
+  return m.prefix().str() + "\"revision\":" + std::to_string(rev % 1'000'000'000) +
+         m.suffix().str();
+}
+
+class CrashRecoveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/caravela_crash_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    Generate();
+    WriteJob();
+    reference_ = RunJob(job_, dir_ / "reference", "");
+    ASSERT_EQ(reference_.exit_code, 0) << reference_.log;
+    // Outputs go next to the job file.
+    ASSERT_GT(ReadLines(dir_ / "out/revenue.jsonl").size(), 20u);
+    ASSERT_GT(ReadLines(dir_ / "out/paid.jsonl").size(), 20u);
+    ASSERT_GT(ReadLines(dir_ / "out/too_late.jsonl").size(), 0u);
+  }
+  void TearDown() override {
+    if (std::getenv("KEEP_CRASH_DIR") == nullptr) RemoveTree(dir_.string());
+  }
+
+  // Purchases (with retries, disorder, late and too-late uploads) and
+  // payments for ~60% of them, 0-40 min later; arrival-driven, so every run
+  // is deterministic.
+  void Generate() {
+    std::mt19937_64 rng(11);
+    std::ofstream purchases(dir_ / "purchases.jsonl"), payments(dir_ / "payments.jsonl");
+    struct Line {
+      int64_t arrival;
+      std::string json;
+    };
+    std::vector<Line> p, q;
+    const char* countries[] = {"PT", "BR", "AO", "MZ"};
+    for (int i = 0; i < 3000; ++i) {
+      const int64_t t = kStart + i * 4000 + static_cast<int64_t>(rng() % 120'000);
+      int64_t delay = static_cast<int64_t>(rng() % 30'000);
+      if (i % 50 == 0) delay = 90 * kMinute;    // late, within the lateness
+      if (i % 301 == 0) delay = 400 * kMinute;  // too late
+      const std::string json = absl::StrFormat(
+          R"({"event_id":"e%d","country":"%s","amount":%d.%02d,"ts":"%s","arrival":%d})", i,
+          countries[rng() % 4], static_cast<int>(rng() % 200), static_cast<int>(rng() % 100),
+          FormatIso8601(t), t + delay);
+      p.push_back({t + delay, json});
+      if (i % 7 == 0) {  // a retry: the same event again, a bit later
+        p.push_back({t + delay + 5000, json});
+      }
+      if (rng() % 10 < 6) {
+        const int64_t pt = t + static_cast<int64_t>(rng() % (40 * kMinute));
+        const int64_t pa = pt + static_cast<int64_t>(rng() % 20'000);
+        q.push_back(
+            {pa, absl::StrFormat(R"({"payment_id":"p%d","event_id":"e%d","ts":"%s","arrival":%d})",
+                                 i, i, FormatIso8601(pt), pa)});
+      }
+    }
+    auto by_arrival = [](const Line& a, const Line& b) { return a.arrival < b.arrival; };
+    std::stable_sort(p.begin(), p.end(), by_arrival);
+    std::stable_sort(q.begin(), q.end(), by_arrival);
+    for (const Line& l : p) purchases << l.json << "\n";
+    for (const Line& l : q) payments << l.json << "\n";
+  }
+
+  void WriteJob() {
+    job_ = dir_ / "job.yaml";
+    std::ofstream y(job_);
+    y << R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: crash-matrix}
+spec:
+  checkpoint: {interval: 10m, retain: 2}
+  sources:
+    - name: purchases
+      file: {path: purchases.jsonl, arrival_field: arrival}
+      event_time: {field: ts, format: iso8601}
+      watermark: {max_out_of_orderness: 2m}
+    - name: payments
+      file: {path: payments.jsonl, arrival_field: arrival}
+      event_time: {field: ts, format: iso8601}
+      watermark: {max_out_of_orderness: 2m}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 12h}
+    - name: revenue
+      window:
+        from: unique
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
+        early_fire_every: 5m
+        allowed_lateness: 2h
+    - name: paid
+      interval_join:
+        type: left
+        left: unique
+        right: payments
+        on: [event_id]
+        between: {lower: 0s, upper: 30m}
+  sinks:
+    - {from: revenue, file: {path: out/revenue.jsonl}}
+    - {from: paid, file: {path: out/paid.jsonl}}
+    - {from: revenue.too_late, file: {path: out/too_late.jsonl}}
+)";
+  }
+
+  // Runs the job in its own directory (job + inputs copied), first with the
+  // failpoint (must die by SIGKILL), then without until it finishes; returns
+  // the number of restarts it took and checks the output.
+  void CrashAndRecover(const std::string& name, const std::string& failpoint, bool expect_restore) {
+    const fs::path run_dir = dir_ / name;
+    fs::create_directories(run_dir);
+    for (const char* f : {"job.yaml", "purchases.jsonl", "payments.jsonl"}) {
+      fs::copy_file(dir_ / f, run_dir / f);
+    }
+    RunResult crashed = RunJob(run_dir / "job.yaml", run_dir / "data", failpoint);
+    ASSERT_EQ(crashed.signal, 9) << "failpoint " << failpoint << " did not kill the run:\n"
+                                 << crashed.log;
+    EXPECT_THAT(crashed.log, ::testing::HasSubstr("failpoint"));
+    RunResult resumed = RunJob(run_dir / "job.yaml", run_dir / "data", "");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.log;
+    if (expect_restore) {
+      EXPECT_THAT(resumed.log, ::testing::HasSubstr("restored checkpoint")) << resumed.log;
+    }
+    for (const char* out : {"out/revenue.jsonl", "out/paid.jsonl", "out/too_late.jsonl"}) {
+      const std::vector<std::string> want = ReadLines(dir_ / out);
+      std::vector<std::string> got = ReadLines(run_dir / out);
+      int64_t epoch = 0;
+      for (std::string& l : got) l = StripEpoch(l, &epoch);
+      size_t first = 0;
+      while (first < got.size() && first < want.size() && got[first] == want[first]) ++first;
+      EXPECT_TRUE(got == want) << out << " after a crash at " << failpoint << ": " << got.size()
+                               << " lines, want " << want.size() << "; first difference at line "
+                               << first + 1
+                               << ":\n got: " << (first < got.size() ? got[first] : "(end)")
+                               << "\nwant: " << (first < want.size() ? want[first] : "(end)");
+      if (std::string(out) == "out/revenue.jsonl" && expect_restore) {
+        EXPECT_GE(epoch, 1) << "no revision of the resumed run carries its epoch";
+      }
+    }
+    // Per window key, published revisions only ever increase.
+    std::map<std::string, int64_t> last;
+    static const std::regex key_re(
+        R"re("window_start":"([^"]+)".*"country":"([^"]+)".*"revision":([0-9]+))re");
+    static const std::regex key_re2(
+        R"re("country":"([^"]+)".*"window_start":"([^"]+)".*"revision":([0-9]+))re");
+    for (const std::string& l : ReadLines(run_dir / "out/revenue.jsonl")) {
+      std::smatch m;
+      if (!std::regex_search(l, m, key_re) && !std::regex_search(l, m, key_re2)) continue;
+      std::string key = m[1].str() + "|" + m[2].str();
+      int64_t rev = std::stoll(m[3]);
+      EXPECT_GT(rev, last[key]) << key << " went back from " << last[key] << " to " << rev;
+      last[key] = rev;
+    }
+    EXPECT_FALSE(last.empty());
+  }
+
+  fs::path dir_, job_;
+  RunResult reference_;
+};
+
+TEST_F(CrashRecoveryTest, AfterReadingInputBeforeAnyCheckpoint) {
+  CrashAndRecover("read", "source.after_batch:40", false);
+}
+
+TEST_F(CrashRecoveryTest, AfterReadingInputBetweenCheckpoints) {
+  CrashAndRecover("read-later", "source.after_batch:1500", true);
+}
+
+TEST_F(CrashRecoveryTest, AfterCheckpointFilesBeforeManifest) {
+  CrashAndRecover("files", "checkpoint.after_files:3", true);
+}
+
+TEST_F(CrashRecoveryTest, AfterManifestBeforeSinkCommit) {
+  CrashAndRecover("manifest", "checkpoint.after_manifest:3", true);
+}
+
+TEST_F(CrashRecoveryTest, AfterSinkCommitBeforeNextCheckpoint) {
+  CrashAndRecover("commit", "checkpoint.after_sink_commit:3", true);
+}
+
+TEST_F(CrashRecoveryTest, AfterSinkWriteBeforeNextCheckpoint) {
+  CrashAndRecover("write", "sink.after_write:700", true);
+}
+
+}  // namespace
+}  // namespace caravela
