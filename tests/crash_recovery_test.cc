@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "common/time_util.h"
 #include "worker/testing/operator_harness.h"
+#include "worker/testing/postgres_server.h"
 
 namespace fs = std::filesystem;
 
@@ -82,7 +83,38 @@ std::string StripEpoch(const std::string& line, int64_t* max_epoch) {
 
 class CrashRecoveryTest : public ::testing::Test {
  protected:
+  // One real PostgreSQL server for the suite; each run gets its own database.
+  static void SetUpTestSuite() {
+    auto server = PostgresServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server).release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  // The hourly results in the database `db`, without revisions (they carry
+  // the epoch), sorted.
+  static std::vector<std::string> Table(const std::string& db) {
+    auto rows = server_->Query(
+        "SELECT window_start || ' ' || country || ' ' || state || ' ' || (value - "
+        "'revision')::text "
+        "FROM hourly ORDER BY 1",
+        db);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    std::vector<std::string> out;
+    if (rows.ok()) {
+      for (const auto& r : *rows) out.push_back(r[0]);
+    }
+    return out;
+  }
+
   void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    // Each test has its own reference database (the suite shares the server).
+    ref_db_ = "ref_" + std::to_string(++test_count_);
+    ASSERT_TRUE(server_->CreateDatabase(ref_db_).ok());
     char tmpl[] = "/tmp/caravela_crash_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -142,7 +174,17 @@ class CrashRecoveryTest : public ::testing::Test {
   void WriteJob() {
     job_ = dir_ / "job.yaml";
     std::ofstream y(job_);
-    y << R"(apiVersion: caravela/v1
+    y << JobText(ref_db_);
+  }
+
+  static std::string JobText(const std::string& db) {
+    std::string text = JobTemplate();
+    text.replace(text.find("DSN"), 3, server_->Dsn(db));
+    return text;
+  }
+
+  static std::string JobTemplate() {
+    return R"(apiVersion: caravela/v1
 kind: Job
 metadata: {name: crash-matrix}
 spec:
@@ -178,6 +220,7 @@ spec:
     - {from: revenue, file: {path: out/revenue.jsonl}}
     - {from: paid, file: {path: out/paid.jsonl}}
     - {from: revenue.too_late, file: {path: out/too_late.jsonl}}
+    - {from: revenue, postgres: {dsn: "DSN", table: hourly}}
 )";
   }
 
@@ -187,9 +230,12 @@ spec:
   void CrashAndRecover(const std::string& name, const std::string& failpoint, bool expect_restore) {
     const fs::path run_dir = dir_ / name;
     fs::create_directories(run_dir);
-    for (const char* f : {"job.yaml", "purchases.jsonl", "payments.jsonl"}) {
+    for (const char* f : {"purchases.jsonl", "payments.jsonl"})
       fs::copy_file(dir_ / f, run_dir / f);
-    }
+    const std::string db = "run_" + std::regex_replace(name, std::regex("-"), "_");
+    ASSERT_TRUE(server_->CreateDatabase(db).ok());
+    std::ofstream(run_dir / "job.yaml") << JobText(db);
+    ASSERT_TRUE(fs::exists(run_dir / "job.yaml"));
     RunResult crashed = RunJob(run_dir / "job.yaml", run_dir / "data", failpoint);
     ASSERT_EQ(crashed.signal, 9) << "failpoint " << failpoint << " did not kill the run:\n"
                                  << crashed.log;
@@ -215,6 +261,12 @@ spec:
         EXPECT_GE(epoch, 1) << "no revision of the resumed run carries its epoch";
       }
     }
+    // PostgreSQL: the same final rows as the uninterrupted run, all FINAL
+    // (the revision guard let no older result overwrite a newer one).
+    const std::vector<std::string> want_rows = Table(ref_db_);
+    EXPECT_FALSE(want_rows.empty());
+    EXPECT_EQ(Table(db), want_rows) << "table after a crash at " << failpoint;
+    for (const std::string& row : Table(db)) EXPECT_THAT(row, ::testing::HasSubstr(" FINAL "));
     // Per window key, published revisions only ever increase.
     std::map<std::string, int64_t> last;
     static const std::regex key_re(
@@ -234,7 +286,13 @@ spec:
 
   fs::path dir_, job_;
   RunResult reference_;
+  std::string ref_db_;
+  static PostgresServer* server_;
+  static int test_count_;
 };
+
+PostgresServer* CrashRecoveryTest::server_ = nullptr;
+int CrashRecoveryTest::test_count_ = 0;
 
 TEST_F(CrashRecoveryTest, AfterReadingInputBeforeAnyCheckpoint) {
   CrashAndRecover("read", "source.after_batch:40", false);

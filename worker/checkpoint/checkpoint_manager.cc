@@ -347,7 +347,7 @@ absl::Status CheckpointManager::Init() {
     max_id = std::max(max_id, ParseCheckpointKey(rel, &in_dir));
   }
   next_id_ = max_id + 1;
-  Log()->info("checkpoints of {} task {} at {}/{}: {} shared files, next checkpoint {}", job_name_,
+  Log()->debug("checkpoints of {} task {} at {}/{}: {} shared files, next checkpoint {}", job_name_,
               task_id_, storage_->url(), prefix_, known_shared_.size(), next_id_);
   return absl::OkStatus();
 }
@@ -483,7 +483,7 @@ absl::StatusOr<CheckpointStats> CheckpointManager::Write(StateBackend& backend,
                 prefix_, gc.status().ToString());
   }
   stats.duration_ms = timer.Ms();
-  Log()->info(
+  Log()->debug(
       "checkpoint {} of {} written: {} files ({} bytes), uploaded {} files ({} bytes), "
       "snapshot {} ms, total {} ms, gc deleted {}",
       id, prefix_, stats.files_total, stats.bytes_total, stats.files_uploaded, stats.bytes_uploaded,
@@ -630,7 +630,7 @@ absl::StatusOr<int64_t> CheckpointManager::CollectGarbage() {
     RETURN_IF_ERROR(storage_->DeleteStaleTemporaries(prefix_, newest_created_ms));
   }
   if (deleted > 0) {
-    Log()->info("gc of {}: deleted {} objects, kept {} checkpoints from {}", prefix_, deleted, kept,
+    Log()->debug("gc of {}: deleted {} objects, kept {} checkpoints from {}", prefix_, deleted, kept,
                 cutoff);
   }
   return deleted;
