@@ -38,7 +38,7 @@
 // sorted by (time, seq), each decoded once; partners of a row at t are a
 // binary search + walk over the other side's rows of its key within
 // [t + lower, t + upper] (or [t - upper, t - lower]). Flush() (called by the
-// runtime before a checkpoint and at least once a second) writes rows that
+// runtime before a checkpoint and at least every state_flush_interval_ms, 10 s) writes rows that
 // are new or whose matched flag changed since the last Flush and deletes the
 // persisted rows that expired; a row that lives and dies between two flushes
 // never touches the backend. Open() rebuilds the working set from the

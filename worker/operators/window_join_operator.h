@@ -36,7 +36,7 @@
 //   "meta":         "seq" -> the next sequence number.
 // The working set is in memory, write-behind: window start -> per side, join
 // key -> rows (decoded once). Flush() (runtime: before a checkpoint, at least
-// once a second) writes the rows and window flags that changed since the
+// every 10 s) writes the rows and window flags that changed since the
 // last Flush; a window that opens and becomes final between two flushes
 // never touches the backend. Open() reloads everything from the tables, so a
 // restored backend resumes exactly.
