@@ -789,7 +789,7 @@ class SpecParser {
       op.kind = OperatorSpec::Kind::kWindow;
       if (CheckMap(k, kpath,
                    {"from", "tumbling", "hopping", "session", "group_by", "aggregates",
-                    "early_fire_every", "allowed_lateness"})) {
+                    "early_fire_every", "allowed_lateness", "reconcile"})) {
         has_time = OperatorInput(k, kpath, index, op.name, &op.window.from);
         if (!has_time) NoEventTime(kpath, op.window.from, "window");
         Window(k, kpath, &op.window);
@@ -1089,6 +1089,15 @@ class SpecParser {
     }
     if (auto d = Duration(k, "allowed_lateness", kpath, false, Bound::kNonNegative)) {
       w->allowed_lateness = *d;
+    }
+    if (YAML::Node r = Field(k, "reconcile"); r.IsDefined()) {
+      const std::string rpath = Join(kpath, "reconcile");
+      if (CheckMap(r, rpath, {"id"})) {
+        if (auto id = String(r, "id", rpath, true)) {
+          w->reconcile_id = *id;
+          w->reconcile_path = FieldPath::Parse(*id);
+        }
+      }
     }
     Aggregates(k, kpath, w);
   }

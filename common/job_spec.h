@@ -94,6 +94,11 @@ struct WindowSpec {
   std::vector<AggregateSpec> aggregates;
   int64_t early_fire_every = 0;  // 0 = no EARLY results
   int64_t allowed_lateness = 0;
+  // `reconcile: {id: field}`: every result also carries `events` (records
+  // aggregated) and `id_digest` (order-independent digest of their ids), so a
+  // batch recompute can compare a window cheaply (SPEC §10).
+  std::string reconcile_id;  // as written; empty = off
+  FieldPath reconcile_path;
 };
 
 // One equality of a join's `on` list: a field name present on both sides

@@ -1007,3 +1007,39 @@ TEST(JobSpecTest, NeverThrowsOnOddYaml) {
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+TEST(JobSpecTest, WindowReconcile) {
+  const std::string job = R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: r}
+spec:
+  sources:
+    - name: p
+      file: {path: p.jsonl}
+      event_time: {field: ts, format: iso8601}
+      watermark: {max_out_of_orderness: 1m}
+  operators:
+    - name: w
+      window: {from: p, tumbling: 1h, aggregates: [{as: n, count: "*"}], reconcile: RECONCILE}
+  sinks:
+    - {from: w, stdout: {}}
+)";
+  auto with = [&](const std::string& r) {
+    std::string text = job;
+    text.replace(text.find("RECONCILE"), 9, r);
+    return ParseJobSpec(text);
+  };
+  ParseResult ok = with("{id: event_id}");
+  ASSERT_TRUE(ok.ok()) << ok.errors[0].ToString();
+  EXPECT_EQ(ok.spec.operators[0].window.reconcile_id, "event_id");
+  ParseResult bad = with("{field: event_id}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.errors[0].path.rfind("spec.operators[0].window.reconcile", 0), 0u)
+      << bad.errors[0].ToString();
+}
+
+}  // namespace
+}  // namespace caravela

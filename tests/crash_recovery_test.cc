@@ -209,6 +209,7 @@ spec:
         aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
         early_fire_every: 5m
         allowed_lateness: 2h
+        reconcile: {id: event_id}
     - name: paid
       interval_join:
         type: left

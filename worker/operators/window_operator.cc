@@ -1,10 +1,12 @@
 #include "worker/operators/window_operator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "common/json.h"
 #include "worker/state/key_codec.h"
+#include "xxhash.h"
 
 namespace caravela {
 namespace {
@@ -163,6 +165,11 @@ struct WindowOperator::Window {
   int64_t revision = 0;
   bool fired = false;  // complete (ON_TIME or first LATE emitted)
   bool dirty = false;  // changed since the last emission
+  // Reconciliation (spec.reconcile_id): records aggregated and the sum of
+  // XXH3-64 of their ids' JSON text (mod 2^64: order-independent, additive
+  // when sessions merge).
+  int64_t events = 0;
+  uint64_t id_digest = 0;
 };
 
 WindowOperator::WindowOperator(WindowSpec spec) : spec_(std::move(spec)) {
@@ -213,6 +220,8 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
     w->revision = rec.Get(rec.FindChild(0, "r")).i;
     w->fired = rec.Get(rec.FindChild(0, "f")).b;
     w->dirty = rec.Get(rec.FindChild(0, "d")).b;
+    w->events = rec.Get(rec.FindChild(0, "n")).i;  // 0 in state of older releases
+    w->id_digest = static_cast<uint64_t>(rec.Get(rec.FindChild(0, "h")).i);
     int32_t accs = rec.FindChild(0, "a");
     rec.ForEachChild(static_cast<uint32_t>(accs), [&](uint32_t a) {
       Acc acc;
@@ -305,6 +314,12 @@ WindowOperator::Window* WindowOperator::Touch(OperatorContext& ctx, const std::s
 }
 
 void WindowOperator::Update(Window& w, const Record& r) {
+  if (!spec_.reconcile_path.empty()) {
+    ++w.events;
+    scratch_.clear();
+    r.GetPath(spec_.reconcile_path).AppendJson(&scratch_);
+    w.id_digest += XXH3_64bits(scratch_.data(), scratch_.size());
+  }
   for (size_t i = 0; i < spec_.aggregates.size(); ++i) {
     const AggregateSpec& a = spec_.aggregates[i];
     Acc& acc = w.accs[i];
@@ -398,6 +413,12 @@ void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Ou
         break;
     }
   }
+  if (!spec_.reconcile_path.empty()) {
+    o.AddInt("events", w.events);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(w.id_digest));
+    o.AddString("id_digest", std::string_view(hex, 16));
+  }
   o.AddInt("revision", ctx.Revision(w.revision));
   o.AddString("state", state);
   o.event_time = w.end - 1;
@@ -456,6 +477,8 @@ bool WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r, Outpu
   for (const std::string& k : merge) {
     Window& w = *windows_.at(k);
     merged->revision = std::max(merged->revision, w.revision);
+    merged->events += w.events;
+    merged->id_digest += w.id_digest;
     for (size_t i = 0; i < w.accs.size(); ++i) {
       Acc& dst = merged->accs[i];
       const Acc& src = w.accs[i];
@@ -577,6 +600,8 @@ absl::Status WindowOperator::Flush(OperatorContext& ctx) {
     rec.AddInt("r", w.revision);
     rec.AddBool("f", w.fired);
     rec.AddBool("d", w.dirty);
+    rec.AddInt("n", w.events);
+    rec.AddInt("h", static_cast<int64_t>(w.id_digest));
     rec.BeginArray("a");
     for (const Acc& acc : w.accs) {
       rec.BeginObject("");
