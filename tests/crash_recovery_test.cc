@@ -44,11 +44,12 @@ struct RunResult {
 };
 
 // Runs `caravela run` with an optional failpoint; returns how it ended.
-RunResult RunJob(const fs::path& job, const fs::path& data, const std::string& failpoint) {
+RunResult RunJob(const fs::path& job, const fs::path& data, const std::string& failpoint,
+                 const std::string& extra_args = "") {
   const fs::path log = data.string() + ".log";
   std::string cmd = absl::StrCat(failpoint.empty() ? "" : "CARAVELA_FAILPOINT=" + failpoint + " ",
                                  CARAVELA_BINARY, " run -q --data-dir ", data.string(), " ",
-                                 job.string(), " > ", log.string(), " 2>&1");
+                                 extra_args, " ", job.string(), " > ", log.string(), " 2>&1");
   int rc = std::system(cmd.c_str());
   RunResult r;
   // system() runs sh -c: a child killed by a signal shows as exit 128 + signal.
@@ -222,6 +223,7 @@ spec:
     - {from: paid, file: {path: out/paid.jsonl}}
     - {from: revenue.too_late, file: {path: out/too_late.jsonl}}
     - {from: revenue, postgres: {dsn: "DSN", table: hourly}}
+  dead_letter: {path: out/dead-letter.jsonl}
 )";
   }
 
@@ -246,7 +248,8 @@ spec:
     if (expect_restore) {
       EXPECT_THAT(resumed.log, ::testing::HasSubstr("restored checkpoint")) << resumed.log;
     }
-    for (const char* out : {"out/revenue.jsonl", "out/paid.jsonl", "out/too_late.jsonl"}) {
+    for (const char* out :
+         {"out/revenue.jsonl", "out/paid.jsonl", "out/too_late.jsonl", "out/dead-letter.jsonl"}) {
       const std::vector<std::string> want = ReadLines(dir_ / out);
       std::vector<std::string> got = ReadLines(run_dir / out);
       int64_t epoch = 0;
@@ -294,6 +297,39 @@ spec:
 
 PostgresServer* CrashRecoveryTest::server_ = nullptr;
 int CrashRecoveryTest::test_count_ = 0;
+
+// A savepoint written when the run ends restores into a fresh data dir: the
+// restored run reads nothing again and leaves every output as it was.
+TEST_F(CrashRecoveryTest, SavepointRestoresIntoAFreshDataDir) {
+  const fs::path run_dir = dir_ / "savepoint";
+  fs::create_directories(run_dir);
+  for (const char* f : {"purchases.jsonl", "payments.jsonl"}) fs::copy_file(dir_ / f, run_dir / f);
+  ASSERT_TRUE(server_->CreateDatabase("run_savepoint").ok());
+  std::ofstream(run_dir / "job.yaml") << JobText("run_savepoint");
+  const fs::path sp = run_dir / "sp";
+  RunResult first = RunJob(run_dir / "job.yaml", run_dir / "data1", "",
+                           "--savepoint-on-stop " + sp.string());
+  ASSERT_EQ(first.exit_code, 0) << first.log;
+  ASSERT_TRUE(fs::exists(sp / "savepoint.manifest"));
+  const std::vector<std::string> revenue = ReadLines(run_dir / "out/revenue.jsonl");
+  const std::vector<std::string> paid = ReadLines(run_dir / "out/paid.jsonl");
+  EXPECT_EQ(revenue, ReadLines(dir_ / "out/revenue.jsonl"));
+  RunResult second = RunJob(run_dir / "job.yaml", run_dir / "data2", "",
+                            "--from-savepoint " + sp.string());
+  ASSERT_EQ(second.exit_code, 0) << second.log;
+  EXPECT_THAT(second.log, ::testing::HasSubstr("restored savepoint"));
+  EXPECT_EQ(ReadLines(run_dir / "out/revenue.jsonl"), revenue);
+  EXPECT_EQ(ReadLines(run_dir / "out/paid.jsonl"), paid);
+  // A savepoint of another job graph is refused with a message.
+  std::string other = JobText("run_savepoint");
+  other.replace(other.find("name: paid"), 10, "name: paid2");
+  other.replace(other.find("from: paid,"), 11, "from: paid2,");
+  std::ofstream(run_dir / "other.yaml") << other;
+  RunResult refused = RunJob(run_dir / "other.yaml", run_dir / "data3", "",
+                             "--from-savepoint " + sp.string());
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.log, ::testing::HasSubstr("different job graph"));
+}
 
 TEST_F(CrashRecoveryTest, AfterReadingInputBeforeAnyCheckpoint) {
   CrashAndRecover("read", "source.after_batch:40", false);
