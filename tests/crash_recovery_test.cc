@@ -26,6 +26,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/time_util.h"
+#include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_test_util.h"
 #include "worker/testing/operator_harness.h"
 #include "worker/testing/postgres_server.h"
 
@@ -89,10 +91,39 @@ class CrashRecoveryTest : public ::testing::Test {
     auto server = PostgresServer::Start();
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server).release();
+    auto broker = EmbeddedBroker::Start(0, 4);
+    ASSERT_TRUE(broker.ok()) << broker.status();
+    broker_ = std::move(*broker).release();
   }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
+    delete broker_;
+    broker_ = nullptr;
+  }
+
+  // The Kafka changelog topic of database `db`'s run: per record key, the
+  // revisions in offset order (must increase) and the last value without its
+  // revision.
+  static std::map<std::string, std::string> Topic(const std::string& db) {
+    auto records = ConsumeAll(broker_->bootstrap(), "hourly_" + db);
+    EXPECT_TRUE(records.ok()) << records.status();
+    std::map<std::string, std::string> last;
+    std::map<std::string, int64_t> last_rev;
+    if (!records.ok()) return last;
+    for (const auto& r : *records) {
+      int64_t epoch = 0;
+      static const std::regex re("\"revision\":([0-9]+)");
+      std::smatch m;
+      if (!std::regex_search(r.value, m, re)) continue;
+      const int64_t rev = std::stoll(m[1]);
+      EXPECT_GT(rev, last_rev[r.key])
+          << "topic hourly_" << db << ": key " << r.key << " went back from revision "
+          << last_rev[r.key] << " to " << rev;
+      last_rev[r.key] = rev;
+      last[r.key] = StripEpoch(r.value, &epoch);
+    }
+    return last;
   }
 
   // The hourly results in the database `db`, without revisions (they carry
@@ -181,6 +212,8 @@ class CrashRecoveryTest : public ::testing::Test {
   static std::string JobText(const std::string& db) {
     std::string text = JobTemplate();
     text.replace(text.find("DSN"), 3, server_->Dsn(db));
+    text.replace(text.find("TOPIC"), 5, "hourly_" + db);
+    text.replace(text.find("BOOTSTRAP"), 9, broker_->bootstrap());
     return text;
   }
 
@@ -223,6 +256,7 @@ spec:
     - {from: paid, file: {path: out/paid.jsonl}}
     - {from: revenue.too_late, file: {path: out/too_late.jsonl}}
     - {from: revenue, postgres: {dsn: "DSN", table: hourly}}
+    - {from: revenue, kafka: {topic: TOPIC, bootstrap: "BOOTSTRAP", mode: changelog}}
   dead_letter: {path: out/dead-letter.jsonl}
 )";
   }
@@ -271,6 +305,12 @@ spec:
     EXPECT_FALSE(want_rows.empty());
     EXPECT_EQ(Table(db), want_rows) << "table after a crash at " << failpoint;
     for (const std::string& row : Table(db)) EXPECT_THAT(row, ::testing::HasSubstr(" FINAL "));
+    // Kafka changelog (at-least-once: output after the last checkpoint was
+    // published before the crash and again after it): per key, revisions
+    // only increase, and the last value is the uninterrupted run's.
+    const auto want_topic = Topic(ref_db_);
+    EXPECT_FALSE(want_topic.empty());
+    EXPECT_EQ(Topic(db), want_topic) << "topic after a crash at " << failpoint;
     // Per window key, published revisions only ever increase.
     std::map<std::string, int64_t> last;
     static const std::regex key_re(
@@ -292,10 +332,12 @@ spec:
   RunResult reference_;
   std::string ref_db_;
   static PostgresServer* server_;
+  static EmbeddedBroker* broker_;
   static int test_count_;
 };
 
 PostgresServer* CrashRecoveryTest::server_ = nullptr;
+EmbeddedBroker* CrashRecoveryTest::broker_ = nullptr;
 int CrashRecoveryTest::test_count_ = 0;
 
 // A savepoint written when the run ends restores into a fresh data dir: the
@@ -307,15 +349,15 @@ TEST_F(CrashRecoveryTest, SavepointRestoresIntoAFreshDataDir) {
   ASSERT_TRUE(server_->CreateDatabase("run_savepoint").ok());
   std::ofstream(run_dir / "job.yaml") << JobText("run_savepoint");
   const fs::path sp = run_dir / "sp";
-  RunResult first = RunJob(run_dir / "job.yaml", run_dir / "data1", "",
-                           "--savepoint-on-stop " + sp.string());
+  RunResult first =
+      RunJob(run_dir / "job.yaml", run_dir / "data1", "", "--savepoint-on-stop " + sp.string());
   ASSERT_EQ(first.exit_code, 0) << first.log;
   ASSERT_TRUE(fs::exists(sp / "savepoint.manifest"));
   const std::vector<std::string> revenue = ReadLines(run_dir / "out/revenue.jsonl");
   const std::vector<std::string> paid = ReadLines(run_dir / "out/paid.jsonl");
   EXPECT_EQ(revenue, ReadLines(dir_ / "out/revenue.jsonl"));
-  RunResult second = RunJob(run_dir / "job.yaml", run_dir / "data2", "",
-                            "--from-savepoint " + sp.string());
+  RunResult second =
+      RunJob(run_dir / "job.yaml", run_dir / "data2", "", "--from-savepoint " + sp.string());
   ASSERT_EQ(second.exit_code, 0) << second.log;
   EXPECT_THAT(second.log, ::testing::HasSubstr("restored savepoint"));
   EXPECT_EQ(ReadLines(run_dir / "out/revenue.jsonl"), revenue);
@@ -325,8 +367,8 @@ TEST_F(CrashRecoveryTest, SavepointRestoresIntoAFreshDataDir) {
   other.replace(other.find("name: paid"), 10, "name: paid2");
   other.replace(other.find("from: paid,"), 11, "from: paid2,");
   std::ofstream(run_dir / "other.yaml") << other;
-  RunResult refused = RunJob(run_dir / "other.yaml", run_dir / "data3", "",
-                             "--from-savepoint " + sp.string());
+  RunResult refused =
+      RunJob(run_dir / "other.yaml", run_dir / "data3", "", "--from-savepoint " + sp.string());
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.log, ::testing::HasSubstr("different job graph"));
 }
