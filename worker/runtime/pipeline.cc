@@ -925,10 +925,13 @@ absl::Status Pipeline::Impl::OpenCheckpoints() {
                                               "/", key, ": \"", text, "\""));
     }
     epoch = previous + 1;
-  } else if (!options.from_savepoint.empty()) {
+  }
+  if (!options.from_savepoint.empty()) {
+    // A savepoint may come from another data dir with a later epoch: the
+    // revisions it published must stay below ours too.
     ASSIGN_OR_RETURN(CheckpointManifest sp,
                      CheckpointManager::LoadSavepoint(options.from_savepoint));
-    epoch = sp.epoch() + 1;
+    epoch = std::max(epoch, sp.epoch() + 1);
   }
   RETURN_IF_ERROR(checkpoints->storage().Write(key, std::to_string(epoch)));
   checkpoint_interval_ms = spec.checkpoint.interval;
