@@ -138,6 +138,8 @@ struct Pipeline::Impl {
   std::unique_ptr<CheckpointManager> checkpoints;
   int64_t epoch = 0;
   int64_t checkpoint_interval_ms = 0;
+  int64_t last_checkpoint_id = 0;  // for the progress line
+  std::chrono::steady_clock::time_point last_checkpoint_at;
   int64_t next_checkpoint_at = kMinTime;  // processing time; kMinTime: not scheduled yet
   std::string spec_hash;
 
@@ -723,10 +725,16 @@ void Pipeline::Impl::Progress(bool force) {
     for (int i = 0; i < S(); ++i) wm = std::min(wm, node_wm[i]);
   }
   std::string wm_text = wm == kMinTime ? "-inf" : (wm == kMaxTime ? "+inf" : FormatIso8601(wm));
+  std::string checkpoint_text;
+  if (checkpoints != nullptr && last_checkpoint_id > 0) {
+    checkpoint_text = absl::StrFormat(
+        " checkpoint=%d (%.0fs ago)", last_checkpoint_id,
+        std::chrono::duration<double>(now - last_checkpoint_at).count());
+  }
   std::fprintf(options.progress_out,
-               "[caravela] in=%lld out=%lld rate=%.0f ev/s watermark=%s invalid=%lld\n",
+               "[caravela] in=%lld out=%lld rate=%.0f ev/s watermark=%s invalid=%lld%s\n",
                static_cast<long long>(records_in), static_cast<long long>(records_out), rate,
-               wm_text.c_str(), static_cast<long long>(invalid_total));
+               wm_text.c_str(), static_cast<long long>(invalid_total), checkpoint_text.c_str());
   std::fflush(options.progress_out);
   last_progress = now;
   progress_records_in = records_in;
@@ -1134,6 +1142,8 @@ absl::Status Pipeline::Impl::TakeCheckpoint(const std::string& savepoint_dir) {
   metrics->Get("checkpoint_last_duration_ms")->Set(ms);
   metrics->Get("checkpoint_last_state_bytes")->Set(static_cast<int64_t>(stats.bytes_total));
   metrics->Get("checkpoint_last_id")->Set(id);
+  last_checkpoint_id = id;
+  last_checkpoint_at = std::chrono::steady_clock::now();
   Log()->debug("[job={}] {} {}: {} ms, {} of {} bytes uploaded", spec.name,
                savepoint_dir.empty() ? "checkpoint" : "savepoint", id, ms, stats.bytes_uploaded,
                stats.bytes_total);
