@@ -162,6 +162,7 @@ void Record::Clear() {
   arrival = 0;
   partition = 0;
   offset = -1;
+  tombstone = false;
 }
 
 void Record::BeginObject(std::string_view key) {

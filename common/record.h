@@ -154,6 +154,9 @@ class Record {
   int64_t arrival = 0;     // processing time (epoch ms) when the record entered
   int32_t partition = 0;   // source partition
   int64_t offset = -1;     // source offset (file line number or Kafka offset)
+  // A deletion of the table row whose key fields this record holds (a Kafka
+  // tombstone on a lookup-table source; the fields come from the message key).
+  bool tombstone = false;
 
   Record() = default;
 

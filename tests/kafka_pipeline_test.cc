@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -125,6 +126,79 @@ TEST(KafkaPipelineTest, PerPartitionWatermarksFromRealPartitions) {
     for (const auto& v : values) expected += v + "\n";
     EXPECT_EQ(text, expected);
   }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// A lookup table followed from a compacted Kafka topic: a tombstone (null
+// value, key = the table key fields as JSON) deletes the row, so a later
+// order with that alias no longer matches; a tombstone on a stream source is
+// an invalid record with a reason.
+TEST(KafkaPipelineTest, TombstonesDeleteLookupTableRows) {
+  auto broker = EmbeddedBroker::Start(0, 1);
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  const std::string bootstrap = (*broker)->bootstrap();
+  ASSERT_TRUE((*broker)->CreateTopic("shops", 1).ok());
+  ASSERT_TRUE((*broker)->CreateTopic("orders", 1).ok());
+  ASSERT_TRUE(
+      ProduceRecords(bootstrap, "shops",
+                     {{0, R"({"alias":"porto"})", R"({"alias":"porto","shop_id":"PT-1"})"},
+                      {0, R"({"alias":"lisboa"})", R"({"alias":"lisboa","shop_id":"PT-2"})"},
+                      {0, R"({"alias":"lisboa"})", "", true}})
+          .ok());
+  ASSERT_TRUE(ProduceRecords(bootstrap, "orders",
+                             {{0, "", R"({"order":1,"shop":"porto","ts":"2026-10-01T10:00:00Z"})"},
+                              {0, "", R"({"order":2,"shop":"lisboa","ts":"2026-10-01T10:01:00Z"})"},
+                              {0, "o3", "", true}})
+                  .ok());
+  std::string dir = ::testing::TempDir() + "/kafka_tombstone_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ParseResult parsed = ParseJobSpec(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: tombstones}
+spec:
+  sources:
+    - name: shops
+      kafka: {topic: shops, bounded: true}
+    - name: orders
+      kafka: {topic: orders, bounded: true}
+      event_time: {field: ts, format: iso8601}
+      watermark: {max_out_of_orderness: 1m}
+  operators:
+    - name: enriched
+      lookup_join: {stream: orders, table: shops, on: [[shop, alias]], type: left}
+  sinks:
+    - {from: enriched, file: {path: )" +
+                                    dir + R"(/out.jsonl}}
+    - {from: orders.invalid, file: {path: )" +
+                                    dir + R"(/invalid.jsonl}}
+)");
+  ASSERT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
+  RunOptions options;
+  options.data_dir = dir + "/data";
+  options.embedded_bootstrap = bootstrap;
+  auto pipeline = Pipeline::Create(parsed.spec, options);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_TRUE((*pipeline)->Run().ok());
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  };
+  EXPECT_THAT(
+      read(dir + "/out.jsonl"),
+      ElementsAre(
+          R"({"order":1,"shop":"porto","ts":"2026-10-01T10:00:00Z","shops":{"alias":"porto","shop_id":"PT-1"}})",
+          R"({"order":2,"shop":"lisboa","ts":"2026-10-01T10:01:00Z","shops":null})"));
+  std::vector<std::string> invalid = read(dir + "/invalid.jsonl");
+  ASSERT_EQ(invalid.size(), 1u);
+  EXPECT_THAT(invalid[0], HasSubstr("only lookup-table sources accept deletions"));
   std::filesystem::remove_all(dir);
 }
 

@@ -247,6 +247,7 @@ absl::StatusOr<bool> KafkaSource::Handle(rd_kafka_message_t* m,
   if (stopping_ && m->offset >= stop_at_[p]) return false;                  // after the end
   RawMessage raw;
   if (m->payload != nullptr) raw.payload = {static_cast<const char*>(m->payload), m->len};
+  raw.tombstone = m->payload == nullptr;
   if (m->key != nullptr) raw.key = {static_cast<const char*>(m->key), m->key_len};
   raw.partition = p;
   raw.offset = m->offset;

@@ -56,13 +56,17 @@ absl::Status ProduceRecords(const std::string& bootstrap, const std::string& top
         perr = rd_kafka_producev(
             rk.get(), RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-            RD_KAFKA_V_VALUE(const_cast<char*>(r.value.data()), r.value.size()), RD_KAFKA_V_END);
+            RD_KAFKA_V_VALUE(r.null_value ? nullptr : const_cast<char*>(r.value.data()),
+                             r.null_value ? 0 : r.value.size()),
+            RD_KAFKA_V_END);
       } else {
         perr = rd_kafka_producev(
             rk.get(), RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_KEY(const_cast<char*>(r.key.data()), r.key.size()),
-            RD_KAFKA_V_VALUE(const_cast<char*>(r.value.data()), r.value.size()), RD_KAFKA_V_END);
+            RD_KAFKA_V_VALUE(r.null_value ? nullptr : const_cast<char*>(r.value.data()),
+                             r.null_value ? 0 : r.value.size()),
+            RD_KAFKA_V_END);
       }
       if (perr == RD_KAFKA_RESP_ERR_NO_ERROR) break;
       if (perr != RD_KAFKA_RESP_ERR__QUEUE_FULL) {

@@ -16,6 +16,7 @@ struct KafkaTestRecord {
   int32_t partition = -1;  // -1: chosen by the partitioner (murmur2 of the key)
   std::string key;         // empty: null key
   std::string value;
+  bool null_value = false;  // a tombstone: the value is null
 };
 
 // Produces `records` in order and waits until all are acknowledged. Records

@@ -21,6 +21,7 @@ struct RawMessage {
   int32_t partition = 0;
   int64_t offset = 0;
   int64_t timestamp_ms = -1;  // broker/producer timestamp; -1 if none
+  bool tombstone = false;     // a Kafka record with a null value (a deletion)
 };
 
 class RawSource {

@@ -66,6 +66,11 @@ absl::Status LookupJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     std::vector<FieldPath> paths = Paths(spec_, true);
     for (const Record& r : batch) {
       if (!EncodeKey(r, paths, &key_)) continue;
+      if (r.tombstone) {  // the key was deleted from the table
+        rows_.erase(key_);
+        table_->Delete(key_);
+        continue;
+      }
       rows_[key_] = r;
       json_.clear();
       r.AppendJson(&json_);

@@ -448,10 +448,32 @@ absl::Status Pipeline::Impl::Build() {
 void Pipeline::Impl::Decode(SourceNode& src, const RawMessage& m) {
   Record& r = src.pending.Append();
   const SourceSpec& ss = *src.spec;
-  absl::Status st = decoder.Decode(m.payload, &r);
   std::string reason;
   int partition = m.partition;
   int64_t arrival = src.last_arrival;
+  if (m.tombstone) {
+    // A Kafka tombstone deletes a lookup table's row: its key fields come
+    // from the message key (a JSON object such as {"alias":"x"}).
+    absl::Status st = decoder.Decode(m.key, &r);
+    if (!src.preload) {
+      reason = "null value (tombstone): only lookup-table sources accept deletions";
+    } else if (!st.ok()) {
+      reason = absl::StrCat(
+          "tombstone whose key is not a JSON object with the table's key fields: ", st.message());
+    }
+    if (reason.empty()) {
+      r.tombstone = true;
+      src.pending_invalid.push_back(0);
+      r.partition = partition;
+      r.offset = m.offset;
+      if (!arrival_mode && poll_now == kMinTime) poll_now = clock->NowMs();
+      r.arrival = arrival_mode ? src.last_arrival : poll_now;
+      return;
+    }
+    r.Clear();
+  }
+  absl::Status st =
+      reason.empty() ? decoder.Decode(m.payload, &r) : absl::InvalidArgumentError(reason);
   if (st.ok()) {
     if (arrival_mode) {
       Value a = r.GetPath(src.arrival_path);
@@ -555,7 +577,7 @@ absl::Status Pipeline::Impl::ApplySourceBatch(int src_id, size_t count) {
       ++invalid_total;
       continue;
     }
-    if (has_time) src.wm->OnRecord(r.partition, r.event_time, now);
+    if (has_time && !r.tombstone) src.wm->OnRecord(r.partition, r.event_time, now);
     std::swap(out.Emit(), r);
   }
   src.head += count;
@@ -727,9 +749,9 @@ void Pipeline::Impl::Progress(bool force) {
   std::string wm_text = wm == kMinTime ? "-inf" : (wm == kMaxTime ? "+inf" : FormatIso8601(wm));
   std::string checkpoint_text;
   if (checkpoints != nullptr && last_checkpoint_id > 0) {
-    checkpoint_text = absl::StrFormat(
-        " checkpoint=%d (%.0fs ago)", last_checkpoint_id,
-        std::chrono::duration<double>(now - last_checkpoint_at).count());
+    checkpoint_text =
+        absl::StrFormat(" checkpoint=%d (%.0fs ago)", last_checkpoint_id,
+                        std::chrono::duration<double>(now - last_checkpoint_at).count());
   }
   std::fprintf(options.progress_out,
                "[caravela] in=%lld out=%lld rate=%.0f ev/s watermark=%s invalid=%lld%s\n",
