@@ -58,8 +58,10 @@ class Sink {
     return absl::OkStatus();
   }
   // After Open(), before Recover(): the id of the newest checkpoint whose
-  // output this sink has durably committed, or -1 if the sink does not track
-  // it (non-transactional sinks: every checkpoint's output is recoverable).
+  // output this sink has durably committed (0: it tracks commits and none has
+  // committed yet, so the job starts from scratch), or -1 if the sink does not
+  // track it (non-transactional sinks: every checkpoint's output is
+  // recoverable).
   virtual absl::StatusOr<int64_t> LastCommittedCheckpoint() { return -1; }
   virtual absl::Status Close() = 0;
 };
