@@ -199,6 +199,65 @@ spec:
   fs::remove_all(dir);
 }
 
+// With checkpoints, a stopped Kafka job resumes where it stopped: output of
+// the first run is kept, nothing is read twice, new records are processed.
+TEST(CliTest, KafkaJobStoppedAndRestartedResumesFromItsCheckpoint) {
+  if (!HaveKcat()) GTEST_SKIP() << "kcat not installed";
+  fs::path dir = TempDir("resume");
+  Child broker({CARAVELA_BINARY, "broker", "--partitions", "2", "--topic", "events"},
+               dir / "broker.log");
+  std::string bootstrap = broker.WaitFor(R"(listening on (\S+))");
+  ASSERT_FALSE(bootstrap.empty()) << broker.Log();
+  std::ofstream(dir / "job.yaml") << R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: resume}
+spec:
+  checkpoint: {interval: 200ms}
+  sources:
+    - name: events
+      kafka: {topic: events, bootstrap: ")"
+                                  << bootstrap << R"("}
+      event_time: {field: ts, format: epoch_ms}
+  operators:
+    - name: big
+      filter: {from: events, where: "v > 10"}
+  sinks:
+    - {from: big, file: {path: out/big.jsonl}}
+)";
+  auto produce = [&](const std::string& lines) {
+    std::string cmd = "printf '" + lines + "' | kcat -b " + bootstrap + " -t events -P -p 0 2>&1";
+    return std::system(cmd.c_str());
+  };
+  auto wait_for_output = [&](const std::string& want) {
+    std::string text;
+    for (int i = 0; i < 500 && text != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::ifstream in(dir / "out/big.jsonl");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+    return text;
+  };
+  const std::vector<std::string> run = {CARAVELA_BINARY, "run", (dir / "job.yaml").string(),
+                                        "--data-dir", (dir / "data").string()};
+  ASSERT_EQ(produce("{\"ts\":1,\"v\":5}\\n{\"ts\":2,\"v\":50}\\n"), 0);
+  {
+    Child job(run, dir / "job1.log");
+    // The file sink publishes at checkpoints.
+    EXPECT_EQ(wait_for_output("{\"ts\":2,\"v\":50}\n"), "{\"ts\":2,\"v\":50}\n") << job.Log();
+    EXPECT_EQ(job.Stop(SIGTERM), 0) << job.Log();
+  }
+  ASSERT_EQ(produce("{\"ts\":3,\"v\":500}\\n{\"ts\":4,\"v\":6}\\n"), 0);
+  Child job(run, dir / "job2.log");
+  EXPECT_EQ(wait_for_output("{\"ts\":2,\"v\":50}\n{\"ts\":3,\"v\":500}\n"),
+            "{\"ts\":2,\"v\":50}\n{\"ts\":3,\"v\":500}\n")
+      << job.Log();
+  EXPECT_EQ(job.Stop(SIGTERM), 0) << job.Log();
+  EXPECT_THAT(job.Log(), HasSubstr("restored checkpoint"));
+  fs::remove_all(dir);
+}
+
 TEST(CliTest, DemoRunsTheExampleJobAndDrains) {
   fs::path dir = TempDir("demo");
   Result r =
