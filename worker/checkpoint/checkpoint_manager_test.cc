@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/testing/operator_harness.h"
+#include "worker/testing/status_testing.h"
 #define XXH_STATIC_LINKING_ONLY
 #include "xxhash.h"
 
@@ -30,12 +31,6 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 using Contents = std::map<std::string, std::map<std::string, std::string>>;  // table -> kv
-
-#define ASSERT_OK(expr)                         \
-  do {                                          \
-    absl::Status st_ = (expr);                  \
-    ASSERT_TRUE(st_.ok()) << #expr ": " << st_; \
-  } while (0)
 
 std::string MakeTempDir(const std::string& tag) {
   std::string tmpl = (fs::path(::testing::TempDir()) / ("caravela_" + tag + "_XXXXXX")).string();

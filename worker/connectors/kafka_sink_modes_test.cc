@@ -29,15 +29,10 @@
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
-
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    absl::Status assert_ok_status_ = (expr);                  \
-    ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
-  } while (0)
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

@@ -28,15 +28,10 @@
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
-
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    absl::Status assert_ok_status_ = (expr);                  \
-    ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
-  } while (0)
 
 using ::testing::ElementsAre;
 using ::testing::UnorderedElementsAre;
