@@ -27,16 +27,10 @@ absl::StatusOr<std::unique_ptr<IntervalJoinOperator>> IntervalJoinOperator::Crea
 
 IntervalJoinOperator::IntervalJoinOperator(IntervalJoinSpec spec, std::unique_ptr<Expr> where)
     : spec_(std::move(spec)), where_(std::move(where)) {
-  for (const JoinKeySpec& k : spec_.on) {
-    paths_[kLeft].push_back(k.left_path);
-    paths_[kRight].push_back(k.right_path);
-  }
+  SplitJoinKeyPaths(spec_.on, paths_);
 }
 
-bool IntervalJoinOperator::Outer(int side) const {
-  if (spec_.type == JoinType::kFull) return true;
-  return side == kLeft ? spec_.type == JoinType::kLeft : spec_.type == JoinType::kRight;
-}
+bool IntervalJoinOperator::Outer(int side) const { return IsOuterSide(spec_.type, side); }
 
 int64_t IntervalJoinOperator::Expiry(int side, int64_t t) const {
   // Last time a partner can have, plus the lateness a partner may arrive with.
@@ -104,18 +98,7 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
     rows_[side].clear();
     buffered_[side] = 0;
   }
-  seq_dirty_ = false;
-  next_seq_ = 0;
-  std::string seq;
-  ASSIGN_OR_RETURN(bool has_seq, meta_->Get("seq", &seq));
-  if (has_seq) {
-    std::string_view in = seq;
-    int64_t v = 0;
-    if (!ReadBigEndian64(&in, &v)) {
-      return absl::DataLossError("corrupt join state in " + ctx.name() + ": bad sequence");
-    }
-    next_seq_ = static_cast<uint64_t>(v);
-  }
+  RETURN_IF_ERROR(seq_.Load(meta_, ctx.name()));
   for (int side : {kLeft, kRight}) {
     bool corrupt = false;
     Record rec;
@@ -202,8 +185,7 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       if (!Outer(side)) continue;
       key_.assign(1, kNullKeyPrefix);
     }
-    AddRow(side, key_, t, next_seq_++, matched, r, false);
-    seq_dirty_ = true;
+    AddRow(side, key_, t, seq_.Next(), matched, r, false);
   }
   // Rows of this batch that no future record can match (possible with a
   // negative upper or positive lower bound) are expired right away.
@@ -273,10 +255,7 @@ absl::Status IntervalJoinOperator::Flush(OperatorContext& ctx) {
   dirty_keys_.clear();
   for (const auto& [side, key] : deleted_) tables_[side]->Delete(key);
   deleted_.clear();
-  if (seq_dirty_) {
-    meta_->Put("seq", EncodeBigEndian64(static_cast<int64_t>(next_seq_)));
-    seq_dirty_ = false;
-  }
+  seq_.Flush(meta_);
   return absl::OkStatus();
 }
 

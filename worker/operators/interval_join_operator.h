@@ -65,6 +65,7 @@
 #include "common/expr.h"
 #include "common/job_spec.h"
 #include "common/json.h"
+#include "worker/operators/join_key.h"
 #include "worker/operators/operator.h"
 
 namespace caravela {
@@ -146,8 +147,7 @@ class IntervalJoinOperator : public Operator {
   std::vector<std::pair<int, RowMap::value_type*>> dirty_keys_;
   std::vector<std::pair<int, std::string>> deleted_;  // persisted rows dropped since Flush
   size_t buffered_[2] = {0, 0};
-  uint64_t next_seq_ = 0;
-  bool seq_dirty_ = false;
+  JoinSequence seq_;
 
   Counter* too_late_ = nullptr;
   Counter* matches_ = nullptr;

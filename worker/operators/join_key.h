@@ -1,4 +1,5 @@
-// Join-key encoding shared by the interval and window joins.
+// Pieces shared by the interval and window joins: the join-key encoding,
+// which sides get padded rows, and the persisted row sequence counter.
 //
 // AppendJoinKey appends one self-delimiting field per key path (a type tag, a
 // 4-byte big-endian length, the bytes), so an encoded key is never a prefix
@@ -7,10 +8,14 @@
 // strings bytewise, booleans, objects and arrays by JSON text; "1" is not 1.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/record.h"
+#include "common/status.h"
+#include "worker/state/state_backend.h"
 
 namespace caravela {
 
@@ -18,5 +23,30 @@ namespace caravela {
 // (with `out` partly written) if any key field is null or missing: such a
 // record never matches anything.
 bool AppendJoinKey(const Record& r, const std::vector<FieldPath>& paths, std::string* out);
+
+// The key paths of `on`, per side: paths[0] left, paths[1] right.
+void SplitJoinKeyPaths(const std::vector<JoinKeySpec>& on, std::vector<FieldPath> paths[2]);
+
+// True if unmatched rows of `side` (0 left, 1 right) are emitted padded.
+bool IsOuterSide(JoinType type, int side);
+
+// The next sequence number for buffered rows (ties in time stay in arrival
+// order), persisted under "seq" in the operator's meta table.
+class JoinSequence {
+ public:
+  // Reads the counter from `meta` (0 if absent); `where` names the operator
+  // in the DataLoss error for a corrupt value.
+  absl::Status Load(StateTable* meta, const std::string& where);
+  uint64_t Next() {
+    dirty_ = true;
+    return next_++;
+  }
+  // Writes the counter if it changed since the last Load/Flush.
+  void Flush(StateTable* meta);
+
+ private:
+  uint64_t next_ = 0;
+  bool dirty_ = false;
+};
 
 }  // namespace caravela

@@ -18,16 +18,10 @@ constexpr const char* kSideNames[] = {"left", "right"};
 
 WindowJoinOperator::WindowJoinOperator(WindowJoinSpec spec) : spec_(std::move(spec)) {
   if (spec_.kind == WindowJoinSpec::Kind::kTumbling || spec_.slide <= 0) spec_.slide = spec_.size;
-  for (const JoinKeySpec& k : spec_.on) {
-    paths_[kLeft].push_back(k.left_path);
-    paths_[kRight].push_back(k.right_path);
-  }
+  SplitJoinKeyPaths(spec_.on, paths_);
 }
 
-bool WindowJoinOperator::Outer(int side) const {
-  if (spec_.type == JoinType::kFull) return true;
-  return side == kLeft ? spec_.type == JoinType::kLeft : spec_.type == JoinType::kRight;
-}
+bool WindowJoinOperator::Outer(int side) const { return IsOuterSide(spec_.type, side); }
 
 int64_t WindowJoinOperator::End(int64_t start) const { return SatAdd(start, spec_.size); }
 
@@ -46,18 +40,7 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
   padded_ = ctx.OpCounter("join_unmatched_total");
   windows_.clear();
   deleted_.clear();
-  next_seq_ = 0;
-  seq_dirty_ = false;
-  std::string seq;
-  ASSIGN_OR_RETURN(bool has_seq, meta_->Get("seq", &seq));
-  if (has_seq) {
-    std::string_view in = seq;
-    int64_t v = 0;
-    if (!ReadBigEndian64(&in, &v)) {
-      return absl::DataLossError("corrupt join state in " + ctx.name() + ": bad sequence");
-    }
-    next_seq_ = static_cast<uint64_t>(v);
-  }
+  RETURN_IF_ERROR(seq_.Load(meta_, ctx.name()));
   bool corrupt = false;
   RETURN_IF_ERROR(windows_table_->Scan("", "", [&](std::string_view key, std::string_view value) {
     int64_t start = 0;
@@ -165,8 +148,7 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
           }
         }
       }
-      win.sides[side][key_].push_back(Row{t, next_seq_++, false, r});
-      seq_dirty_ = true;
+      win.sides[side][key_].push_back(Row{t, seq_.Next(), false, r});
     }
     if (!used) {
       too_late_->Add();
@@ -301,10 +283,7 @@ absl::Status WindowJoinOperator::Flush(OperatorContext& ctx) {
     win.dirty = false;
     win.persisted = true;
   }
-  if (seq_dirty_) {
-    meta_->Put("seq", EncodeBigEndian64(static_cast<int64_t>(next_seq_)));
-    seq_dirty_ = false;
-  }
+  seq_.Flush(meta_);
   return absl::OkStatus();
 }
 

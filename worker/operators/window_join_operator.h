@@ -52,6 +52,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/job_spec.h"
 #include "common/json.h"
+#include "worker/operators/join_key.h"
 #include "worker/operators/operator.h"
 
 namespace caravela {
@@ -111,8 +112,7 @@ class WindowJoinOperator : public Operator {
   StateTable* meta_ = nullptr;
   std::map<int64_t, Window> windows_;
   std::vector<int64_t> deleted_;  // persisted windows dropped since the last Flush
-  uint64_t next_seq_ = 0;
-  bool seq_dirty_ = false;
+  JoinSequence seq_;
 
   Counter* too_late_ = nullptr;
   Counter* matches_ = nullptr;
