@@ -13,6 +13,28 @@
 
 namespace caravela::bench {
 
+// The operators of the hourly-revenue benchmark job, shared by benches (a)
+// and (b) so both measure the same job: dedup, then revenue per country and
+// hour. Sources are named `purchases`.
+inline constexpr const char* kHourlyRevenueOperators = R"(  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 24h}
+    - name: revenue
+      window:
+        from: unique
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
+        allowed_lateness: 2h
+)";
+
+// Its side-output sinks and dead letter, into `out_dir`.
+inline std::string HourlyRevenueSideSinks(const std::string& out_dir) {
+  return "    - {from: unique.conflicts, file: {path: " + out_dir + "/conflicts.jsonl}}\n" +
+         "    - {from: revenue.too_late, file: {path: " + out_dir + "/too_late.jsonl}}\n" +
+         "  dead_letter: {path: " + out_dir + "/dead-letter.jsonl}\n";
+}
+
 // "--name=value" and "--name value" flags; bare "--name" is "true".
 // Positional arguments are stored under "" (the last one wins).
 class Flags {

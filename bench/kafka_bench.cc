@@ -200,26 +200,12 @@ spec:
       key: [user_id]
       event_time: {field: event_time, format: iso8601}
       watermark: {max_out_of_orderness: 5m}
-  operators:
-    - name: unique
-      dedup: {from: purchases, id: event_id, retention: 24h}
-    - name: revenue
-      window:
-        from: unique
-        tumbling: 1h
-        group_by: [country]
-        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
-        allowed_lateness: 2h
-  sinks:
+)",
+                      caravela::bench::kHourlyRevenueOperators, R"(  sinks:
     - {from: revenue, kafka: {topic: )",
                       kOutputTopic, R"(}}
-    - {from: unique.conflicts, file: {path: )",
-                      out_dir, R"(/conflicts.jsonl}}
-    - {from: revenue.too_late, file: {path: )",
-                      out_dir, R"(/too_late.jsonl}}
-  dead_letter: {path: )",
-                      out_dir, R"(/dead-letter.jsonl}
-)");
+)",
+                      caravela::bench::HourlyRevenueSideSinks(out_dir));
 }
 
 // (b): the job, in-process, against the parent's broker.
