@@ -451,30 +451,22 @@ void Pipeline::Impl::Decode(SourceNode& src, const RawMessage& m) {
   std::string reason;
   int partition = m.partition;
   int64_t arrival = src.last_arrival;
+  absl::Status st;
   if (m.tombstone) {
     // A Kafka tombstone deletes a lookup table's row: its key fields come
     // from the message key (a JSON object such as {"alias":"x"}).
-    absl::Status st = decoder.Decode(m.key, &r);
     if (!src.preload) {
-      reason = "null value (tombstone): only lookup-table sources accept deletions";
-    } else if (!st.ok()) {
-      reason = absl::StrCat(
-          "tombstone whose key is not a JSON object with the table's key fields: ", st.message());
+      st = absl::InvalidArgumentError(
+          "null value (tombstone): only lookup-table sources accept deletions");
+    } else if (st = decoder.Decode(m.key, &r); !st.ok()) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "tombstone whose key is not a JSON object with the table's key fields: ", st.message()));
     }
-    if (reason.empty()) {
-      r.tombstone = true;
-      src.pending_invalid.push_back(0);
-      r.partition = partition;
-      r.offset = m.offset;
-      if (!arrival_mode && poll_now == kMinTime) poll_now = clock->NowMs();
-      r.arrival = arrival_mode ? src.last_arrival : poll_now;
-      return;
-    }
-    r.Clear();
+    r.tombstone = st.ok();
+  } else {
+    st = decoder.Decode(m.payload, &r);
   }
-  absl::Status st =
-      reason.empty() ? decoder.Decode(m.payload, &r) : absl::InvalidArgumentError(reason);
-  if (st.ok()) {
+  if (st.ok() && !r.tombstone) {
     if (arrival_mode) {
       Value a = r.GetPath(src.arrival_path);
       if (a.type == ValueType::kInt) arrival = a.i;
@@ -489,7 +481,7 @@ void Pipeline::Impl::Decode(SourceNode& src, const RawMessage& m) {
     if (ss.event_time.has_value()) {
       ExtractEventTime(r, *ss.event_time, &r.event_time, &reason);
     }
-  } else {
+  } else if (!st.ok()) {
     reason = std::string(st.message());
   }
   if (arrival_mode) src.last_arrival = std::max(src.last_arrival, arrival);
