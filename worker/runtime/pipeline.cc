@@ -142,6 +142,7 @@ struct Pipeline::Impl {
   std::chrono::steady_clock::time_point last_checkpoint_at;
   int64_t next_checkpoint_at = kMinTime;  // processing time; kMinTime: not scheduled yet
   std::string spec_hash;
+  std::optional<CheckpointManifest> savepoint;  // options.from_savepoint's manifest
 
   int S() const { return static_cast<int>(sources.size()); }
   int NodeId(std::string_view name) const {
@@ -951,9 +952,8 @@ absl::Status Pipeline::Impl::OpenCheckpoints() {
   if (!options.from_savepoint.empty()) {
     // A savepoint may come from another data dir with a later epoch: the
     // revisions it published must stay below ours too.
-    ASSIGN_OR_RETURN(CheckpointManifest sp,
-                     CheckpointManager::LoadSavepoint(options.from_savepoint));
-    epoch = std::max(epoch, sp.epoch() + 1);
+    ASSIGN_OR_RETURN(savepoint, CheckpointManager::LoadSavepoint(options.from_savepoint));
+    epoch = std::max(epoch, savepoint->epoch() + 1);
   }
   RETURN_IF_ERROR(checkpoints->storage().Write(key, std::to_string(epoch)));
   checkpoint_interval_ms = spec.checkpoint.interval;
@@ -963,10 +963,8 @@ absl::Status Pipeline::Impl::OpenCheckpoints() {
 absl::Status Pipeline::Impl::Restore() {
   if (checkpoints == nullptr) return absl::OkStatus();
   std::optional<CheckpointManifest> m;
-  if (!options.from_savepoint.empty()) {
-    ASSIGN_OR_RETURN(CheckpointManifest sp,
-                     CheckpointManager::LoadSavepoint(options.from_savepoint));
-    m = std::move(sp);
+  if (savepoint.has_value()) {
+    m = savepoint;
   } else if (spec.checkpoint.interval > 0) {
     ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(kMaxTime));
     // A sink whose commit cannot be redone after a crash (Kafka
