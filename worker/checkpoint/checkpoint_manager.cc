@@ -348,7 +348,7 @@ absl::Status CheckpointManager::Init() {
   }
   next_id_ = max_id + 1;
   Log()->debug("checkpoints of {} task {} at {}/{}: {} shared files, next checkpoint {}", job_name_,
-              task_id_, storage_->url(), prefix_, known_shared_.size(), next_id_);
+               task_id_, storage_->url(), prefix_, known_shared_.size(), next_id_);
   return absl::OkStatus();
 }
 
@@ -630,8 +630,8 @@ absl::StatusOr<int64_t> CheckpointManager::CollectGarbage() {
     RETURN_IF_ERROR(storage_->DeleteStaleTemporaries(prefix_, newest_created_ms));
   }
   if (deleted > 0) {
-    Log()->debug("gc of {}: deleted {} objects, kept {} checkpoints from {}", prefix_, deleted, kept,
-                cutoff);
+    Log()->debug("gc of {}: deleted {} objects, kept {} checkpoints from {}", prefix_, deleted,
+                 kept, cutoff);
   }
   return deleted;
 }
