@@ -70,11 +70,16 @@ class FileSink : public Sink {
  private:
   std::string PendingPath(int64_t id) const;
   absl::Status OpenPending();
+  // fopen(path, "wb") with a kBufferBytes buffer (owned by this sink); null
+  // on failure (errno set).
+  std::FILE* OpenBuffered(const std::string& path);
   // Appends the file `from` to path_ and fsyncs path_.
   absl::Status AppendFile(const std::string& from);
 
   std::string path_;
   bool checkpointed_;
+  static constexpr size_t kBufferBytes = 1 << 20;
+  std::unique_ptr<char[]> buffer_;  // file_'s stdio buffer
   std::FILE* file_ = nullptr;
   int64_t committed_size_ = 0;  // size of path_ after the last commit (checkpointed)
 };

@@ -85,9 +85,9 @@ bool IntervalJoinOperator::EncodeKey(const Record& r, int side) {
 }
 
 absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
-  ASSIGN_OR_RETURN(tables_[kLeft], ctx.OpenTable("left"));
-  ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenTable("right"));
-  ASSIGN_OR_RETURN(meta_, ctx.OpenTable("meta"));
+  ASSIGN_OR_RETURN(tables_[kLeft], ctx.OpenWriteBehindTable("left"));
+  ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenWriteBehindTable("right"));
+  ASSIGN_OR_RETURN(meta_, ctx.OpenWriteBehindTable("meta"));
   too_late_ = ctx.OpCounter("too_late_total");
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");

@@ -82,6 +82,11 @@ class OperatorContext {
   absl::StatusOr<StateTable*> OpenTable(const std::string& table) {
     return state_->OpenTable(name_ + "/" + table);
   }
+  // Opens a table the operator only writes behind its in-memory working set
+  // and reads in Open() (StateBackend::OpenWriteBehindTable).
+  absl::StatusOr<StateTable*> OpenWriteBehindTable(const std::string& table) {
+    return state_->OpenWriteBehindTable(name_ + "/" + table);
+  }
   MetricsRegistry& metrics() { return *metrics_; }
   // Counter `name{op="<op>"[,extra]}`.
   Counter* OpCounter(const std::string& name, const std::string& extra_labels = "") {

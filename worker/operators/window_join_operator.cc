@@ -31,10 +31,10 @@ int64_t WindowJoinOperator::OutputWatermark(int64_t w) const {
 }
 
 absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
-  ASSIGN_OR_RETURN(tables_[kLeft], ctx.OpenTable("left"));
-  ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenTable("right"));
-  ASSIGN_OR_RETURN(windows_table_, ctx.OpenTable("windows"));
-  ASSIGN_OR_RETURN(meta_, ctx.OpenTable("meta"));
+  ASSIGN_OR_RETURN(tables_[kLeft], ctx.OpenWriteBehindTable("left"));
+  ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenWriteBehindTable("right"));
+  ASSIGN_OR_RETURN(windows_table_, ctx.OpenWriteBehindTable("windows"));
+  ASSIGN_OR_RETURN(meta_, ctx.OpenWriteBehindTable("meta"));
   too_late_ = ctx.OpCounter("too_late_total");
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");
@@ -84,10 +84,15 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
 void WindowJoinOperator::EmitPair(OperatorContext& ctx, int64_t start, const Record* left,
                                   const Record* right, Output& out) {
   const int64_t end = End(start);
+  if (start != formatted_start_ || start_text_.empty()) {
+    formatted_start_ = start;
+    start_text_ = FormatIso8601(start);
+    end_text_ = FormatIso8601(end);
+  }
   Record& o = out.Emit();
   o.EnsureRoot();
-  o.AddString("window_start", FormatIso8601(start));
-  o.AddString("window_end", FormatIso8601(end));
+  o.AddString("window_start", start_text_);
+  o.AddString("window_end", end_text_);
   if (left != nullptr) {
     o.AddValue("left", left->Get(0));
   } else {

@@ -120,6 +120,10 @@ class WindowJoinOperator : public Operator {
 
   JsonDecoder decoder_;
   std::string key_, row_key_, json_;
+  // ISO-8601 text of the last window EmitPair formatted (results of one
+  // window come together).
+  int64_t formatted_start_ = kMinTime;
+  std::string start_text_, end_text_;
 };
 
 }  // namespace caravela

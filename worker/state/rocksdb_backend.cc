@@ -2,7 +2,10 @@
 //
 // Writes of all tables go into one WriteBatchWithIndex (overwrite_key=true) so
 // Get/Scan see them before Commit(); Commit() writes the batch atomically with
-// the WAL disabled. Durability across crashes comes only from checkpoints
+// the WAL disabled. Tables opened with OpenWriteBehindTable write into a
+// plain WriteBatch instead (no index to maintain); a read of such a table
+// first writes that batch to the DB, and Commit() writes it after the indexed
+// one. Durability across crashes comes only from checkpoints
 // (Snapshot()); a clean close flushes memtables so reopening the same path
 // sees every committed write, and atomic_flush keeps whatever is on disk after
 // a crash a consistent cut across tables (but possibly older than the last
@@ -141,6 +144,9 @@ class RocksDbTable final : public StateTable {
   RocksDbTable(RocksDbBackend* backend, std::string name, rocksdb::ColumnFamilyHandle* cf)
       : backend_(backend), name_(std::move(name)), cf_(cf) {}
 
+  bool write_behind() const { return write_behind_; }
+  void set_write_behind(bool on) { write_behind_ = on; }
+
   absl::StatusOr<bool> Get(std::string_view key, std::string* value) override;
   void Put(std::string_view key, std::string_view value) override;
   void Delete(std::string_view key) override;
@@ -161,6 +167,9 @@ class RocksDbTable final : public StateTable {
   RocksDbBackend* backend_;
   std::string name_;
   rocksdb::ColumnFamilyHandle* cf_;  // owned by backend_
+  bool write_behind_ = false;
+  // Applies the write-behind batch to the DB before a read of this table.
+  absl::Status BeforeRead();
 };
 
 class RocksDbBackend final : public StateBackend {
@@ -177,6 +186,7 @@ class RocksDbBackend final : public StateBackend {
   absl::Status OpenDb();
 
   absl::StatusOr<StateTable*> OpenTable(std::string_view name) override;
+  absl::StatusOr<StateTable*> OpenWriteBehindTable(std::string_view name) override;
   absl::Status Commit() override;
   absl::Status Snapshot(const std::string& dir) override;
   absl::Status Restore(const std::string& dir) override;
@@ -197,7 +207,17 @@ class RocksDbBackend final : public StateBackend {
   rocksdb::Options options_;
   std::unique_ptr<rocksdb::DB> db_;  // null only after a failed Restore()
   std::map<std::string, std::unique_ptr<RocksDbTable>, std::less<>> tables_;
-  rocksdb::WriteBatchWithIndex batch_;  // uncommitted writes of all tables
+  // Opens `name` in the given mode; switching an open table's mode commits
+  // first, so that no key has writes pending in both batches.
+  absl::StatusOr<StateTable*> Open(std::string_view name, bool write_behind);
+  // Writes blind_batch_ to the DB (WAL off).
+  absl::Status WriteBlind();
+  bool HasPendingWrites() {
+    return batch_.GetWriteBatch()->Count() != 0 || blind_batch_.Count() != 0;
+  }
+
+  rocksdb::WriteBatchWithIndex batch_;  // uncommitted writes of indexed tables
+  rocksdb::WriteBatch blind_batch_;     // uncommitted writes of write-behind tables
 };
 
 // ---- RocksDbTable ----
@@ -206,7 +226,13 @@ std::string RocksDbTable::Context(absl::string_view op) const {
   return absl::StrCat("rocksdb state ", op, " (db ", backend_->path_, ", table ", name_, ")");
 }
 
+absl::Status RocksDbTable::BeforeRead() {
+  if (!write_behind_) return absl::OkStatus();
+  return backend_->WriteBlind();
+}
+
 absl::StatusOr<bool> RocksDbTable::Get(std::string_view key, std::string* value) {
+  RETURN_IF_ERROR(BeforeRead());
   std::string scratch;
   rocksdb::Status s =
       backend_->batch_.GetFromBatchAndDB(backend_->db_.get(), rocksdb::ReadOptions(), cf_,
@@ -218,10 +244,18 @@ absl::StatusOr<bool> RocksDbTable::Get(std::string_view key, std::string* value)
 
 void RocksDbTable::Put(std::string_view key, std::string_view value) {
   // WBWI writes only fail when a max_bytes limit is set; none is.
+  if (write_behind_) {
+    CARAVELA_CHECK(backend_->blind_batch_.Put(cf_, ToSlice(key), ToSlice(value)).ok());
+    return;
+  }
   CARAVELA_CHECK(backend_->batch_.Put(cf_, ToSlice(key), ToSlice(value)).ok());
 }
 
 void RocksDbTable::Delete(std::string_view key) {
+  if (write_behind_) {
+    CARAVELA_CHECK(backend_->blind_batch_.Delete(cf_, ToSlice(key)).ok());
+    return;
+  }
   CARAVELA_CHECK(backend_->batch_.Delete(cf_, ToSlice(key)).ok());
 }
 
@@ -235,6 +269,7 @@ std::unique_ptr<rocksdb::Iterator> RocksDbTable::NewIterator(const rocksdb::Slic
 absl::Status RocksDbTable::Scan(
     std::string_view begin, std::string_view end,
     const std::function<bool(std::string_view key, std::string_view value)>& f) {
+  RETURN_IF_ERROR(BeforeRead());
   rocksdb::Slice upper = ToSlice(end);
   auto it = NewIterator(end.empty() ? nullptr : &upper);
   // Keys and values are copied before calling `f`: entries from the batch
@@ -255,6 +290,7 @@ absl::Status RocksDbTable::Scan(
 // deleted key by key (in chunks, since the batch must not be written while
 // iterating it).
 absl::Status RocksDbTable::DeleteRange(std::string_view begin, std::string_view end) {
+  RETURN_IF_ERROR(BeforeRead());
   rocksdb::Slice upper = ToSlice(end);
   std::string from(begin);
   std::vector<std::string> keys;
@@ -277,6 +313,7 @@ absl::Status RocksDbTable::DeleteRange(std::string_view begin, std::string_view 
 }
 
 absl::StatusOr<uint64_t> RocksDbTable::CountKeys() {
+  RETURN_IF_ERROR(BeforeRead());
   auto it = NewIterator(nullptr);
   uint64_t n = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) ++n;
@@ -325,6 +362,7 @@ absl::Status RocksDbBackend::OpenDb() {
 
 void RocksDbBackend::CloseDb(bool flush) {
   batch_.Clear();
+  blind_batch_.Clear();
   if (db_ == nullptr) return;
   if (flush) {
     // Best effort: the WAL is off, so unflushed memtables would be lost. A
@@ -343,38 +381,67 @@ void RocksDbBackend::CloseDb(bool flush) {
 }
 
 absl::StatusOr<StateTable*> RocksDbBackend::OpenTable(std::string_view name) {
+  return Open(name, /*write_behind=*/false);
+}
+
+absl::StatusOr<StateTable*> RocksDbBackend::OpenWriteBehindTable(std::string_view name) {
+  return Open(name, /*write_behind=*/true);
+}
+
+absl::StatusOr<StateTable*> RocksDbBackend::Open(std::string_view name, bool write_behind) {
   RETURN_IF_ERROR(CheckOpen("open table"));
   if (name.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rocksdb state (db ", path_, "): table name must not be empty"));
   }
   auto it = tables_.find(name);
-  if (it != tables_.end()) return it->second.get();
+  if (it != tables_.end()) {
+    if (it->second->write_behind() != write_behind) {
+      RETURN_IF_ERROR(Commit());
+      it->second->set_write_behind(write_behind);
+    }
+    return it->second.get();
+  }
   std::string cf_name(name);
   rocksdb::ColumnFamilyHandle* cf = nullptr;
   RETURN_IF_ERROR(
       FromRocks(db_->CreateColumnFamily(options_, cf_name, &cf),
                 absl::StrCat("rocksdb state create table (db ", path_, ", table ", cf_name, ")")));
   it = tables_.emplace(cf_name, std::make_unique<RocksDbTable>(this, cf_name, cf)).first;
+  it->second->set_write_behind(write_behind);
   return it->second.get();
+}
+
+absl::Status RocksDbBackend::WriteBlind() {
+  RETURN_IF_ERROR(CheckOpen("commit"));
+  if (blind_batch_.Count() == 0) return absl::OkStatus();
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  RETURN_IF_ERROR(FromRocks(db_->Write(wo, &blind_batch_),
+                            absl::StrCat("rocksdb state commit (db ", path_, ")")));
+  blind_batch_.Clear();
+  return absl::OkStatus();
 }
 
 absl::Status RocksDbBackend::Commit() {
   RETURN_IF_ERROR(CheckOpen("commit"));
-  if (batch_.GetWriteBatch()->Count() == 0) return absl::OkStatus();
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = true;
-  // On failure the batch is kept, so the caller may retry or fail the task.
-  RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch_.GetWriteBatch()),
-                            absl::StrCat("rocksdb state commit (db ", path_, ")")));
-  batch_.Clear();
-  return absl::OkStatus();
+  if (batch_.GetWriteBatch()->Count() != 0) {
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;
+    // On failure the batch is kept, so the caller may retry or fail the task.
+    RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch_.GetWriteBatch()),
+                              absl::StrCat("rocksdb state commit (db ", path_, ")")));
+    batch_.Clear();
+  }
+  // Tables are in one mode at a time (Open commits on a switch), so the two
+  // batches never hold the same key and their order does not matter.
+  return WriteBlind();
 }
 
 absl::Status RocksDbBackend::Snapshot(const std::string& dir) {
   RETURN_IF_ERROR(CheckOpen("snapshot"));
   std::string context = absl::StrCat("rocksdb state snapshot (db ", path_, ", to ", dir, ")");
-  if (batch_.GetWriteBatch()->Count() != 0) {
+  if (HasPendingWrites()) {
     return absl::FailedPreconditionError(
         absl::StrCat(context, ": uncommitted writes; Commit() first"));
   }
@@ -456,7 +523,7 @@ absl::Status RocksDbBackend::Restore(const std::string& dir) {
 
 uint64_t RocksDbBackend::ApproximateBytes() {
   if (db_ == nullptr) return 0;
-  uint64_t total = batch_.GetDataSize();
+  uint64_t total = batch_.GetDataSize() + blind_batch_.GetDataSize();
   for (const auto& [name, table] : tables_) {
     uint64_t v = 0;
     if (db_->GetIntProperty(table->cf(), rocksdb::DB::Properties::kTotalSstFilesSize, &v)) {

@@ -46,6 +46,15 @@ class StateBackend {
   // Opens (creating if needed) the table `name`. The backend owns the table;
   // the pointer stays valid until the backend is destroyed or Restore()d.
   virtual absl::StatusOr<StateTable*> OpenTable(std::string_view name) = 0;
+  // Opens `name` for an operator that keeps its working set in memory and
+  // writes it behind (Flush): Put/Delete skip the read-your-writes index
+  // (RocksDB: a plain WriteBatch instead of the indexed one). Reads still see
+  // every write (a read first applies the table's pending writes to the
+  // store), but they are slow: read such a table in Open(), not per record.
+  // Default: OpenTable.
+  virtual absl::StatusOr<StateTable*> OpenWriteBehindTable(std::string_view name) {
+    return OpenTable(name);
+  }
   // Applies all buffered writes of all tables atomically. On error the writes
   // stay buffered. Destroying the backend discards uncommitted writes.
   virtual absl::Status Commit() = 0;
