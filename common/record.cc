@@ -237,11 +237,64 @@ void Record::AddValue(std::string_view key, const Value& v) {
       } else if (v.rec == this) {
         Record copy = *this;
         CopySubtree(key, copy, v.node);
+      } else if (v.node == 0) {
+        // A whole record: its arena holds exactly the subtree's bytes.
+        AppendTree(key, v.rec->nodes_.data(), v.rec->nodes_[0].size, v.rec->arena_.data(),
+                   static_cast<uint32_t>(v.rec->arena_.size()));
       } else {
         CopySubtree(key, *v.rec, v.node);
       }
       return;
   }
+}
+
+void Record::AppendTree(std::string_view key, const Node* src, uint32_t n, const char* bytes,
+                        uint32_t bytes_len) {
+  EnsureRoot();
+  const uint32_t key_off = Intern(key);
+  const auto delta = static_cast<uint32_t>(arena_.size());
+  arena_.append(bytes, bytes_len);
+  for (uint32_t idx : open_) nodes_[idx].size += n;
+  const size_t base = nodes_.size();
+  nodes_.insert(nodes_.end(), src, src + n);
+  for (size_t i = base; i < nodes_.size(); ++i) {
+    Node& x = nodes_[i];
+    x.key_off += delta;
+    if (x.type == ValueType::kString) x.s.off += delta;
+  }
+  nodes_[base].key_off = key_off;
+  nodes_[base].key_len = static_cast<uint32_t>(key.size());
+}
+
+void Record::PackTo(char* out) const {
+  const auto n = static_cast<uint32_t>(nodes_.size());
+  const auto bytes = static_cast<uint32_t>(arena_.size());
+  std::memcpy(out, &n, 4);
+  std::memcpy(out + 4, &bytes, 4);
+  if (n > 0) std::memcpy(out + kPackedHeader, nodes_.data(), n * sizeof(Node));
+  if (bytes > 0) std::memcpy(out + kPackedHeader + n * sizeof(Node), arena_.data(), bytes);
+}
+
+void Record::Unpack(const char* packed) {
+  uint32_t n = 0, bytes = 0;
+  std::memcpy(&n, packed, 4);
+  std::memcpy(&bytes, packed + 4, 4);
+  const auto* nodes = reinterpret_cast<const Node*>(packed + kPackedHeader);
+  nodes_.assign(nodes, nodes + n);
+  arena_.assign(packed + kPackedHeader + n * sizeof(Node), bytes);
+  open_.clear();
+}
+
+void Record::AddPacked(std::string_view key, const char* packed) {
+  uint32_t n = 0, bytes = 0;
+  std::memcpy(&n, packed, 4);
+  std::memcpy(&bytes, packed + 4, 4);
+  if (n == 0) {
+    AddNull(key);
+    return;
+  }
+  AppendTree(key, reinterpret_cast<const Node*>(packed + kPackedHeader), n,
+             packed + kPackedHeader + n * sizeof(Node), bytes);
 }
 
 void Record::AppendNodeJson(uint32_t node, std::string* out) const {

@@ -209,7 +209,25 @@ class Record {
 
   size_t MemoryBytes() const { return nodes_.capacity() * sizeof(Node) + arena_.capacity(); }
 
+  // ---- Packed form: the nodes and bytes of a record in one block, for
+  // operators that buffer many rows (one allocation per row, copied out in
+  // bulk). Layout: uint32 node count, uint32 byte count, the nodes, the
+  // bytes. Metadata (event_time, ...) is not packed.
+  size_t PackedSize() const { return kPackedHeader + nodes_.size() * sizeof(Node) + arena_.size(); }
+  // Writes PackedSize() bytes to `out` (8-byte aligned).
+  void PackTo(char* out) const;
+  // Replaces the fields with those of a packed record; keeps metadata.
+  void Unpack(const char* packed);
+  // Adds the packed record under `key`, as AddValue(key, packed.Get(0)) would
+  // (null for an empty record).
+  void AddPacked(std::string_view key, const char* packed);
+
  private:
+  static constexpr size_t kPackedHeader = 8;
+  // Appends the complete subtree `src[0..n)` (src[0] an object or array whose
+  // keys and strings point into `bytes`) under `key`, in bulk.
+  void AppendTree(std::string_view key, const Node* src, uint32_t n, const char* bytes,
+                  uint32_t bytes_len);
   inline Node& Push(std::string_view key, ValueType type);
   inline uint32_t Intern(std::string_view bytes);
   void CopySubtree(std::string_view key, const Record& src, uint32_t node);

@@ -200,6 +200,52 @@ TEST(RecordTest, AddValueCopiesSubtreesIncludingFromItself) {
   EXPECT_EQ(empty_containers.ToJson(), R"({"o":{},"a":[]})");
 }
 
+TEST(RecordTest, WholeRecordsCopyInBulkInsideOpenContainers) {
+  JsonDecoder dec;
+  Record a, b;
+  ASSERT_TRUE(dec.Decode(R"({"id":1,"name":"ana","tags":["x",{"k":"v"}],"n":null})", &a).ok());
+  ASSERT_TRUE(dec.Decode(R"({"id":2.50,"s":"\"q\""})", &b).ok());
+  Record o;
+  o.AddString("before", "b4");
+  o.BeginObject("pair");
+  o.AddValue("left", a.Get(0));
+  o.AddValue("right", b.Get(0));
+  o.EndContainer();
+  o.AddInt("after", 7);
+  EXPECT_EQ(o.ToJson(),
+            R"({"before":"b4","pair":{"left":{"id":1,"name":"ana","tags":["x",{"k":"v"}],)"
+            R"("n":null},"right":{"id":2.5,"s":"\"q\""}},"after":7})");
+  // Paths resolve through the copies (subtree sizes were updated).
+  EXPECT_EQ(o.GetPath(FieldPath::Parse("pair.right.s")).s, "\"q\"");
+  EXPECT_EQ(o.GetPath(FieldPath::Parse("pair.left.tags")).type, ValueType::kArray);
+  EXPECT_EQ(o.GetPath(FieldPath::Parse("after")).i, 7);
+}
+
+TEST(RecordTest, PackedRecordsRoundTrip) {
+  JsonDecoder dec;
+  Record a;
+  ASSERT_TRUE(dec.Decode(R"({"id":1,"name":"ana","tags":["x",{"k":"v"}],"d":-0.125})", &a).ok());
+  a.event_time = 42;
+  std::vector<uint64_t> buf(a.PackedSize() / 8 + 1);
+  a.PackTo(reinterpret_cast<char*>(buf.data()));
+  Record back;
+  back.AddString("stale", "gone");
+  back.Unpack(reinterpret_cast<const char*>(buf.data()));
+  EXPECT_EQ(back.ToJson(), a.ToJson());
+  EXPECT_EQ(back.event_time, 0);  // metadata is not packed
+  Record o;
+  o.AddPacked("row", reinterpret_cast<const char*>(buf.data()));
+  o.AddPacked("again", reinterpret_cast<const char*>(buf.data()));
+  EXPECT_EQ(o.ToJson(), "{\"row\":" + a.ToJson() + ",\"again\":" + a.ToJson() + "}");
+  EXPECT_EQ(o.GetPath(FieldPath::Parse("again.tags")).type, ValueType::kArray);
+  Record empty;
+  std::vector<uint64_t> ebuf(1);
+  empty.PackTo(reinterpret_cast<char*>(ebuf.data()));
+  Record e;
+  e.AddPacked("x", reinterpret_cast<const char*>(ebuf.data()));
+  EXPECT_EQ(e.ToJson(), R"({"x":null})");
+}
+
 TEST(FieldPathTest, ParseAndToString) {
   FieldPath p = FieldPath::Parse("navio_info.navio_id");
   EXPECT_THAT(p.parts, ElementsAre("navio_info", "navio_id"));

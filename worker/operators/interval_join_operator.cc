@@ -1,6 +1,7 @@
 #include "worker/operators/interval_join_operator.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "worker/operators/join_key.h"
 #include "worker/state/key_codec.h"
@@ -53,29 +54,47 @@ void IntervalJoinOperator::TableKey(const std::string& key, int64_t time, uint64
   AppendBigEndian64(out, static_cast<int64_t>(seq));
 }
 
-void IntervalJoinOperator::MarkDirty(int side, RowMap::value_type* entry) {
+void IntervalJoinOperator::MarkDirty(RowMap::value_type* entry) {
   if (entry->second.dirty) return;
   entry->second.dirty = true;
-  dirty_keys_.emplace_back(side, entry);
+  dirty_keys_.push_back(entry);
 }
 
-IntervalJoinOperator::Row& IntervalJoinOperator::AddRow(int side, const std::string& key,
-                                                        int64_t time, uint64_t seq, bool matched,
-                                                        Record rec, bool persisted) {
-  auto [it, inserted] = rows_[side].try_emplace(key);
-  std::vector<Row>& rows = it->second.rows;
+void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t time, uint64_t seq,
+                                  bool matched, const Record& rec, bool persisted) {
+  SideRows& sr = entry->second.sides[side];
+  std::vector<Row>& rows = sr.rows;
   // Rows mostly arrive in time order: search from the back.
   auto pos = rows.end();
-  while (pos != rows.begin() &&
+  const auto first = rows.begin() + sr.begin;
+  while (pos != first &&
          std::tie(std::prev(pos)->time, std::prev(pos)->seq) > std::tie(time, seq)) {
     --pos;
   }
-  pos = rows.insert(pos,
-                    Row{time, seq, matched, persisted ? Row::kClean : Row::kNew, std::move(rec)});
-  if (!persisted) MarkDirty(side, &*it);
-  pending_.insert(Pending{Expiry(side, time), side, seq, time, &*it});
+  Row row{time, seq, std::unique_ptr<uint64_t[]>(new uint64_t[(rec.PackedSize() + 7) / 8]), matched,
+          persisted ? Row::kClean : Row::kNew};
+  rec.PackTo(reinterpret_cast<char*>(row.data.get()));
+  rows.insert(pos, std::move(row));
+  if (!persisted) MarkDirty(entry);
+  pending_.push_back(Pending{Expiry(side, time), side, seq, time, entry});
+  std::push_heap(pending_.begin(), pending_.end(), std::greater<>());
   ++buffered_[side];
-  return *pos;
+}
+
+void IntervalJoinOperator::RemoveRow(SideRows& sr, size_t i) {
+  if (i != sr.begin) {
+    sr.rows.erase(sr.rows.begin() + static_cast<ptrdiff_t>(i));
+    return;
+  }
+  sr.rows[i].data.reset();
+  ++sr.begin;
+  if (sr.begin == sr.rows.size()) {
+    sr.rows.clear();
+    sr.begin = 0;
+  } else if (sr.begin >= 16 && sr.begin * 2 >= sr.rows.size()) {
+    sr.rows.erase(sr.rows.begin(), sr.rows.begin() + sr.begin);
+    sr.begin = 0;
+  }
 }
 
 bool IntervalJoinOperator::EncodeKey(const Record& r, int side) {
@@ -93,18 +112,14 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   padded_ = ctx.OpCounter("join_unmatched_total");
   pending_.clear();
   dirty_keys_.clear();
-  deleted_.clear();
-  for (int side : {kLeft, kRight}) {
-    rows_[side].clear();
-    buffered_[side] = 0;
-  }
+  rows_.clear();
+  buffered_[kLeft] = buffered_[kRight] = 0;
   RETURN_IF_ERROR(seq_.Load(meta_, ctx.name()));
   for (int side : {kLeft, kRight}) {
     bool corrupt = false;
-    Record rec;
     RETURN_IF_ERROR(tables_[side]->Scan("", "", [&](std::string_view key, std::string_view value) {
       if (key.size() <= kTimeSeqBytes || value.empty() ||
-          !decoder_.Decode(value.substr(1), &rec).ok()) {
+          !decoder_.Decode(value.substr(1), &scratch_).ok()) {
         corrupt = true;
         return false;
       }
@@ -112,10 +127,9 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
       int64_t t = 0, s = 0;
       ReadBigEndian64(&tail, &t);
       ReadBigEndian64(&tail, &s);
-      rec.event_time = t;
-      AddRow(side, std::string(key.substr(0, key.size() - kTimeSeqBytes)), t,
-             static_cast<uint64_t>(s), value[0] == 'm', std::move(rec), true);
-      rec = Record();
+      auto* entry =
+          &*rows_.try_emplace(std::string(key.substr(0, key.size() - kTimeSeqBytes))).first;
+      AddRow(side, entry, t, static_cast<uint64_t>(s), value[0] == 'm', scratch_, true);
       return true;
     }));
     if (corrupt) {
@@ -146,21 +160,28 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     }
     const bool has_key = EncodeKey(r, side);
     bool matched = false;
-    auto partners = has_key ? rows_[other].find(key_) : rows_[other].end();
-    if (partners != rows_[other].end()) {
+    RowMap::value_type* entry = nullptr;
+    if (has_key) {
+      auto it = rows_.find(key_);
+      if (it != rows_.end()) entry = &*it;
+    }
+    if (entry != nullptr && !entry->second.sides[other].empty()) {
       // Partner times: r - l in [lower, upper].
       const int64_t lo = side == kLeft ? SatAdd(t, spec_.lower) : SatAdd(t, -spec_.upper);
       const int64_t hi = side == kLeft ? SatAdd(t, spec_.upper) : SatAdd(t, -spec_.lower);
-      std::vector<Row>& rows = partners->second.rows;
-      auto p = std::lower_bound(rows.begin(), rows.end(), lo,
+      SideRows& partners = entry->second.sides[other];
+      auto p = std::lower_bound(partners.rows.begin() + partners.begin, partners.rows.end(), lo,
                                 [](const Row& row, int64_t v) { return row.time < v; });
-      for (; p != rows.end() && p->time <= hi; ++p) {
+      for (; p != partners.rows.end() && p->time <= hi; ++p) {
         Record& o = out.Emit();
         o.EnsureRoot();
-        const Record& left = side == kLeft ? r : p->rec;
-        const Record& right = side == kLeft ? p->rec : r;
-        o.AddValue("left", left.Get(0));
-        o.AddValue("right", right.Get(0));
+        if (side == kLeft) {
+          o.AddValue("left", r.Get(0));
+          o.AddPacked("right", p->packed());
+        } else {
+          o.AddPacked("left", p->packed());
+          o.AddValue("right", r.Get(0));
+        }
         if (where_ != nullptr && !IsTrue(where_->Eval(o))) {
           out.main().PopBack();
           continue;
@@ -175,7 +196,7 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
           p->matched = true;
           if (p->persisted == Row::kClean) {
             p->persisted = Row::kStale;
-            MarkDirty(other, &*partners);
+            MarkDirty(entry);
           }
         }
       }
@@ -185,7 +206,8 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       if (!Outer(side)) continue;
       key_.assign(1, kNullKeyPrefix);
     }
-    AddRow(side, key_, t, seq_.Next(), matched, r, false);
+    if (entry == nullptr) entry = &*rows_.try_emplace(key_).first;
+    AddRow(side, entry, t, seq_.Next(), matched, r, false);
   }
   // Rows of this batch that no future record can match (possible with a
   // negative upper or positive lower bound) are expired right away.
@@ -198,63 +220,74 @@ absl::Status IntervalJoinOperator::OnWatermark(OperatorContext& ctx, Output& out
 
 absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
   const int64_t w = ctx.watermark();
-  while (!pending_.empty() && pending_.begin()->expiry < w) {
-    const Pending p = *pending_.begin();
-    pending_.erase(pending_.begin());
+  while (!pending_.empty() && pending_.front().expiry < w) {
+    std::pop_heap(pending_.begin(), pending_.end(), std::greater<>());
+    const Pending p = pending_.back();
+    pending_.pop_back();
     RowMap::value_type* entry = p.entry;
-    std::vector<Row>& rows = entry->second.rows;
+    SideRows& sr = entry->second.sides[p.side];
     // Rows mostly expire in time order: the row is usually the first.
-    auto row = rows.begin();
-    if (row == rows.end() || row->seq != p.seq) {
-      row = std::lower_bound(rows.begin(), rows.end(), std::make_pair(p.time, p.seq),
-                             [](const Row& x, const std::pair<int64_t, uint64_t>& v) {
-                               return std::tie(x.time, x.seq) < std::tie(v.first, v.second);
-                             });
+    size_t i = sr.begin;
+    if (i >= sr.rows.size() || sr.rows[i].seq != p.seq) {
+      auto it =
+          std::lower_bound(sr.rows.begin() + sr.begin, sr.rows.end(), std::make_pair(p.time, p.seq),
+                           [](const Row& x, const std::pair<int64_t, uint64_t>& v) {
+                             return std::tie(x.time, x.seq) < std::tie(v.first, v.second);
+                           });
+      i = static_cast<size_t>(it - sr.rows.begin());
     }
-    if (row == rows.end() || row->seq != p.seq) continue;  // cannot happen
-    if (Outer(p.side) && !row->matched) {
+    if (i >= sr.rows.size() || sr.rows[i].seq != p.seq) continue;  // cannot happen
+    const Row& row = sr.rows[i];
+    if (Outer(p.side) && !row.matched) {
       Record& o = out.Emit();
       o.EnsureRoot();
       if (p.side == kLeft) {
-        o.AddValue("left", row->rec.Get(0));
+        o.AddPacked("left", row.packed());
         o.AddNull("right");
       } else {
         o.AddNull("left");
-        o.AddValue("right", row->rec.Get(0));
+        o.AddPacked("right", row.packed());
       }
       o.event_time = p.time;
       o.arrival = ctx.now();
       padded_->Add();
     }
-    if (row->persisted != Row::kNew) {
+    if (row.persisted != Row::kNew) {
       TableKey(entry->first, p.time, p.seq, &table_key_);
-      deleted_.emplace_back(p.side, table_key_);
+      tables_[p.side]->Delete(table_key_);
     }
-    rows.erase(row);
+    RemoveRow(sr, i);
     --buffered_[p.side];
-    if (rows.empty() && !entry->second.dirty) rows_[p.side].erase(entry->first);
+    const KeyRows& kr = entry->second;
+    if (kr.sides[kLeft].empty() && kr.sides[kRight].empty() && !kr.dirty) {
+      rows_.erase(entry->first);
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status IntervalJoinOperator::Flush(OperatorContext& ctx) {
-  for (auto& [side, entry] : dirty_keys_) {
+  for (RowMap::value_type* entry : dirty_keys_) {
     entry->second.dirty = false;
-    for (Row& row : entry->second.rows) {
-      if (row.persisted == Row::kClean) continue;
-      TableKey(entry->first, row.time, row.seq, &table_key_);
-      value_.assign(1, row.matched ? 'm' : '-');
-      row.rec.AppendJson(&value_);
-      tables_[side]->Put(table_key_, value_);
-      row.persisted = Row::kClean;
+    for (int side : {kLeft, kRight}) {
+      SideRows& sr = entry->second.sides[side];
+      for (size_t i = sr.begin; i < sr.rows.size(); ++i) {
+        Row& row = sr.rows[i];
+        if (row.persisted == Row::kClean) continue;
+        TableKey(entry->first, row.time, row.seq, &table_key_);
+        value_.assign(1, row.matched ? 'm' : '-');
+        scratch_.Unpack(row.packed());
+        scratch_.AppendJson(&value_);
+        tables_[side]->Put(table_key_, value_);
+        row.persisted = Row::kClean;
+      }
     }
   }
-  for (auto& [side, entry] : dirty_keys_) {
-    if (entry->second.rows.empty()) rows_[side].erase(entry->first);
+  for (RowMap::value_type* entry : dirty_keys_) {
+    const KeyRows& kr = entry->second;
+    if (kr.sides[kLeft].empty() && kr.sides[kRight].empty()) rows_.erase(entry->first);
   }
   dirty_keys_.clear();
-  for (const auto& [side, key] : deleted_) tables_[side]->Delete(key);
-  deleted_.clear();
   seq_.Flush(meta_);
   return absl::OkStatus();
 }

@@ -34,22 +34,25 @@
 // null key are stored only on an outer side (for their padded row) under the
 // prefix 0x00, which never matches. Table "meta" holds the next sequence
 // number.
-// The working set is in memory, write-behind: per side, join key -> rows
-// sorted by (time, seq), each decoded once; partners of a row at t are a
-// binary search + walk over the other side's rows of its key within
-// [t + lower, t + upper] (or [t - upper, t - lower]). Flush() (called by the
-// runtime before a checkpoint and at least every state_flush_interval_ms, 10 s) writes rows that
-// are new or whose matched flag changed since the last Flush and deletes the
-// persisted rows that expired; a row that lives and dies between two flushes
-// never touches the backend. Open() rebuilds the working set from the
-// tables, so a restored backend resumes exactly. (The working set must fit
-// in memory: ~300-400 bytes per buffered row plus the row's fields.)
+// The working set is in memory, write-behind: join key -> both sides' rows
+// sorted by (time, seq), each decoded once and kept packed (one allocation:
+// Record::PackTo); partners of a row at t are a binary search + walk over the
+// other side's rows of its key within [t + lower, t + upper] (or
+// [t - upper, t - lower]). Flush() (called by the runtime before a
+// checkpoint and at least every state_flush_interval_ms, 10 s) writes rows
+// that are new or whose matched flag changed since the last Flush; persisted
+// rows are deleted from the tables when they expire; a row that lives and
+// dies between two flushes never touches the backend. The tables are opened
+// write-behind (StateBackend::OpenWriteBehindTable) and read only by Open(),
+// which rebuilds the working set from them, so a restored backend resumes
+// exactly. (The working set must fit in memory: ~100 bytes per buffered row
+// plus its packed record, ~24 bytes per field + its key and string bytes.)
 // A row is dropped as soon as no future record can match it: future records
 // have time >= W - allowed_lateness, so a left row at l goes when
 // W > l + upper + allowed_lateness, a right row at r when
 // W > r - lower + allowed_lateness; that is also when its padded row is due.
-// Expiry uses an index ordered by (expiry time, side, seq), which is also
-// the order of padded rows.
+// Expiry uses a binary heap ordered by (expiry time, side, seq), which is
+// also the order of padded rows.
 //
 // Threading: one task thread, like every operator.
 #pragma once
@@ -60,7 +63,6 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/container/btree_set.h"
 #include "absl/container/node_hash_map.h"
 #include "common/expr.h"
 #include "common/job_spec.h"
@@ -94,21 +96,30 @@ class IntervalJoinOperator : public Operator {
  private:
   IntervalJoinOperator(IntervalJoinSpec spec, std::unique_ptr<Expr> where);
 
-  // One buffered row.
+  // One buffered row; its record packed in one allocation (Record::PackTo).
   struct Row {
     int64_t time;
     uint64_t seq;
+    std::unique_ptr<uint64_t[]> data;  // packed record, 8-byte aligned
     bool matched = false;
     // kNew: not in the table; kClean: in the table as is; kStale: in the
     // table with an outdated matched flag.
     enum : uint8_t { kNew, kClean, kStale } persisted = kNew;
-    Record rec;
+    const char* packed() const { return reinterpret_cast<const char*>(data.get()); }
   };
-  // The rows of one join key, sorted by (time, seq). `dirty` while some row
-  // must be written at the next Flush (the entry then outlives its rows until
-  // that Flush, so dirty_keys_ may point at it).
-  struct KeyRows {
+  // The live rows of one side of a key: rows[begin..] sorted by (time, seq).
+  // Rows mostly expire oldest first, so the front is dropped lazily.
+  struct SideRows {
     std::vector<Row> rows;
+    uint32_t begin = 0;
+    bool empty() const { return begin == rows.size(); }
+  };
+  // Both sides of one join key (one hash probe per record finds partners and
+  // the place of the new row). `dirty` while some row must be written at the
+  // next Flush (the entry then outlives its rows until that Flush, so
+  // dirty_keys_ may point at it).
+  struct KeyRows {
+    SideRows sides[2];
     bool dirty = false;
   };
   using RowMap = absl::node_hash_map<std::string, KeyRows>;
@@ -118,8 +129,9 @@ class IntervalJoinOperator : public Operator {
     uint64_t seq;  // unique per row
     int64_t time;
     RowMap::value_type* entry;  // its key's rows (node_hash_map: stable)
-    bool operator<(const Pending& o) const {
-      return std::tie(expiry, side, seq) < std::tie(o.expiry, o.side, o.seq);
+    // Heap order: the smallest (expiry, side, seq) on top.
+    bool operator>(const Pending& o) const {
+      return std::tie(expiry, side, seq) > std::tie(o.expiry, o.side, o.seq);
     }
   };
 
@@ -128,10 +140,12 @@ class IntervalJoinOperator : public Operator {
   // Fills key_ with the encoded join key of `r` read through `side`'s paths;
   // false if some key field is null or missing.
   bool EncodeKey(const Record& r, int side);
-  // Buffers a row (rec moved in) under `key`; returns it.
-  Row& AddRow(int side, const std::string& key, int64_t time, uint64_t seq, bool matched,
-              Record rec, bool persisted);
-  void MarkDirty(int side, RowMap::value_type* entry);
+  // Buffers a row of `side` (a packed copy of `rec`) under `entry`.
+  void AddRow(int side, RowMap::value_type* entry, int64_t time, uint64_t seq, bool matched,
+              const Record& rec, bool persisted);
+  // Drops rows[i] of `side_rows`.
+  static void RemoveRow(SideRows& side_rows, size_t i);
+  void MarkDirty(RowMap::value_type* entry);
   // Drops every row with expiry < W, emitting padded rows for unmatched rows
   // of outer sides, in (expiry, side, seq) order.
   absl::Status Expire(OperatorContext& ctx, Output& out);
@@ -142,10 +156,9 @@ class IntervalJoinOperator : public Operator {
   std::vector<FieldPath> paths_[2];
   StateTable* tables_[2] = {nullptr, nullptr};
   StateTable* meta_ = nullptr;
-  RowMap rows_[2];
-  absl::btree_set<Pending> pending_;
-  std::vector<std::pair<int, RowMap::value_type*>> dirty_keys_;
-  std::vector<std::pair<int, std::string>> deleted_;  // persisted rows dropped since Flush
+  RowMap rows_;
+  std::vector<Pending> pending_;  // binary min-heap (std::greater)
+  std::vector<RowMap::value_type*> dirty_keys_;
   size_t buffered_[2] = {0, 0};
   JoinSequence seq_;
 
@@ -155,6 +168,7 @@ class IntervalJoinOperator : public Operator {
 
   // Scratch, reused across records.
   JsonDecoder decoder_;
+  Record scratch_;
   std::string key_, table_key_, value_;
 };
 
