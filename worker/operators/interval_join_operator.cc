@@ -1,7 +1,6 @@
 #include "worker/operators/interval_join_operator.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "worker/operators/join_key.h"
 #include "worker/state/key_codec.h"
@@ -76,8 +75,16 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
   rec.PackTo(reinterpret_cast<char*>(row.data.get()));
   rows.insert(pos, std::move(row));
   if (!persisted) MarkDirty(entry);
-  pending_.push_back(Pending{Expiry(side, time), side, seq, time, entry});
-  std::push_heap(pending_.begin(), pending_.end(), std::greater<>());
+  const Pending p{Expiry(side, time), side, seq, time, entry};
+  const int64_t bucket = FloorDiv(p.expiry, kExpiryBucketMs);
+  ExpiryBucket*& cached = last_bucket_[side];
+  if (cached == nullptr || last_bucket_number_[side] != bucket) {
+    cached = &expiry_[bucket];
+    last_bucket_number_[side] = bucket;
+  }
+  std::vector<Pending>& items = cached->items;
+  if (items.size() > cached->next && p < items.back()) cached->sorted = false;
+  items.push_back(p);
   ++buffered_[side];
 }
 
@@ -110,7 +117,8 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   too_late_ = ctx.OpCounter("too_late_total");
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");
-  pending_.clear();
+  expiry_.clear();
+  last_bucket_[kLeft] = last_bucket_[kRight] = nullptr;
   dirty_keys_.clear();
   rows_.clear();
   buffered_[kLeft] = buffered_[kRight] = 0;
@@ -220,50 +228,67 @@ absl::Status IntervalJoinOperator::OnWatermark(OperatorContext& ctx, Output& out
 
 absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
   const int64_t w = ctx.watermark();
-  while (!pending_.empty() && pending_.front().expiry < w) {
-    std::pop_heap(pending_.begin(), pending_.end(), std::greater<>());
-    const Pending p = pending_.back();
-    pending_.pop_back();
-    RowMap::value_type* entry = p.entry;
-    SideRows& sr = entry->second.sides[p.side];
-    // Rows mostly expire in time order: the row is usually the first.
-    size_t i = sr.begin;
-    if (i >= sr.rows.size() || sr.rows[i].seq != p.seq) {
-      auto it =
-          std::lower_bound(sr.rows.begin() + sr.begin, sr.rows.end(), std::make_pair(p.time, p.seq),
-                           [](const Row& x, const std::pair<int64_t, uint64_t>& v) {
-                             return std::tie(x.time, x.seq) < std::tie(v.first, v.second);
-                           });
-      i = static_cast<size_t>(it - sr.rows.begin());
+  if (w == kMinTime) return absl::OkStatus();
+  // Rows with expiry < w, i.e. <= w - 1, are in buckets up to this one.
+  const int64_t last_due = FloorDiv(w - 1, kExpiryBucketMs);
+  while (!expiry_.empty() && expiry_.begin()->first <= last_due) {
+    auto bucket = expiry_.begin();
+    ExpiryBucket& b = bucket->second;
+    if (!b.sorted) {
+      std::sort(b.items.begin() + static_cast<ptrdiff_t>(b.next), b.items.end());
+      b.sorted = true;
     }
-    if (i >= sr.rows.size() || sr.rows[i].seq != p.seq) continue;  // cannot happen
-    const Row& row = sr.rows[i];
-    if (Outer(p.side) && !row.matched) {
-      Record& o = out.Emit();
-      o.EnsureRoot();
-      if (p.side == kLeft) {
-        o.AddPacked("left", row.packed());
-        o.AddNull("right");
-      } else {
-        o.AddNull("left");
-        o.AddPacked("right", row.packed());
-      }
-      o.event_time = p.time;
-      o.arrival = ctx.now();
-      padded_->Add();
+    while (b.next < b.items.size() && b.items[b.next].expiry < w) {
+      ExpireRow(ctx, b.items[b.next++], out);
     }
-    if (row.persisted != Row::kNew) {
-      TableKey(entry->first, p.time, p.seq, &table_key_);
-      tables_[p.side]->Delete(table_key_);
+    if (b.next < b.items.size()) break;  // the rest is due later
+    for (ExpiryBucket*& cached : last_bucket_) {
+      if (cached == &b) cached = nullptr;
     }
-    RemoveRow(sr, i);
-    --buffered_[p.side];
-    const KeyRows& kr = entry->second;
-    if (kr.sides[kLeft].empty() && kr.sides[kRight].empty() && !kr.dirty) {
-      rows_.erase(entry->first);
-    }
+    expiry_.erase(bucket);
   }
   return absl::OkStatus();
+}
+
+void IntervalJoinOperator::ExpireRow(OperatorContext& ctx, const Pending& p, Output& out) {
+  RowMap::value_type* entry = p.entry;
+  SideRows& sr = entry->second.sides[p.side];
+  // Rows mostly expire in time order: the row is usually the first.
+  size_t i = sr.begin;
+  if (i >= sr.rows.size() || sr.rows[i].seq != p.seq) {
+    auto it =
+        std::lower_bound(sr.rows.begin() + sr.begin, sr.rows.end(), std::make_pair(p.time, p.seq),
+                         [](const Row& x, const std::pair<int64_t, uint64_t>& v) {
+                           return std::tie(x.time, x.seq) < std::tie(v.first, v.second);
+                         });
+    i = static_cast<size_t>(it - sr.rows.begin());
+  }
+  if (i >= sr.rows.size() || sr.rows[i].seq != p.seq) return;  // cannot happen
+  const Row& row = sr.rows[i];
+  if (Outer(p.side) && !row.matched) {
+    Record& o = out.Emit();
+    o.EnsureRoot();
+    if (p.side == kLeft) {
+      o.AddPacked("left", row.packed());
+      o.AddNull("right");
+    } else {
+      o.AddNull("left");
+      o.AddPacked("right", row.packed());
+    }
+    o.event_time = p.time;
+    o.arrival = ctx.now();
+    padded_->Add();
+  }
+  if (row.persisted != Row::kNew) {
+    TableKey(entry->first, p.time, p.seq, &table_key_);
+    tables_[p.side]->Delete(table_key_);
+  }
+  RemoveRow(sr, i);
+  --buffered_[p.side];
+  const KeyRows& kr = entry->second;
+  if (kr.sides[kLeft].empty() && kr.sides[kRight].empty() && !kr.dirty) {
+    rows_.erase(entry->first);
+  }
 }
 
 absl::Status IntervalJoinOperator::Flush(OperatorContext& ctx) {

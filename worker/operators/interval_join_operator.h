@@ -51,13 +51,15 @@
 // have time >= W - allowed_lateness, so a left row at l goes when
 // W > l + upper + allowed_lateness, a right row at r when
 // W > r - lower + allowed_lateness; that is also when its padded row is due.
-// Expiry uses a binary heap ordered by (expiry time, side, seq), which is
-// also the order of padded rows.
+// Expiry goes through buckets of one second of expiry time, each sorted by
+// (expiry time, side, seq) when it comes due, which is also the order of
+// padded rows.
 //
 // Threading: one task thread, like every operator.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -129,10 +131,18 @@ class IntervalJoinOperator : public Operator {
     uint64_t seq;  // unique per row
     int64_t time;
     RowMap::value_type* entry;  // its key's rows (node_hash_map: stable)
-    // Heap order: the smallest (expiry, side, seq) on top.
-    bool operator>(const Pending& o) const {
-      return std::tie(expiry, side, seq) > std::tie(o.expiry, o.side, o.seq);
+    bool operator<(const Pending& o) const {
+      return std::tie(expiry, side, seq) < std::tie(o.expiry, o.side, o.seq);
     }
+  };
+  // Pending rows whose expiry falls in one kExpiryBucketMs of time;
+  // items[next..] are due, sorted by (expiry, side, seq) when `sorted` (rows
+  // mostly arrive in that order, so a bucket is rarely sorted at all).
+  static constexpr int64_t kExpiryBucketMs = 1000;
+  struct ExpiryBucket {
+    std::vector<Pending> items;
+    size_t next = 0;
+    bool sorted = true;
   };
 
   bool Outer(int side) const;
@@ -149,6 +159,8 @@ class IntervalJoinOperator : public Operator {
   // Drops every row with expiry < W, emitting padded rows for unmatched rows
   // of outer sides, in (expiry, side, seq) order.
   absl::Status Expire(OperatorContext& ctx, Output& out);
+  // Drops the row of `p`, emitting its padded row if due.
+  void ExpireRow(OperatorContext& ctx, const Pending& p, Output& out);
   static void TableKey(const std::string& key, int64_t time, uint64_t seq, std::string* out);
 
   IntervalJoinSpec spec_;
@@ -157,7 +169,11 @@ class IntervalJoinOperator : public Operator {
   StateTable* tables_[2] = {nullptr, nullptr};
   StateTable* meta_ = nullptr;
   RowMap rows_;
-  std::vector<Pending> pending_;  // binary min-heap (std::greater)
+  std::map<int64_t, ExpiryBucket> expiry_;  // bucket number -> pending rows
+  // Per side, the bucket AddRow used last (rows of a side mostly go to the
+  // same bucket as the row before).
+  ExpiryBucket* last_bucket_[2] = {nullptr, nullptr};
+  int64_t last_bucket_number_[2] = {0, 0};
   std::vector<RowMap::value_type*> dirty_keys_;
   size_t buffered_[2] = {0, 0};
   JoinSequence seq_;
