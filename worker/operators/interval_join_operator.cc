@@ -104,12 +104,6 @@ void IntervalJoinOperator::RemoveRow(SideRows& sr, size_t i) {
   }
 }
 
-bool IntervalJoinOperator::EncodeKey(const Record& r, int side) {
-  key_.clear();
-  key_.push_back(kKeyPrefix);
-  return AppendJoinKey(r, paths_[side], &key_);
-}
-
 absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(tables_[kLeft], ctx.OpenWriteBehindTable("left"));
   ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenWriteBehindTable("right"));
@@ -157,7 +151,42 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   const int other = 1 - side;
   const bool mark_partners = Outer(other);
   const int64_t oldest = SatAdd(ctx.watermark(), -spec_.allowed_lateness);
-  for (const Record& r : batch) {
+  // The hash probes miss the cache (the working set is large), so they are
+  // pipelined over the batch: all keys are encoded first, then the probe of
+  // record i + kProbeAhead is prefetched and the entry of record
+  // i + kFindAhead looked up (and its node prefetched) while record i is
+  // processed.
+  const size_t n = batch.size();
+  batch_keys_.clear();
+  key_ends_.resize(n);
+  entries_.assign(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    key_.clear();
+    key_.push_back(kKeyPrefix);
+    // A record with a null or missing key field gets an empty key.
+    if (AppendJoinKey(batch[i], paths_[side], &key_)) batch_keys_.append(key_);
+    key_ends_[i] = static_cast<uint32_t>(batch_keys_.size());
+  }
+  auto key_of = [&](size_t i) {
+    const uint32_t begin = i == 0 ? 0 : key_ends_[i - 1];
+    return absl::string_view(batch_keys_.data() + begin, key_ends_[i] - begin);
+  };
+  auto find = [&](size_t i) -> RowMap::value_type* {
+    const absl::string_view k = key_of(i);
+    if (k.empty()) return nullptr;
+    auto it = rows_.find(k);
+    return it == rows_.end() ? nullptr : &*it;
+  };
+  constexpr size_t kProbeAhead = 16, kFindAhead = 8;
+  for (size_t i = 0; i < std::min(n, kProbeAhead); ++i) rows_.prefetch(key_of(i));
+  for (size_t i = 0; i < std::min(n, kFindAhead); ++i) entries_[i] = find(i);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kProbeAhead < n) rows_.prefetch(key_of(i + kProbeAhead));
+    if (i + kFindAhead < n) {
+      RowMap::value_type* e = entries_[i + kFindAhead] = find(i + kFindAhead);
+      if (e != nullptr) __builtin_prefetch(e);
+    }
+    const Record& r = batch[i];
     const int64_t t = r.event_time;
     if (t < oldest) {
       too_late_->Add();
@@ -166,13 +195,13 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       s.AddString("side", kSideNames[side]);
       continue;
     }
-    const bool has_key = EncodeKey(r, side);
+    const absl::string_view key = key_of(i);
+    const bool has_key = !key.empty();
     bool matched = false;
-    RowMap::value_type* entry = nullptr;
-    if (has_key) {
-      auto it = rows_.find(key_);
-      if (it != rows_.end()) entry = &*it;
-    }
+    // Looked up ahead; a key first inserted by an earlier record of this
+    // batch is looked up again.
+    RowMap::value_type* entry = entries_[i];
+    if (entry == nullptr) entry = find(i);
     if (entry != nullptr && !entry->second.sides[other].empty()) {
       // Partner times: r - l in [lower, upper].
       const int64_t lo = side == kLeft ? SatAdd(t, spec_.lower) : SatAdd(t, -spec_.upper);
@@ -210,11 +239,15 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       }
     }
     // Rows that can never match are kept only if they may need a padded row.
-    if (!has_key) {
-      if (!Outer(side)) continue;
-      key_.assign(1, kNullKeyPrefix);
+    if (entry == nullptr) {
+      if (has_key) {
+        entry = &*rows_.try_emplace(std::string(key.data(), key.size())).first;
+      } else if (Outer(side)) {
+        entry = &*rows_.try_emplace(std::string(1, kNullKeyPrefix)).first;
+      } else {
+        continue;
+      }
     }
-    if (entry == nullptr) entry = &*rows_.try_emplace(key_).first;
     AddRow(side, entry, t, seq_.Next(), matched, r, false);
   }
   // Rows of this batch that no future record can match (possible with a

@@ -147,9 +147,6 @@ class IntervalJoinOperator : public Operator {
 
   bool Outer(int side) const;
   int64_t Expiry(int side, int64_t t) const;
-  // Fills key_ with the encoded join key of `r` read through `side`'s paths;
-  // false if some key field is null or missing.
-  bool EncodeKey(const Record& r, int side);
   // Buffers a row of `side` (a packed copy of `rec`) under `entry`.
   void AddRow(int side, RowMap::value_type* entry, int64_t time, uint64_t seq, bool matched,
               const Record& rec, bool persisted);
@@ -186,6 +183,10 @@ class IntervalJoinOperator : public Operator {
   JsonDecoder decoder_;
   Record scratch_;
   std::string key_, table_key_, value_;
+  // Per batch: the encoded keys (empty for a null key) and their entries.
+  std::string batch_keys_;
+  std::vector<uint32_t> key_ends_;
+  std::vector<RowMap::value_type*> entries_;
 };
 
 }  // namespace caravela
