@@ -30,6 +30,16 @@ IntervalJoinOperator::IntervalJoinOperator(IntervalJoinSpec spec, std::unique_pt
   SplitJoinKeyPaths(spec_.on, paths_);
 }
 
+void IntervalJoinOperator::DropAllRows() {
+  for (auto& [key, kr] : rows_) {
+    for (SideRows& sr : kr.sides) {
+      for (size_t i = sr.begin; i < sr.rows.size(); ++i) pool_.Free(sr.rows[i].packed);
+    }
+  }
+  rows_.clear();
+  pool_.Clear();
+}
+
 bool IntervalJoinOperator::Outer(int side) const { return IsOuterSide(spec_.type, side); }
 
 int64_t IntervalJoinOperator::Expiry(int side, int64_t t) const {
@@ -70,10 +80,7 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
          std::tie(std::prev(pos)->time, std::prev(pos)->seq) > std::tie(time, seq)) {
     --pos;
   }
-  Row row{time, seq, std::unique_ptr<uint64_t[]>(new uint64_t[(rec.PackedSize() + 7) / 8]), matched,
-          persisted ? Row::kClean : Row::kNew};
-  rec.PackTo(reinterpret_cast<char*>(row.data.get()));
-  rows.insert(pos, std::move(row));
+  rows.insert(pos, Row{time, seq, pool_.Pack(rec), matched, persisted ? Row::kClean : Row::kNew});
   if (!persisted) MarkDirty(entry);
   const Pending p{Expiry(side, time), side, seq, time, entry};
   const int64_t bucket = FloorDiv(p.expiry, kExpiryBucketMs);
@@ -89,11 +96,11 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
 }
 
 void IntervalJoinOperator::RemoveRow(SideRows& sr, size_t i) {
+  pool_.Free(sr.rows[i].packed);
   if (i != sr.begin) {
     sr.rows.erase(sr.rows.begin() + static_cast<ptrdiff_t>(i));
     return;
   }
-  sr.rows[i].data.reset();
   ++sr.begin;
   if (sr.begin == sr.rows.size()) {
     sr.rows.clear();
@@ -114,7 +121,7 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   expiry_.clear();
   last_bucket_[kLeft] = last_bucket_[kRight] = nullptr;
   dirty_keys_.clear();
-  rows_.clear();
+  DropAllRows();
   buffered_[kLeft] = buffered_[kRight] = 0;
   RETURN_IF_ERROR(seq_.Load(meta_, ctx.name()));
   for (int side : {kLeft, kRight}) {
@@ -214,9 +221,9 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
         o.EnsureRoot();
         if (side == kLeft) {
           o.AddValue("left", r.Get(0));
-          o.AddPacked("right", p->packed());
+          o.AddPacked("right", p->packed);
         } else {
-          o.AddPacked("left", p->packed());
+          o.AddPacked("left", p->packed);
           o.AddValue("right", r.Get(0));
         }
         if (where_ != nullptr && !IsTrue(where_->Eval(o))) {
@@ -302,11 +309,11 @@ void IntervalJoinOperator::ExpireRow(OperatorContext& ctx, const Pending& p, Out
     Record& o = out.Emit();
     o.EnsureRoot();
     if (p.side == kLeft) {
-      o.AddPacked("left", row.packed());
+      o.AddPacked("left", row.packed);
       o.AddNull("right");
     } else {
       o.AddNull("left");
-      o.AddPacked("right", row.packed());
+      o.AddPacked("right", row.packed);
     }
     o.event_time = p.time;
     o.arrival = ctx.now();
@@ -334,7 +341,7 @@ absl::Status IntervalJoinOperator::Flush(OperatorContext& ctx) {
         if (row.persisted == Row::kClean) continue;
         TableKey(entry->first, row.time, row.seq, &table_key_);
         value_.assign(1, row.matched ? 'm' : '-');
-        scratch_.Unpack(row.packed());
+        scratch_.Unpack(row.packed);
         scratch_.AppendJson(&value_);
         tables_[side]->Put(table_key_, value_);
         row.persisted = Row::kClean;

@@ -71,6 +71,7 @@
 #include "common/json.h"
 #include "worker/operators/join_key.h"
 #include "worker/operators/operator.h"
+#include "worker/operators/row_pool.h"
 
 namespace caravela {
 
@@ -84,6 +85,7 @@ class IntervalJoinOperator : public Operator {
   static absl::StatusOr<std::unique_ptr<IntervalJoinOperator>> Create(IntervalJoinSpec spec);
 
   std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  ~IntervalJoinOperator() override { DropAllRows(); }
   absl::Status Open(OperatorContext& ctx) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                             Output& out) override;
@@ -98,16 +100,15 @@ class IntervalJoinOperator : public Operator {
  private:
   IntervalJoinOperator(IntervalJoinSpec spec, std::unique_ptr<Expr> where);
 
-  // One buffered row; its record packed in one allocation (Record::PackTo).
+  // One buffered row; its record packed in pool_ (Record::PackTo).
   struct Row {
     int64_t time;
     uint64_t seq;
-    std::unique_ptr<uint64_t[]> data;  // packed record, 8-byte aligned
+    char* packed;  // owned: pool_.Free when the row is dropped
     bool matched = false;
     // kNew: not in the table; kClean: in the table as is; kStale: in the
     // table with an outdated matched flag.
     enum : uint8_t { kNew, kClean, kStale } persisted = kNew;
-    const char* packed() const { return reinterpret_cast<const char*>(data.get()); }
   };
   // The live rows of one side of a key: rows[begin..] sorted by (time, seq).
   // Rows mostly expire oldest first, so the front is dropped lazily.
@@ -151,7 +152,9 @@ class IntervalJoinOperator : public Operator {
   void AddRow(int side, RowMap::value_type* entry, int64_t time, uint64_t seq, bool matched,
               const Record& rec, bool persisted);
   // Drops rows[i] of `side_rows`.
-  static void RemoveRow(SideRows& side_rows, size_t i);
+  void RemoveRow(SideRows& side_rows, size_t i);
+  // Drops every buffered row and key.
+  void DropAllRows();
   void MarkDirty(RowMap::value_type* entry);
   // Drops every row with expiry < W, emitting padded rows for unmatched rows
   // of outer sides, in (expiry, side, seq) order.
@@ -166,6 +169,7 @@ class IntervalJoinOperator : public Operator {
   StateTable* tables_[2] = {nullptr, nullptr};
   StateTable* meta_ = nullptr;
   RowMap rows_;
+  RowPool pool_;                            // the rows' packed records
   std::map<int64_t, ExpiryBucket> expiry_;  // bucket number -> pending rows
   // Per side, the bucket AddRow used last (rows of a side mostly go to the
   // same bucket as the row before).

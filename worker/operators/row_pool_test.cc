@@ -1,0 +1,62 @@
+#include "worker/operators/row_pool.h"
+
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "gtest/gtest.h"
+
+namespace caravela {
+namespace {
+
+Record Decode(const std::string& json) {
+  JsonDecoder dec;
+  Record r;
+  EXPECT_TRUE(dec.Decode(json, &r).ok()) << json;
+  return r;
+}
+
+std::string Json(const char* packed) {
+  Record r;
+  r.Unpack(packed);
+  return r.ToJson();
+}
+
+TEST(RowPoolTest, PacksRecordsAndReusesFreedBlocksOfTheirClass) {
+  RowPool pool;
+  const Record small = Decode(R"({"id":1,"name":"ana"})");
+  const Record big = Decode(R"({"id":2,"text":")" + std::string(10000, 'x') + R"("})");
+  char* a = pool.Pack(small);
+  char* b = pool.Pack(small);
+  char* c = pool.Pack(big);  // over the pooled size: its own allocation
+  EXPECT_NE(a, b);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 8, 0u);
+  EXPECT_EQ(Json(a), small.ToJson());
+  EXPECT_EQ(Json(c), big.ToJson());
+  pool.Free(a);
+  char* d = pool.Pack(small);
+  EXPECT_EQ(d, a);  // the freed block of the same class comes back
+  EXPECT_EQ(Json(b), small.ToJson());
+  pool.Free(b);
+  pool.Free(c);
+  pool.Free(d);
+  EXPECT_EQ(pool.ReservedBytes(), size_t{1} << 20);
+  pool.Clear();
+  EXPECT_EQ(pool.ReservedBytes(), 0u);
+}
+
+TEST(RowPoolTest, ManyRowsSpanChunksAndStayIntact) {
+  RowPool pool;
+  std::vector<char*> rows;
+  for (int i = 0; i < 20000; ++i) {
+    rows.push_back(pool.Pack(Decode(R"({"i":)" + std::to_string(i) + "}")));
+  }
+  EXPECT_GT(pool.ReservedBytes(), size_t{1} << 20);
+  for (int i = 0; i < 20000; i += 997) {
+    EXPECT_EQ(Json(rows[i]), R"({"i":)" + std::to_string(i) + "}");
+  }
+  for (char* r : rows) pool.Free(r);
+}
+
+}  // namespace
+}  // namespace caravela
