@@ -33,7 +33,9 @@ IntervalJoinOperator::IntervalJoinOperator(IntervalJoinSpec spec, std::unique_pt
 void IntervalJoinOperator::DropAllRows() {
   for (auto& [key, kr] : rows_) {
     for (SideRows& sr : kr.sides) {
-      for (size_t i = sr.begin; i < sr.rows.size(); ++i) pool_.Free(sr.rows[i].packed);
+      for (size_t i = sr.begin; i < sr.rows.size(); ++i) {
+        pool_.Free(sr.rows[i].packed, sr.rows[i].packed_bytes);
+      }
     }
   }
   rows_.clear();
@@ -80,7 +82,8 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
          std::tie(std::prev(pos)->time, std::prev(pos)->seq) > std::tie(time, seq)) {
     --pos;
   }
-  rows.insert(pos, Row{time, seq, pool_.Pack(rec), matched, persisted ? Row::kClean : Row::kNew});
+  rows.insert(pos, Row{time, seq, pool_.Pack(rec), static_cast<uint32_t>(rec.PackedSize()), matched,
+                       persisted ? Row::kClean : Row::kNew});
   if (!persisted) MarkDirty(entry);
   const Pending p{Expiry(side, time), side, seq, time, entry};
   const int64_t bucket = FloorDiv(p.expiry, kExpiryBucketMs);
@@ -96,7 +99,7 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
 }
 
 void IntervalJoinOperator::RemoveRow(SideRows& sr, size_t i) {
-  pool_.Free(sr.rows[i].packed);
+  pool_.Free(sr.rows[i].packed, sr.rows[i].packed_bytes);
   if (i != sr.begin) {
     sr.rows.erase(sr.rows.begin() + static_cast<ptrdiff_t>(i));
     return;
@@ -184,14 +187,30 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     auto it = rows_.find(k);
     return it == rows_.end() ? nullptr : &*it;
   };
-  constexpr size_t kProbeAhead = 16, kFindAhead = 8;
+  // Then the partners' row array (kRowsAhead) and their first packed row
+  // (kPackedAhead) are prefetched too: each stage's address comes from the
+  // line the stage before fetched.
+  constexpr size_t kProbeAhead = 16, kFindAhead = 12, kRowsAhead = 8, kPackedAhead = 4;
+  auto partner_rows = [&](size_t j) -> const SideRows* {
+    const RowMap::value_type* e = j < n ? entries_[j] : nullptr;
+    return e == nullptr || e->second.sides[other].empty() ? nullptr : &e->second.sides[other];
+  };
   for (size_t i = 0; i < std::min(n, kProbeAhead); ++i) rows_.prefetch(key_of(i));
   for (size_t i = 0; i < std::min(n, kFindAhead); ++i) entries_[i] = find(i);
   for (size_t i = 0; i < n; ++i) {
     if (i + kProbeAhead < n) rows_.prefetch(key_of(i + kProbeAhead));
     if (i + kFindAhead < n) {
       RowMap::value_type* e = entries_[i + kFindAhead] = find(i + kFindAhead);
-      if (e != nullptr) __builtin_prefetch(e);
+      if (e != nullptr) {
+        __builtin_prefetch(e);
+        __builtin_prefetch(reinterpret_cast<const char*>(e) + 64);
+      }
+    }
+    if (const SideRows* sr = partner_rows(i + kRowsAhead)) {
+      __builtin_prefetch(sr->rows.data() + sr->begin);
+    }
+    if (const SideRows* sr = partner_rows(i + kPackedAhead)) {
+      __builtin_prefetch(sr->rows[sr->begin].packed);
     }
     const Record& r = batch[i];
     const int64_t t = r.event_time;
@@ -279,6 +298,17 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
       b.sorted = true;
     }
     while (b.next < b.items.size() && b.items[b.next].expiry < w) {
+      // The entries, then the rows of the rows due next are prefetched.
+      if (b.next + 8 < b.items.size()) {
+        const char* e = reinterpret_cast<const char*>(b.items[b.next + 8].entry);
+        __builtin_prefetch(e);
+        __builtin_prefetch(e + 64);
+      }
+      if (b.next + 4 < b.items.size()) {
+        const Pending& p = b.items[b.next + 4];
+        const SideRows& sr = p.entry->second.sides[p.side];
+        if (!sr.empty()) __builtin_prefetch(sr.rows.data() + sr.begin);
+      }
       ExpireRow(ctx, b.items[b.next++], out);
     }
     if (b.next < b.items.size()) break;  // the rest is due later

@@ -105,6 +105,7 @@ class IntervalJoinOperator : public Operator {
     int64_t time;
     uint64_t seq;
     char* packed;  // owned: pool_.Free when the row is dropped
+    uint32_t packed_bytes;
     bool matched = false;
     // kNew: not in the table; kClean: in the table as is; kStale: in the
     // table with an outdated matched flag.

@@ -22,15 +22,17 @@ namespace caravela {
 
 class RowPool {
  public:
-  // A packed copy of `rec` (8-byte aligned); give it back with Free().
+  // A packed copy of `rec` (8-byte aligned, rec.PackedSize() bytes); give
+  // it back with Free().
   char* Pack(const Record& rec) {
     char* p = Allocate(rec.PackedSize());
     rec.PackTo(p);
     return p;
   }
-  // Returns a block from Pack(); `packed` must not be used afterwards.
-  void Free(char* packed) {
-    const size_t bytes = Record::PackedSizeOf(packed);
+  // Returns a block from Pack() of `bytes` (its PackedSize(), which callers
+  // keep so that freeing does not touch the block); `packed` must not be
+  // used afterwards.
+  void Free(char* packed, size_t bytes) {
     if (bytes > kMaxPooled) {
       delete[] reinterpret_cast<uint64_t*>(packed);
       return;

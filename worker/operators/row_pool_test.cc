@@ -33,13 +33,13 @@ TEST(RowPoolTest, PacksRecordsAndReusesFreedBlocksOfTheirClass) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 8, 0u);
   EXPECT_EQ(Json(a), small.ToJson());
   EXPECT_EQ(Json(c), big.ToJson());
-  pool.Free(a);
+  pool.Free(a, small.PackedSize());
   char* d = pool.Pack(small);
   EXPECT_EQ(d, a);  // the freed block of the same class comes back
   EXPECT_EQ(Json(b), small.ToJson());
-  pool.Free(b);
-  pool.Free(c);
-  pool.Free(d);
+  pool.Free(b, small.PackedSize());
+  pool.Free(c, big.PackedSize());
+  pool.Free(d, small.PackedSize());
   EXPECT_EQ(pool.ReservedBytes(), size_t{1} << 20);
   pool.Clear();
   EXPECT_EQ(pool.ReservedBytes(), 0u);
@@ -47,15 +47,16 @@ TEST(RowPoolTest, PacksRecordsAndReusesFreedBlocksOfTheirClass) {
 
 TEST(RowPoolTest, ManyRowsSpanChunksAndStayIntact) {
   RowPool pool;
-  std::vector<char*> rows;
+  std::vector<std::pair<char*, size_t>> rows;
   for (int i = 0; i < 20000; ++i) {
-    rows.push_back(pool.Pack(Decode(R"({"i":)" + std::to_string(i) + "}")));
+    const Record r = Decode(R"({"i":)" + std::to_string(i) + "}");
+    rows.emplace_back(pool.Pack(r), r.PackedSize());
   }
   EXPECT_GT(pool.ReservedBytes(), size_t{1} << 20);
   for (int i = 0; i < 20000; i += 997) {
-    EXPECT_EQ(Json(rows[i]), R"({"i":)" + std::to_string(i) + "}");
+    EXPECT_EQ(Json(rows[i].first), R"({"i":)" + std::to_string(i) + "}");
   }
-  for (char* r : rows) pool.Free(r);
+  for (auto [r, bytes] : rows) pool.Free(r, bytes);
 }
 
 }  // namespace
