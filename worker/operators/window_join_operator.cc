@@ -30,6 +30,64 @@ int64_t WindowJoinOperator::OutputWatermark(int64_t w) const {
   return SatAdd(w, -spec_.allowed_lateness);
 }
 
+WindowJoinOperator::~WindowJoinOperator() {
+  for (auto& [start, w] : windows_) Drop(std::move(w));
+}
+
+WindowJoinOperator::Window& WindowJoinOperator::GetWindow(int64_t start, bool* created) {
+  auto [it, inserted] = windows_.try_emplace(start);
+  if (inserted && has_spare_) {
+    it->second = std::move(spare_);
+    has_spare_ = false;
+  }
+  *created = inserted;
+  return it->second;
+}
+
+void WindowJoinOperator::AddRow(Window& w, const std::string& key, int side, int64_t time,
+                                uint64_t seq, const Record& rec, bool persisted) {
+  auto [it, inserted] = w.keys.try_emplace(key, static_cast<uint32_t>(w.groups.size()));
+  if (inserted) w.groups.emplace_back().key = key;
+  KeyGroup& g = w.groups[it->second];
+  const auto index = static_cast<uint32_t>(w.rows.size());
+  w.rows.push_back(Row{time, seq, pool_.Pack(rec), static_cast<uint32_t>(rec.PackedSize()),
+                       it->second, kNone, static_cast<uint8_t>(side), persisted});
+  if (g.tail[side] == kNone) {
+    g.head[side] = index;
+  } else {
+    w.rows[g.tail[side]].next = index;
+  }
+  g.tail[side] = index;
+}
+
+void WindowJoinOperator::Drop(Window&& w) {
+  for (const Row& row : w.rows) pool_.Free(row.packed, row.packed_bytes);
+  w.rows.clear();
+  w.groups.clear();
+  w.keys.clear();
+  w.closed = w.dirty = w.persisted = false;
+  if (!has_spare_) {
+    spare_ = std::move(w);
+    has_spare_ = true;
+  }
+}
+
+void WindowJoinOperator::SortedRows(const Window& w, const KeyGroup& g, int side) {
+  sorted_.clear();
+  for (uint32_t i = g.head[side]; i != kNone; i = w.rows[i].next) sorted_.push_back(i);
+  // Arrival order is mostly time order already.
+  std::stable_sort(sorted_.begin(), sorted_.end(), [&](uint32_t a, uint32_t b) {
+    return std::tie(w.rows[a].time, w.rows[a].seq) < std::tie(w.rows[b].time, w.rows[b].seq);
+  });
+}
+
+void WindowJoinOperator::SortGroups(const Window& w) {
+  groups_order_.resize(w.groups.size());
+  for (uint32_t i = 0; i < groups_order_.size(); ++i) groups_order_[i] = i;
+  std::sort(groups_order_.begin(), groups_order_.end(),
+            [&](uint32_t a, uint32_t b) { return w.groups[a].key < w.groups[b].key; });
+}
+
 absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(tables_[kLeft], ctx.OpenWriteBehindTable("left"));
   ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenWriteBehindTable("right"));
@@ -38,6 +96,7 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
   too_late_ = ctx.OpCounter("too_late_total");
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");
+  for (auto& [start, w] : windows_) Drop(std::move(w));
   windows_.clear();
   deleted_.clear();
   RETURN_IF_ERROR(seq_.Load(meta_, ctx.name()));
@@ -48,7 +107,8 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
       corrupt = true;
       return false;
     }
-    Window& w = windows_[start];
+    bool created = false;
+    Window& w = GetWindow(start, &created);
     w.closed = value[0] == 'c';
     w.persisted = true;
     return true;
@@ -66,14 +126,14 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
       std::string_view tail = key.substr(key.size() - kTimeSeqBytes);
       ReadBigEndian64(&tail, &t);
       ReadBigEndian64(&tail, &s);
-      Row row{t, static_cast<uint64_t>(s), true, Record()};
-      if (!decoder_.Decode(value, &row.rec).ok()) {
+      if (!decoder_.Decode(value, &scratch_).ok()) {
         corrupt = true;
         return false;
       }
-      row.rec.event_time = t;
-      std::string jk(key.substr(kStartBytes, key.size() - kStartBytes - kTimeSeqBytes));
-      windows_[start].sides[side][jk].push_back(std::move(row));
+      key_.assign(key.substr(kStartBytes, key.size() - kStartBytes - kTimeSeqBytes));
+      bool created = false;
+      Window& w = GetWindow(start, &created);
+      AddRow(w, key_, side, t, static_cast<uint64_t>(s), scratch_, /*persisted=*/true);
       return true;
     }));
   }
@@ -81,8 +141,8 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
   return absl::OkStatus();
 }
 
-void WindowJoinOperator::EmitPair(OperatorContext& ctx, int64_t start, const Record* left,
-                                  const Record* right, Output& out) {
+void WindowJoinOperator::EmitPair(OperatorContext& ctx, int64_t start, RowRef left, RowRef right,
+                                  Output& out) {
   const int64_t end = End(start);
   if (start != formatted_start_ || start_text_.empty()) {
     formatted_start_ = start;
@@ -93,19 +153,22 @@ void WindowJoinOperator::EmitPair(OperatorContext& ctx, int64_t start, const Rec
   o.EnsureRoot();
   o.AddString("window_start", start_text_);
   o.AddString("window_end", end_text_);
-  if (left != nullptr) {
-    o.AddValue("left", left->Get(0));
-  } else {
-    o.AddNull("left");
-  }
-  if (right != nullptr) {
-    o.AddValue("right", right->Get(0));
-  } else {
-    o.AddNull("right");
-  }
+  auto add = [&o](std::string_view name, RowRef ref) {
+    if (ref.rec != nullptr) {
+      o.AddValue(name, ref.rec->Get(0));
+    } else if (ref.packed != nullptr) {
+      o.AddPacked(name, ref.packed);
+    } else {
+      o.AddNull(name);
+    }
+  };
+  add("left", left);
+  add("right", right);
   o.event_time = end - 1;
   o.arrival = ctx.now();
-  (left != nullptr && right != nullptr ? matches_ : padded_)->Add();
+  const bool pair = (left.rec != nullptr || left.packed != nullptr) &&
+                    (right.rec != nullptr || right.packed != nullptr);
+  (pair ? matches_ : padded_)->Add();
 }
 
 absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
@@ -132,28 +195,27 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       if (t >= end || w >= SatAdd(end, spec_.allowed_lateness)) continue;  // final
       used = true;
       if (!has_key && !Outer(side)) continue;  // can never match, never padded
-      auto [it, created] = windows_.try_emplace(s);
-      Window& win = it->second;
+      bool created = false;
+      Window& win = GetWindow(s, &created);
       if (created) win.closed = w >= end;
       win.dirty = true;
       if (has_key && win.closed) {
         // Closed, within the lateness: join with the rows already there.
-        auto partners = win.sides[other].find(key_);
-        if (partners != win.sides[other].end()) {
-          std::vector<Row>& rows = partners->second;
-          std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-            return std::tie(a.time, a.seq) < std::tie(b.time, b.seq);
-          });
-          for (const Row& p : rows) {
+        auto g = win.keys.find(absl::string_view(key_.data(), key_.size()));
+        if (g != win.keys.end()) {
+          SortedRows(win, win.groups[g->second], other);
+          for (uint32_t p : sorted_) {
+            const RowRef partner{nullptr, win.rows[p].packed};
+            const RowRef self{&r, nullptr};
             if (side == kLeft) {
-              EmitPair(ctx, s, &r, &p.rec, out);
+              EmitPair(ctx, s, self, partner, out);
             } else {
-              EmitPair(ctx, s, &p.rec, &r, out);
+              EmitPair(ctx, s, partner, self, out);
             }
           }
         }
       }
-      win.sides[side][key_].push_back(Row{t, seq_.Next(), false, r});
+      AddRow(win, key_, side, t, seq_.Next(), r, /*persisted=*/false);
     }
     if (!used) {
       too_late_->Add();
@@ -166,71 +228,53 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   return absl::OkStatus();
 }
 
-std::vector<std::pair<const std::string*, std::vector<WindowJoinOperator::Row>*>>
-WindowJoinOperator::Sorted(SideRows& rows) {
-  std::vector<std::pair<const std::string*, std::vector<Row>*>> keys;
-  keys.reserve(rows.size());
-  for (auto& [k, v] : rows) {
-    std::sort(v.begin(), v.end(), [](const Row& a, const Row& b) {
-      return std::tie(a.time, a.seq) < std::tie(b.time, b.seq);
-    });
-    keys.emplace_back(&k, &v);
-  }
-  std::sort(keys.begin(), keys.end(),
-            [](const auto& a, const auto& b) { return *a.first < *b.first; });
-  return keys;
-}
-
 void WindowJoinOperator::Close(OperatorContext& ctx, int64_t start, Window& w, Output& out) {
   // Keys present on both sides, in encoded order.
-  std::vector<std::pair<const std::string*, std::vector<Row>*>> keys;
-  const bool left_smaller = w.sides[kLeft].size() <= w.sides[kRight].size();
-  SideRows& probe = w.sides[left_smaller ? kLeft : kRight];
-  SideRows& build = w.sides[left_smaller ? kRight : kLeft];
-  for (auto& [k, v] : probe) {
-    if (k[0] == kKeyPrefix && build.contains(k)) keys.emplace_back(&k, &v);
+  groups_order_.clear();
+  for (uint32_t i = 0; i < w.groups.size(); ++i) {
+    const KeyGroup& g = w.groups[i];
+    if (g.key[0] == kKeyPrefix && g.head[kLeft] != kNone && g.head[kRight] != kNone) {
+      groups_order_.push_back(i);
+    }
   }
-  std::sort(keys.begin(), keys.end(),
-            [](const auto& a, const auto& b) { return *a.first < *b.first; });
-  auto by_time = [](const Row& a, const Row& b) {
-    return std::tie(a.time, a.seq) < std::tie(b.time, b.seq);
-  };
-  for (const auto& [key, unused] : keys) {
-    std::vector<Row>& l = w.sides[kLeft].find(*key)->second;
-    std::vector<Row>& r = w.sides[kRight].find(*key)->second;
-    std::sort(l.begin(), l.end(), by_time);
-    std::sort(r.begin(), r.end(), by_time);
-    for (const Row& a : l) {
-      for (const Row& b : r) EmitPair(ctx, start, &a.rec, &b.rec, out);
+  std::sort(groups_order_.begin(), groups_order_.end(),
+            [&](uint32_t a, uint32_t b) { return w.groups[a].key < w.groups[b].key; });
+  for (uint32_t gi : groups_order_) {
+    const KeyGroup& g = w.groups[gi];
+    SortedRows(w, g, kRight);
+    sorted_other_.swap(sorted_);
+    SortedRows(w, g, kLeft);
+    for (uint32_t a : sorted_) {
+      for (uint32_t b : sorted_other_) {
+        EmitPair(ctx, start, RowRef{nullptr, w.rows[a].packed}, RowRef{nullptr, w.rows[b].packed},
+                 out);
+      }
     }
   }
 }
 
 void WindowJoinOperator::Final(OperatorContext& ctx, int64_t start, Window& w, Output& out) {
   if (!Outer(kLeft) && !Outer(kRight)) return;
-  auto l = Sorted(w.sides[kLeft]);
-  auto r = Sorted(w.sides[kRight]);
-  // Group by key in key order; a group is unmatched if the other side has no
-  // row with that key (a null key never matches).
-  size_t i = 0, j = 0;
-  while (i < l.size() || j < r.size()) {
-    const std::string* key;
-    if (j >= r.size() || (i < l.size() && *l[i].first <= *r[j].first)) {
-      key = l[i].first;
-    } else {
-      key = r[j].first;
-    }
-    const bool has_l = i < l.size() && *l[i].first == *key;
-    const bool has_r = j < r.size() && *r[j].first == *key;
-    const bool matchable = (*key)[0] == kKeyPrefix;
+  SortGroups(w);
+  // A key's rows are unmatched if the other side has none (a null key never
+  // matches): left rows, then right rows, key by key.
+  for (uint32_t gi : groups_order_) {
+    const KeyGroup& g = w.groups[gi];
+    const bool has_l = g.head[kLeft] != kNone;
+    const bool has_r = g.head[kRight] != kNone;
+    const bool matchable = g.key[0] == kKeyPrefix;
     if (Outer(kLeft) && has_l && (!has_r || !matchable)) {
-      for (const Row& a : *l[i].second) EmitPair(ctx, start, &a.rec, nullptr, out);
+      SortedRows(w, g, kLeft);
+      for (uint32_t a : sorted_) {
+        EmitPair(ctx, start, RowRef{nullptr, w.rows[a].packed}, RowRef{}, out);
+      }
     }
     if (Outer(kRight) && has_r && (!has_l || !matchable)) {
-      for (const Row& b : *r[j].second) EmitPair(ctx, start, nullptr, &b.rec, out);
+      SortedRows(w, g, kRight);
+      for (uint32_t b : sorted_) {
+        EmitPair(ctx, start, RowRef{}, RowRef{nullptr, w.rows[b].packed}, out);
+      }
     }
-    if (has_l) ++i;
-    if (has_r) ++j;
   }
 }
 
@@ -249,6 +293,7 @@ absl::Status WindowJoinOperator::OnWatermark(OperatorContext& ctx, Output& out) 
     auto it = windows_.begin();
     Final(ctx, it->first, it->second, out);
     if (it->second.persisted) deleted_.push_back(it->first);
+    Drop(std::move(it->second));
     windows_.erase(it);
   }
   return absl::OkStatus();
@@ -270,20 +315,17 @@ absl::Status WindowJoinOperator::Flush(OperatorContext& ctx) {
     prefix.clear();
     AppendBigEndian64(&prefix, start);
     windows_table_->Put(prefix, win.closed ? "c" : "o");
-    for (int side : {kLeft, kRight}) {
-      for (auto& [key, rows] : win.sides[side]) {
-        for (Row& row : rows) {
-          if (row.persisted) continue;
-          row_key_ = prefix;
-          row_key_.append(key);
-          AppendBigEndian64(&row_key_, row.time);
-          AppendBigEndian64(&row_key_, static_cast<int64_t>(row.seq));
-          json_.clear();
-          row.rec.AppendJson(&json_);
-          tables_[side]->Put(row_key_, json_);
-          row.persisted = true;
-        }
-      }
+    for (Row& row : win.rows) {
+      if (row.persisted) continue;
+      row_key_ = prefix;
+      row_key_.append(win.groups[row.group].key);
+      AppendBigEndian64(&row_key_, row.time);
+      AppendBigEndian64(&row_key_, static_cast<int64_t>(row.seq));
+      json_.clear();
+      scratch_.Unpack(row.packed);
+      scratch_.AppendJson(&json_);
+      tables_[row.side]->Put(row_key_, json_);
+      row.persisted = true;
     }
     win.dirty = false;
     win.persisted = true;

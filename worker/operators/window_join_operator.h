@@ -34,12 +34,11 @@
 //                   key are one range scan; a window is one prefix.
 //   "windows":      big-endian window start -> "o" (open) | "c" (closed).
 //   "meta":         "seq" -> the next sequence number.
-// The working set is in memory, write-behind: window start -> per side, join
-// key -> rows (decoded once). Flush() (runtime: before a checkpoint, at least
-// every 10 s) writes the rows and window flags that changed since the
-// last Flush; a window that opens and becomes final between two flushes
-// never touches the backend. Open() reloads everything from the tables, so a
-// restored backend resumes exactly.
+// The working set is in memory, write-behind: window start -> join key ->
+// per side the rows (decoded once, packed in one pooled block each). Flush() (runtime: before a
+// checkpoint, at least every 10 s) writes the rows and window flags that changed since the last
+// Flush; a window that opens and becomes final between two flushes never touches the backend.
+// Open() reloads everything from the tables, so a restored backend resumes exactly.
 //
 // Threading: one task thread, like every operator.
 #pragma once
@@ -54,6 +53,7 @@
 #include "common/json.h"
 #include "worker/operators/join_key.h"
 #include "worker/operators/operator.h"
+#include "worker/operators/row_pool.h"
 
 namespace caravela {
 
@@ -64,6 +64,7 @@ class WindowJoinOperator : public Operator {
 
   // `spec` must be valid (ParseJobSpec accepted it).
   explicit WindowJoinOperator(WindowJoinSpec spec);
+  ~WindowJoinOperator() override;
 
   std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
   absl::Status Open(OperatorContext& ctx) override;
@@ -77,33 +78,60 @@ class WindowJoinOperator : public Operator {
   size_t window_count() const { return windows_.size(); }
 
  private:
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  // One buffered row; its record packed in pool_ (Record::PackTo).
   struct Row {
     int64_t time;
     uint64_t seq;
+    char* packed;  // owned: pool_.Free when the window is dropped
+    uint32_t packed_bytes;
+    uint32_t group;  // index into Window::groups
+    uint32_t next;   // next row of the same key and side (arrival order) or kNone
+    uint8_t side;
     bool persisted;  // in the table
-    Record rec;
   };
-  // Per side: join key (0x01 + AppendJoinKey, or 0x00 for null) -> rows in
-  // arrival order (sorted by (time, seq) when emitted).
-  using SideRows = absl::flat_hash_map<std::string, std::vector<Row>>;
+  // The rows of one join key (0x01 + AppendJoinKey, or 0x00 for null) in a
+  // window: per side a list through Row::next, in arrival order (sorted by
+  // (time, seq) when emitted).
+  struct KeyGroup {
+    std::string key;
+    uint32_t head[2] = {kNone, kNone};
+    uint32_t tail[2] = {kNone, kNone};
+  };
   struct Window {
     bool closed = false;
-    bool dirty = false;      // rows or the closed flag not yet flushed
-    bool persisted = false;  // something of it is in the tables
-    SideRows sides[2];
+    bool dirty = false;                               // rows or the closed flag not yet flushed
+    bool persisted = false;                           // something of it is in the tables
+    absl::flat_hash_map<std::string, uint32_t> keys;  // key -> groups index
+    std::vector<KeyGroup> groups;
+    std::vector<Row> rows;
+  };
+  // A row to emit: a record being processed or a buffered (packed) row.
+  struct RowRef {
+    const Record* rec = nullptr;
+    const char* packed = nullptr;
   };
 
   bool Outer(int side) const;
   int64_t End(int64_t start) const;
+  // The window starting at `start`, created (reusing a dropped window's
+  // buffers) if needed; `created` tells which.
+  Window& GetWindow(int64_t start, bool* created);
+  // Buffers a row of `side` under `key` in `w`.
+  void AddRow(Window& w, const std::string& key, int side, int64_t time, uint64_t seq,
+              const Record& rec, bool persisted);
+  // Fills sorted_ with the rows of `side` of group `g`, by (time, seq).
+  void SortedRows(const Window& w, const KeyGroup& g, int side);
+  // Groups of `w` in key order (into groups_order_).
+  void SortGroups(const Window& w);
   // Emits every pair of window `start`.
   void Close(OperatorContext& ctx, int64_t start, Window& w, Output& out);
   // Emits the padded rows of window `start`; the caller drops its state.
   void Final(OperatorContext& ctx, int64_t start, Window& w, Output& out);
-  // Appends a result for window `start`; `left`/`right` may be null.
-  void EmitPair(OperatorContext& ctx, int64_t start, const Record* left, const Record* right,
-                Output& out);
-  // Keys of `rows` in encoded order (sorting each key's rows by time, seq).
-  static std::vector<std::pair<const std::string*, std::vector<Row>*>> Sorted(SideRows& rows);
+  // Frees the rows of `w` and keeps its buffers for the next window.
+  void Drop(Window&& w);
+  // Appends a result for window `start`; `left`/`right` may be empty (null).
+  void EmitPair(OperatorContext& ctx, int64_t start, RowRef left, RowRef right, Output& out);
 
   WindowJoinSpec spec_;
   std::vector<FieldPath> paths_[2];
@@ -113,13 +141,18 @@ class WindowJoinOperator : public Operator {
   std::map<int64_t, Window> windows_;
   std::vector<int64_t> deleted_;  // persisted windows dropped since the last Flush
   JoinSequence seq_;
+  RowPool pool_;  // the rows' packed records
+  Window spare_;  // a dropped window's (empty) buffers
+  bool has_spare_ = false;
 
   Counter* too_late_ = nullptr;
   Counter* matches_ = nullptr;
   Counter* padded_ = nullptr;
 
   JsonDecoder decoder_;
+  Record scratch_;
   std::string key_, row_key_, json_;
+  std::vector<uint32_t> sorted_, sorted_other_, groups_order_;
   // ISO-8601 text of the last window EmitPair formatted (results of one
   // window come together).
   int64_t formatted_start_ = kMinTime;
