@@ -75,6 +75,7 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
                                   bool matched, const Record& rec, bool persisted) {
   SideRows& sr = entry->second.sides[side];
   std::vector<Row>& rows = sr.rows;
+  if (rows.capacity() == 0) rows.reserve(4);  // skips the 1, 2 steps of growth
   // Rows mostly arrive in time order: search from the back.
   auto pos = rows.end();
   const auto first = rows.begin() + sr.begin;
@@ -89,10 +90,19 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
   const int64_t bucket = FloorDiv(p.expiry, kExpiryBucketMs);
   ExpiryBucket*& cached = last_bucket_[side];
   if (cached == nullptr || last_bucket_number_[side] != bucket) {
-    cached = &expiry_[bucket];
+    auto [it, created] = expiry_.try_emplace(bucket);
+    if (created) {
+      expiry_order_.insert(bucket);
+      if (!spare_items_.empty()) {
+        it->second.items = std::move(spare_items_.back());
+        spare_items_.pop_back();
+      }
+    }
+    cached = &it->second;
     last_bucket_number_[side] = bucket;
   }
   std::vector<Pending>& items = cached->items;
+  if (items.capacity() == 0) items.reserve(32);
   if (items.size() > cached->next && p < items.back()) cached->sorted = false;
   items.push_back(p);
   ++buffered_[side];
@@ -122,8 +132,10 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");
   expiry_.clear();
+  expiry_order_.clear();
   last_bucket_[kLeft] = last_bucket_[kRight] = nullptr;
   dirty_keys_.clear();
+  empty_keys_.clear();
   DropAllRows();
   buffered_[kLeft] = buffered_[kRight] = 0;
   RETURN_IF_ERROR(seq_.Load(meta_, ctx.name()));
@@ -290,8 +302,8 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
   if (w == kMinTime) return absl::OkStatus();
   // Rows with expiry < w, i.e. <= w - 1, are in buckets up to this one.
   const int64_t last_due = FloorDiv(w - 1, kExpiryBucketMs);
-  while (!expiry_.empty() && expiry_.begin()->first <= last_due) {
-    auto bucket = expiry_.begin();
+  while (!expiry_order_.empty() && *expiry_order_.begin() <= last_due) {
+    auto bucket = expiry_.find(*expiry_order_.begin());
     ExpiryBucket& b = bucket->second;
     if (!b.sorted) {
       std::sort(b.items.begin() + static_cast<ptrdiff_t>(b.next), b.items.end());
@@ -315,7 +327,10 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
     for (ExpiryBucket*& cached : last_bucket_) {
       if (cached == &b) cached = nullptr;
     }
+    b.items.clear();
+    if (spare_items_.size() < 16) spare_items_.push_back(std::move(b.items));
     expiry_.erase(bucket);
+    expiry_order_.erase(expiry_order_.begin());
   }
   return absl::OkStatus();
 }
@@ -355,13 +370,23 @@ void IntervalJoinOperator::ExpireRow(OperatorContext& ctx, const Pending& p, Out
   }
   RemoveRow(sr, i);
   --buffered_[p.side];
-  const KeyRows& kr = entry->second;
-  if (kr.sides[kLeft].empty() && kr.sides[kRight].empty() && !kr.dirty) {
-    rows_.erase(entry->first);
+  KeyRows& kr = entry->second;
+  if (kr.sides[kLeft].empty() && kr.sides[kRight].empty() && !kr.dirty && !kr.listed_empty) {
+    kr.listed_empty = true;
+    empty_keys_.push_back(entry);
   }
 }
 
 absl::Status IntervalJoinOperator::Flush(OperatorContext& ctx) {
+  // Keys that emptied and stayed empty go (dirty ones after they are written).
+  for (RowMap::value_type* entry : empty_keys_) {
+    KeyRows& kr = entry->second;
+    kr.listed_empty = false;
+    if (kr.sides[kLeft].empty() && kr.sides[kRight].empty() && !kr.dirty) {
+      rows_.erase(entry->first);
+    }
+  }
+  empty_keys_.clear();
   for (RowMap::value_type* entry : dirty_keys_) {
     entry->second.dirty = false;
     for (int side : {kLeft, kRight}) {

@@ -59,12 +59,12 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/node_hash_map.h"
 #include "common/expr.h"
 #include "common/job_spec.h"
@@ -122,9 +122,12 @@ class IntervalJoinOperator : public Operator {
   // the place of the new row). `dirty` while some row must be written at the
   // next Flush (the entry then outlives its rows until that Flush, so
   // dirty_keys_ may point at it).
+  // An entry whose rows all expired stays until the next Flush (in
+  // empty_keys_), so that a key that comes back soon reuses its buffers.
   struct KeyRows {
     SideRows sides[2];
     bool dirty = false;
+    bool listed_empty = false;  // in empty_keys_
   };
   using RowMap = absl::node_hash_map<std::string, KeyRows>;
   struct Pending {
@@ -170,13 +173,19 @@ class IntervalJoinOperator : public Operator {
   StateTable* tables_[2] = {nullptr, nullptr};
   StateTable* meta_ = nullptr;
   RowMap rows_;
-  RowPool pool_;                            // the rows' packed records
-  std::map<int64_t, ExpiryBucket> expiry_;  // bucket number -> pending rows
+  RowPool pool_;  // the rows' packed records
+  // Bucket number -> pending rows (hashed: rows arrive out of order, so
+  // consecutive rows often hit different buckets), and the bucket numbers
+  // in order.
+  absl::node_hash_map<int64_t, ExpiryBucket> expiry_;
+  absl::btree_set<int64_t> expiry_order_;
+  std::vector<std::vector<Pending>> spare_items_;  // emptied buckets' vectors, reused
   // Per side, the bucket AddRow used last (rows of a side mostly go to the
   // same bucket as the row before).
   ExpiryBucket* last_bucket_[2] = {nullptr, nullptr};
   int64_t last_bucket_number_[2] = {0, 0};
   std::vector<RowMap::value_type*> dirty_keys_;
+  std::vector<RowMap::value_type*> empty_keys_;  // emptied since the last Flush
   size_t buffered_[2] = {0, 0};
   JoinSequence seq_;
 
