@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status.h"
@@ -297,27 +298,6 @@ void Record::AddPacked(std::string_view key, const char* packed) {
              packed + kPackedHeader + n * sizeof(Node), bytes);
 }
 
-void Record::AppendNodeJson(uint32_t node, std::string* out) const {
-  const Node& n = nodes_[node];
-  if (n.type == ValueType::kObject || n.type == ValueType::kArray) {
-    bool obj = n.type == ValueType::kObject;
-    out->push_back(obj ? '{' : '[');
-    bool first = true;
-    ForEachChild(node, [&](uint32_t c) {
-      if (!first) out->push_back(',');
-      first = false;
-      if (obj) {
-        AppendJsonString(Key(c), out);
-        out->push_back(':');
-      }
-      AppendNodeJson(c, out);
-    });
-    out->push_back(obj ? '}' : ']');
-    return;
-  }
-  Get(static_cast<int32_t>(node)).AppendJson(out);
-}
-
 void Record::AppendJson(std::string* out) const {
   if (nodes_.empty()) {
     out->append("{}");
@@ -326,14 +306,14 @@ void Record::AppendJson(std::string* out) const {
   AppendNodeJson(0, out);
 }
 
-void AppendJsonString(std::string_view s, std::string* out) {
-  static const char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  size_t start = 0;
+namespace {
+
+constexpr uint64_t kOnes = 0x0101010101010101ULL, kHigh = 0x8080808080808080ULL;
+
+// Bytes of `s` (from 0) that need no escape, 8 at a time (SWAR: a byte b is
+// flagged by (b - k) & ~b & 0x80 for each k tested); a multiple of 8.
+size_t CleanPrefix8(std::string_view s) {
   size_t i = 0;
-  // Skip 8 bytes at a time while none of them is '"', '\\' or < 0x20 (SWAR:
-  // a byte b is flagged by (b - k) & ~b & 0x80 for each k tested).
-  constexpr uint64_t kOnes = 0x0101010101010101ULL, kHigh = 0x8080808080808080ULL;
   for (; i + 8 <= s.size(); i += 8) {
     uint64_t v;
     std::memcpy(&v, s.data() + i, 8);
@@ -342,75 +322,201 @@ void AppendJsonString(std::string_view s, std::string* out) {
         ((quote - kOnes) & ~quote) | ((slash - kOnes) & ~slash) | ((v - kOnes * 0x20) & ~v);
     if ((flags & kHigh) != 0) break;
   }
+  return i;
+}
+
+bool NeedsEscape(unsigned char c) { return c < 0x20 || c == '"' || c == '\\'; }
+
+// Upper bound of the bytes WriteJsonString writes for `s`.
+size_t JsonStringBound(std::string_view s) {
+  for (size_t i = CleanPrefix8(s); i < s.size(); ++i) {
+    if (NeedsEscape(static_cast<unsigned char>(s[i]))) return 6 * s.size() + 2;
+  }
+  return s.size() + 2;
+}
+
+// Writes `s` as a JSON string literal at `p` (JsonStringBound(s) bytes
+// available); returns the end.
+char* WriteJsonString(std::string_view s, char* p) {
+  static const char kHex[] = "0123456789abcdef";
+  *p++ = '"';
+  size_t i = CleanPrefix8(s);
+  std::memcpy(p, s.data(), i);
+  p += i;
   for (; i < s.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out->append(s.data() + start, i - start);
-    start = i + 1;
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (!NeedsEscape(c)) {
+      *p++ = static_cast<char>(c);
+      continue;
+    }
+    *p++ = '\\';
     switch (c) {
       case '"':
-        out->append("\\\"");
-        break;
       case '\\':
-        out->append("\\\\");
+        *p++ = static_cast<char>(c);
         break;
       case '\n':
-        out->append("\\n");
+        *p++ = 'n';
         break;
       case '\r':
-        out->append("\\r");
+        *p++ = 'r';
         break;
       case '\t':
-        out->append("\\t");
+        *p++ = 't';
         break;
       case '\b':
-        out->append("\\b");
+        *p++ = 'b';
         break;
       case '\f':
-        out->append("\\f");
+        *p++ = 'f';
         break;
       default:
-        out->append("\\u00");
-        out->push_back(kHex[c >> 4]);
-        out->push_back(kHex[c & 15]);
+        std::memcpy(p, "u00", 3);
+        p += 3;
+        *p++ = kHex[c >> 4];
+        *p++ = kHex[c & 15];
     }
   }
-  out->append(s.data() + start, s.size() - start);
-  out->push_back('"');
+  *p++ = '"';
+  return p;
+}
+
+// Longest text WriteDouble / WriteDecimal / a literal can produce.
+constexpr size_t kScalarBound = 48;
+
+char* WriteDouble(double d, char* p) {
+  if (!std::isfinite(d)) {
+    std::memcpy(p, "null", 4);
+    return p + 4;
+  }
+  char* start = p;
+  p = std::to_chars(p, p + 32, d).ptr;
+  if (std::string_view(start, p - start).find_first_of(".e") == std::string_view::npos) {
+    std::memcpy(p, ".0", 2);
+    p += 2;
+  }
+  return p;
+}
+
+char* WriteDecimal(int64_t mantissa, uint8_t scale, char* p) {
+  char buf[24];
+  const bool neg = mantissa < 0;
+  const uint64_t m = neg ? 0 - static_cast<uint64_t>(mantissa) : static_cast<uint64_t>(mantissa);
+  const size_t n = std::to_chars(buf, buf + sizeof buf, m).ptr - buf;
+  if (neg) *p++ = '-';
+  if (scale == 0) {
+    std::memcpy(p, buf, n);
+    return p + n;
+  }
+  if (n <= scale) {
+    *p++ = '0';
+    *p++ = '.';
+    std::memset(p, '0', scale - n);
+    p += scale - n;
+    std::memcpy(p, buf, n);
+    return p + n;
+  }
+  std::memcpy(p, buf, n - scale);
+  p += n - scale;
+  *p++ = '.';
+  std::memcpy(p, buf + n - scale, scale);
+  return p + scale;
+}
+
+}  // namespace
+
+void AppendJsonString(std::string_view s, std::string* out) {
+  const size_t old = out->size();
+  out->resize(old + JsonStringBound(s));
+  char* end = WriteJsonString(s, out->data() + old);
+  out->resize(end - out->data());
 }
 
 void AppendDouble(double d, std::string* out) {
-  if (!std::isfinite(d)) {
-    out->append("null");
-    return;
-  }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof buf, d);
-  std::string_view text(buf, r.ptr - buf);
-  out->append(text);
-  if (text.find_first_of(".e") == std::string_view::npos) out->append(".0");
+  char buf[kScalarBound];
+  out->append(buf, WriteDouble(d, buf));
 }
 
 void AppendDecimal(int64_t mantissa, uint8_t scale, std::string* out) {
-  char buf[24];
-  bool neg = mantissa < 0;
-  uint64_t m = neg ? 0 - static_cast<uint64_t>(mantissa) : static_cast<uint64_t>(mantissa);
-  auto r = std::to_chars(buf, buf + sizeof buf, m);
-  std::string_view digits(buf, r.ptr - buf);
-  if (neg) out->push_back('-');
-  if (scale == 0) {
-    out->append(digits);
-    return;
+  char buf[kScalarBound];
+  out->append(buf, WriteDecimal(mantissa, scale, buf));
+}
+
+void Record::AppendNodeJson(uint32_t node, std::string* out) const {
+  if (node >= nodes_.size()) return;
+  const Node* nodes = nodes_.data();
+  const char* bytes = arena_.data();
+  const uint32_t end = node + nodes[node].size;
+  auto text = [bytes](uint32_t off, uint32_t len) { return std::string_view(bytes + off, len); };
+  // One pass for an upper bound of the output, one to write it: no
+  // reallocation and no per-character capacity checks.
+  size_t bound = 0;
+  for (uint32_t i = node; i < end; ++i) {
+    const Node& n = nodes[i];
+    bound += 2 + JsonStringBound(text(n.key_off, n.key_len));  // ',' ':' "key"
+    bound += n.type == ValueType::kString ? JsonStringBound(text(n.s.off, n.s.len)) : kScalarBound;
   }
-  if (digits.size() <= scale) {
-    out->append("0.");
-    out->append(scale - digits.size(), '0');
-    out->append(digits);
-    return;
+  const size_t old = out->size();
+  out->resize(old + bound);
+  char* p = out->data() + old;
+  struct Open {
+    uint32_t end;  // first node after the container
+    bool object;
+    bool first;
+  };
+  absl::InlinedVector<Open, 16> open;
+  for (uint32_t i = node; i < end;) {
+    const Node& n = nodes[i];
+    if (!open.empty()) {
+      Open& o = open.back();
+      if (!o.first) *p++ = ',';
+      o.first = false;
+      if (o.object) {
+        p = WriteJsonString(text(n.key_off, n.key_len), p);
+        *p++ = ':';
+      }
+    }
+    switch (n.type) {
+      case ValueType::kObject:
+      case ValueType::kArray: {
+        const bool object = n.type == ValueType::kObject;
+        *p++ = object ? '{' : '[';
+        open.push_back(Open{i + n.size, object, true});
+        break;
+      }
+      case ValueType::kNull:
+        std::memcpy(p, "null", 4);
+        p += 4;
+        break;
+      case ValueType::kBool:
+        if (n.b) {
+          std::memcpy(p, "true", 4);
+          p += 4;
+        } else {
+          std::memcpy(p, "false", 5);
+          p += 5;
+        }
+        break;
+      case ValueType::kInt:
+        p = std::to_chars(p, p + 24, n.i).ptr;
+        break;
+      case ValueType::kDouble:
+        p = WriteDouble(n.d, p);
+        break;
+      case ValueType::kDecimal:
+        p = WriteDecimal(n.i, n.scale, p);
+        break;
+      case ValueType::kString:
+        p = WriteJsonString(text(n.s.off, n.s.len), p);
+        break;
+    }
+    ++i;
+    while (!open.empty() && open.back().end == i) {
+      *p++ = open.back().object ? '}' : ']';
+      open.pop_back();
+    }
   }
-  out->append(digits.substr(0, digits.size() - scale));
-  out->push_back('.');
-  out->append(digits.substr(digits.size() - scale));
+  out->resize(p - out->data());
 }
 
 }  // namespace caravela
