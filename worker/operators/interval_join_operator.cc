@@ -76,6 +76,11 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
   SideRows& sr = entry->second.sides[side];
   std::vector<Row>& rows = sr.rows;
   if (rows.capacity() == 0) rows.reserve(4);  // skips the 1, 2 steps of growth
+  if (rows.size() == rows.capacity() && sr.begin > 0) {
+    // Reuse the dropped front instead of growing.
+    rows.erase(rows.begin(), rows.begin() + sr.begin);
+    sr.begin = 0;
+  }
   // Rows mostly arrive in time order: search from the back.
   auto pos = rows.end();
   const auto first = rows.begin() + sr.begin;
