@@ -1,10 +1,11 @@
 #include "common/record.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status.h"
@@ -310,50 +311,59 @@ namespace {
 
 constexpr uint64_t kOnes = 0x0101010101010101ULL, kHigh = 0x8080808080808080ULL;
 
-// Bytes of `s` (from 0) that need no escape, 8 at a time (SWAR: a byte b is
-// flagged by (b - k) & ~b & 0x80 for each k tested); a multiple of 8.
-size_t CleanPrefix8(std::string_view s) {
+// True if no byte of the 8 in `v` needs an escape (SWAR: a byte b is
+// flagged by (b - k) & ~b & 0x80 for each k tested).
+bool CleanChunk(uint64_t v) {
+  const uint64_t quote = v ^ (kOnes * '"'), slash = v ^ (kOnes * '\\');
+  const uint64_t flags =
+      ((quote - kOnes) & ~quote) | ((slash - kOnes) & ~slash) | ((v - kOnes * 0x20) & ~v);
+  return (flags & kHigh) == 0;
+}
+
+// True if `s` needs no escape at all (8 bytes at a time, then the tail).
+bool IsClean(std::string_view s) {
   size_t i = 0;
+  uint64_t v;
   for (; i + 8 <= s.size(); i += 8) {
-    uint64_t v;
     std::memcpy(&v, s.data() + i, 8);
-    const uint64_t quote = v ^ (kOnes * '"'), slash = v ^ (kOnes * '\\');
-    const uint64_t flags =
-        ((quote - kOnes) & ~quote) | ((slash - kOnes) & ~slash) | ((v - kOnes * 0x20) & ~v);
-    if ((flags & kHigh) != 0) break;
+    if (!CleanChunk(v)) return false;
   }
-  return i;
+  // The tail byte by byte (a short variable-length copy into a padded word
+  // costs a call and a store-forwarding stall).
+  unsigned dirty = 0;
+  for (; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    dirty |= static_cast<unsigned>(c < 0x20) | static_cast<unsigned>(c == '"') |
+             static_cast<unsigned>(c == '\\');
+  }
+  return dirty == 0;
 }
 
-bool NeedsEscape(unsigned char c) { return c < 0x20 || c == '"' || c == '\\'; }
-
-// Upper bound of the bytes WriteJsonString writes for `s`.
-size_t JsonStringBound(std::string_view s) {
-  for (size_t i = CleanPrefix8(s); i < s.size(); ++i) {
-    if (NeedsEscape(static_cast<unsigned char>(s[i]))) return 6 * s.size() + 2;
-  }
-  return s.size() + 2;
-}
+// Most bytes WriteJsonString writes for `s`.
+size_t JsonStringBound(std::string_view s) { return 6 * s.size() + 2; }
 
 // Writes `s` as a JSON string literal at `p` (JsonStringBound(s) bytes
 // available); returns the end.
 char* WriteJsonString(std::string_view s, char* p) {
   static const char kHex[] = "0123456789abcdef";
   *p++ = '"';
-  size_t i = CleanPrefix8(s);
-  std::memcpy(p, s.data(), i);
-  p += i;
-  for (; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (!NeedsEscape(c)) {
-      *p++ = static_cast<char>(c);
+  if (IsClean(s)) {
+    std::memcpy(p, s.data(), s.size());
+    p += s.size();
+    *p++ = '"';
+    return p;
+  }
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      *p++ = ch;
       continue;
     }
     *p++ = '\\';
     switch (c) {
       case '"':
       case '\\':
-        *p++ = static_cast<char>(c);
+        *p++ = ch;
         break;
       case '\n':
         *p++ = 'n';
@@ -379,6 +389,17 @@ char* WriteJsonString(std::string_view s, char* p) {
   }
   *p++ = '"';
   return p;
+}
+
+// A per-thread scratch buffer of at least `n` bytes (not initialized).
+char* Scratch(size_t n) {
+  thread_local std::unique_ptr<char[]> buf;
+  thread_local size_t size = 0;
+  if (size < n) {
+    size = std::max(n, 2 * size);
+    buf.reset(new char[size]);
+  }
+  return buf.get();
 }
 
 // Longest text WriteDouble / WriteDecimal / a literal can produce.
@@ -426,10 +447,8 @@ char* WriteDecimal(int64_t mantissa, uint8_t scale, char* p) {
 }  // namespace
 
 void AppendJsonString(std::string_view s, std::string* out) {
-  const size_t old = out->size();
-  out->resize(old + JsonStringBound(s));
-  char* end = WriteJsonString(s, out->data() + old);
-  out->resize(end - out->data());
+  char* buf = Scratch(JsonStringBound(s));
+  out->append(buf, WriteJsonString(s, buf));
 }
 
 void AppendDouble(double d, std::string* out) {
@@ -448,27 +467,32 @@ void Record::AppendNodeJson(uint32_t node, std::string* out) const {
   const char* bytes = arena_.data();
   const uint32_t end = node + nodes[node].size;
   auto text = [bytes](uint32_t off, uint32_t len) { return std::string_view(bytes + off, len); };
-  // One pass for an upper bound of the output, one to write it: no
-  // reallocation and no per-character capacity checks.
+  // One pass for an upper bound of the output, one to write it into a
+  // scratch buffer: no reallocation, no per-character capacity checks.
   size_t bound = 0;
   for (uint32_t i = node; i < end; ++i) {
     const Node& n = nodes[i];
     bound += 2 + JsonStringBound(text(n.key_off, n.key_len));  // ',' ':' "key"
     bound += n.type == ValueType::kString ? JsonStringBound(text(n.s.off, n.s.len)) : kScalarBound;
   }
-  const size_t old = out->size();
-  out->resize(old + bound);
-  char* p = out->data() + old;
+  char* const start = Scratch(bound);
+  char* p = start;
   struct Open {
     uint32_t end;  // first node after the container
     bool object;
     bool first;
   };
-  absl::InlinedVector<Open, 16> open;
+  // Open containers: a plain array (records are rarely deeply nested),
+  // grown on the heap past kInline levels.
+  constexpr size_t kInline = 32;
+  Open inline_open[kInline];
+  std::unique_ptr<Open[]> heap_open;
+  Open* open = inline_open;
+  size_t depth = 0, capacity = kInline;
   for (uint32_t i = node; i < end;) {
     const Node& n = nodes[i];
-    if (!open.empty()) {
-      Open& o = open.back();
+    if (depth > 0) {
+      Open& o = open[depth - 1];
       if (!o.first) *p++ = ',';
       o.first = false;
       if (o.object) {
@@ -481,7 +505,14 @@ void Record::AppendNodeJson(uint32_t node, std::string* out) const {
       case ValueType::kArray: {
         const bool object = n.type == ValueType::kObject;
         *p++ = object ? '{' : '[';
-        open.push_back(Open{i + n.size, object, true});
+        if (depth == capacity) {
+          auto grown = std::make_unique<Open[]>(2 * capacity);
+          std::copy(open, open + depth, grown.get());
+          heap_open = std::move(grown);
+          open = heap_open.get();
+          capacity *= 2;
+        }
+        open[depth++] = Open{i + n.size, object, true};
         break;
       }
       case ValueType::kNull:
@@ -511,12 +542,11 @@ void Record::AppendNodeJson(uint32_t node, std::string* out) const {
         break;
     }
     ++i;
-    while (!open.empty() && open.back().end == i) {
-      *p++ = open.back().object ? '}' : ']';
-      open.pop_back();
+    while (depth > 0 && open[depth - 1].end == i) {
+      *p++ = open[--depth].object ? '}' : ']';
     }
   }
-  out->resize(p - out->data());
+  out->append(start, p);
 }
 
 }  // namespace caravela

@@ -79,6 +79,16 @@ TEST(JsonTest, NestedObjectsAndArrays) {
   EXPECT_EQ(r.Find(FieldPath()), -1);
 }
 
+TEST(JsonTest, DeeplyNestedRoundTrips) {
+  // Deeper than the serializer's inline stack of open containers.
+  std::string deep;
+  for (int i = 0; i < 100; ++i) deep += i % 2 == 0 ? R"({"k":[1,)" : "[";
+  deep += "null";
+  for (int i = 99; i >= 0; --i) deep += i % 2 == 0 ? "]}" : "]";
+  const std::string json = R"({"a":)" + deep + R"(,"after":"x"})";
+  EXPECT_EQ(RoundTrip(json), json);
+}
+
 TEST(JsonTest, Escapes) {
   EXPECT_EQ(RoundTrip(R"({"s":"q\"b\\s\/n\nt\tr\rb\bf\fu\u0001"})"),
             R"({"s":"q\"b\\s/n\nt\tr\rb\bf\fu\u0001"})");
