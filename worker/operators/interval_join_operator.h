@@ -45,8 +45,9 @@
 // dies between two flushes never touches the backend. The tables are opened
 // write-behind (StateBackend::OpenWriteBehindTable) and read only by Open(),
 // which rebuilds the working set from them, so a restored backend resumes
-// exactly. (The working set must fit in memory: ~100 bytes per buffered row
-// plus its packed record, ~24 bytes per field + its key and string bytes.)
+// exactly. (The working set must fit in memory: per buffered row 32 bytes,
+// 40 in the expiry index and its packed record, 8 + 24 per field + its key
+// and string bytes rounded up to 64 bytes; plus ~150 bytes per live key.)
 // A row is dropped as soon as no future record can match it: future records
 // have time >= W - allowed_lateness, so a left row at l goes when
 // W > l + upper + allowed_lateness, a right row at r when
