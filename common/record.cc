@@ -311,6 +311,12 @@ namespace {
 
 constexpr uint64_t kOnes = 0x0101010101010101ULL, kHigh = 0x8080808080808080ULL;
 
+// Copies `text` (no terminator) to `p`; returns the end.
+char* Put(char* p, std::string_view text) {
+  std::memcpy(p, text.data(), text.size());
+  return p + text.size();
+}
+
 // True if no byte of the 8 in `v` needs an escape (SWAR: a byte b is
 // flagged by (b - k) & ~b & 0x80 for each k tested).
 bool CleanChunk(uint64_t v) {
@@ -381,8 +387,7 @@ char* WriteJsonString(std::string_view s, char* p) {
         *p++ = 'f';
         break;
       default:
-        std::memcpy(p, "u00", 3);
-        p += 3;
+        p = Put(p, "u00");
         *p++ = kHex[c >> 4];
         *p++ = kHex[c & 15];
     }
@@ -407,14 +412,12 @@ constexpr size_t kScalarBound = 48;
 
 char* WriteDouble(double d, char* p) {
   if (!std::isfinite(d)) {
-    std::memcpy(p, "null", 4);
-    return p + 4;
+    return Put(p, "null");
   }
   char* start = p;
   p = std::to_chars(p, p + 32, d).ptr;
   if (std::string_view(start, p - start).find_first_of(".e") == std::string_view::npos) {
-    std::memcpy(p, ".0", 2);
-    p += 2;
+    p = Put(p, ".0");
   }
   return p;
 }
@@ -516,17 +519,10 @@ void Record::AppendNodeJson(uint32_t node, std::string* out) const {
         break;
       }
       case ValueType::kNull:
-        std::memcpy(p, "null", 4);
-        p += 4;
+        p = Put(p, "null");
         break;
       case ValueType::kBool:
-        if (n.b) {
-          std::memcpy(p, "true", 4);
-          p += 4;
-        } else {
-          std::memcpy(p, "false", 5);
-          p += 5;
-        }
+        p = Put(p, n.b ? "true" : "false");
         break;
       case ValueType::kInt:
         p = std::to_chars(p, p + 24, n.i).ptr;

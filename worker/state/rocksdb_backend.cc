@@ -348,6 +348,7 @@ absl::Status RocksDbBackend::OpenDb() {
     if (ec) return FromErrorCode(ec, absl::StrCat("rocksdb state create ", path_));
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.reserve(names.size());
   for (const auto& name : names) descriptors.emplace_back(name, options_);
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
