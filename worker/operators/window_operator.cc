@@ -185,7 +185,8 @@ std::vector<std::string> WindowOperator::OutputKeyFields() const {
 }
 
 absl::Status WindowOperator::Open(OperatorContext& ctx) {
-  ASSIGN_OR_RETURN(table_, ctx.OpenTable("windows"));
+  // Read only here; written at Flush.
+  ASSIGN_OR_RETURN(table_, ctx.OpenWriteBehindTable("windows"));
   too_late_ = ctx.OpCounter("too_late_total");
   for (int s = 0; s < 4; ++s) {
     emitted_[s] =
