@@ -56,14 +56,16 @@ absl::StatusOr<int> FileSource::Poll(int max_messages, int timeout_ms,
                                      const std::function<void(const RawMessage&)>& f) {
   int delivered = 0;
   while (delivered < max_messages) {
-    const char* start = buf_.data() + pos_;
-    const void* nl = std::memchr(start, '\n', buf_.size() - pos_);
+    const std::string_view rest = std::string_view(buf_).substr(pos_);
+    const char* start = rest.data();
+    const size_t newline = rest.find('\n');
+    const char* nl = newline == std::string_view::npos ? nullptr : start + newline;
     if (nl == nullptr) {
       if (eof_) break;
       Fill();
       continue;
     }
-    size_t len = static_cast<const char*>(nl) - start;
+    size_t len = nl - start;
     RawMessage m;
     m.payload = std::string_view(start, len);
     if (!m.payload.empty() && m.payload.back() == '\r') m.payload.remove_suffix(1);

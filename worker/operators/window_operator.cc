@@ -142,16 +142,14 @@ struct WindowOperator::Acc {
   }
   // Adds the sum to `out` under `name`: int, exact decimal or double.
   void AddSum(std::string_view name, Record* out) const {
-    if (has_double) {
+    // A double input, or an exact sum beyond int64, is reported as a double.
+    const bool exact = !has_double && isum >= INT64_MIN && isum <= INT64_MAX;
+    if (!exact) {
       out->AddDouble(name, SumDouble());
-    } else if (isum >= INT64_MIN && isum <= INT64_MAX) {
-      if (scale == 0) {
-        out->AddInt(name, static_cast<int64_t>(isum));
-      } else {
-        out->AddDecimal(name, static_cast<int64_t>(isum), scale);
-      }
+    } else if (scale == 0) {
+      out->AddInt(name, static_cast<int64_t>(isum));
     } else {
-      out->AddDouble(name, SumDouble());
+      out->AddDecimal(name, static_cast<int64_t>(isum), scale);
     }
   }
 };
