@@ -171,6 +171,7 @@ std::string JobYaml(const std::string& kase, const std::string& dir) {
 void StateSample(const std::string& kase, const caravela::JobSpec& spec, std::vector<Event> left,
                  std::vector<Event> right, const std::string& dir) {
   std::vector<std::pair<int, Event*>> all;
+  all.reserve(left.size() + right.size());
   for (Event& e : left) all.push_back({0, &e});
   for (Event& e : right) all.push_back({1, &e});
   std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {

@@ -34,7 +34,7 @@ void AppendPadded(uint64_t v, int width, std::string* out) {
 }  // namespace
 
 PurchaseGenerator::PurchaseGenerator(PurchaseStreamOptions options)
-    : options_(std::move(options)), rng_(Mix64(options_.seed)) {
+    : options_(options), rng_(Mix64(options_.seed)) {
   options_.countries = std::clamp(options_.countries, 1, 40);
   options_.users = std::max(options_.users, 1);
   options_.skus = std::max(options_.skus, 1);

@@ -560,7 +560,7 @@ class Lexer {
   }
 
  private:
-  absl::Status Error(std::string what, size_t pos) const {
+  absl::Status Error(absl::string_view what, size_t pos) const {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " at column ", pos + 1, " in '", Sv(s_), "'"));
   }

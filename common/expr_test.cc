@@ -329,6 +329,7 @@ TEST_F(ExprTest, CollectFields) {
   std::vector<FieldPath> fields;
   (*e)->CollectFields(&fields);
   std::vector<std::string> names;
+  names.reserve(fields.size());
   for (const FieldPath& f : fields) names.push_back(f.ToString());
   EXPECT_THAT(names, ElementsAre("a.b", "c", "x y", "d", "e"));
   EXPECT_EQ((*e)->text(), "a.b + c > 1 and `x y` in (a.b, d) or e is null");

@@ -1278,7 +1278,7 @@ class SpecParser {
 ParseResult ParseJobSpec(std::string_view yaml_text) { return SpecParser().Run(yaml_text); }
 
 ParseResult LoadJobSpec(const std::string& file_path) {
-  auto fail = [&](std::string why) {
+  auto fail = [&](absl::string_view why) {
     ParseResult r;
     r.errors.push_back({"<file>", absl::StrCat("cannot read ", Quote(file_path), ": ", why)});
     return r;

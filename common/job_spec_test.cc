@@ -992,9 +992,9 @@ TEST(JobSpecTest, NeverThrowsOnOddYaml) {
       "? [a]\n: b\n",
       "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: x}\nspec: {sources: [[1]]}\n",
       "a: &x [*x]\n",
-      "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  sources: "
-      "[{name: a, file: {path: x}}]\n  operators: [{name: w, window: {from: a, tumbling: 1h, "
-      "aggregates: [[]]}}]\n",
+      ("apiVersion: caravela/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  sources: "
+       "[{name: a, file: {path: x}}]\n  operators: [{name: w, window: {from: a, tumbling: 1h, "
+       "aggregates: [[]]}}]\n"),
       "\t",
       "%YAML 9.9\n---\na: 1\n",
       "--- a\n--- b\n",

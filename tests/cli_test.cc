@@ -54,6 +54,7 @@ class Child {
       dup2(fileno(f), 1);
       dup2(fileno(f), 2);
       std::vector<char*> args;
+      args.reserve(argv.size() + 1);
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
       execv(args[0], args.data());

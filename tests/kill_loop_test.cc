@@ -107,6 +107,7 @@ class Child {
     // Everything the child needs is prepared before fork(): the parent has
     // threads (librdkafka), so the child only calls async-signal-safe functions.
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -456,7 +457,7 @@ TEST(KillLoopTest, RandomKillsConvergeToTheUninterruptedResult) {
   const auto test_start = Clock::now();
   TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());
-  const fs::path dir = tmp.path();
+  const fs::path& dir = tmp.path();
 
   // 1. The broker outlives every job process.
   Child broker({Binary(), "broker", "--port", "0", "--topic", "purchases", "--partitions",

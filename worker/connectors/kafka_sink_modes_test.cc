@@ -115,6 +115,7 @@ std::vector<Got> ReadTopic(const std::string& bootstrap, const std::string& topi
 
 std::vector<std::string> Values(const std::vector<Got>& records) {
   std::vector<std::string> v;
+  v.reserve(records.size());
   for (const Got& g : records) v.push_back(g.value);
   return v;
 }

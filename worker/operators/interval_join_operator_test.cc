@@ -32,7 +32,7 @@ constexpr int L = IntervalJoinOperator::kLeft;
 constexpr int R = IntervalJoinOperator::kRight;
 
 IntervalJoinSpec Spec(JoinType type, int64_t lower, int64_t upper, int64_t lateness = 0,
-                      std::vector<std::pair<std::string, std::string>> keys = {{"k", "k"}},
+                      const std::vector<std::pair<std::string, std::string>>& keys = {{"k", "k"}},
                       std::string where = "") {
   IntervalJoinSpec s;
   s.left = "l";

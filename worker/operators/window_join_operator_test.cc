@@ -30,7 +30,7 @@ constexpr int L = WindowJoinOperator::kLeft;
 constexpr int R = WindowJoinOperator::kRight;
 
 WindowJoinSpec Spec(JoinType type, int64_t size, int64_t slide, int64_t lateness = 0,
-                    std::vector<std::pair<std::string, std::string>> keys = {{"k", "k"}}) {
+                    const std::vector<std::pair<std::string, std::string>>& keys = {{"k", "k"}}) {
   WindowJoinSpec s;
   s.left = "l";
   s.right = "r";

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/state/key_codec.h"
@@ -369,13 +370,14 @@ TEST_P(StateBackendTest, BinaryKeysAndValues) {
                                          ff + zero,
                                          std::string("\x7f", 1),
                                          std::string("\x80", 1)};
-  for (const auto& k : keys) t->Put(k, "v" + k + zero);
+  auto value_of = [&](const std::string& k) { return absl::StrCat("v", k, zero); };
+  for (const auto& k : keys) t->Put(k, value_of(k));
   ASSERT_TRUE(backend_->Commit().ok());
   std::map<std::string, std::string> want;  // std::string orders bytes as unsigned
-  for (const auto& k : keys) want[k] = "v" + k + zero;
+  for (const auto& k : keys) want[k] = value_of(k);
   KV got = ScanAll(t);
   EXPECT_EQ(got, KV(want.begin(), want.end()));
-  for (const auto& k : keys) EXPECT_EQ(Get(t, k), "v" + k + zero);
+  for (const auto& k : keys) EXPECT_EQ(Get(t, k), value_of(k));
   // Bounds with binary bytes: [\0, \xff) excludes "" and everything from \xff.
   KV mid = ScanAll(t, zero, ff);
   ASSERT_FALSE(mid.empty());
