@@ -124,9 +124,9 @@ absl::Status FileSink::OpenPending() {
   return absl::OkStatus();
 }
 
-absl::Status FileSink::Write(std::string_view key, std::string_view json) {
+absl::Status FileSink::WriteRecord(const SinkRecord& r) {
   // One task thread owns the sink: skip stdio's per-call locking.
-  fwrite_unlocked(json.data(), 1, json.size(), file_);
+  fwrite_unlocked(r.value.data(), 1, r.value.size(), file_);
   fputc_unlocked('\n', file_);
   return absl::OkStatus();
 }
@@ -262,8 +262,8 @@ absl::Status FileSink::Close() {
   return st;
 }
 
-absl::Status StdoutSink::Write(std::string_view key, std::string_view json) {
-  std::fwrite(json.data(), 1, json.size(), out_);
+absl::Status StdoutSink::WriteRecord(const SinkRecord& r) {
+  std::fwrite(r.value.data(), 1, r.value.size(), out_);
   std::fputc('\n', out_);
   return absl::OkStatus();
 }

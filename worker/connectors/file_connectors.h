@@ -60,7 +60,7 @@ class FileSink : public Sink {
       : path_(std::move(path)), checkpointed_(checkpointed) {}
   ~FileSink() override;
   absl::Status Open() override;
-  absl::Status Write(std::string_view key, std::string_view json) override;
+  absl::Status WriteRecord(const SinkRecord& r) override;
   absl::Status Flush() override;
   absl::StatusOr<std::string> PreCommit(int64_t checkpoint_id) override;
   absl::Status Commit(int64_t checkpoint_id) override;
@@ -89,7 +89,7 @@ class StdoutSink : public Sink {
  public:
   explicit StdoutSink(std::FILE* out = stdout) : out_(out) {}
   absl::Status Open() override { return absl::OkStatus(); }
-  absl::Status Write(std::string_view key, std::string_view json) override;
+  absl::Status WriteRecord(const SinkRecord& r) override;
   absl::Status Flush() override;
   absl::Status Close() override { return Flush(); }
 

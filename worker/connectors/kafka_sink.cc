@@ -248,13 +248,6 @@ absl::Status KafkaSink::Produce(rd_kafka_topic_t* rkt, int32_t partition, std::s
   }
 }
 
-absl::Status KafkaSink::Write(std::string_view key, std::string_view json) {
-  SinkRecord r;
-  r.key = key;
-  r.value = json;
-  return WriteRecord(r);
-}
-
 absl::Status KafkaSink::WriteRecord(const SinkRecord& r) {
   if (rk_ == nullptr) return absl::FailedPreconditionError("KafkaSink::Write before Open");
   RETURN_IF_ERROR(failure_);

@@ -117,8 +117,6 @@ class KafkaSink : public Sink {
   KafkaSink& operator=(const KafkaSink&) = delete;
 
   absl::Status Open() override;
-  // Write(key, json) = WriteRecord without revision or state.
-  absl::Status Write(std::string_view key, std::string_view json) override;
   absl::Status WriteRecord(const SinkRecord& r) override;
   // Produces the upsert buffer and waits until every record is delivered
   // (with exactly_once: delivered into the open transaction, not visible to

@@ -377,13 +377,6 @@ absl::Status PostgresSink::MapKey() {
   return absl::OkStatus();
 }
 
-absl::Status PostgresSink::Write(std::string_view key, std::string_view json) {
-  SinkRecord r;
-  r.key = key;
-  r.value = json;
-  return WriteRecord(r);
-}
-
 absl::Status PostgresSink::WriteRecord(const SinkRecord& r) {
   names_scratch_.clear();
   fields_scratch_.clear();

@@ -81,7 +81,6 @@ class PostgresSink : public Sink {
   // Connects and reads the table's columns if it exists.
   absl::Status Open() override;
   // A record without revision (keyless only).
-  absl::Status Write(std::string_view key, std::string_view json) override;
   absl::Status WriteRecord(const SinkRecord& r) override;
   absl::Status Flush() override;
   // Flushes and disconnects.

@@ -1,6 +1,6 @@
 // Sinks receive serialized results: a key (may be empty) and a JSON value.
 //
-// Lifecycle: Open(), then Write()* / Flush()* interleaved with the checkpoint
+// Lifecycle: Open(), then WriteRecord()* / Flush()* interleaved with the checkpoint
 // protocol, then Close(). Not thread-safe (one task thread).
 //
 // Checkpoint protocol (SPEC §6/§7; the runtime drives it):
@@ -42,10 +42,16 @@ class Sink {
  public:
   virtual ~Sink() = default;
   virtual absl::Status Open() = 0;
-  // `json` is one complete JSON object (no newline).
-  virtual absl::Status Write(std::string_view key, std::string_view json) = 0;
-  // The runtime calls this one; sinks that use revisions override it.
-  virtual absl::Status WriteRecord(const SinkRecord& r) { return Write(r.key, r.value); }
+  // Writes one result; the runtime calls this.
+  virtual absl::Status WriteRecord(const SinkRecord& r) = 0;
+  // A result without revision or state; `json` is one complete JSON object
+  // (no newline).
+  absl::Status Write(std::string_view key, std::string_view json) {
+    SinkRecord r;
+    r.key = key;
+    r.value = json;
+    return WriteRecord(r);
+  }
   // Makes everything written so far durable/visible (end of a batch) for
   // non-transactional sinks; transactional sinks may only flush.
   virtual absl::Status Flush() = 0;
