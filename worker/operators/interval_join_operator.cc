@@ -96,13 +96,7 @@ void IntervalJoinOperator::AddRow(int side, RowMap::value_type* entry, int64_t t
   ExpiryBucket*& cached = last_bucket_[side];
   if (cached == nullptr || last_bucket_number_[side] != bucket) {
     auto [it, created] = expiry_.try_emplace(bucket);
-    if (created) {
-      expiry_order_.insert(bucket);
-      if (!spare_items_.empty()) {
-        it->second.items = std::move(spare_items_.back());
-        spare_items_.pop_back();
-      }
-    }
+    if (created) expiry_order_.insert(bucket);
     cached = &it->second;
     last_bucket_number_[side] = bucket;
   }
@@ -188,10 +182,10 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   key_ends_.resize(n);
   entries_.assign(n, nullptr);
   for (size_t i = 0; i < n; ++i) {
-    key_.clear();
-    key_.push_back(kKeyPrefix);
     // A record with a null or missing key field gets an empty key.
-    if (AppendJoinKey(batch[i], paths_[side], &key_)) batch_keys_.append(key_);
+    const size_t begin = batch_keys_.size();
+    batch_keys_.push_back(kKeyPrefix);
+    if (!AppendJoinKey(batch[i], paths_[side], &batch_keys_)) batch_keys_.resize(begin);
     key_ends_[i] = static_cast<uint32_t>(batch_keys_.size());
   }
   auto key_of = [&](size_t i) {
@@ -332,8 +326,6 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
     for (ExpiryBucket*& cached : last_bucket_) {
       if (cached == &b) cached = nullptr;
     }
-    b.items.clear();
-    if (spare_items_.size() < 16) spare_items_.push_back(std::move(b.items));
     expiry_.erase(bucket);
     expiry_order_.erase(expiry_order_.begin());
   }

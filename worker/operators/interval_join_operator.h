@@ -180,7 +180,6 @@ class IntervalJoinOperator : public Operator {
   // in order.
   absl::node_hash_map<int64_t, ExpiryBucket> expiry_;
   absl::btree_set<int64_t> expiry_order_;
-  std::vector<std::vector<Pending>> spare_items_;  // emptied buckets' vectors, reused
   // Per side, the bucket AddRow used last (rows of a side mostly go to the
   // same bucket as the row before).
   ExpiryBucket* last_bucket_[2] = {nullptr, nullptr};
@@ -197,7 +196,7 @@ class IntervalJoinOperator : public Operator {
   // Scratch, reused across records.
   JsonDecoder decoder_;
   Record scratch_;
-  std::string key_, table_key_, value_;
+  std::string table_key_, value_;
   // Per batch: the encoded keys (empty for a null key) and their entries.
   std::string batch_keys_;
   std::vector<uint32_t> key_ends_;
