@@ -81,9 +81,15 @@ void WindowJoinOperator::SortedRows(const Window& w, const KeyGroup& g, int side
   });
 }
 
-void WindowJoinOperator::SortGroups(const Window& w) {
-  groups_order_.resize(w.groups.size());
-  for (uint32_t i = 0; i < groups_order_.size(); ++i) groups_order_[i] = i;
+void WindowJoinOperator::SortGroups(const Window& w, bool matched_only) {
+  groups_order_.clear();
+  for (uint32_t i = 0; i < w.groups.size(); ++i) {
+    const KeyGroup& g = w.groups[i];
+    if (!matched_only ||
+        (g.key[0] == kKeyPrefix && g.head[kLeft] != kNone && g.head[kRight] != kNone)) {
+      groups_order_.push_back(i);
+    }
+  }
   std::sort(groups_order_.begin(), groups_order_.end(),
             [&](uint32_t a, uint32_t b) { return w.groups[a].key < w.groups[b].key; });
 }
@@ -230,15 +236,7 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
 
 void WindowJoinOperator::Close(OperatorContext& ctx, int64_t start, Window& w, Output& out) {
   // Keys present on both sides, in encoded order.
-  groups_order_.clear();
-  for (uint32_t i = 0; i < w.groups.size(); ++i) {
-    const KeyGroup& g = w.groups[i];
-    if (g.key[0] == kKeyPrefix && g.head[kLeft] != kNone && g.head[kRight] != kNone) {
-      groups_order_.push_back(i);
-    }
-  }
-  std::sort(groups_order_.begin(), groups_order_.end(),
-            [&](uint32_t a, uint32_t b) { return w.groups[a].key < w.groups[b].key; });
+  SortGroups(w, /*matched_only=*/true);
   for (uint32_t gi : groups_order_) {
     const KeyGroup& g = w.groups[gi];
     SortedRows(w, g, kRight);
@@ -255,7 +253,7 @@ void WindowJoinOperator::Close(OperatorContext& ctx, int64_t start, Window& w, O
 
 void WindowJoinOperator::Final(OperatorContext& ctx, int64_t start, Window& w, Output& out) {
   if (!Outer(kLeft) && !Outer(kRight)) return;
-  SortGroups(w);
+  SortGroups(w, /*matched_only=*/false);
   // A key's rows are unmatched if the other side has none (a null key never
   // matches): left rows, then right rows, key by key.
   for (uint32_t gi : groups_order_) {

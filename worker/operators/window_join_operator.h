@@ -122,8 +122,9 @@ class WindowJoinOperator : public Operator {
               const Record& rec, bool persisted);
   // Fills sorted_ with the rows of `side` of group `g`, by (time, seq).
   void SortedRows(const Window& w, const KeyGroup& g, int side);
-  // Groups of `w` in key order (into groups_order_).
-  void SortGroups(const Window& w);
+  // Groups of `w` in key order (into groups_order_): all, or with
+  // `matched_only` those with a non-null key and rows on both sides.
+  void SortGroups(const Window& w, bool matched_only);
   // Emits every pair of window `start`.
   void Close(OperatorContext& ctx, int64_t start, Window& w, Output& out);
   // Emits the padded rows of window `start`; the caller drops its state.
