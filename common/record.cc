@@ -277,26 +277,29 @@ void Record::PackTo(char* out) const {
   if (bytes > 0) std::memcpy(out + kPackedHeader + n * sizeof(Node), arena_.data(), bytes);
 }
 
+Record::PackedView Record::ReadPacked(const char* packed) {
+  PackedView v{};
+  std::memcpy(&v.n, packed, 4);
+  std::memcpy(&v.bytes_len, packed + 4, 4);
+  v.nodes = reinterpret_cast<const Node*>(packed + kPackedHeader);
+  v.bytes = packed + kPackedHeader + v.n * sizeof(Node);
+  return v;
+}
+
 void Record::Unpack(const char* packed) {
-  uint32_t n = 0, bytes = 0;
-  std::memcpy(&n, packed, 4);
-  std::memcpy(&bytes, packed + 4, 4);
-  const auto* nodes = reinterpret_cast<const Node*>(packed + kPackedHeader);
-  nodes_.assign(nodes, nodes + n);
-  arena_.assign(packed + kPackedHeader + n * sizeof(Node), bytes);
+  const PackedView v = ReadPacked(packed);
+  nodes_.assign(v.nodes, v.nodes + v.n);
+  arena_.assign(v.bytes, v.bytes_len);
   open_.clear();
 }
 
 void Record::AddPacked(std::string_view key, const char* packed) {
-  uint32_t n = 0, bytes = 0;
-  std::memcpy(&n, packed, 4);
-  std::memcpy(&bytes, packed + 4, 4);
-  if (n == 0) {
+  const PackedView v = ReadPacked(packed);
+  if (v.n == 0) {
     AddNull(key);
     return;
   }
-  AppendTree(key, reinterpret_cast<const Node*>(packed + kPackedHeader), n,
-             packed + kPackedHeader + n * sizeof(Node), bytes);
+  AppendTree(key, v.nodes, v.n, v.bytes, v.bytes_len);
 }
 
 void Record::AppendJson(std::string* out) const {

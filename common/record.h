@@ -214,13 +214,6 @@ class Record {
   // bulk). Layout: uint32 node count, uint32 byte count, the nodes, the
   // bytes. Metadata (event_time, ...) is not packed.
   size_t PackedSize() const { return kPackedHeader + nodes_.size() * sizeof(Node) + arena_.size(); }
-  // The PackedSize() of the record packed at `packed`.
-  static size_t PackedSizeOf(const char* packed) {
-    uint32_t n = 0, bytes = 0;
-    std::memcpy(&n, packed, 4);
-    std::memcpy(&bytes, packed + 4, 4);
-    return kPackedHeader + n * sizeof(Node) + bytes;
-  }
   // Writes PackedSize() bytes to `out` (8-byte aligned).
   void PackTo(char* out) const;
   // Replaces the fields with those of a packed record; keeps metadata.
@@ -231,6 +224,14 @@ class Record {
 
  private:
   static constexpr size_t kPackedHeader = 8;
+  // The parts of a packed record.
+  struct PackedView {
+    const Node* nodes;
+    uint32_t n;
+    const char* bytes;
+    uint32_t bytes_len;
+  };
+  static PackedView ReadPacked(const char* packed);
   // Appends the complete subtree `src[0..n)` (src[0] an object or array whose
   // keys and strings point into `bytes`) under `key`, in bulk.
   void AppendTree(std::string_view key, const Node* src, uint32_t n, const char* bytes,
