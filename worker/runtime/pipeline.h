@@ -55,6 +55,8 @@ struct RunOptions {
   std::string from_savepoint;
   // When the run ends (input drained or stop), write a savepoint here.
   std::string savepoint_on_stop;
+  // Tasks per stage (SPEC §8); 0 = spec.parallelism.
+  int parallelism = 0;
   int batch_size = 1024;
   // Operators persist their in-memory working set into the state backend (and
   // the backend commits) at least this often, besides checkpoints and the end.

@@ -1,0 +1,117 @@
+// The job planner (SPEC §8 "Tasks and keys"): cuts a job graph into stages
+// where the key changes, and names the exchange topics between them.
+//
+// A stage is a set of sources and operators that run together in one task
+// (per task: the partitions p with p mod tasks == task index of every input
+// of the stage). Records cross from one stage to another only through an
+// exchange: a Kafka topic `caravela.<job>.<operator>` partitioned by a stable
+// hash of the consuming operator's key (ExchangeKeyHash).
+//
+// Rules (docs/semantics.md "Parallel jobs"):
+//  * Key requirements: dedup -> its `id`; window -> `group_by` (an empty
+//    group_by is a global window: its stage runs as one task); interval and
+//    window joins -> `on` (left fields for the left input, right fields for the
+//    right input); temporal join -> `on` for both stream and table. filter and
+//    project have none (they stay in the stage of their input). A lookup
+//    join's stream has none; its table source is read whole by every task of
+//    the stream's stage (broadcast), never exchanged.
+//  * Partitioning of a node's output: a Kafka source with `key:` is
+//    partitioned by those fields; filter, dedup, lookup and temporal joins keep
+//    their input's partitioning; project keeps it when every key field is
+//    projected unchanged (`f: f`); a window is partitioned by its group_by;
+//    interval and window joins and file sources are unpartitioned.
+//  * An input whose partitioning P satisfies the requirement R (P non-empty and
+//    every field of P is in R: equal R-keys imply equal P-keys) is forwarded
+//    (same stage), otherwise it is exchanged. A multi-input operator forwards
+//    only if every input satisfies its key and the inputs are co-partitioned
+//    (sources: same partition count) and merging their stages creates no
+//    cycle between stages; otherwise every input is exchanged. All inputs of
+//    one operator that are exchanged go through one topic (records carry
+//    their input index).
+//  * Tasks of a stage: `parallelism`, except 1 for a stage holding a global
+//    window or reading a file source (a file is one partition). A stage
+//    reading a Kafka source with fewer partitions than `parallelism` is an
+//    error naming the source, its partition count and the parallelism.
+//  * Exchange topics have as many partitions as their consuming stage has tasks.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/record.h"
+#include "common/status.h"
+
+namespace caravela {
+
+struct ExchangePlan {
+  int id = 0;
+  std::string topic;        // caravela.<job>.<operator>
+  std::string operator_name;  // the consuming operator
+  int consumer_stage = 0;
+  int partitions = 1;  // = the consuming stage's task count
+  // One entry per operator input that goes through this exchange.
+  struct Input {
+    int input = 0;            // input index of the consuming operator
+    std::string from;         // upstream node name (source or operator)
+    int producer_stage = 0;   // stage of `from`
+    std::vector<FieldPath> key;  // key paths read on the upstream records
+    std::vector<std::string> key_names;  // as written
+  };
+  std::vector<Input> inputs;
+  // Producing stages (distinct, ascending).
+  std::vector<int> producer_stages;
+};
+
+struct StagePlan {
+  int id = 0;
+  int tasks = 1;
+  // Members in spec order.
+  std::vector<std::string> sources;    // partitioned sources read by this stage
+  std::vector<std::string> broadcast;  // lookup-table sources every task reads whole
+  std::vector<std::string> operators;
+  std::vector<int> input_exchanges;   // exchange ids consumed
+  std::vector<int> output_exchanges;  // exchange ids produced
+  // Why the task count is what it is ("parallelism", "global window revenue",
+  // "file source purchases").
+  std::string tasks_reason;
+  // Partitioning key of the stage's inputs (field names; empty: none).
+  std::vector<std::string> key;
+};
+
+struct JobPlan {
+  std::string job_name;
+  int parallelism = 1;
+  std::vector<StagePlan> stages;       // in topological order
+  std::vector<ExchangePlan> exchanges;
+  // Per node (source or operator name): its stage.
+  std::map<std::string, int> stage_of;
+
+  int total_tasks() const;
+  // Human-readable plan (what `caravela plan` prints).
+  std::string ToText() const;
+  // The same as JSON: {"job":..,"parallelism":..,"stages":[...],"exchanges":[...]}.
+  std::string ToJson() const;
+  // The exchange consuming input `input` of operator `op`, or null.
+  const ExchangePlan* ExchangeFor(std::string_view op, int input) const;
+};
+
+// Partition counts of Kafka source topics by source name; a source missing
+// from the map has an unknown count (the check is skipped).
+using SourcePartitions = std::map<std::string, int>;
+
+// Plans `spec` with `parallelism` tasks per stage (>= 1). InvalidArgument
+// naming the YAML path or the source (with the numbers) when it cannot be
+// honoured.
+absl::StatusOr<JobPlan> PlanJob(const JobSpec& spec, int parallelism,
+                                const SourcePartitions& partitions = {});
+
+// The stable key hash used to partition exchange topics: XXH3-64 (seed 0) of
+// the key encoding (per key field: a type tag, 4-byte big-endian length, the
+// bytes; numbers by value, so 1, 1.0 and 1.00 hash alike), identical on every
+// platform. A record whose key has a null or missing field hashes the
+// encoding of null. Partition = hash % partitions.
+uint64_t ExchangeKeyHash(const Record& r, const std::vector<FieldPath>& key, std::string* scratch);
+
+}  // namespace caravela

@@ -1,0 +1,184 @@
+// Exchanges (SPEC §8): records cross from one stage's tasks to the next
+// stage's tasks through a Kafka topic `caravela.<job>.<operator>`, never
+// through a home-made protocol. This header is the whole API the task runtime
+// uses: the frame codec, the writer (one per producing task and exchange) and
+// the reader (one per consuming task and exchange), plus in-process flow
+// control.
+//
+// Frames (the Kafka message value; the key is empty, the partition is chosen
+// by the writer):
+//   byte 0      type: 'R' record, 'W' watermark marker, 'B' barrier
+//   varint      epoch (the job's restore epoch; readers drop older ones)
+//   varint      producer task index (0 .. producers-1)
+//   'R':  varint input index of the consuming operator, zigzag-varint
+//         event_time, zigzag-varint arrival, then Record::PackTo bytes
+//         (native layout: every process of a job runs the same binary on the
+//         same architecture)
+//   'W':  zigzag-varint watermark (kMaxTime: the producer's input ended),
+//         one byte idle flag
+//   'B':  varint checkpoint id
+//
+// Guarantees the runtime builds on:
+//  * Per partition, a writer's frames are read in the order written (one
+//    idempotent producer per writer, explicit partitions).
+//  * Watermark of a reader = min over (owned partition, producer) channels
+//    that are not idle of the last marker; kMinTime for a channel without a
+//    marker yet; idle when every channel is idle. Never decreases.
+//  * Barrier alignment: once barrier n arrived on a channel, later frames of
+//    that channel are held back (buffered, not delivered) until barrier n
+//    arrived on every channel; then AlignedBarrier() returns n. After the task
+//    snapshotted, ReleaseBarrier() lets the held frames through (in order).
+//  * Frames of an older epoch are dropped (counted); a frame of a newer epoch
+//    means this reader was fenced: Poll fails with FailedPrecondition.
+//  * An offset no longer in the log fails Poll with DataLoss naming the
+//    topic, partition and offsets (never a silent skip).
+//
+// Threading: a writer or a reader is used by one task thread. FlowControl is
+// shared by every writer and reader of one exchange in one process.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/record.h"
+#include "common/status.h"
+#include "worker/operators/operator.h"  // RecordBatch
+
+namespace caravela {
+
+// ---- Codec -------------------------------------------------------------------
+
+struct ExchangeFrame {
+  enum class Type : uint8_t { kRecord = 'R', kWatermark = 'W', kBarrier = 'B' };
+  Type type = Type::kRecord;
+  int64_t epoch = 0;
+  int32_t producer = 0;
+  // kRecord
+  int32_t input = 0;
+  int64_t event_time = 0;
+  int64_t arrival = 0;
+  std::string_view packed;  // Record::PackTo bytes (may be unaligned)
+  // kWatermark
+  int64_t watermark = 0;
+  bool idle = false;
+  // kBarrier
+  int64_t checkpoint_id = 0;
+};
+
+void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
+                       std::string* out);
+void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
+                          std::string* out);
+void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id,
+                        std::string* out);
+// InvalidArgument on truncated or unknown bytes.
+absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes);
+// Fills `r` (fields, event_time, arrival) from a record frame.
+void UnpackRecordFrame(const ExchangeFrame& f, Record* r);
+
+// ---- Topics ------------------------------------------------------------------
+
+// Creates `topic` with `partitions` partitions on `bootstrap` if it does not
+// exist (Kafka Admin API); FailedPrecondition naming the topic and both
+// counts if it exists with another partition count.
+absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string& topic,
+                                 int partitions);
+
+// ---- Flow control ------------------------------------------------------------
+
+// Keeps writers from outrunning readers past what the broker keeps (the
+// embedded broker holds ~5 MiB per partition and drops older records). Bytes
+// written and read per partition of one exchange, in one process; a writer
+// waits while written - read > limit on the partition it writes.
+class ExchangeFlowControl {
+ public:
+  ExchangeFlowControl(int partitions, int64_t limit_bytes);
+  void Wrote(int partition, int64_t bytes);
+  void Read(int partition, int64_t bytes);
+  int64_t Outstanding(int partition) const;
+  int64_t limit() const { return limit_; }
+
+ private:
+  int64_t limit_;
+  std::unique_ptr<std::atomic<int64_t>[]> written_, read_;
+  int partitions_;
+};
+
+// ---- Writer ------------------------------------------------------------------
+
+struct ExchangeWriterOptions {
+  std::string bootstrap;
+  std::string topic;
+  int partitions = 1;
+  // This task's index among all tasks writing this topic (the runtime numbers
+  // the tasks of the producing stages consecutively, stages in id order).
+  int32_t producer = 0;
+  int64_t epoch = 0;
+  // Per input index of the consuming operator: the key paths hashed
+  // (ExchangeKeyHash) to pick the partition. Empty paths: partition 0.
+  std::vector<std::vector<FieldPath>> keys;
+  ExchangeFlowControl* flow = nullptr;  // optional
+};
+
+class ExchangeWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<ExchangeWriter>> Open(ExchangeWriterOptions options);
+  virtual ~ExchangeWriter() = default;
+  // Encodes and produces `r` for operator input `input` (non-blocking but for
+  // flow control and a full producer queue). Errors are delivery failures
+  // reported so far.
+  virtual absl::Status Write(int input, const Record& r) = 0;
+  // A watermark marker on every partition (the runtime calls it when the
+  // watermark moved, at most every 200 ms, and on idleness changes).
+  virtual absl::Status WriteWatermark(int64_t watermark, bool idle) = 0;
+  // Barrier `checkpoint_id` on every partition, after every record written so far.
+  virtual absl::Status WriteBarrier(int64_t checkpoint_id) = 0;
+  // Waits until everything produced was acknowledged by the broker.
+  virtual absl::Status Flush(int timeout_ms) = 0;
+  virtual int64_t records_written() const = 0;
+  virtual int64_t bytes_written() const = 0;
+};
+
+// ---- Reader ------------------------------------------------------------------
+
+struct ExchangeReaderOptions {
+  std::string bootstrap;
+  std::string topic;
+  std::vector<int32_t> partitions;  // owned partitions
+  int producers = 1;  // tasks writing this topic (producer ids 0 .. producers-1)
+  int64_t epoch = 0;
+  // Where reading starts: "latest" (the log end at Open: restores open every
+  // reader before any writer of the new epoch writes) or "earliest".
+  std::string start = "latest";
+  ExchangeFlowControl* flow = nullptr;  // optional
+};
+
+class ExchangeReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<ExchangeReader>> Open(ExchangeReaderOptions options);
+  virtual ~ExchangeReader() = default;
+  // Reads up to `max_frames` frames, waiting at most `timeout_ms` for the
+  // first; appends records of the current epoch that are not held back by
+  // alignment to (*by_input)[frame.input] (grown as needed; Record::partition
+  // is the exchange partition, offset its Kafka offset). Returns the number
+  // of records appended.
+  virtual absl::StatusOr<int> Poll(int max_frames, int timeout_ms,
+                                   std::vector<RecordBatch>* by_input) = 0;
+  virtual int64_t watermark() const = 0;
+  virtual bool idle() const = 0;
+  // True once every channel sent watermark kMaxTime (every producer ended).
+  virtual bool finished() const = 0;
+  // n once barrier n arrived on every channel (and ReleaseBarrier not called).
+  virtual std::optional<int64_t> AlignedBarrier() const = 0;
+  virtual void ReleaseBarrier() = 0;
+  // Frames known to be unread (consumer lag) over the owned partitions.
+  virtual int64_t Backlog() const = 0;
+  virtual int64_t dropped_old_epoch() const = 0;
+};
+
+}  // namespace caravela
