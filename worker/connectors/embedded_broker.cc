@@ -23,6 +23,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/kafka_source.h"
 
@@ -101,6 +103,16 @@ auto WithMockWakeups(int mock_port, Op op) -> decltype(op()) {
   cv.notify_one();
   waker.join();
   return result;
+}
+
+// The brokers running in this process, for CreateTopicOnEmbeddedBroker().
+std::mutex& RegistryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<EmbeddedBroker*>& Registry() {
+  static std::vector<EmbeddedBroker*> brokers;
+  return brokers;
 }
 
 }  // namespace
@@ -274,10 +286,18 @@ absl::StatusOr<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(int port,
   }
   KafkaLogger()->info("embedded broker: bootstrap {} (broker advertises {})", broker->bootstrap_,
                       broker->advertised_);
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    Registry().push_back(broker.get());
+  }
   return broker;
 }
 
 EmbeddedBroker::~EmbeddedBroker() {
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    std::erase(Registry(), this);
+  }
   forwarder_.reset();
   // librdkafka 2.0.2: this can take up to 1 s (the mock's internal broker
   // thread may handle its terminate op before the last reference is dropped,
@@ -302,6 +322,20 @@ absl::Status EmbeddedBroker::CreateTopic(const std::string& topic, int partition
     return absl::InternalError(absl::StrCat("create topic ", topic, ": ", rd_kafka_err2str(err)));
   }
   return absl::OkStatus();
+}
+
+absl::Status CreateTopicOnEmbeddedBroker(const std::string& bootstrap, const std::string& topic,
+                                         int partitions) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  for (absl::string_view address : absl::StrSplit(bootstrap, ',', absl::SkipWhitespace())) {
+    address = absl::StripAsciiWhitespace(address);
+    for (EmbeddedBroker* broker : Registry()) {
+      if (address == broker->bootstrap() || address == broker->advertised()) {
+        return broker->CreateTopic(topic, partitions);
+      }
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no embedded broker of this process serves ", bootstrap));
 }
 
 absl::Status RunBrokerCommand(int port, int partitions, const std::vector<std::string>& topics) {

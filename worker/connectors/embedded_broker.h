@@ -65,6 +65,16 @@ class EmbeddedBroker {
   int default_partitions_ = kAutoCreatePartitions;
 };
 
+// Creates `topic` on the EmbeddedBroker running in this process that serves
+// `bootstrap` (its bootstrap() or advertised() address is one of the
+// comma-separated addresses), as CreateTopic() does. NotFound if no broker of
+// this process serves that address. The mock cluster serves no CreateTopics
+// request, so this is how EnsureExchangeTopic() (worker/exchange) creates
+// topics with a chosen partition count on an in-process broker. Thread-safe;
+// a broker being destroyed is waited for or not found.
+absl::Status CreateTopicOnEmbeddedBroker(const std::string& bootstrap, const std::string& topic,
+                                         int partitions);
+
 // `caravela broker`: starts an EmbeddedBroker on `port` (0 = any), creates
 // `topics` with `partitions` partitions each, prints
 //   caravela broker listening on 127.0.0.1:PORT (N partitions per new topic)

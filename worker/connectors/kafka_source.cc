@@ -179,13 +179,25 @@ absl::Status KafkaSource::Open() {
                                                      partitions, " partitions; no partition ", p));
     }
   }
+  owned_.assign(partitions, options_.partitions.empty());
+  for (int32_t p : options_.partitions) {
+    if (p < 0 || p >= partitions) {
+      return absl::InvalidArgumentError(absl::StrCat("kafka topic ", options_.topic, " has ",
+                                                     partitions, " partitions; cannot read ",
+                                                     "partition ", p));
+    }
+    owned_[p] = true;
+  }
 
   // Concrete start offsets, so that Positions() and Backlog() are exact
-  // before the first record arrives.
+  // before the first record arrives. "latest" is the end offset queried here,
+  // at Open(), not librdkafka's logical OFFSET_END (resolved later, at the
+  // first fetch).
   positions_.assign(partitions, 0);
   high_.assign(partitions, 0);
   rd_kafka_topic_partition_list_t* assignment = rd_kafka_topic_partition_list_new(partitions);
   for (int32_t p = 0; p < partitions; ++p) {
+    if (!owned_[p]) continue;
     int64_t low = 0;
     int64_t high = 0;
     rd_kafka_resp_err_t qerr = rd_kafka_query_watermark_offsets(
@@ -210,14 +222,16 @@ absl::Status KafkaSource::Open() {
     high_[p] = high;
     rd_kafka_topic_partition_list_add(assignment, options_.topic.c_str(), p)->offset = start;
   }
+  const int assignment_size = assignment->cnt;
   rd_kafka_resp_err_t aerr = rd_kafka_assign(rk_, assignment);
   rd_kafka_topic_partition_list_destroy(assignment);
   if (aerr != RD_KAFKA_RESP_ERR_NO_ERROR) {
     return absl::InternalError(absl::StrCat("kafka assign: ", rd_kafka_err2str(aerr)));
   }
   queue_ = rd_kafka_queue_get_consumer(rk_);
-  KafkaLogger()->info("source {} on {}: {} partitions from offsets [{}]", options_.topic,
-                      options_.bootstrap, partitions, absl::StrJoin(positions_, ","));
+  KafkaLogger()->info("source {} on {}: {} of {} partitions from offsets [{}]", options_.topic,
+                      options_.bootstrap, assignment_size, partitions,
+                      absl::StrJoin(Positions(), ","));
   return absl::OkStatus();
 }
 
@@ -243,8 +257,10 @@ absl::StatusOr<bool> KafkaSource::Handle(rd_kafka_message_t* m,
     return false;
   }
   const int32_t p = m->partition;
-  if (p < 0 || p >= static_cast<int32_t>(positions_.size())) return false;  // not assigned
-  if (stopping_ && m->offset >= stop_at_[p]) return false;                  // after the end
+  if (p < 0 || p >= static_cast<int32_t>(positions_.size()) || !owned_[p]) {
+    return false;  // not assigned
+  }
+  if (stopping_ && m->offset >= stop_at_[p]) return false;  // after the end
   RawMessage raw;
   if (m->payload != nullptr) raw.payload = {static_cast<const char*>(m->payload), m->len};
   raw.tombstone = m->payload == nullptr;
@@ -306,6 +322,7 @@ absl::Status KafkaSource::StopAtCurrentEnd() {
   if (stopping_) return absl::OkStatus();
   std::vector<int64_t> ends(positions_.size());
   for (int32_t p = 0; p < static_cast<int32_t>(ends.size()); ++p) {
+    if (!owned_[p]) continue;  // nothing to read there: its end is 0 as its position
     int64_t low = 0;
     rd_kafka_resp_err_t err =
         rd_kafka_query_watermark_offsets(rk_, options_.topic.c_str(), p, &low, &ends[p], 10000);
@@ -318,11 +335,19 @@ absl::Status KafkaSource::StopAtCurrentEnd() {
   stop_at_ = std::move(ends);
   stopping_ = true;
   for (int32_t p = 0; p < static_cast<int32_t>(positions_.size()); ++p) {
-    if (positions_[p] >= stop_at_[p]) Pause(p);
+    if (owned_[p] && positions_[p] >= stop_at_[p]) Pause(p);
   }
   KafkaLogger()->info("source {}: stopping at end offsets [{}]", options_.topic,
                       absl::StrJoin(stop_at_, ","));
   return absl::OkStatus();
+}
+
+std::vector<int64_t> KafkaSource::Positions() const {
+  std::vector<int64_t> out = positions_;
+  for (size_t p = 0; p < out.size(); ++p) {
+    if (!owned_[p]) out[p] = -1;
+  }
+  return out;
 }
 
 bool KafkaSource::Exhausted() const {
@@ -341,7 +366,8 @@ void KafkaSource::Pause(int32_t partition) {
 }
 
 int64_t KafkaSource::Backlog(int32_t partition) const {
-  if (rk_ == nullptr || partition < 0 || partition >= static_cast<int32_t>(positions_.size())) {
+  if (rk_ == nullptr || partition < 0 || partition >= static_cast<int32_t>(positions_.size()) ||
+      !owned_[partition]) {
     return 0;
   }
   int64_t low = RD_KAFKA_OFFSET_INVALID;

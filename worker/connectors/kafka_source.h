@@ -1,5 +1,5 @@
-// Kafka source: reads every partition of one topic with explicit partition
-// assignment. Offsets are owned by the engine (checkpoints), never by a
+// Kafka source: reads every partition of one topic (or a chosen subset) with
+// explicit partition assignment. Offsets are owned by the engine (checkpoints), never by a
 // consumer group: no group rebalancing, no offset commits.
 //
 // Also declares the small helpers shared by the Kafka connectors (logger,
@@ -30,6 +30,11 @@ namespace caravela {
 struct KafkaSourceOptions {
   std::string bootstrap;  // "host:port[,host:port...]"
   std::string topic;
+  // The partitions to assign and read (each in [0, partition count)); empty:
+  // every partition. PartitionCount() stays the topic's partition count;
+  // partitions not in the list are never read, their Backlog() is 0 and their
+  // Positions() entry -1, and their `start_offsets` entries are ignored.
+  std::vector<int32_t> partitions;
   // Where partitions without an entry in `start_offsets` begin: "earliest"
   // (the log start) or "latest" (the log end when Open() runs).
   std::string start = "earliest";
@@ -72,7 +77,8 @@ class KafkaSource : public RawSource {
   // High watermark (last seen in a fetch response, or queried at Open())
   // minus the position; never blocks on the network.
   int64_t Backlog(int32_t partition) const override;
-  std::vector<int64_t> Positions() const override { return positions_; }
+  // Next offset per partition; -1 for partitions not assigned.
+  std::vector<int64_t> Positions() const override;
   // Queries the partitions' current end offsets; Poll() then delivers the
   // records before them and nothing after, and Exhausted() turns true once
   // they are all delivered (partitions that reach their end are paused).
@@ -92,6 +98,7 @@ class KafkaSource : public RawSource {
   rd_kafka_t* rk_ = nullptr;
   rd_kafka_queue_t* queue_ = nullptr;  // the consumer queue (batch reads)
   std::vector<int64_t> positions_;     // next offset per partition
+  std::vector<bool> owned_;            // per partition: assigned and read
   std::vector<int64_t> high_;          // last known high watermark
   bool stopping_ = false;              // StopAtCurrentEnd() was called
   std::vector<int64_t> stop_at_;       // end offset per partition when stopping

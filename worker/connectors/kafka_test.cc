@@ -227,6 +227,57 @@ TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
   EXPECT_THAT(source.Positions(), ElementsAre(3, 2, 2, 0));
 }
 
+TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {
+  ASSERT_TRUE(broker_->CreateTopic("subset", 4).ok());
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "subset",
+                           {{0, "a0"}, {1, "b0"}, {1, "b1"}, {2, "c0"}, {3, "d0"}, {3, "d1"}})
+                  .ok());
+  KafkaSourceOptions o = Options("subset");
+  o.partitions = {3, 1};
+  o.start_offsets = {{0, 5}, {3, 1}};  // p0 is not read: its entry is ignored
+  KafkaSource source(o);
+  ASSERT_OK(source.Open());
+  EXPECT_EQ(source.PartitionCount(), 4);
+  EXPECT_THAT(source.Positions(), ElementsAre(-1, 0, -1, 1));
+  EXPECT_EQ(source.Backlog(0), 0);
+  EXPECT_EQ(source.Backlog(1), 2);
+  EXPECT_EQ(source.Backlog(2), 0);
+  EXPECT_EQ(source.Backlog(3), 1);
+  std::vector<Read> got = ReadN(source, 3);
+  ASSERT_EQ(got.size(), 3u);
+  std::set<std::string> payloads;
+  for (const Read& r : got) payloads.insert(r.payload);
+  EXPECT_THAT(payloads, UnorderedElementsAre("b0", "b1", "d1"));
+  EXPECT_THAT(source.Positions(), ElementsAre(-1, 2, -1, 2));
+
+  // "latest" starts each owned partition at its end when Open() runs.
+  KafkaSourceOptions latest = Options("subset");
+  latest.partitions = {0, 3};
+  latest.start = "latest";
+  KafkaSource tail(latest);
+  ASSERT_OK(tail.Open());
+  EXPECT_THAT(tail.Positions(), ElementsAre(1, -1, -1, 2));
+  EXPECT_EQ(tail.Backlog(0), 0);
+  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "subset", {{2, "c1"}, {3, "d2"}, {0, "a1"}}).ok());
+  got = ReadN(tail, 2);
+  ASSERT_EQ(got.size(), 2u);
+  payloads.clear();
+  for (const Read& r : got) payloads.insert(r.payload);
+  EXPECT_THAT(payloads, UnorderedElementsAre("a1", "d2"));
+  EXPECT_THAT(tail.Positions(), ElementsAre(2, -1, -1, 3));
+  // Nothing from p1/p2 ever shows up.
+  auto none = tail.Poll(10, 50, [](const RawMessage& m) { ADD_FAILURE() << m.payload; });
+  ASSERT_TRUE(none.ok());
+
+  // Bounded reading ends once the owned partitions are drained.
+  ASSERT_OK(tail.StopAtCurrentEnd());
+  EXPECT_TRUE(tail.Exhausted());
+
+  KafkaSourceOptions bad = Options("subset");
+  bad.partitions = {4};
+  EXPECT_TRUE(absl::IsInvalidArgument(KafkaSource(bad).Open()));
+}
+
 TEST_F(KafkaTest, StopAtCurrentEndDeliversWhatExistsThenEnds) {
   ASSERT_TRUE(broker_->CreateTopic("bounded", 3).ok());
   ASSERT_TRUE(

@@ -23,11 +23,15 @@
 //    idempotent producer per writer, explicit partitions).
 //  * Watermark of a reader = min over (owned partition, producer) channels
 //    that are not idle of the last marker; kMinTime for a channel without a
-//    marker yet; idle when every channel is idle. Never decreases.
+//    marker yet; idle when every channel is idle. Never decreases. A channel
+//    at kMaxTime (its producer ended) is never idle, so the watermark reaches
+//    kMaxTime once every producer ended.
 //  * Barrier alignment: once barrier n arrived on a channel, later frames of
 //    that channel are held back (buffered, not delivered) until barrier n
 //    arrived on every channel; then AlignedBarrier() returns n. After the task
 //    snapshotted, ReleaseBarrier() lets the held frames through (in order).
+//    (Barriers already released or older than n are ignored; a newer one
+//    abandons n and aligns on it.)
 //  * Frames of an older epoch are dropped (counted); a frame of a newer epoch
 //    means this reader was fenced: Poll fails with FailedPrecondition.
 //  * An offset no longer in the log fails Poll with DataLoss naming the
@@ -70,22 +74,37 @@ struct ExchangeFrame {
   int64_t checkpoint_id = 0;
 };
 
+// Each Encode* replaces *out with one frame.
 void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
                        std::string* out);
 void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
                           std::string* out);
-void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id,
-                        std::string* out);
-// InvalidArgument on truncated or unknown bytes.
+void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out);
+// InvalidArgument on truncated or unknown bytes, trailing bytes after a
+// marker or barrier, or a packed record that is not well formed (sizes, node
+// types, key and string bounds, subtree nesting are checked, so a frame that
+// decodes can be unpacked and read safely). `packed` points into `bytes`.
 absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes);
-// Fills `r` (fields, event_time, arrival) from a record frame.
+// Fills `r` (fields, event_time, arrival) from a record frame that
+// DecodeFrame accepted (copied through an aligned scratch if `packed` is not
+// 8-byte aligned).
 void UnpackRecordFrame(const ExchangeFrame& f, Record* r);
+
+// The partition a writer sends `r` to: ExchangeKeyHash(r, key) % partitions;
+// 0 for an empty key.
+int32_t ExchangePartition(const Record& r, const std::vector<FieldPath>& key, int partitions,
+                          std::string* scratch);
 
 // ---- Topics ------------------------------------------------------------------
 
 // Creates `topic` with `partitions` partitions on `bootstrap` if it does not
 // exist (Kafka Admin API); FailedPrecondition naming the topic and both
-// counts if it exists with another partition count.
+// counts if it exists with another partition count; Unavailable if the
+// cluster cannot be reached or the creation fails. The embedded broker
+// (librdkafka's mock cluster) serves no CreateTopics: if it runs in this
+// process the topic is created through it (CreateTopicOnEmbeddedBroker); one
+// in another process never answers the Admin request (Unavailable after
+// 10 s, asking to create the topic up front).
 absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string& topic,
                                  int partitions);
 
@@ -94,7 +113,14 @@ absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string
 // Keeps writers from outrunning readers past what the broker keeps (the
 // embedded broker holds ~5 MiB per partition and drops older records). Bytes
 // written and read per partition of one exchange, in one process; a writer
-// waits while written - read > limit on the partition it writes.
+// waits while written - read > limit on the partition it writes (so at most
+// limit + one frame per concurrent writer is outstanding). Every frame counts
+// (records, markers, barriers); readers count a frame when they consume it
+// from Kafka, also when it is then held back by alignment or dropped.
+// Only share one between writers and readers that are all in this process and
+// read everything written (readers opened before the writers write, one
+// instance per run): a reader elsewhere never reports its reads and the
+// writers would wait forever. Thread-safe.
 class ExchangeFlowControl {
  public:
   ExchangeFlowControl(int partitions, int64_t limit_bytes);
@@ -102,9 +128,14 @@ class ExchangeFlowControl {
   void Read(int partition, int64_t bytes);
   int64_t Outstanding(int partition) const;
   int64_t limit() const { return limit_; }
+  // Ends every wait for good (a task of the job failed, so a reader may never
+  // read again): writers waiting now or later return Aborted.
+  void Abort() { aborted_.store(true, std::memory_order_relaxed); }
+  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
 
  private:
   int64_t limit_;
+  std::atomic<bool> aborted_{false};
   std::unique_ptr<std::atomic<int64_t>[]> written_, read_;
   int partitions_;
 };
@@ -131,14 +162,18 @@ class ExchangeWriter {
   virtual ~ExchangeWriter() = default;
   // Encodes and produces `r` for operator input `input` (non-blocking but for
   // flow control and a full producer queue). Errors are delivery failures
-  // reported so far.
+  // reported so far (sticky: frames were lost, restore the job), or a frame
+  // the producer refuses (larger than message.max.bytes, 1 MB).
+  // An input without key paths in `keys` goes to partition 0.
   virtual absl::Status Write(int input, const Record& r) = 0;
   // A watermark marker on every partition (the runtime calls it when the
   // watermark moved, at most every 200 ms, and on idleness changes).
   virtual absl::Status WriteWatermark(int64_t watermark, bool idle) = 0;
   // Barrier `checkpoint_id` on every partition, after every record written so far.
   virtual absl::Status WriteBarrier(int64_t checkpoint_id) = 0;
-  // Waits until everything produced was acknowledged by the broker.
+  // Waits until everything produced was acknowledged by the broker
+  // (DeadlineExceeded if not within timeout_ms). The destructor does not
+  // flush: unflushed frames are dropped.
   virtual absl::Status Flush(int timeout_ms) = 0;
   virtual int64_t records_written() const = 0;
   virtual int64_t bytes_written() const = 0;
@@ -150,7 +185,7 @@ struct ExchangeReaderOptions {
   std::string bootstrap;
   std::string topic;
   std::vector<int32_t> partitions;  // owned partitions
-  int producers = 1;  // tasks writing this topic (producer ids 0 .. producers-1)
+  int producers = 1;                // tasks writing this topic (producer ids 0 .. producers-1)
   int64_t epoch = 0;
   // Where reading starts: "latest" (the log end at Open: restores open every
   // reader before any writer of the new epoch writes) or "earliest".
@@ -166,7 +201,15 @@ class ExchangeReader {
   // first; appends records of the current epoch that are not held back by
   // alignment to (*by_input)[frame.input] (grown as needed; Record::partition
   // is the exchange partition, offset its Kafka offset). Returns the number
-  // of records appended.
+  // of records appended. Frames released by ReleaseBarrier() come first (they
+  // count against max_frames; no waiting then). Reading from Kafka goes on
+  // while aligned (every frame is then held), so writers blocked by flow
+  // control never wait on a snapshot. A barrier older than the one being
+  // aligned is ignored; a newer one abandons the older alignment (that
+  // producer skipped the checkpoint) and aligns on the newer one.
+  // Errors: DataLoss (offset out of the log), FailedPrecondition (a newer
+  // epoch: fenced), InvalidArgument (a frame that does not decode, or an
+  // unknown producer; names topic, partition and offset).
   virtual absl::StatusOr<int> Poll(int max_frames, int timeout_ms,
                                    std::vector<RecordBatch>* by_input) = 0;
   virtual int64_t watermark() const = 0;
@@ -176,7 +219,8 @@ class ExchangeReader {
   // n once barrier n arrived on every channel (and ReleaseBarrier not called).
   virtual std::optional<int64_t> AlignedBarrier() const = 0;
   virtual void ReleaseBarrier() = 0;
-  // Frames known to be unread (consumer lag) over the owned partitions.
+  // Frames known to be unread (consumer lag) over the owned partitions, plus
+  // frames read but held back by alignment.
   virtual int64_t Backlog() const = 0;
   virtual int64_t dropped_old_epoch() const = 0;
 };

@@ -1,0 +1,267 @@
+// Exchange frame codec and flow control (exchange.h).
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/exchange/exchange.h"
+
+namespace caravela {
+namespace {
+
+// Record::PackTo layout (common/record.cc): uint32 node count, uint32 byte
+// count, the nodes, the bytes.
+constexpr size_t kPackedHeader = 8;
+// Inputs of one consuming operator; a larger index in a frame is garbage.
+constexpr uint64_t kMaxInput = 1 << 16;
+
+void PutVarint(uint64_t v, std::string* out) {
+  char buf[10];
+  size_t n = 0;
+  while (v >= 0x80) {
+    buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  buf[n++] = static_cast<char>(v);
+  out->append(buf, n);
+}
+
+uint64_t ZigZag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 1)); }
+
+void PutHeader(ExchangeFrame::Type type, int64_t epoch, int32_t producer, std::string* out) {
+  out->clear();
+  out->push_back(static_cast<char>(type));
+  PutVarint(static_cast<uint64_t>(epoch), out);
+  PutVarint(static_cast<uint32_t>(producer), out);
+}
+
+// Reads frames; every read checks the bounds.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool Varint(uint64_t* v) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= in_.size()) return false;
+      const auto byte = static_cast<uint8_t>(in_[pos_++]);
+      if (shift == 63 && byte > 1) return false;  // more than 64 bits
+      result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) {
+        *v = result;
+        return true;
+      }
+    }
+    return false;
+  }
+  bool Byte(uint8_t* b) {
+    if (pos_ >= in_.size()) return false;
+    *b = static_cast<uint8_t>(in_[pos_++]);
+    return true;
+  }
+  std::string_view Rest() const { return in_.substr(pos_); }
+  bool AtEnd() const { return pos_ == in_.size(); }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+absl::Status Garbage(const std::string& what, std::string_view bytes) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("exchange frame (", bytes.size(), " bytes): ", what));
+}
+
+// Checks that `packed` is a well-formed Record::PackTo image, so that
+// Unpack() and every later read of the record stay inside its buffers: sizes
+// add up, node types are known, keys and strings lie in the byte block, and
+// every subtree nests inside its parent (root: an object spanning all nodes).
+absl::Status ValidatePacked(std::string_view packed) {
+  if (packed.size() < kPackedHeader) return Garbage("record truncated", packed);
+  uint32_t n = 0;
+  uint32_t bytes_len = 0;
+  std::memcpy(&n, packed.data(), 4);
+  std::memcpy(&bytes_len, packed.data() + 4, 4);
+  if (static_cast<uint64_t>(kPackedHeader) + uint64_t{n} * sizeof(Node) + bytes_len !=
+      packed.size()) {
+    return Garbage(absl::StrCat("record of ", n, " nodes and ", bytes_len, " bytes has the wrong ",
+                                "size ", packed.size() - kPackedHeader),
+                   packed);
+  }
+  if (n == 0) return absl::OkStatus();
+  const char* nodes = packed.data() + kPackedHeader;
+  // Ends (exclusive node index) of the open containers, innermost last.
+  thread_local std::vector<uint32_t> open;
+  open.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    Node node;
+    std::memcpy(static_cast<void*>(&node), nodes + size_t{i} * sizeof(Node), sizeof(Node));
+    while (!open.empty() && open.back() == i) open.pop_back();
+    if (i == 0 ? node.type != ValueType::kObject || node.size != n : open.empty()) {
+      return Garbage("record tree malformed", packed);
+    }
+    if (node.type > ValueType::kArray) return Garbage("unknown value type", packed);
+    if (uint64_t{node.key_off} + node.key_len > bytes_len) {
+      return Garbage("key outside the record", packed);
+    }
+    if (node.type == ValueType::kString && uint64_t{node.s.off} + node.s.len > bytes_len) {
+      return Garbage("string outside the record", packed);
+    }
+    if (node.type == ValueType::kBool) {
+      uint8_t b = 0;
+      std::memcpy(&b, &node.b, 1);
+      if (b > 1) return Garbage("bool neither true nor false", packed);
+    }
+    if (node.type == ValueType::kDecimal && node.scale > 18) {
+      return Garbage("decimal scale above 18", packed);
+    }
+    const bool container = node.type == ValueType::kObject || node.type == ValueType::kArray;
+    if (node.size == 0 || (!container && node.size != 1) ||
+        (!open.empty() && uint64_t{i} + node.size > open.back())) {
+      return Garbage("record tree malformed", packed);
+    }
+    if (container && node.size > 1) open.push_back(i + node.size);
+  }
+  return absl::OkStatus();
+}
+
+// Scratch for PackTo/Unpack when the frame bytes are not 8-byte aligned.
+std::vector<uint64_t>& AlignedScratch(size_t bytes) {
+  thread_local std::vector<uint64_t> scratch;
+  scratch.resize((bytes + 7) / 8);
+  return scratch;
+}
+
+}  // namespace
+
+void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
+                       std::string* out) {
+  PutHeader(ExchangeFrame::Type::kRecord, epoch, producer, out);
+  PutVarint(static_cast<uint32_t>(input), out);
+  PutVarint(ZigZag(r.event_time), out);
+  PutVarint(ZigZag(r.arrival), out);
+  const size_t header = out->size();
+  const size_t packed = r.PackedSize();
+  out->resize(header + packed);
+  char* dst = out->data() + header;
+  if (reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
+    r.PackTo(dst);
+  } else {
+    std::vector<uint64_t>& scratch = AlignedScratch(packed);
+    r.PackTo(reinterpret_cast<char*>(scratch.data()));
+    std::memcpy(dst, scratch.data(), packed);
+  }
+}
+
+void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
+                          std::string* out) {
+  PutHeader(ExchangeFrame::Type::kWatermark, epoch, producer, out);
+  PutVarint(ZigZag(watermark), out);
+  out->push_back(idle ? 1 : 0);
+}
+
+void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out) {
+  PutHeader(ExchangeFrame::Type::kBarrier, epoch, producer, out);
+  PutVarint(static_cast<uint64_t>(checkpoint_id), out);
+}
+
+absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes) {
+  Reader in(bytes);
+  ExchangeFrame f;
+  uint8_t type = 0;
+  uint64_t epoch = 0;
+  uint64_t producer = 0;
+  if (!in.Byte(&type) || !in.Varint(&epoch) || !in.Varint(&producer)) {
+    return Garbage("header truncated", bytes);
+  }
+  if (producer > INT32_MAX) return Garbage("producer out of range", bytes);
+  f.epoch = static_cast<int64_t>(epoch);
+  f.producer = static_cast<int32_t>(producer);
+  switch (type) {
+    case static_cast<uint8_t>(ExchangeFrame::Type::kRecord): {
+      f.type = ExchangeFrame::Type::kRecord;
+      uint64_t input = 0;
+      uint64_t event_time = 0;
+      uint64_t arrival = 0;
+      if (!in.Varint(&input) || !in.Varint(&event_time) || !in.Varint(&arrival)) {
+        return Garbage("record header truncated", bytes);
+      }
+      if (input >= kMaxInput) return Garbage(absl::StrCat("input ", input, " out of range"), bytes);
+      f.input = static_cast<int32_t>(input);
+      f.event_time = UnZigZag(event_time);
+      f.arrival = UnZigZag(arrival);
+      f.packed = in.Rest();
+      if (absl::Status s = ValidatePacked(f.packed); !s.ok()) return s;
+      return f;
+    }
+    case static_cast<uint8_t>(ExchangeFrame::Type::kWatermark): {
+      f.type = ExchangeFrame::Type::kWatermark;
+      uint64_t watermark = 0;
+      uint8_t idle = 0;
+      if (!in.Varint(&watermark) || !in.Byte(&idle)) return Garbage("watermark truncated", bytes);
+      if (idle > 1 || !in.AtEnd()) return Garbage("watermark malformed", bytes);
+      f.watermark = UnZigZag(watermark);
+      f.idle = idle == 1;
+      return f;
+    }
+    case static_cast<uint8_t>(ExchangeFrame::Type::kBarrier): {
+      f.type = ExchangeFrame::Type::kBarrier;
+      uint64_t id = 0;
+      if (!in.Varint(&id)) return Garbage("barrier truncated", bytes);
+      if (!in.AtEnd()) return Garbage("barrier malformed", bytes);
+      f.checkpoint_id = static_cast<int64_t>(id);
+      return f;
+    }
+    default:
+      return Garbage(absl::StrCat("unknown frame type ", static_cast<int>(type)), bytes);
+  }
+}
+
+void UnpackRecordFrame(const ExchangeFrame& f, Record* r) {
+  r->event_time = f.event_time;
+  r->arrival = f.arrival;
+  if (reinterpret_cast<uintptr_t>(f.packed.data()) % 8 == 0) {
+    r->Unpack(f.packed.data());
+    return;
+  }
+  std::vector<uint64_t>& scratch = AlignedScratch(f.packed.size());
+  std::memcpy(scratch.data(), f.packed.data(), f.packed.size());
+  r->Unpack(reinterpret_cast<const char*>(scratch.data()));
+}
+
+// ---- Flow control ------------------------------------------------------------
+
+ExchangeFlowControl::ExchangeFlowControl(int partitions, int64_t limit_bytes)
+    : limit_(limit_bytes),
+      written_(new std::atomic<int64_t>[partitions > 0 ? partitions : 0]),
+      read_(new std::atomic<int64_t>[partitions > 0 ? partitions : 0]),
+      partitions_(partitions > 0 ? partitions : 0) {
+  for (int p = 0; p < partitions_; ++p) {
+    written_[p].store(0, std::memory_order_relaxed);
+    read_[p].store(0, std::memory_order_relaxed);
+  }
+}
+
+void ExchangeFlowControl::Wrote(int partition, int64_t bytes) {
+  if (partition >= 0 && partition < partitions_) {
+    written_[partition].fetch_add(bytes, std::memory_order_relaxed);
+  }
+}
+
+void ExchangeFlowControl::Read(int partition, int64_t bytes) {
+  if (partition >= 0 && partition < partitions_) {
+    read_[partition].fetch_add(bytes, std::memory_order_relaxed);
+  }
+}
+
+int64_t ExchangeFlowControl::Outstanding(int partition) const {
+  if (partition < 0 || partition >= partitions_) return 0;
+  return written_[partition].load(std::memory_order_relaxed) -
+         read_[partition].load(std::memory_order_relaxed);
+}
+
+}  // namespace caravela
