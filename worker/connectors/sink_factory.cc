@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
                     : KafkaSinkOptions::Mode::kUpsert;
       ko.exactly_once = spec.exactly_once;
       ko.transactional_id = absl::StrCat("caravela-", ctx.job_name, "-sink", ctx.sink_index);
+      if (ctx.task >= 0) absl::StrAppend(&ko.transactional_id, "-task", ctx.task);
       ko.epoch = ctx.epoch;
       return std::make_unique<KafkaSink>(ko);
     }

@@ -18,6 +18,9 @@ struct SinkContext {
   std::string embedded_bootstrap;
   // Index of the sink in spec.sinks (transactional ids, table names).
   int sink_index = 0;
+  // The task writing this sink in a parallel job (its id in the job), -1 for
+  // a job that runs as one task: transactional ids get a "-task<id>" suffix.
+  int task = -1;
   // The run's epoch: 0 for a fresh job, +1 on every start from a checkpoint.
   int64_t epoch = 0;
   // The job checkpoints: file sinks publish per checkpoint (see FileSink).

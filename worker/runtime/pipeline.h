@@ -1,6 +1,7 @@
-// Pipeline: runs one job in-process on one task thread.
+// Pipeline: runs one job in-process (worker/runtime/job_runner.h: the plan's
+// tasks as threads; worker/runtime/task.h: one task's loop).
 //
-// Data path per step: sources -> decode once (JSON -> Record, event time,
+// Data path per step of a task: sources -> decode once (JSON -> Record, event time,
 // partition, arrival) -> quarantine invalid records to `<source>.invalid` ->
 // batch through the operator DAG (depth first) -> sinks; then per-source
 // watermarks are recomputed and propagated in topological order
@@ -68,27 +69,32 @@ struct RunOptions {
   std::FILE* progress_out = stderr;
 };
 
+class JobRunner;
+
+// The one-process way to run a job (`caravela run`): plans it and runs its
+// tasks (JobRunner; one task, on the calling thread, when every stage has
+// one task).
 class Pipeline {
  public:
   ~Pipeline();
-  // Builds operators, opens state, sources and sinks. Errors name the part.
+  // Plans the job, builds its tasks (operators, state, sources, exchanges,
+  // sinks). Errors name the part.
   static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const JobSpec& spec, RunOptions options);
   // Runs until every source is bounded and drained (then the watermark goes
   // to +inf and everything fires) or options.stop is set. Closes sinks.
   absl::Status Run();
 
   MetricsRegistry& metrics() { return metrics_; }
-  StateBackend& state() { return *state_; }
+  // The state of the job's first task (the whole job's when it runs as one).
+  StateBackend& state();
   // A one-line human summary of records in/out and side outputs.
   std::string Summary() const;
-
-  struct Impl;
+  int task_count() const;
 
  private:
   Pipeline() = default;
-  std::unique_ptr<Impl> impl_;
   MetricsRegistry metrics_;
-  std::unique_ptr<StateBackend> state_;
+  std::unique_ptr<JobRunner> runner_;
 };
 
 }  // namespace caravela

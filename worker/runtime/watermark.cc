@@ -34,7 +34,10 @@ int64_t SourceWatermark::Update(int64_t now, const std::function<int64_t(int)>& 
   if (finished_) return current_;
   int64_t min_wm = kMaxTime;
   bool any_active = false;
+  bool any_owned = false;
   for (int i = 0; i < static_cast<int>(parts_.size()); ++i) {
+    if (!owned(i)) continue;
+    any_owned = true;
     Part& p = parts_[i];
     p.idle = spec_.idle_timeout > 0 && now - p.last_activity >= spec_.idle_timeout &&
              (!backlog || backlog(i) == 0);
@@ -42,7 +45,7 @@ int64_t SourceWatermark::Update(int64_t now, const std::function<int64_t(int)>& 
     any_active = true;
     min_wm = std::min(min_wm, partition_watermark(i));
   }
-  idle_ = !parts_.empty() && !any_active;
+  idle_ = any_owned && !any_active;
   if (any_active && min_wm > current_) current_ = min_wm;
   return current_;
 }
@@ -50,7 +53,9 @@ int64_t SourceWatermark::Update(int64_t now, const std::function<int64_t(int)>& 
 int64_t SourceWatermark::NextIdleTransition(int64_t after) const {
   if (spec_.idle_timeout <= 0 || finished_) return kMaxTime;
   int64_t next = kMaxTime;
-  for (const Part& p : parts_) {
+  for (int i = 0; i < static_cast<int>(parts_.size()); ++i) {
+    const Part& p = parts_[i];
+    if (!owned(i)) continue;
     int64_t t = SatAdd(p.last_activity, spec_.idle_timeout);
     if (!p.idle && t > after) next = std::min(next, t);
   }

@@ -31,6 +31,14 @@ class SourceWatermark {
 
   // Makes sure partitions [0, n) exist.
   void EnsurePartitions(int n);
+  // Only the partitions p with p % tasks == index take part in the minimum
+  // (a task of a parallel job owns those); the others are ignored as if they
+  // did not exist. Default: every partition.
+  void SetOwnership(int tasks, int index) {
+    tasks_ = tasks;
+    index_ = index;
+  }
+  bool owned(int p) const { return tasks_ <= 1 || p % tasks_ == index_; }
   int partition_count() const { return static_cast<int>(parts_.size()); }
 
   // A valid record with `event_time` arrived on `partition` at processing time `now`.
@@ -80,6 +88,8 @@ class SourceWatermark {
   int64_t current_ = kMinTime;
   bool idle_ = false;
   bool finished_ = false;
+  int tasks_ = 1;
+  int index_ = 0;
 };
 
 }  // namespace caravela

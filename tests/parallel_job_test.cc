@@ -1,0 +1,291 @@
+// Parallel jobs end to end (SPEC §8): a job cut into stages by the planner
+// runs as N tasks per stage on threads of one process, records cross stages
+// through exchange topics on a real Kafka-protocol broker (the embedded
+// one), checkpoints are job-wide. The contract: FINAL results do not depend
+// on N and equal the offline answer; revisions per key only increase.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/purchase_generator.h"
+#include "common/json.h"
+#include "common/job_spec.h"
+#include "common/time_util.h"
+#include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_test_util.h"
+#include "worker/runtime/pipeline.h"
+
+namespace caravela {
+namespace {
+
+// purchases keyed by user_id -> dedup by event_id -> hourly revenue by
+// country: two exchanges.
+std::string Job(const std::string& name, const std::string& dir, int64_t checkpoint_ms) {
+  std::string checkpoint =
+      checkpoint_ms > 0 ? absl::StrCat("  checkpoint: {interval: ", checkpoint_ms, "ms}\n") : "";
+  return absl::StrCat(R"(
+apiVersion: caravela/v1
+kind: Job
+metadata: {name: )",
+                      name, R"(}
+spec:
+)",
+                      checkpoint, R"(  sources:
+    - name: purchases
+      kafka: {topic: purchases, bounded: true}
+      key: [user_id]
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 5m, idle_timeout: 1m}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 24h}
+    - name: revenue
+      window:
+        from: unique
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
+        allowed_lateness: 1h
+  sinks:
+    - {from: revenue, file: {path: )",
+                      dir, R"(/out/revenue.jsonl}}
+    - {from: unique.conflicts, file: {path: )",
+                      dir, R"(/out/conflicts.jsonl}}
+    - {from: revenue.too_late, file: {path: )",
+                      dir, R"(/out/too_late.jsonl}}
+  dead_letter: {path: )",
+                      dir, R"(/out/dead-letter.jsonl}
+)");
+}
+
+// Lines of every file in `dir` whose name starts with `stem` (the sink's file
+// or its per-task part files).
+std::vector<std::string> ReadParts(const std::string& dir, const std::string& stem) {
+  std::vector<std::string> lines;
+  if (!std::filesystem::exists(dir)) return lines;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(stem, 0) != 0 || name.find("pending") != std::string::npos) continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  return lines;
+}
+
+struct WindowResult {
+  std::string text;  // the FINAL record without its revision
+  int finals = 0;
+};
+
+// Per window key (window_start + country): the FINAL result; checks that
+// revisions of a key only increase within the file that holds it.
+std::map<std::string, WindowResult> FinalResults(const std::string& out_dir) {
+  std::map<std::string, WindowResult> results;
+  std::map<std::string, int64_t> last_revision;
+  JsonDecoder decoder;
+  const FieldPath start = FieldPath::Parse("window_start"), country = FieldPath::Parse("country"),
+                  revision = FieldPath::Parse("revision"), state = FieldPath::Parse("state"),
+                  revenue = FieldPath::Parse("revenue"), orders = FieldPath::Parse("orders");
+  for (const auto& e : std::filesystem::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("revenue", 0) != 0 || name.find("pending") != std::string::npos) continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);) {
+      Record r;
+      EXPECT_TRUE(decoder.Decode(line, &r).ok()) << line;
+      std::string key =
+          std::string(r.GetPath(start).s) + "/" + std::string(r.GetPath(country).s);
+      const int64_t rev = r.GetPath(revision).i;
+      auto [it, fresh] = last_revision.emplace(name + key, rev);
+      if (!fresh) {
+        EXPECT_GT(rev, it->second) << "revision went backwards for " << key << " in " << name;
+        it->second = rev;
+      }
+      if (r.GetPath(state).s == "FINAL") {
+        std::string json;
+        r.GetPath(revenue).AppendJson(&json);
+        WindowResult& w = results[key];
+        w.text = absl::StrCat("revenue=", json, " orders=", r.GetPath(orders).i);
+        ++w.finals;
+      }
+    }
+  }
+  return results;
+}
+
+class ParallelJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto b = EmbeddedBroker::Start(0, 4);
+    ASSERT_TRUE(b.ok()) << b.status();
+    broker_ = std::move(*b);
+    ASSERT_TRUE(broker_->CreateTopic("purchases", 4).ok());
+    bench::PurchaseStreamOptions o;
+    o.seed = 7;
+    o.purchases = 20000;
+    o.span_ms = 6LL * 3600 * 1000;
+    o.retry_fraction = 0.05;
+    o.conflict_fraction = 0.01;
+    o.max_disorder_ms = 4 * 60'000;  // < max_out_of_orderness: never late
+    // Late uploads within the lateness (1 h): LATE corrections, never too
+    // late, whatever the interleaving of partitions (a record `d` behind its
+    // partition's max is at least `d` behind the watermark, which waits for
+    // the slowest partition). Whether a record is too late depends on that
+    // interleaving, so FINAL results are only comparable without such records.
+    o.late_upload_fraction = 0.02;
+    o.late_upload_min_ms = 20 * 60'000;
+    o.late_upload_max_ms = 40 * 60'000;
+    o.countries = 8;
+    o.users = 5000;
+    bench::PurchaseGenerator gen(o);
+    std::vector<KafkaTestRecord> records;
+    std::string line;
+    while (gen.Next(&line)) {
+      KafkaTestRecord r;
+      r.key = gen.last_key();
+      r.value = line;
+      records.push_back(r);
+      lines_.push_back(line);
+    }
+    ASSERT_TRUE(ProduceRecords(broker_->bootstrap(), "purchases", records, 60000).ok());
+  }
+
+  // Runs the job with `parallelism`; returns its output directory.
+  std::string RunJob(int parallelism, int64_t checkpoint_ms) {
+    std::string dir = absl::StrCat(::testing::TempDir(), "/parallel_", ::getpid(), "_",
+                                   parallelism, "_", checkpoint_ms);
+    std::filesystem::remove_all(dir);
+    // One job name per run: exchange topics are per job and their partition
+    // count follows the parallelism.
+    ParseResult parsed =
+        ParseJobSpec(Job(absl::StrCat("revenue-", parallelism, "-", checkpoint_ms), dir,
+                         checkpoint_ms));
+    EXPECT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
+    RunOptions options;
+    options.data_dir = dir + "/data";
+    options.embedded_bootstrap = broker_->bootstrap();
+    options.parallelism = parallelism;
+    auto pipeline = Pipeline::Create(parsed.spec, options);
+    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+    if (!pipeline.ok()) return dir;
+    // Three stages (source, dedup, window), each with `parallelism` tasks.
+    EXPECT_EQ((*pipeline)->task_count(), parallelism == 1 ? 1 : 3 * parallelism);
+    absl::Status st = (*pipeline)->Run();
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ((*pipeline)->metrics().Value("records_in_total", "source=\"purchases\""),
+              static_cast<int64_t>(lines_.size()));
+    return dir;
+  }
+
+  // The offline answer: per (hour, country) the sum and count of the first
+  // copy of every event id.
+  std::map<std::string, WindowResult> Offline() {
+    JsonDecoder decoder;
+    std::set<std::string> seen;
+    std::map<std::string, std::pair<int64_t, int64_t>> sums;  // cents, orders
+    for (size_t i = 0; i < lines_.size(); ++i) {
+      Record r;
+      EXPECT_TRUE(decoder.Decode(lines_[i], &r).ok());
+      std::string id(r.GetPath(FieldPath::Parse("event_id")).s);
+      if (!seen.insert(id).second) continue;
+      const std::optional<int64_t> parsed = ParseIso8601(r.GetPath(FieldPath::Parse("event_time")).s);
+      EXPECT_TRUE(parsed.has_value());
+      const int64_t t = parsed.value_or(0);
+      const int64_t hour = t - (t % 3600'000);
+      std::string key =
+          FormatIso8601(hour) + "/" + std::string(r.GetPath(FieldPath::Parse("country")).s);
+      std::string amount;
+      r.GetPath(FieldPath::Parse("amount")).AppendJson(&amount);
+      auto& s = sums[key];
+      s.first += static_cast<int64_t>(std::llround(std::stod(amount) * 100));
+      s.second += 1;
+    }
+    std::map<std::string, WindowResult> out;
+    for (const auto& [key, s] : sums) {
+      out[key].text = absl::StrCat(s.first, "/", s.second);
+    }
+    return out;
+  }
+
+  std::unique_ptr<EmbeddedBroker> broker_;
+  std::vector<std::string> lines_;
+};
+
+// FINAL results as "cents/orders" for comparison with the offline answer.
+std::map<std::string, WindowResult> AsCents(const std::map<std::string, WindowResult>& in) {
+  std::map<std::string, WindowResult> out;
+  for (const auto& [key, w] : in) {
+    const size_t a = w.text.find('=') + 1, b = w.text.find(' ');
+    const double revenue = std::stod(w.text.substr(a, b - a));
+    const std::string orders = w.text.substr(w.text.rfind('=') + 1);
+    out[key].text = absl::StrCat(std::llround(revenue * 100), "/", orders);
+  }
+  return out;
+}
+
+TEST_F(ParallelJobTest, ExchangeJobGivesTheSameFinalResultsForEveryParallelism) {
+  const std::string one = RunJob(1, 0);
+  const auto reference = FinalResults(one + "/out");
+  ASSERT_FALSE(reference.empty());
+  for (const auto& [key, w] : reference) EXPECT_EQ(w.finals, 1) << key;
+  const auto offline = Offline();
+  const auto cents = AsCents(reference);
+  ASSERT_EQ(cents.size(), offline.size());
+  for (const auto& [key, w] : offline) {
+    auto it = cents.find(key);
+    ASSERT_NE(it, cents.end()) << key;
+    EXPECT_EQ(it->second.text, w.text) << key;
+  }
+  const auto conflicts = ReadParts(one + "/out", "conflicts");
+  EXPECT_FALSE(conflicts.empty());
+  const auto late = ReadParts(one + "/out", "revenue");
+  EXPECT_TRUE(std::any_of(late.begin(), late.end(), [](const std::string& l) {
+    return l.find("\"LATE\"") != std::string::npos;
+  })) << "the input has late corrections";
+
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("parallelism ", n));
+    const std::string dir = RunJob(n, 0);
+    const auto results = FinalResults(dir + "/out");
+    ASSERT_EQ(results.size(), reference.size());
+    for (const auto& [key, w] : reference) {
+      auto it = results.find(key);
+      ASSERT_NE(it, results.end()) << key;
+      EXPECT_EQ(it->second.text, w.text) << key;
+      EXPECT_EQ(it->second.finals, 1) << key;
+    }
+    EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(), conflicts.size());
+    EXPECT_TRUE(ReadParts(dir + "/out", "too_late").empty());
+    // One part file per task of the window's stage.
+    EXPECT_TRUE(std::filesystem::exists(dir + "/out/revenue.part-0.jsonl"));
+    EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/out/revenue.part-", n - 1, ".jsonl")));
+  }
+}
+
+TEST_F(ParallelJobTest, JobWideCheckpointsCommitEveryTasksOutput) {
+  const auto reference = FinalResults(RunJob(1, 0) + "/out");
+  const std::string dir = RunJob(3, 50);
+  const auto results = FinalResults(dir + "/out");
+  ASSERT_EQ(results.size(), reference.size());
+  for (const auto& [key, w] : reference) {
+    auto it = results.find(key);
+    ASSERT_NE(it, results.end()) << key;
+    EXPECT_EQ(it->second.text, w.text) << key;
+  }
+  // The job's commit record names the last checkpoint every task stored.
+  std::ifstream record(dir + "/data/checkpoints/revenue-3-50/job-checkpoint");
+  std::string text((std::istreambuf_iterator<char>(record)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, ::testing::HasSubstr("tasks=9"));
+  EXPECT_THAT(text, ::testing::HasSubstr("parallelism=3"));
+}
+
+}  // namespace
+}  // namespace caravela

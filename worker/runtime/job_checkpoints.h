@@ -1,0 +1,94 @@
+// JobCheckpoints: the job-wide checkpoint and lifecycle signals between the
+// coordinating thread of a parallel job (JobRunner) and its task threads
+// (SPEC §8 "Checkpoints are job-wide").
+//
+// Protocol, checkpoint n:
+//   1. the coordinator Trigger(n) (only when no checkpoint is in flight, and
+//      only after Complete(n-1));
+//   2. each task, once it sees n triggered and every exchange input delivered
+//      barrier n (aligned), writes barrier n into its exchange outputs, stores
+//      its state (task manifest n) and calls Stored(task, n);
+//   3. when every task stored n, the coordinator writes the job's commit
+//      record for n (JobRunner: the commit point) and calls Complete(n);
+//   4. tasks see completed() == n and commit their sinks for n before they
+//      store n+1.
+// A checkpoint triggered with `stop` ends the job after it: tasks stop
+// reading input once they stored it, commit when it completes, and return
+// when the coordinator calls Finish(). A job without checkpoints is finished
+// when every task is drained.
+//
+// Threading: every method is thread-safe (atomics and one mutex).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "common/status.h"
+
+namespace caravela {
+
+class JobCheckpoints {
+ public:
+  explicit JobCheckpoints(int tasks)
+      : stored_(tasks), drained_(tasks) {
+    for (auto& s : stored_) s.store(0);
+    for (auto& d : drained_) d.store(false);
+  }
+  int tasks() const { return static_cast<int>(stored_.size()); }
+
+  // ---- coordinator
+  void Trigger(int64_t id, bool stop) {
+    stop_at_.store(stop ? id : 0);
+    triggered_.store(id);
+  }
+  bool AllStored(int64_t id) const {
+    for (const auto& s : stored_) {
+      if (s.load() < id) return false;
+    }
+    return true;
+  }
+  bool AllDrained() const {
+    for (const auto& d : drained_) {
+      if (!d.load()) return false;
+    }
+    return true;
+  }
+  void Complete(int64_t id) { completed_.store(id); }
+  void Finish() { finish_.store(true); }
+  // First error of any task (the coordinator stops the job).
+  absl::Status error() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return error_;
+  }
+  bool failed() const { return failed_.load(); }
+
+  // ---- tasks
+  int64_t triggered() const { return triggered_.load(); }
+  // True if checkpoint `id` ends the job.
+  bool stops_at(int64_t id) const { return id != 0 && stop_at_.load() == id; }
+  void Stored(int task, int64_t id) { stored_[task].store(id); }
+  int64_t completed() const { return completed_.load(); }
+  // The task read all its input and propagated it (bounded inputs ended).
+  void SetDrained(int task) { drained_[task].store(true); }
+  bool finished() const { return finish_.load(); }
+  void Fail(const absl::Status& st) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (error_.ok()) error_ = st;
+    failed_.store(true);
+  }
+
+ private:
+  std::vector<std::atomic<int64_t>> stored_;
+  std::vector<std::atomic<bool>> drained_;
+  std::atomic<int64_t> triggered_{0};
+  std::atomic<int64_t> stop_at_{0};
+  std::atomic<int64_t> completed_{0};
+  std::atomic<bool> finish_{false};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mu_;
+  absl::Status error_;
+};
+
+}  // namespace caravela

@@ -1,0 +1,343 @@
+#include "worker/runtime/job_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/failpoint.h"
+#include "spdlog/spdlog.h"
+#include "worker/checkpoint/checkpoint_storage.h"
+#include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_source.h"
+#include "worker/exchange/exchange.h"
+#include "worker/runtime/job_checkpoints.h"
+
+namespace caravela {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("runtime");
+    if (!l) l = spdlog::default_logger()->clone("runtime");
+    return l;
+  }();
+  return log;
+}
+
+// Outstanding exchange bytes per partition before a writer waits for its
+// readers (the embedded broker keeps ~5 MiB per partition).
+constexpr int64_t kExchangeFlowLimitBytes = 2 << 20;
+
+// The job's commit record: "checkpoint=N\ntasks=T\nparallelism=P\n".
+struct JobRecord {
+  int64_t checkpoint = 0;
+  int tasks = 0;
+  int parallelism = 0;
+};
+
+std::string EncodeJobRecord(const JobRecord& r) {
+  return absl::StrCat("checkpoint=", r.checkpoint, "\ntasks=", r.tasks,
+                      "\nparallelism=", r.parallelism, "\n");
+}
+
+bool DecodeJobRecord(absl::string_view text, JobRecord* r) {
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits('=', 1));
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(kv.second, &v)) return false;
+    if (kv.first == "checkpoint") r->checkpoint = v;
+    if (kv.first == "tasks") r->tasks = static_cast<int>(v);
+    if (kv.first == "parallelism") r->parallelism = static_cast<int>(v);
+  }
+  return r->checkpoint > 0;
+}
+
+absl::StatusOr<int64_t> ReadInt(CheckpointStorage& storage, const std::string& key) {
+  ASSIGN_OR_RETURN(bool exists, storage.Exists(key));
+  if (!exists) return 0;
+  ASSIGN_OR_RETURN(std::string text, storage.Read(key));
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &v)) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt ", storage.url(), "/", key, ": \"", text, "\""));
+  }
+  return v;
+}
+
+}  // namespace
+
+struct JobRunner::Impl {
+  JobSpec spec;
+  RunOptions options;
+  MetricsRegistry* metrics = nullptr;
+  bool parallel = false;
+  int parallelism = 1;
+  std::unique_ptr<EmbeddedBroker> broker;  // exchanges of a job that names no cluster
+  std::unique_ptr<CheckpointStorage> storage;
+  std::string record_key;
+  int64_t epoch = 0;
+  int64_t restore_id = 0;
+  std::unique_ptr<JobCheckpoints> job;
+  std::vector<std::unique_ptr<ExchangeFlowControl>> flows;
+};
+
+JobRunner::~JobRunner() = default;
+
+absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
+                                                       const std::string& embedded_bootstrap) {
+  SourcePartitions out;
+  for (const SourceSpec& ss : spec.sources) {
+    if (ss.kind != SourceSpec::Kind::kKafka) continue;
+    KafkaSourceOptions ko;
+    ko.bootstrap = ss.kafka.bootstrap.empty() ? embedded_bootstrap : ss.kafka.bootstrap;
+    ko.topic = ss.kafka.topic;
+    KafkaSource probe(ko);
+    absl::Status st = probe.Open();
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));
+    }
+    out[ss.name] = probe.PartitionCount();
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec,
+                                                             RunOptions options,
+                                                             MetricsRegistry* metrics) {
+  std::unique_ptr<JobRunner> r(new JobRunner());
+  r->impl_ = std::make_unique<Impl>();
+  Impl& im = *r->impl_;
+  im.spec = spec;
+  im.options = options;
+  im.metrics = metrics;
+  im.parallelism = options.parallelism > 0 ? options.parallelism : spec.parallelism;
+  SourcePartitions partitions;
+  if (im.parallelism > 1) {
+    ASSIGN_OR_RETURN(partitions, QuerySourcePartitions(spec, options.embedded_bootstrap));
+  }
+  ASSIGN_OR_RETURN(r->plan_, PlanJob(spec, im.parallelism, partitions));
+  for (const StagePlan& st : r->plan_.stages) im.parallel = im.parallel || st.tasks > 1;
+  if (!im.parallel) {
+    // Every stage has one task: the whole job is one task, no exchange.
+    ASSIGN_OR_RETURN(auto t, Task::Create(spec, options, TaskPlacement{}, metrics));
+    r->tasks_.push_back(std::move(t));
+    return r;
+  }
+  if (!options.from_savepoint.empty() || !options.savepoint_on_stop.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "savepoints of a job with parallelism ", im.parallelism,
+        " are not supported yet; run it with --parallelism 1 to take or start from one"));
+  }
+  for (size_t i = 0; i < spec.sinks.size(); ++i) {
+    if (spec.sinks[i].exactly_once) {
+      return absl::UnimplementedError(absl::StrCat(
+          "spec.sinks[", i, "].kafka.exactly_once with parallelism ", im.parallelism,
+          " is not supported yet (one transaction per task is not coordinated); use "
+          "parallelism 1 or the default at-least-once mode with revisions"));
+    }
+  }
+
+  // The Kafka cluster that carries the exchanges: the job's (the first
+  // bootstrap it names), else the embedded one.
+  std::string bootstrap;
+  for (const SourceSpec& ss : spec.sources) {
+    if (bootstrap.empty() && ss.kind == SourceSpec::Kind::kKafka) bootstrap = ss.kafka.bootstrap;
+  }
+  for (const SinkSpec& ss : spec.sinks) {
+    if (bootstrap.empty() && ss.kind == SinkSpec::Kind::kKafka) bootstrap = ss.bootstrap;
+  }
+  if (bootstrap.empty()) bootstrap = options.embedded_bootstrap;
+  if (bootstrap.empty()) {
+    ASSIGN_OR_RETURN(im.broker, EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions));
+    bootstrap = im.broker->bootstrap();
+    Log()->info("[job={}] embedded Kafka broker for exchanges at {}", spec.name, bootstrap);
+  }
+
+  // Epoch and the job's last complete checkpoint.
+  const int total_tasks = r->plan_.total_tasks();
+  if (spec.checkpoint.interval > 0) {
+    std::string url = spec.checkpoint.storage;
+    if (url.empty()) {
+      url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
+    }
+    ASSIGN_OR_RETURN(im.storage, OpenCheckpointStorage(url));
+    const std::string prefix = spec.name + "/";
+    ASSIGN_OR_RETURN(int64_t job_epoch, ReadInt(*im.storage, prefix + "epoch"));
+    // A standalone run of the same job counted its epochs under task-0.
+    ASSIGN_OR_RETURN(int64_t task0_epoch, ReadInt(*im.storage, prefix + "task-0/epoch"));
+    im.epoch = std::max(job_epoch, task0_epoch) + 1;
+    RETURN_IF_ERROR(im.storage->Write(prefix + "epoch", std::to_string(im.epoch)));
+    im.record_key = prefix + "job-checkpoint";
+    ASSIGN_OR_RETURN(bool has_record, im.storage->Exists(im.record_key));
+    if (has_record) {
+      ASSIGN_OR_RETURN(std::string text, im.storage->Read(im.record_key));
+      JobRecord rec;
+      if (!DecodeJobRecord(text, &rec)) {
+        return absl::DataLossError(
+            absl::StrCat("corrupt job checkpoint record ", url, "/", im.record_key));
+      }
+      if (rec.tasks != total_tasks || rec.parallelism != im.parallelism) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint ", rec.checkpoint, " of job ", spec.name, " was taken with parallelism ",
+            rec.parallelism, " (", rec.tasks, " tasks); this run has parallelism ",
+            im.parallelism, " (", total_tasks,
+            " tasks). Changing it needs a rescale, which is not supported yet: run with "
+            "--parallelism ",
+            rec.parallelism, ", or start from scratch with another --data-dir"));
+      }
+      im.restore_id = rec.checkpoint;
+    }
+  }
+
+  for (const ExchangePlan& ex : r->plan_.exchanges) {
+    RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
+    im.flows.push_back(
+        std::make_unique<ExchangeFlowControl>(ex.partitions, kExchangeFlowLimitBytes));
+  }
+  im.job = std::make_unique<JobCheckpoints>(total_tasks);
+
+  // Every task (readers included) is created before any runs: readers start
+  // at the exchanges' log end, before a writer of this epoch writes.
+  RunOptions task_options = options;
+  task_options.progress_interval_ms = 0;
+  int global_id = 0;
+  for (const StagePlan& st : r->plan_.stages) {
+    for (int i = 0; i < st.tasks; ++i) {
+      TaskPlacement pl;
+      pl.plan = &r->plan_;
+      pl.stage = st.id;
+      pl.index = i;
+      pl.global_id = global_id++;
+      pl.epoch = im.epoch;
+      pl.exchange_bootstrap = bootstrap;
+      for (auto& f : im.flows) pl.flow.push_back(f.get());
+      pl.checkpoints = im.job.get();
+      pl.source_partitions = partitions;
+      pl.restore_checkpoint = im.restore_id;
+      auto t = Task::Create(spec, task_options, std::move(pl), metrics);
+      if (!t.ok()) {
+        return absl::Status(t.status().code(), absl::StrCat("stage ", st.id, " task ", i, ": ",
+                                                            t.status().message()));
+      }
+      r->tasks_.push_back(std::move(*t));
+    }
+  }
+  Log()->info("[job={}] {} tasks in {} stages, {} exchanges, epoch {}{}", spec.name,
+              total_tasks, r->plan_.stages.size(), r->plan_.exchanges.size(), im.epoch,
+              im.restore_id > 0 ? absl::StrCat(", restored checkpoint ", im.restore_id) : "");
+  if (im.restore_id > 0) metrics->Get("restores_total")->Add();
+  return r;
+}
+
+int64_t JobRunner::records_in() const {
+  int64_t n = 0;
+  for (const auto& t : tasks_) n += t->records_in();
+  return n;
+}
+
+int64_t JobRunner::records_out() const {
+  int64_t n = 0;
+  for (const auto& t : tasks_) n += t->records_out();
+  return n;
+}
+
+absl::Status JobRunner::Run() {
+  Impl& im = *impl_;
+  if (!im.parallel) return tasks_[0]->Run();
+  JobCheckpoints& job = *im.job;
+  std::vector<std::thread> threads;
+  std::vector<std::atomic<bool>> done(tasks_.size());
+  for (auto& d : done) d.store(false);
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    threads.emplace_back([this, &job, &done, i] {
+      absl::Status st = tasks_[i]->Run();
+      if (!st.ok()) {
+        Log()->error("[job={}] task {} failed: {}", impl_->spec.name, tasks_[i]->name(),
+                     std::string(st.message()));
+        job.Fail(absl::Status(st.code(), absl::StrCat(tasks_[i]->name(), ": ", st.message())));
+        for (auto& f : impl_->flows) f->Abort();
+      }
+      done[i].store(true);
+    });
+  }
+
+  using Clock = std::chrono::steady_clock;
+  const bool checkpointing = im.storage != nullptr;
+  const auto interval = std::chrono::milliseconds(std::max<int64_t>(1, im.spec.checkpoint.interval));
+  auto next_at = Clock::now() + interval;
+  auto last_progress = Clock::now();
+  int64_t last_in = 0;
+  int64_t next_id = im.restore_id + 1;
+  int64_t in_flight = 0;
+  Clock::time_point in_flight_since;
+  bool finishing = false;
+  auto all_done = [&] {
+    return std::all_of(done.begin(), done.end(), [](const auto& d) { return d.load(); });
+  };
+  while (!all_done()) {
+    if (job.failed()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    const bool stop = im.options.stop != nullptr && im.options.stop->load();
+    if (in_flight > 0 && job.AllStored(in_flight)) {
+      // Every task stored it: the job's record is the commit point.
+      JobRecord rec{in_flight, static_cast<int>(tasks_.size()), im.parallelism};
+      absl::Status st = im.storage->Write(im.record_key, EncodeJobRecord(rec));
+      if (!st.ok()) {
+        job.Fail(st);
+        continue;
+      }
+      Failpoint("checkpoint.after_job_record");
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
+                                                                            in_flight_since)
+                          .count();
+      im.metrics->Get("job_checkpoints_total")->Add();
+      im.metrics->Get("job_checkpoint_last_id")->Set(in_flight);
+      im.metrics->Get("job_checkpoint_last_duration_ms")->Set(ms);
+      Log()->debug("[job={}] checkpoint {} complete on {} tasks in {} ms", im.spec.name,
+                   in_flight, tasks_.size(), ms);
+      job.Complete(in_flight);
+      if (job.stops_at(in_flight)) job.Finish();
+      in_flight = 0;
+    }
+    if (in_flight == 0 && !finishing) {
+      const bool end = job.AllDrained() || stop;
+      if (checkpointing && (end || Clock::now() >= next_at)) {
+        in_flight = next_id++;
+        in_flight_since = Clock::now();
+        // The last checkpoint (input drained or stop) ends the job.
+        job.Trigger(in_flight, end);
+        finishing = end;
+        next_at = Clock::now() + interval;
+      } else if (!checkpointing && end) {
+        job.Finish();
+        finishing = true;
+      }
+    }
+    if (im.options.progress_interval_ms > 0 && im.options.progress_out != nullptr &&
+        Clock::now() - last_progress >= std::chrono::milliseconds(im.options.progress_interval_ms)) {
+      const double secs =
+          std::chrono::duration<double>(Clock::now() - last_progress).count();
+      const int64_t in = records_in();
+      std::fprintf(im.options.progress_out,
+                   "[caravela] %zu tasks in=%lld out=%lld rate=%.0f ev/s checkpoint=%lld\n",
+                   tasks_.size(), static_cast<long long>(in),
+                   static_cast<long long>(records_out()),
+                   static_cast<double>(in - last_in) / std::max(secs, 1e-3),
+                   static_cast<long long>(job.completed()));
+      std::fflush(im.options.progress_out);
+      last_in = in;
+      last_progress = Clock::now();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (auto& t : threads) t.join();
+  return job.error();
+}
+
+}  // namespace caravela

@@ -1,0 +1,61 @@
+// JobRunner: runs one job in this process as the tasks of its plan (SPEC §8):
+// plans the job (common/job_plan.h), creates the exchange topics, starts one
+// thread per task and coordinates job-wide checkpoints (JobCheckpoints):
+// triggers checkpoint n every spec.checkpoint.interval, and once every task
+// stored n writes the job's commit record `<job>/job-checkpoint` (the commit
+// point: sinks publish n only after it) and tells the tasks to commit.
+//
+// Restore: every start takes a new epoch (`<job>/epoch`, +1, written before
+// anything runs) and restores every task to the job's last complete
+// checkpoint; exchange readers start at the log end (records of older epochs
+// are never read: everything before the checkpoint's barriers is in the
+// restored state, everything after is produced again with the new epoch).
+//
+// A job whose every stage has one task runs as one standalone Task on the
+// calling thread, without exchanges (the single-task path, unchanged).
+//
+// Threading: Create and Run from one thread; Run blocks until the job ends.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "worker/runtime/metrics.h"
+#include "worker/runtime/pipeline.h"
+#include "worker/runtime/task.h"
+
+namespace caravela {
+
+class JobRunner {
+ public:
+  ~JobRunner();
+  static absl::StatusOr<std::unique_ptr<JobRunner>> Create(const JobSpec& spec,
+                                                           RunOptions options,
+                                                           MetricsRegistry* metrics);
+  absl::Status Run();
+
+  const JobPlan& plan() const { return plan_; }
+  int task_count() const { return static_cast<int>(tasks_.size()); }
+  Task& task(int i) { return *tasks_[i]; }
+  int64_t records_in() const;
+  int64_t records_out() const;
+
+  struct Impl;
+
+ private:
+  JobRunner() = default;
+  JobPlan plan_;
+  std::vector<std::unique_ptr<Task>> tasks_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Partition counts of the job's Kafka sources (asks the brokers; waits for
+// missing topics like a Kafka source does). File sources are not listed.
+absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
+                                                       const std::string& embedded_bootstrap);
+
+}  // namespace caravela

@@ -1,0 +1,1624 @@
+#include "worker/runtime/task.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/expr.h"
+#include "common/failpoint.h"
+#include "common/json.h"
+#include "spdlog/spdlog.h"
+#include "worker/checkpoint/checkpoint_manager.h"
+#include "worker/connectors/file_connectors.h"
+#include "worker/connectors/kafka_sink.h"
+#include "worker/connectors/kafka_source.h"
+#include "worker/connectors/sink_factory.h"
+#include "worker/exchange/exchange.h"
+#include "worker/operators/basic_operators.h"
+#include "worker/operators/dedup_operator.h"
+#include "worker/operators/interval_join_operator.h"
+#include "worker/operators/table_join_operators.h"
+#include "worker/operators/window_join_operator.h"
+#include "worker/operators/window_operator.h"
+#include "worker/runtime/event_time.h"
+#include "worker/runtime/job_checkpoints.h"
+#include "worker/runtime/watermark.h"
+#include "xxhash.h"
+
+namespace caravela {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("runtime");
+    if (!l) l = spdlog::default_logger()->clone("runtime");
+    return l;
+  }();
+  return log;
+}
+
+// A consumer of a node's output (main or one side output).
+struct Edge {
+  int op = -1;      // operator index, or -1
+  int input = 0;    // input index of the operator (also for writers)
+  int sink = -1;    // sink index, or -1
+  int writer = -1;  // exchange writer index, or -1 (the operator runs in another stage)
+};
+
+struct NodeOutputs {
+  std::vector<Edge> main;
+  std::vector<std::vector<Edge>> sides;  // per side output
+  std::vector<std::string> side_names;   // "<node>.<side>"
+  std::vector<FieldPath> key_fields;     // sink keys of main-output records
+  std::vector<std::string> key_names;
+};
+
+struct SourceNode {
+  const SourceSpec* spec = nullptr;
+  // False for a source another stage reads (parallel jobs): nothing is opened.
+  bool present = true;
+  // Kafka partitions this task reads (empty: all); p % tasks == index.
+  std::vector<int32_t> owned;
+  std::unique_ptr<RawSource> raw;
+  std::unique_ptr<SourceWatermark> wm;
+  FieldPath partition_path, arrival_path;
+  absl::flat_hash_map<std::string, int> partition_ids;
+  // Decoded records waiting to be applied, [head, size).
+  RecordBatch pending;
+  std::vector<uint8_t> pending_invalid;
+  size_t head = 0;
+  int64_t last_arrival = kMinTime;
+  bool finished = false;
+  bool preload = false;  // a lookup table: read whole before anything else
+  // Per raw partition: offset after the last applied record, and the arrival
+  // time of the last applied record (checkpoints: prefetched records are
+  // read again after a restore, so neither may include them).
+  std::vector<int64_t> applied;
+  int64_t applied_arrival = kMinTime;
+  Output out{1};
+  Counter* in = nullptr;
+  Counter* invalid = nullptr;
+  bool has_pending() const { return head < pending.size(); }
+};
+
+struct OperatorNode {
+  const OperatorSpec* spec = nullptr;
+  std::unique_ptr<Operator> op;  // built for every operator (key fields, side outputs)
+  bool here = true;              // false: it runs in another stage (never opened)
+  // Per input: the exchange reader feeding it, or -1 (the input node is local).
+  std::vector<int> input_reader;
+  std::unique_ptr<OperatorContext> ctx;
+  std::vector<int> inputs;  // node ids
+  Output out;
+};
+
+// An exchange topic this task consumes: records for one operator's inputs.
+struct ReaderNode {
+  const ExchangePlan* plan = nullptr;
+  std::unique_ptr<ExchangeReader> reader;
+  int op = -1;  // operator index
+  std::vector<RecordBatch> by_input;
+  std::vector<Output> outs;  // per input: the batch handed to the operator
+  int64_t aligned = 0;       // barrier id aligned and not yet released
+};
+
+// An exchange topic this task produces into.
+struct WriterNode {
+  const ExchangePlan* plan = nullptr;
+  std::unique_ptr<ExchangeWriter> writer;
+  std::vector<int> from;  // local node ids whose output goes through it
+  int64_t sent_wm = kMinTime;
+  bool sent_idle = false;
+  std::chrono::steady_clock::time_point sent_at;
+};
+
+struct SinkNode {
+  std::string name;
+  std::unique_ptr<Sink> sink;
+  Counter* written = nullptr;
+  bool dead_letter = false;
+};
+
+// "out/revenue.jsonl" -> "out/revenue.part-2.jsonl" (a part file per task of
+// a parallel job; see docs/semantics.md "Parallel jobs").
+std::string PartFilePath(const std::string& path, int part) {
+  std::filesystem::path p(path);
+  std::string stem = p.stem().string();
+  std::string ext = p.extension().string();
+  return (p.parent_path() / absl::StrCat(stem, ".part-", part, ext)).string();
+}
+
+}  // namespace
+
+struct Task::Impl {
+  JobSpec spec;
+  RunOptions options;
+  TaskPlacement placement;
+  std::string name;  // "job" or "job/stage-1/task-2" (log prefix)
+  MetricsRegistry* metrics = nullptr;
+  std::unique_ptr<StateBackend> state_owner;
+  StateBackend* state = nullptr;
+  SystemClock system_clock;
+  ManualClock manual_clock;
+  const Clock* clock = nullptr;
+  bool arrival_mode = false;
+
+  std::vector<SourceNode> sources;  // node ids [0, S)
+  std::vector<OperatorNode> ops;    // node ids [S, S+O)
+  std::vector<SinkNode> sinks;
+  std::vector<ReaderNode> readers;  // exchanges consumed (parallel jobs)
+  std::vector<WriterNode> writers;  // exchanges produced (parallel jobs)
+  std::vector<NodeOutputs> outputs;  // per node id
+  std::vector<int64_t> node_wm;      // output watermark per node id
+  std::vector<uint8_t> node_idle;
+  int dead_letter_sink = -1;
+
+  JsonDecoder decoder;
+  // Processing time of the records of the current poll (read once per poll,
+  // at its first record: a clock read per record costs ~2% of the hot path).
+  int64_t poll_now = kMinTime;
+  std::string json;
+  std::string key;
+  const FieldPath revision_path = FieldPath::Parse("revision");
+  const FieldPath state_path = FieldPath::Parse("state");
+  // Read by the job's coordinating thread (progress): relaxed atomics.
+  std::atomic<int64_t> records_in{0};
+  std::atomic<int64_t> records_out{0};
+  int64_t invalid_total = 0;
+  std::chrono::steady_clock::time_point started, last_progress, last_flush, last_state_flush;
+  int64_t progress_records_in = 0;
+
+  // Checkpoints (SPEC §6); null when the job has none and no savepoint is used.
+  std::unique_ptr<CheckpointManager> checkpoints;
+  int64_t epoch = 0;
+  int64_t checkpoint_interval_ms = 0;
+  int64_t last_checkpoint_id = 0;  // for the progress line
+  std::chrono::steady_clock::time_point last_checkpoint_at;
+  int64_t next_checkpoint_at = kMinTime;  // processing time; kMinTime: not scheduled yet
+  std::string spec_hash;
+  std::optional<CheckpointManifest> savepoint;  // options.from_savepoint's manifest
+
+  // Parallel jobs: the job's coordination (null: standalone), the last
+  // checkpoint this task stored and committed, and whether it stopped reading
+  // input after a stopping checkpoint.
+  JobCheckpoints* job = nullptr;
+  const StagePlan* stage = nullptr;
+  int64_t stored_id = 0;
+  int64_t committed_id = 0;
+  bool stopped = false;
+  bool drained = false;
+
+  bool parallel() const { return placement.plan != nullptr; }
+  bool OperatorHere(const OperatorSpec& os) const {
+    if (!parallel()) return true;
+    auto it = placement.plan->stage_of.find(os.name);
+    return it != placement.plan->stage_of.end() && it->second == placement.stage;
+  }
+
+  int S() const { return static_cast<int>(sources.size()); }
+  int NodeId(std::string_view name) const {
+    for (int i = 0; i < S(); ++i) {
+      if (sources[i].spec->name == name) return i;
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].spec->name == name) return S() + static_cast<int>(i);
+    }
+    return -1;
+  }
+  // True if node `id` (source or operator) runs in this task.
+  bool NodeHere(int id) const {
+    if (id < 0) return false;
+    return id < S() ? sources[id].present : ops[id - S()].here;
+  }
+  Output& OutputOf(int node) { return node < S() ? sources[node].out : ops[node - S()].out; }
+
+  absl::Status Build();
+  absl::StatusOr<std::unique_ptr<RawSource>> OpenRawSource(
+      const SourceSpec& ss, const std::vector<int32_t>& owned,
+      const std::map<int32_t, int64_t>& start_offsets);
+  // Parallel jobs: exchange readers and writers of the task's stage.
+  absl::Status OpenExchanges();
+  absl::Status PollReaders(int timeout_ms, bool* got);
+  absl::Status SendWatermarkMarkers(bool force);
+  // Parallel jobs: serves the coordinator (commit completed checkpoints,
+  // store triggered ones once aligned). Sets `stopped` after a stopping one.
+  absl::Status ServeCheckpoints();
+  absl::Status RunParallel();
+  // Checkpoints: manager and epoch (before Build), restore (after Build),
+  // periodic and final checkpoints, savepoints.
+  absl::Status OpenCheckpoints();
+  absl::Status Restore();
+  absl::Status ApplyManifest(const CheckpointManifest& m);
+  // `id` 0: the manager's next id (standalone); parallel jobs pass the job's.
+  absl::Status TakeCheckpoint(const std::string& savepoint_dir, int64_t id = 0);
+  absl::Status MaybeCheckpoint();
+  std::string SpecHash() const;
+  void Decode(SourceNode& src, const RawMessage& m);
+  absl::Status FillPending(SourceNode& src, int timeout_ms);
+  absl::Status ApplySourceBatch(int src_id, size_t count);
+  absl::Status Dispatch(int node);
+  absl::Status WriteSink(int sink, int node, const Record& r, std::string_view side_name);
+  absl::Status UpdateWatermarks();
+  absl::Status FireTimers();
+  // Flushes operator state into the backend and commits it when `force` or
+  // state_flush_interval_ms passed; flushes sinks when `force` or 200 ms
+  // passed.
+  absl::Status Commit(bool force);
+  int64_t NextTimer() const;
+  int64_t Backlog(const SourceNode& src, int partition) const;
+  absl::Status Preload();
+  absl::Status RunArrivalMode();
+  absl::Status RunWallMode();
+  absl::Status Finish();
+  void Progress(bool force);
+};
+
+Task::~Task() = default;
+
+StateBackend& Task::state() { return *impl_->state; }
+const std::string& Task::name() const { return impl_->name; }
+int64_t Task::records_in() const { return impl_->records_in.load(std::memory_order_relaxed); }
+int64_t Task::records_out() const { return impl_->records_out.load(std::memory_order_relaxed); }
+
+absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptions options,
+                                                   TaskPlacement placement,
+                                                   MetricsRegistry* metrics) {
+  std::unique_ptr<Task> t(new Task());
+  t->impl_ = std::make_unique<Impl>();
+  Impl& im = *t->impl_;
+  im.spec = spec;
+  im.options = std::move(options);
+  im.placement = std::move(placement);
+  im.metrics = metrics;
+  im.job = im.placement.checkpoints;
+  im.name = spec.name;
+  std::string dir = im.options.data_dir;
+  if (im.parallel()) {
+    im.stage = &im.placement.plan->stages[im.placement.stage];
+    im.name = absl::StrCat(spec.name, "/stage-", im.placement.stage, "/task-",
+                           im.placement.index);
+    dir = absl::StrCat(im.options.data_dir, "/task-", im.placement.global_id);
+  }
+  if (im.options.in_memory_state) {
+    im.state_owner = NewMemoryBackend();
+  } else {
+    // Every run starts from empty local state: the state of a previous run is
+    // ahead of its last checkpoint (or, without checkpoints, of the input's
+    // start), so reusing it would count events twice. A checkpoint or
+    // savepoint, if any, is restored into it below.
+    std::error_code ec;
+    std::filesystem::remove_all(dir + "/state", ec);
+    std::filesystem::create_directories(dir, ec);
+    ASSIGN_OR_RETURN(im.state_owner, OpenRocksDbBackend(dir + "/state"));
+  }
+  im.state = im.state_owner.get();
+  RETURN_IF_ERROR(im.OpenCheckpoints());
+  RETURN_IF_ERROR(im.Build());
+  RETURN_IF_ERROR(im.Restore());
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<RawSource>> Task::Impl::OpenRawSource(
+    const SourceSpec& ss, const std::vector<int32_t>& owned,
+    const std::map<int32_t, int64_t>& start_offsets) {
+  std::unique_ptr<RawSource> raw;
+  absl::Status st;
+  if (ss.kind == SourceSpec::Kind::kFile) {
+    auto file = std::make_unique<FileSource>(ss.file.path);
+    st = file->Open();
+    auto it = start_offsets.find(0);
+    if (st.ok() && it != start_offsets.end() && it->second > 0) st = file->SkipLines(it->second);
+    raw = std::move(file);
+  } else {
+    KafkaSourceOptions ko;
+    ko.bootstrap = ss.kafka.bootstrap.empty() ? options.embedded_bootstrap : ss.kafka.bootstrap;
+    ko.topic = ss.kafka.topic;
+    ko.start = ss.kafka.start;
+    ko.start_offsets = start_offsets;
+    ko.partitions = owned;
+    raw = std::make_unique<KafkaSource>(ko);
+    st = raw->Open();
+    if (st.ok() && ss.kafka.bounded) st = raw->StopAtCurrentEnd();
+  }
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));
+  }
+  return raw;
+}
+
+absl::Status Task::Impl::Build() {
+  // Processing time: arrival-driven iff every source is a file with arrival_field.
+  // (Lookup tables are preloaded, so their arrival times do not matter.)
+  arrival_mode = !spec.sources.empty();
+  for (const SourceSpec& s : spec.sources) {
+    bool lookup_table = false;
+    for (const OperatorSpec& os : spec.operators) {
+      lookup_table = lookup_table ||
+                     (os.kind == OperatorSpec::Kind::kLookupJoin && os.table_join.table == s.name);
+    }
+    if (lookup_table && s.kind == SourceSpec::Kind::kFile) continue;
+    if (s.kind != SourceSpec::Kind::kFile || s.file.arrival_field.empty()) arrival_mode = false;
+  }
+  // A task of a parallel job sees only part of the input: processing time is
+  // the clock's (arrival times still travel with the records).
+  if (parallel()) arrival_mode = false;
+  clock = arrival_mode ? static_cast<const Clock*>(&manual_clock)
+                       : (options.clock ? options.clock : &system_clock);
+  int64_t start_time = arrival_mode ? kMinTime : clock->NowMs();
+
+  // Sources.
+  sources.resize(spec.sources.size());
+  for (size_t i = 0; i < spec.sources.size(); ++i) {
+    const SourceSpec& ss = spec.sources[i];
+    SourceNode& src = sources[i];
+    src.spec = &ss;
+    if (ss.kind == SourceSpec::Kind::kFile) {
+      src.partition_path = FieldPath::Parse(ss.file.partition_field);
+      src.arrival_path = FieldPath::Parse(ss.file.arrival_field);
+    }
+    src.wm = std::make_unique<SourceWatermark>(ss.watermark, start_time);
+    if (parallel()) {
+      const bool mine = std::find(stage->sources.begin(), stage->sources.end(), ss.name) !=
+                        stage->sources.end();
+      const bool broadcast = std::find(stage->broadcast.begin(), stage->broadcast.end(),
+                                       ss.name) != stage->broadcast.end();
+      src.present = mine || broadcast;
+      if (!src.present) continue;
+      if (mine && stage->tasks > 1 && ss.kind == SourceSpec::Kind::kKafka) {
+        auto it = placement.source_partitions.find(ss.name);
+        if (it == placement.source_partitions.end()) {
+          return absl::InternalError(absl::StrCat("source ", ss.name, ": partition count unknown"));
+        }
+        for (int p = 0; p < it->second; ++p) {
+          if (p % stage->tasks == placement.index) src.owned.push_back(p);
+        }
+        src.wm->SetOwnership(stage->tasks, placement.index);
+      }
+    }
+    ASSIGN_OR_RETURN(src.raw, OpenRawSource(ss, src.owned, {}));
+    src.applied = src.raw->Positions();
+    if (ss.kind == SourceSpec::Kind::kKafka) src.wm->EnsurePartitions(src.raw->PartitionCount());
+    std::string labels = absl::StrCat("source=\"", ss.name, "\"");
+    src.in = metrics->Get("records_in_total", labels);
+    src.invalid = metrics->Get("invalid_records_total", labels);
+  }
+
+  // Operators (spec order is topological: inputs are defined earlier).
+  ops.resize(spec.operators.size());
+  for (size_t i = 0; i < spec.operators.size(); ++i) {
+    const OperatorSpec& os = spec.operators[i];
+    OperatorNode& on = ops[i];
+    on.spec = &os;
+    for (const std::string& in : os.Inputs()) {
+      int id = NodeId(in);
+      if (id < 0 || id >= S() + static_cast<int>(i)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("operator ", os.name, ": input \"", in, "\" is not defined before it"));
+      }
+      on.inputs.push_back(id);
+    }
+    switch (os.kind) {
+      case OperatorSpec::Kind::kFilter: {
+        ASSIGN_OR_RETURN(auto e, Expr::Compile(os.filter.where));
+        on.op = std::make_unique<FilterOperator>(std::move(e));
+        break;
+      }
+      case OperatorSpec::Kind::kProject: {
+        std::vector<std::pair<std::string, std::unique_ptr<Expr>>> fields;
+        for (const auto& [name, text] : os.project.fields) {
+          ASSIGN_OR_RETURN(auto e, Expr::Compile(text));
+          fields.emplace_back(name, std::move(e));
+        }
+        on.op = std::make_unique<ProjectOperator>(std::move(fields));
+        break;
+      }
+      case OperatorSpec::Kind::kDedup: {
+        // The fingerprint ignores the arrival field of the source feeding it.
+        std::string exclude;
+        int up = on.inputs[0];
+        while (up >= S()) up = ops[up - S()].inputs.empty() ? -1 : ops[up - S()].inputs[0];
+        if (up >= 0) exclude = sources[up].spec->file.arrival_field;
+        on.op = std::make_unique<DedupOperator>(os.dedup.id, os.dedup.retention,
+                                                os.dedup.fingerprint, exclude);
+        break;
+      }
+      case OperatorSpec::Kind::kWindow:
+        on.op = std::make_unique<WindowOperator>(os.window);
+        break;
+      case OperatorSpec::Kind::kIntervalJoin: {
+        ASSIGN_OR_RETURN(on.op, IntervalJoinOperator::Create(os.interval_join));
+        break;
+      }
+      case OperatorSpec::Kind::kWindowJoin:
+        on.op = std::make_unique<WindowJoinOperator>(os.window_join);
+        break;
+      case OperatorSpec::Kind::kTemporalJoin:
+        on.op = std::make_unique<TemporalJoinOperator>(os.table_join, os.table_join.table);
+        break;
+      case OperatorSpec::Kind::kLookupJoin: {
+        on.op = std::make_unique<LookupJoinOperator>(os.table_join, os.table_join.table);
+        // The table is loaded whole before the first stream record (Preload).
+        int table = NodeId(os.table_join.table);
+        if (table >= 0 && table < S()) sources[table].preload = true;
+        break;
+      }
+    }
+    on.ctx = std::make_unique<OperatorContext>(os.name, state, metrics, clock);
+    on.ctx->set_epoch(epoch);
+    on.out.Resize(on.op->SideOutputs().size());
+    on.here = OperatorHere(os);
+    on.input_reader.assign(on.inputs.size(), -1);
+    if (on.here) RETURN_IF_ERROR(on.op->Open(*on.ctx));
+  }
+
+  // Outputs and key fields per node.
+  outputs.resize(sources.size() + ops.size());
+  node_wm.assign(outputs.size(), kMinTime);
+  node_idle.assign(outputs.size(), 0);
+  for (int i = 0; i < S(); ++i) {
+    outputs[i].sides.resize(1);
+    outputs[i].side_names = {sources[i].spec->name + ".invalid"};
+    for (const FieldPath& k : sources[i].spec->key) {
+      outputs[i].key_fields.push_back(k);
+      outputs[i].key_names.push_back(k.ToString());
+    }
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    NodeOutputs& no = outputs[S() + i];
+    for (const std::string& side : ops[i].op->SideOutputs()) {
+      no.side_names.push_back(ops[i].spec->name + "." + side);
+    }
+    no.sides.resize(no.side_names.size());
+    std::vector<std::string> keys = ops[i].op->OutputKeyFields();
+    // Joins combine records of several inputs: their output has no key.
+    if (keys.empty() && !ops[i].inputs.empty() &&
+        ops[i].spec->kind != OperatorSpec::Kind::kProject && !ops[i].spec->is_join()) {
+      no.key_fields = outputs[ops[i].inputs[0]].key_fields;
+      no.key_names = outputs[ops[i].inputs[0]].key_names;
+    } else {
+      for (const std::string& k : keys) {
+        no.key_fields.push_back(FieldPath{{k}});
+        no.key_names.push_back(k);
+      }
+    }
+    for (size_t in = 0; in < ops[i].inputs.size(); ++in) {
+      const int from = ops[i].inputs[in];
+      if (!NodeHere(from)) continue;  // fed by an exchange reader (OpenExchanges)
+      if (ops[i].here) {
+        outputs[from].main.push_back(Edge{static_cast<int>(i), static_cast<int>(in), -1});
+      }
+      // Edges into other stages' operators go to exchange writers (OpenExchanges).
+    }
+  }
+  RETURN_IF_ERROR(OpenExchanges());
+
+  // Sinks: a sink runs in the stage of the node it reads.
+  for (size_t sink_index = 0; sink_index < spec.sinks.size(); ++sink_index) {
+    SinkSpec ss = spec.sinks[sink_index];
+    std::string_view from_node = ss.from;
+    if (NodeId(from_node) < 0) from_node = from_node.substr(0, from_node.rfind('.'));
+    if (!NodeHere(NodeId(from_node))) continue;
+    if (parallel() && stage->tasks > 1 && ss.kind == SinkSpec::Kind::kFile) {
+      ss.path = PartFilePath(ss.path, placement.index);
+    }
+    SinkNode sn;
+    sn.name = ss.from;
+    SinkContext sc;
+    sc.job_name = spec.name;
+    sc.embedded_bootstrap = options.embedded_bootstrap;
+    sc.sink_index = static_cast<int>(sink_index);
+    sc.epoch = epoch;
+    sc.checkpointed = checkpoints != nullptr;
+    sc.task = parallel() ? placement.global_id : -1;
+    ASSIGN_OR_RETURN(sn.sink, MakeSink(ss, sc));
+    absl::Status st = sn.sink->Open();
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("sink for ", ss.from, ": ", st.message()));
+    }
+    sn.written = metrics->Get("sink_records_total", absl::StrCat("from=\"", ss.from, "\""));
+    int sink_id = static_cast<int>(sinks.size());
+    sinks.push_back(std::move(sn));
+    int node = NodeId(ss.from);
+    if (node >= 0) {
+      outputs[node].main.push_back(Edge{-1, 0, sink_id});
+      continue;
+    }
+    bool found = false;
+    for (size_t n = 0; n < outputs.size() && !found; ++n) {
+      for (size_t s = 0; s < outputs[n].side_names.size(); ++s) {
+        if (outputs[n].side_names[s] == ss.from) {
+          outputs[n].sides[s].push_back(Edge{-1, 0, sink_id});
+          found = true;
+          break;
+        }
+      }
+    }
+    if (!found) return absl::InvalidArgumentError("sink reads unknown output \"" + ss.from + "\"");
+  }
+
+  // Dead letter: every side output nobody reads.
+  bool need_dead_letter = false;
+  for (size_t n = 0; n < outputs.size(); ++n) {
+    if (!NodeHere(static_cast<int>(n))) continue;
+    for (const auto& edges : outputs[n].sides) {
+      need_dead_letter = need_dead_letter || edges.empty();
+    }
+  }
+  if (need_dead_letter) {
+    std::string path = spec.dead_letter_path.empty() ? options.data_dir + "/dead-letter.jsonl"
+                                                     : spec.dead_letter_path;
+    // One dead-letter file per task: dead-letter.part-<task>.jsonl.
+    if (parallel() && placement.plan->total_tasks() > 1) {
+      path = PartFilePath(path, placement.global_id);
+    }
+    SinkNode sn;
+    sn.name = "dead-letter";
+    sn.dead_letter = true;
+    sn.sink = std::make_unique<FileSink>(path, checkpoints != nullptr);
+    RETURN_IF_ERROR(sn.sink->Open());
+    sn.written = metrics->Get("dead_letter_records_total");
+    dead_letter_sink = static_cast<int>(sinks.size());
+    sinks.push_back(std::move(sn));
+    for (size_t n = 0; n < outputs.size(); ++n) {
+      if (!NodeHere(static_cast<int>(n))) continue;
+      for (auto& edges : outputs[n].sides) {
+        if (edges.empty()) edges.push_back(Edge{-1, 0, dead_letter_sink});
+      }
+    }
+  }
+  started = last_progress = last_flush = last_state_flush = std::chrono::steady_clock::now();
+  Log()->debug("[job={}] {} sources, {} operators, {} sinks; processing time: {}", spec.name,
+               sources.size(), ops.size(), sinks.size(), arrival_mode ? "arrival field" : "clock");
+  return absl::OkStatus();
+}
+
+// ---- Exchanges (parallel jobs, SPEC §8) ---------------------------------------
+
+absl::Status Task::Impl::OpenExchanges() {
+  if (!parallel()) return absl::OkStatus();
+  const JobPlan& plan = *placement.plan;
+  // Readers: the exchanges feeding this stage; this task owns partition
+  // `index` of each (an exchange has as many partitions as its consumers).
+  for (int x : stage->input_exchanges) {
+    const ExchangePlan& ex = plan.exchanges[x];
+    ReaderNode rn;
+    rn.plan = &ex;
+    int op = NodeId(ex.operator_name) - S();
+    if (op < 0) return absl::InternalError("exchange of unknown operator " + ex.operator_name);
+    rn.op = op;
+    ExchangeReaderOptions ro;
+    ro.bootstrap = placement.exchange_bootstrap;
+    ro.topic = ex.topic;
+    ro.partitions = {placement.index};
+    ro.producers = 0;
+    for (int ps : ex.producer_stages) ro.producers += plan.stages[ps].tasks;
+    ro.epoch = placement.epoch;
+    ro.start = "latest";
+    ro.flow = x < static_cast<int>(placement.flow.size()) ? placement.flow[x] : nullptr;
+    auto reader = ExchangeReader::Open(ro);
+    if (!reader.ok()) {
+      return absl::Status(reader.status().code(), absl::StrCat("exchange ", ex.topic, ": ",
+                                                               reader.status().message()));
+    }
+    rn.reader = std::move(*reader);
+    rn.outs.resize(ops[op].inputs.size());
+    const int reader_id = static_cast<int>(readers.size());
+    for (const ExchangePlan::Input& in : ex.inputs) ops[op].input_reader[in.input] = reader_id;
+    readers.push_back(std::move(rn));
+  }
+  // Writers: the exchanges this stage's nodes feed. Producer ids number the
+  // tasks of the producing stages consecutively, stages in id order.
+  for (int x : stage->output_exchanges) {
+    const ExchangePlan& ex = plan.exchanges[x];
+    WriterNode wn;
+    wn.plan = &ex;
+    ExchangeWriterOptions wo;
+    wo.bootstrap = placement.exchange_bootstrap;
+    wo.topic = ex.topic;
+    wo.partitions = ex.partitions;
+    wo.producer = placement.index;
+    for (int ps : ex.producer_stages) {
+      if (ps == placement.stage) break;
+      wo.producer += plan.stages[ps].tasks;
+    }
+    wo.epoch = placement.epoch;
+    wo.flow = x < static_cast<int>(placement.flow.size()) ? placement.flow[x] : nullptr;
+    const int op = NodeId(ex.operator_name) - S();
+    wo.keys.resize(ops[op].inputs.size());
+    const int writer_id = static_cast<int>(writers.size());
+    for (const ExchangePlan::Input& in : ex.inputs) {
+      if (in.producer_stage != placement.stage) continue;
+      wo.keys[in.input] = in.key;
+      const int from = NodeId(in.from);
+      outputs[from].main.push_back(Edge{-1, in.input, -1, writer_id});
+      wn.from.push_back(from);
+    }
+    auto writer = ExchangeWriter::Open(wo);
+    if (!writer.ok()) {
+      return absl::Status(writer.status().code(), absl::StrCat("exchange ", ex.topic, ": ",
+                                                               writer.status().message()));
+    }
+    wn.writer = std::move(*writer);
+    wn.sent_at = std::chrono::steady_clock::now();
+    writers.push_back(std::move(wn));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::PollReaders(int timeout_ms, bool* got) {
+  for (ReaderNode& rn : readers) {
+    for (RecordBatch& b : rn.by_input) b.clear();
+    ASSIGN_OR_RETURN(int n, rn.reader->Poll(options.batch_size, timeout_ms, &rn.by_input));
+    if (auto aligned = rn.reader->AlignedBarrier(); aligned.has_value()) rn.aligned = *aligned;
+    if (n == 0) continue;
+    *got = true;
+    OperatorNode& on = ops[rn.op];
+    for (size_t in = 0; in < rn.by_input.size(); ++in) {
+      if (rn.by_input[in].empty()) continue;
+      RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, static_cast<int>(in), rn.by_input[in], on.out));
+      RETURN_IF_ERROR(Dispatch(S() + rn.op));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::SendWatermarkMarkers(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  for (WriterNode& wn : writers) {
+    int64_t w = kMaxTime;
+    bool idle = true;
+    for (int from : wn.from) {
+      idle = idle && node_idle[from];
+    }
+    for (int from : wn.from) {
+      if (!idle && node_idle[from]) continue;
+      w = std::min(w, node_wm[from]);
+    }
+    const bool moved = w > wn.sent_wm;
+    const bool due = now - wn.sent_at >= std::chrono::milliseconds(200);
+    // At least every 200 ms while it moves, at once when it ends and when
+    // idleness changes (SPEC §8).
+    if ((moved && (due || w == kMaxTime || force)) || idle != wn.sent_idle) {
+      RETURN_IF_ERROR(wn.writer->WriteWatermark(std::max(w, wn.sent_wm), idle));
+      wn.sent_wm = std::max(w, wn.sent_wm);
+      wn.sent_idle = idle;
+      wn.sent_at = now;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Decodes one raw message into src.pending (a valid record, or an invalid-record
+// side record flagged in pending_invalid). Never fails: bad input is data.
+void Task::Impl::Decode(SourceNode& src, const RawMessage& m) {
+  Record& r = src.pending.Append();
+  const SourceSpec& ss = *src.spec;
+  std::string reason;
+  int partition = m.partition;
+  int64_t arrival = src.last_arrival;
+  absl::Status st;
+  if (m.tombstone) {
+    // A Kafka tombstone deletes a lookup table's row: its key fields come
+    // from the message key (a JSON object such as {"alias":"x"}).
+    if (!src.preload) {
+      st = absl::InvalidArgumentError(
+          "null value (tombstone): only lookup-table sources accept deletions");
+    } else if (st = decoder.Decode(m.key, &r); !st.ok()) {
+      st = absl::InvalidArgumentError(absl::StrCat(
+          "tombstone whose key is not a JSON object with the table's key fields: ", st.message()));
+    }
+    r.tombstone = st.ok();
+  } else {
+    st = decoder.Decode(m.payload, &r);
+  }
+  if (st.ok() && !r.tombstone) {
+    if (arrival_mode) {
+      Value a = r.GetPath(src.arrival_path);
+      if (a.type == ValueType::kInt) arrival = a.i;
+    }
+    if (!src.partition_path.empty()) {
+      json.clear();
+      r.GetPath(src.partition_path).AppendJson(&json);
+      auto [it, inserted] =
+          src.partition_ids.emplace(json, static_cast<int>(src.partition_ids.size()));
+      partition = it->second;
+    }
+    if (ss.event_time.has_value()) {
+      ExtractEventTime(r, *ss.event_time, &r.event_time, &reason);
+    }
+  } else if (!st.ok()) {
+    reason = std::string(st.message());
+  }
+  if (arrival_mode) src.last_arrival = std::max(src.last_arrival, arrival);
+  if (!reason.empty()) {
+    std::string raw(m.payload);
+    r.Clear();
+    r.AddString("source", ss.name);
+    r.AddInt("partition", partition);
+    r.AddInt("offset", m.offset);
+    r.AddString("reason", reason);
+    // Keep the payload losslessly: as text when it is UTF-8, else base64.
+    if (simdjson::validate_utf8(raw.data(), raw.size())) {
+      r.AddString("raw", raw);
+    } else {
+      r.AddString("raw_base64", absl::Base64Escape(raw));
+    }
+    src.pending_invalid.push_back(1);
+  } else {
+    src.pending_invalid.push_back(0);
+  }
+  r.partition = partition;
+  r.offset = m.offset;
+  if (!arrival_mode && poll_now == kMinTime) poll_now = clock->NowMs();
+  r.arrival = arrival_mode ? src.last_arrival : poll_now;
+}
+
+absl::Status Task::Impl::FillPending(SourceNode& src, int timeout_ms) {
+  if (src.has_pending()) return absl::OkStatus();
+  src.pending.clear();
+  src.pending_invalid.clear();
+  src.head = 0;
+  if (src.raw->Exhausted()) return absl::OkStatus();
+  poll_now = kMinTime;
+  return src.raw->Poll(options.batch_size, timeout_ms, [&](const RawMessage& m) { Decode(src, m); })
+      .status();
+}
+
+int64_t Task::Impl::Backlog(const SourceNode& src, int partition) const {
+  if (arrival_mode) {
+    int64_t now = clock->NowMs();
+    for (size_t i = src.head; i < src.pending.size() && src.pending[i].arrival <= now; ++i) {
+      if (src.pending[i].partition == partition) return 1;
+    }
+    return 0;
+  }
+  if (src.has_pending()) return 1;
+  if (src.spec->kind == SourceSpec::Kind::kFile) return src.raw->Exhausted() ? 0 : 1;
+  return src.raw->Backlog(partition);
+}
+
+// Applies pending[head, head+count) of source `src_id` as one batch.
+absl::Status Task::Impl::ApplySourceBatch(int src_id, size_t count) {
+  SourceNode& src = sources[src_id];
+  const int64_t now = clock->NowMs();
+  const int64_t skew = src.spec->watermark.max_future_skew;
+  const bool has_time = src.spec->event_time.has_value();
+  Output& out = src.out;
+  const bool file = src.spec->kind == SourceSpec::Kind::kFile;
+  for (size_t i = src.head; i < src.head + count; ++i) {
+    Record& r = src.pending[i];
+    const size_t raw_partition = file ? 0 : static_cast<size_t>(r.partition);
+    if (raw_partition < src.applied.size()) src.applied[raw_partition] = r.offset + 1;
+    src.applied_arrival = r.arrival;
+    src.wm->OnActivity(r.partition, now);
+    if (src.pending_invalid[i]) {
+      std::swap(out.EmitSide(0), r);
+      src.invalid->Add();
+      ++invalid_total;
+      continue;
+    }
+    if (has_time && skew > 0 && r.event_time > SatAdd(now, skew)) {
+      Record& s = out.EmitSide(0);
+      s.AddString("source", src.spec->name);
+      s.AddInt("partition", r.partition);
+      s.AddInt("offset", r.offset);
+      s.AddString("reason", absl::StrCat("event time ", FormatIso8601(r.event_time),
+                                         " is later than processing time ", FormatIso8601(now),
+                                         " + max_future_skew ", FormatDuration(skew)));
+      json.clear();
+      r.AppendJson(&json);
+      s.AddString("raw", json);
+      s.partition = r.partition;
+      s.offset = r.offset;
+      src.invalid->Add();
+      ++invalid_total;
+      continue;
+    }
+    if (has_time && !r.tombstone) src.wm->OnRecord(r.partition, r.event_time, now);
+    std::swap(out.Emit(), r);
+  }
+  src.head += count;
+  src.in->Add(static_cast<int64_t>(count));
+  records_in.fetch_add(static_cast<int64_t>(count), std::memory_order_relaxed);
+  RETURN_IF_ERROR(Dispatch(src_id));
+  Failpoint("source.after_batch");
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::WriteSink(int sink_id, int node, const Record& r,
+                                       std::string_view side_name) {
+  SinkNode& sn = sinks[sink_id];
+  json.clear();
+  if (sn.dead_letter) {
+    json.append("{\"side_output\":");
+    AppendJsonString(side_name, &json);
+    std::string rest = r.ToJson();
+    if (rest.size() > 2) {
+      json.push_back(',');
+      json.append(rest, 1, std::string::npos);
+    } else {
+      json.push_back('}');
+    }
+  } else {
+    r.AppendJson(&json);
+  }
+  key.clear();
+  if (side_name.empty() && node >= 0) {
+    const NodeOutputs& no = outputs[node];
+    if (!no.key_fields.empty()) {
+      key.push_back('{');
+      for (size_t k = 0; k < no.key_fields.size(); ++k) {
+        if (k > 0) key.push_back(',');
+        AppendJsonString(no.key_names[k], &key);
+        key.push_back(':');
+        r.GetPath(no.key_fields[k]).AppendJson(&key);
+      }
+      key.push_back('}');
+    }
+  }
+  sn.written->Add();
+  records_out.fetch_add(1, std::memory_order_relaxed);
+  SinkRecord sr;
+  sr.key = key;
+  sr.value = json;
+  if (!sn.dead_letter && side_name.empty()) {
+    Value rev = r.GetPath(revision_path);
+    if (rev.type == ValueType::kInt) sr.revision = rev.i;
+    Value st = r.GetPath(state_path);
+    if (st.type == ValueType::kString) sr.state = st.s;
+  }
+  RETURN_IF_ERROR(sn.sink->WriteRecord(sr));
+  Failpoint("sink.after_write");
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::Dispatch(int node) {
+  Output& out = OutputOf(node);
+  NodeOutputs& no = outputs[node];
+  if (!out.main().empty()) {
+    for (const Edge& e : no.main) {
+      if (e.sink >= 0) {
+        for (const Record& r : out.main()) RETURN_IF_ERROR(WriteSink(e.sink, node, r, ""));
+        continue;
+      }
+      if (e.writer >= 0) {
+        ExchangeWriter& w = *writers[e.writer].writer;
+        for (const Record& r : out.main()) RETURN_IF_ERROR(w.Write(e.input, r));
+        continue;
+      }
+      OperatorNode& on = ops[e.op];
+      RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, e.input, out.main(), on.out));
+      RETURN_IF_ERROR(Dispatch(S() + e.op));
+    }
+  }
+  for (size_t s = 0; s < no.sides.size(); ++s) {
+    if (out.side(s).empty()) continue;
+    for (const Edge& e : no.sides[s]) {
+      for (const Record& r : out.side(s)) {
+        RETURN_IF_ERROR(WriteSink(e.sink, node, r, no.side_names[s]));
+      }
+    }
+  }
+  out.clear();
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::UpdateWatermarks() {
+  const int64_t now = clock->NowMs();
+  for (int i = 0; i < S(); ++i) {
+    SourceNode& src = sources[i];
+    if (!src.present) continue;
+    if (!src.spec->event_time.has_value()) {
+      node_wm[i] = kMaxTime;  // table sources do not hold back event time
+      continue;
+    }
+    node_wm[i] = src.wm->Update(now, [&](int p) { return Backlog(src, p); });
+    node_idle[i] = src.wm->idle() ? 1 : 0;
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    OperatorNode& on = ops[i];
+    if (!on.here) continue;
+    // Per input: the watermark of the local node feeding it, or of the
+    // exchange reader (min over its producers' markers).
+    auto input_wm = [&](size_t k) {
+      const int r = on.input_reader[k];
+      return r >= 0 ? readers[r].reader->watermark() : node_wm[on.inputs[k]];
+    };
+    auto input_idle = [&](size_t k) {
+      const int r = on.input_reader[k];
+      return r >= 0 ? readers[r].reader->idle() : node_idle[on.inputs[k]] != 0;
+    };
+    int64_t w = kMaxTime;
+    bool all_idle = true;
+    for (size_t k = 0; k < on.inputs.size(); ++k) all_idle = all_idle && input_idle(k);
+    for (size_t k = 0; k < on.inputs.size(); ++k) {
+      if (!all_idle && input_idle(k)) continue;  // idle inputs leave the minimum
+      w = std::min(w, input_wm(k));
+    }
+    int id = S() + static_cast<int>(i);
+    node_idle[id] = all_idle ? 1 : 0;
+    if (w > on.ctx->watermark()) {
+      on.ctx->set_watermark(w);
+      RETURN_IF_ERROR(on.op->OnWatermark(*on.ctx, on.out));
+      RETURN_IF_ERROR(Dispatch(id));
+    }
+    node_wm[id] = on.op->OutputWatermark(on.ctx->watermark());
+  }
+  return absl::OkStatus();
+}
+
+int64_t Task::Impl::NextTimer() const {
+  int64_t t = kMaxTime;
+  for (const OperatorNode& on : ops) {
+    if (on.here) t = std::min(t, on.op->NextTimer());
+  }
+  int64_t now = clock->NowMs();
+  for (const SourceNode& src : sources) {
+    if (src.present) t = std::min(t, src.wm->NextIdleTransition(now));
+  }
+  return t;
+}
+
+absl::Status Task::Impl::FireTimers() {
+  const int64_t now = clock->NowMs();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    OperatorNode& on = ops[i];
+    if (on.here && on.op->NextTimer() <= now) {
+      RETURN_IF_ERROR(on.op->OnProcessingTime(*on.ctx, on.out));
+      RETURN_IF_ERROR(Dispatch(S() + static_cast<int>(i)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::Commit(bool force) {
+  auto now = std::chrono::steady_clock::now();
+  // Operator state is written behind: operators keep their working set in
+  // memory and persist it at Flush, which runs at checkpoints, at the end and
+  // at least every state_flush_interval_ms (so the uncommitted write batch
+  // stays small). Rows that live and die between two flushes never reach
+  // the backend.
+  if (force ||
+      now - last_state_flush >= std::chrono::milliseconds(options.state_flush_interval_ms)) {
+    for (OperatorNode& on : ops) {
+      if (on.here) RETURN_IF_ERROR(on.op->Flush(*on.ctx));
+    }
+    RETURN_IF_ERROR(state->Commit());
+    last_state_flush = now;
+  }
+  if (force || now - last_flush > std::chrono::milliseconds(200)) {
+    for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Flush());
+    last_flush = now;
+  }
+  Progress(false);
+  return absl::OkStatus();
+}
+
+void Task::Impl::Progress(bool force) {
+  if (options.progress_interval_ms <= 0 || options.progress_out == nullptr) return;
+  auto now = std::chrono::steady_clock::now();
+  auto since = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress).count();
+  if (!force && since < options.progress_interval_ms) return;
+  double secs = std::max<double>(since, 1) / 1000.0;
+  const int64_t in = records_in.load(std::memory_order_relaxed);
+  const int64_t out = records_out.load(std::memory_order_relaxed);
+  double rate = static_cast<double>(in - progress_records_in) / secs;
+  int64_t wm = kMaxTime;
+  bool any_op = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!ops[i].here) continue;
+    any_op = true;
+    wm = std::min(wm, node_wm[S() + i]);
+  }
+  if (!any_op) {
+    for (int i = 0; i < S(); ++i) {
+      if (sources[i].present) wm = std::min(wm, node_wm[i]);
+    }
+  }
+  std::string wm_text = wm == kMinTime ? "-inf" : (wm == kMaxTime ? "+inf" : FormatIso8601(wm));
+  std::string checkpoint_text;
+  if (checkpoints != nullptr && last_checkpoint_id > 0) {
+    checkpoint_text =
+        absl::StrFormat(" checkpoint=%d (%.0fs ago)", last_checkpoint_id,
+                        std::chrono::duration<double>(now - last_checkpoint_at).count());
+  }
+  std::fprintf(options.progress_out,
+               "[caravela] in=%lld out=%lld rate=%.0f ev/s watermark=%s invalid=%lld%s\n",
+               static_cast<long long>(in), static_cast<long long>(out), rate,
+               wm_text.c_str(), static_cast<long long>(invalid_total), checkpoint_text.c_str());
+  std::fflush(options.progress_out);
+  last_progress = now;
+  progress_records_in = in;
+}
+
+// Reads lookup-table sources up to their current end before any other record
+// is applied (SPEC §5: "loaded whole before the first stream record"); the
+// main loop then keeps following them (files are simply finished).
+absl::Status Task::Impl::Preload() {
+  for (int i = 0; i < S(); ++i) {
+    SourceNode& src = sources[i];
+    if (!src.preload || !src.present) continue;
+    for (;;) {
+      RETURN_IF_ERROR(FillPending(src, 20));
+      if (src.has_pending()) {
+        RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
+        continue;
+      }
+      if (src.raw->Exhausted()) break;
+      bool caught_up = true;
+      for (int p = 0; p < src.raw->PartitionCount(); ++p) {
+        caught_up = caught_up && src.raw->Backlog(p) == 0;
+      }
+      if (caught_up) break;
+    }
+  }
+  return Commit(false);
+}
+
+absl::Status Task::Impl::RunArrivalMode() {
+  for (;;) {
+    int best = -1;
+    int64_t t_next = kMaxTime;
+    for (int i = 0; i < S(); ++i) {
+      SourceNode& src = sources[i];
+      RETURN_IF_ERROR(FillPending(src, 0));
+      if (!src.has_pending()) {
+        if (!src.finished) {
+          src.finished = true;
+          src.wm->Finish();
+        }
+        continue;
+      }
+      int64_t a = src.pending[src.head].arrival;
+      if (best < 0 || a < t_next) {
+        best = i;
+        t_next = a;
+      }
+    }
+    // Input drained: the end-of-input watermark (+inf) fires everything.
+    if (best < 0) break;
+    // Due timers and idleness transitions fire before the next record.
+    int64_t timer = NextTimer();
+    if (timer <= t_next) {
+      manual_clock.Set(timer);
+      RETURN_IF_ERROR(UpdateWatermarks());
+      RETURN_IF_ERROR(FireTimers());
+      RETURN_IF_ERROR(Commit(false));
+      RETURN_IF_ERROR(MaybeCheckpoint());
+      continue;
+    }
+    manual_clock.Set(t_next);
+    SourceNode& src = sources[best];
+    size_t count = 0;
+    while (src.head + count < src.pending.size() &&
+           src.pending[src.head + count].arrival == t_next &&
+           static_cast<int>(count) < options.batch_size) {
+      ++count;
+    }
+    RETURN_IF_ERROR(ApplySourceBatch(best, count));
+    RETURN_IF_ERROR(UpdateWatermarks());
+    RETURN_IF_ERROR(FireTimers());
+    RETURN_IF_ERROR(Commit(false));
+    RETURN_IF_ERROR(MaybeCheckpoint());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::RunWallMode() {
+  bool draining = false;
+  bool any_unbounded = false;
+  for (const SourceNode& src : sources) any_unbounded = any_unbounded || !src.raw->Bounded();
+  for (;;) {
+    if (options.stop != nullptr && options.stop->load()) break;
+    bool all_done = true;
+    bool got = false;
+    if (options.end_of_input != nullptr && options.end_of_input->load() && !draining) {
+      draining = true;
+      for (SourceNode& src : sources) {
+        if (!src.raw->Bounded()) RETURN_IF_ERROR(src.raw->StopAtCurrentEnd());
+      }
+    }
+    for (int i = 0; i < S(); ++i) {
+      SourceNode& src = sources[i];
+      if (src.finished) continue;
+      RETURN_IF_ERROR(FillPending(src, any_unbounded ? 20 : 0));
+      if (src.has_pending()) {
+        got = true;
+        all_done = false;
+        RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
+      } else if (src.raw->Exhausted()) {
+        // Ends only in a step without records, so the watermark of the last
+        // batch is propagated (and fires) before the end-of-input +inf.
+        Log()->debug("[job={}] source {} ended", spec.name, src.spec->name);
+        src.finished = true;
+        src.wm->Finish();
+      } else {
+        all_done = false;
+      }
+    }
+    RETURN_IF_ERROR(UpdateWatermarks());
+    RETURN_IF_ERROR(FireTimers());
+    RETURN_IF_ERROR(Commit(false));
+    RETURN_IF_ERROR(MaybeCheckpoint());
+    if (all_done) break;
+    if (!got && !any_unbounded) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return absl::OkStatus();
+}
+
+// ---- Parallel jobs: the task loop and its part of job-wide checkpoints ------
+
+absl::Status Task::Impl::ServeCheckpoints() {
+  // Commit the sinks' output of a checkpoint complete job-wide.
+  const int64_t done = job->completed();
+  if (done > committed_id && stored_id >= done) {
+    for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Commit(done));
+    committed_id = done;
+    Failpoint("checkpoint.after_sink_commit");
+  }
+  // Store a triggered checkpoint once every exchange input is aligned on it.
+  const int64_t n = job->triggered();
+  if (n <= stored_id || stopped || checkpoints == nullptr) return absl::OkStatus();
+  if (committed_id < stored_id) return absl::OkStatus();  // n-1 not committed yet
+  for (const ReaderNode& rn : readers) {
+    if (rn.aligned != n) return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(TakeCheckpoint("", n));
+  stored_id = n;
+  job->Stored(placement.global_id, n);
+  Failpoint("checkpoint.after_task_stored");
+  for (ReaderNode& rn : readers) {
+    rn.reader->ReleaseBarrier();
+    rn.aligned = 0;
+  }
+  if (job->stops_at(n)) stopped = true;
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::RunParallel() {
+  bool any_unbounded = false;
+  bool any_source = false;
+  for (const SourceNode& src : sources) {
+    if (!src.present) continue;
+    any_source = true;
+    any_unbounded = any_unbounded || !src.raw->Bounded();
+  }
+  bool draining = false;
+  for (;;) {
+    if (job->failed()) return absl::CancelledError("another task of the job failed");
+    // Without checkpoints a stop ends the task at once (nothing to commit).
+    if (checkpoints == nullptr && options.stop != nullptr && options.stop->load()) break;
+    RETURN_IF_ERROR(ServeCheckpoints());
+    if (job->finished() && (drained || stopped) && committed_id >= job->completed()) break;
+    if (stopped) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    if (options.end_of_input != nullptr && options.end_of_input->load() && !draining) {
+      draining = true;
+      for (SourceNode& src : sources) {
+        if (src.present && !src.raw->Bounded()) RETURN_IF_ERROR(src.raw->StopAtCurrentEnd());
+      }
+    }
+    bool got = false;
+    bool inputs_done = true;
+    for (int i = 0; i < S(); ++i) {
+      SourceNode& src = sources[i];
+      if (!src.present || src.finished) continue;
+      RETURN_IF_ERROR(FillPending(src, 0));
+      if (src.has_pending()) {
+        got = true;
+        inputs_done = false;
+        RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
+      } else if (src.raw->Exhausted()) {
+        src.finished = true;
+        src.wm->Finish();
+      } else {
+        inputs_done = false;
+      }
+    }
+    // Wait a little on the exchanges when there is nothing else to do.
+    RETURN_IF_ERROR(PollReaders(got || (any_source && !drained && !inputs_done) ? 0 : 5, &got));
+    for (const ReaderNode& rn : readers) inputs_done = inputs_done && rn.reader->finished();
+    RETURN_IF_ERROR(UpdateWatermarks());
+    RETURN_IF_ERROR(FireTimers());
+    RETURN_IF_ERROR(SendWatermarkMarkers(false));
+    RETURN_IF_ERROR(Commit(false));
+    if (inputs_done && !drained) {
+      // Everything read and propagated (the +inf watermark fired everything).
+      RETURN_IF_ERROR(Commit(true));
+      RETURN_IF_ERROR(SendWatermarkMarkers(true));
+      for (WriterNode& wn : writers) RETURN_IF_ERROR(wn.writer->Flush(30000));
+      drained = true;
+      job->SetDrained(placement.global_id);
+      Log()->debug("[job={}] task {} drained", spec.name, name);
+    }
+    if (!got && !any_unbounded && readers.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  RETURN_IF_ERROR(Commit(true));
+  for (WriterNode& wn : writers) RETURN_IF_ERROR(wn.writer->Flush(30000));
+  absl::Status first;
+  for (SinkNode& sn : sinks) {
+    absl::Status st = sn.sink->Close();
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+absl::Status Task::Impl::Finish() {
+  bool all_bounded_done = true;
+  for (SourceNode& src : sources) {
+    if (src.finished) continue;
+    if (src.raw->Exhausted() && !src.has_pending()) {
+      src.finished = true;
+      src.wm->Finish();
+    } else {
+      all_bounded_done = false;
+    }
+  }
+  if (all_bounded_done) RETURN_IF_ERROR(UpdateWatermarks());
+  RETURN_IF_ERROR(Commit(true));
+  // A final checkpoint commits the last output (checkpointed sinks show only
+  // committed output) and lets a stopped job resume where it stopped.
+  if (checkpoints != nullptr && spec.checkpoint.interval > 0) RETURN_IF_ERROR(TakeCheckpoint(""));
+  if (!options.savepoint_on_stop.empty())
+    RETURN_IF_ERROR(TakeCheckpoint(options.savepoint_on_stop));
+  Progress(true);
+  absl::Status first;
+  for (SinkNode& sn : sinks) {
+    absl::Status st = sn.sink->Close();
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+// ---- Checkpoints (SPEC §6) ----------------------------------------------------
+
+namespace {
+
+constexpr int kTaskId = 0;  // one task per job in-process (the cluster assigns more)
+
+}  // namespace
+
+std::string Task::Impl::SpecHash() const {
+  // The job graph the state belongs to: source, operator and sink names and
+  // kinds. A checkpoint of another graph cannot be restored into this one.
+  std::string text;
+  for (const SourceSpec& ss : spec.sources) {
+    absl::StrAppend(&text, "source ", ss.name, " ", static_cast<int>(ss.kind), "\n");
+  }
+  for (const OperatorSpec& os : spec.operators) {
+    absl::StrAppend(&text, "operator ", os.name, " ", static_cast<int>(os.kind), "\n");
+  }
+  for (const SinkSpec& ss : spec.sinks) {
+    absl::StrAppend(&text, "sink ", ss.from, " ", static_cast<int>(ss.kind), "\n");
+  }
+  // xxh3 is stable across processes and releases (absl::Hash is seeded per process).
+  return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
+}
+
+absl::Status Task::Impl::OpenCheckpoints() {
+  const bool periodic = spec.checkpoint.interval > 0;
+  if (parallel()) {
+    // The job (JobRunner) owns the epoch and the commit records; a task only
+    // stores its own state under <job>/task-<id>/.
+    epoch = placement.epoch;
+    if (!periodic) return absl::OkStatus();
+    std::string url = spec.checkpoint.storage;
+    if (url.empty()) {
+      url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
+    }
+    const std::string dir = absl::StrCat(options.data_dir, "/task-", placement.global_id);
+    // One more than `retain`: the newest task checkpoint may not be complete
+    // job-wide yet, and the job's last complete one must survive its GC.
+    ASSIGN_OR_RETURN(checkpoints,
+                     CheckpointManager::Open(url, spec.name, placement.global_id,
+                                             dir + "/checkpoint-scratch",
+                                             std::max(1, spec.checkpoint.retain) + 1));
+    spec_hash = SpecHash();
+    return absl::OkStatus();
+  }
+  if (!periodic && options.from_savepoint.empty() && options.savepoint_on_stop.empty()) {
+    return absl::OkStatus();
+  }
+  std::string url = spec.checkpoint.storage;
+  if (url.empty()) {
+    url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
+  }
+  ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Open(url, spec.name, kTaskId,
+                                                        options.data_dir + "/checkpoint-scratch",
+                                                        std::max(1, spec.checkpoint.retain)));
+  spec_hash = SpecHash();
+  // The epoch is counted durably at every start, before anything is written,
+  // so that revisions published after a restart exceed everything published
+  // before it, even output that came after the last checkpoint.
+  const std::string key = checkpoints->prefix() + "epoch";
+  ASSIGN_OR_RETURN(bool has_epoch, checkpoints->storage().Exists(key));
+  if (has_epoch) {
+    ASSIGN_OR_RETURN(std::string text, checkpoints->storage().Read(key));
+    int64_t previous = 0;
+    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &previous)) {
+      return absl::DataLossError(absl::StrCat("corrupt epoch file ", checkpoints->storage().url(),
+                                              "/", key, ": \"", text, "\""));
+    }
+    epoch = previous + 1;
+  }
+  if (!options.from_savepoint.empty()) {
+    // A savepoint may come from another data dir with a later epoch: the
+    // revisions it published must stay below ours too.
+    ASSIGN_OR_RETURN(savepoint, CheckpointManager::LoadSavepoint(options.from_savepoint));
+    epoch = std::max(epoch, savepoint->epoch() + 1);
+  }
+  RETURN_IF_ERROR(checkpoints->storage().Write(key, std::to_string(epoch)));
+  checkpoint_interval_ms = spec.checkpoint.interval;
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::Restore() {
+  if (checkpoints == nullptr) return absl::OkStatus();
+  std::optional<CheckpointManifest> m;
+  if (parallel()) {
+    if (placement.restore_checkpoint > 0) {
+      ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(placement.restore_checkpoint));
+      if (!m.has_value() || m->checkpoint_id() != placement.restore_checkpoint) {
+        return absl::DataLossError(absl::StrCat(
+            "task ", placement.global_id, " of job ", spec.name, ": checkpoint ",
+            placement.restore_checkpoint,
+            " is complete job-wide but this task's part of it is missing from ",
+            checkpoints->storage().url()));
+      }
+    }
+    stored_id = committed_id = placement.restore_checkpoint;
+  } else if (savepoint.has_value()) {
+    m = savepoint;
+  } else if (spec.checkpoint.interval > 0) {
+    ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(kMaxTime));
+    // A sink whose commit cannot be redone after a crash (Kafka
+    // transactions) may hold the output of an older checkpoint only: restore
+    // that one and replay from it.
+    int64_t committed = kMaxTime;
+    for (SinkNode& sn : sinks) {
+      ASSIGN_OR_RETURN(int64_t c, sn.sink->LastCommittedCheckpoint());
+      if (c >= 0) committed = std::min(committed, c);
+    }
+    if (m.has_value() && committed < m->checkpoint_id()) {
+      Log()->warn(
+          "[job={}] checkpoint {} is complete but a sink committed only up to {}: "
+          "restoring that one",
+          spec.name, m->checkpoint_id(), committed);
+      ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(committed));
+    }
+  }
+  if (!m.has_value()) {
+    // A fresh start: checkpointed sinks drop whatever a crashed run left.
+    for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Recover(0, ""));
+    return absl::OkStatus();
+  }
+  if (!m->spec_hash().empty() && m->spec_hash() != spec_hash) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", m->checkpoint_id(), " of job ", spec.name,
+        " was taken by a different job graph (sources, operators or sinks changed): its state "
+        "cannot be restored into this one. Start from scratch with another --data-dir (or "
+        "checkpoint storage), or run the job version that wrote it."));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!options.from_savepoint.empty()) {
+    ASSIGN_OR_RETURN(CheckpointManifest sp,
+                     checkpoints->RestoreSavepoint(options.from_savepoint, *state));
+    (void)sp;
+  } else {
+    ASSIGN_OR_RETURN(RestoreStats rs, checkpoints->RestoreState(*m, *state));
+    (void)rs;
+  }
+  RETURN_IF_ERROR(ApplyManifest(*m));
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  metrics->Get("restores_total")->Add();
+  Log()->info("[job={}] restored {} {} (epoch {}) in {} ms; this run is epoch {}", spec.name,
+              options.from_savepoint.empty() ? "checkpoint" : "savepoint", m->checkpoint_id(),
+              m->epoch(), ms, epoch);
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::ApplyManifest(const CheckpointManifest& m) {
+  const auto& extra = m.extra();
+  auto get = [&](const std::string& k) -> const std::string* {
+    auto it = extra.find(k);
+    return it == extra.end() ? nullptr : &it->second;
+  };
+  if (const std::string* now = get("clock"); now != nullptr && arrival_mode) {
+    int64_t t = 0;
+    if (absl::SimpleAtoi(*now, &t)) manual_clock.Set(t);
+  }
+  for (const auto& sc : m.sources()) {
+    int id = NodeId(sc.name());
+    if (id < 0 || id >= S()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", m.checkpoint_id(), " names unknown source ", sc.name()));
+    }
+    SourceNode& src = sources[id];
+    std::map<int32_t, int64_t> start;
+    for (const auto& pc : sc.partitions()) {
+      if (pc.next_offset() >= 0) start[pc.partition()] = pc.next_offset();
+    }
+    ASSIGN_OR_RETURN(src.raw, OpenRawSource(*src.spec, src.owned, start));
+    src.applied = src.raw->Positions();
+    if (const std::string* wm = get("wm/" + sc.name())) {
+      if (!src.wm->Import(*wm)) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", m.checkpoint_id(),
+                                                ": bad watermark state of source ", sc.name()));
+      }
+    }
+    if (const std::string* pids = get("pids/" + sc.name())) {
+      int n = 0;
+      for (absl::string_view v : absl::StrSplit(*pids, '\n', absl::SkipEmpty())) {
+        src.partition_ids.emplace(std::string(v), n++);
+      }
+    }
+    if (const std::string* la = get("last_arrival/" + sc.name())) {
+      if (absl::SimpleAtoi(*la, &src.last_arrival)) src.applied_arrival = src.last_arrival;
+    }
+  }
+  for (const auto& oc : m.operators()) {
+    int id = NodeId(oc.name());
+    int64_t w = kMinTime;
+    if (id < S() || !absl::SimpleAtoi(oc.state(), &w)) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", m.checkpoint_id(), ": bad state of operator ", oc.name()));
+    }
+    ops[id - S()].ctx->set_watermark(w);
+  }
+  // Table pointers died with the old state: operators reopen theirs, with
+  // the clock and watermarks of the checkpoint (timers are armed from them).
+  for (OperatorNode& on : ops) {
+    if (on.here) RETURN_IF_ERROR(on.op->Open(*on.ctx));
+  }
+  for (const auto& sc : m.sinks()) {
+    if (sc.index() < 0 || sc.index() >= static_cast<int>(sinks.size())) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", m.checkpoint_id(), " names unknown sink ", sc.index()));
+    }
+    absl::Status st = sinks[sc.index()].sink->Recover(m.checkpoint_id(), sc.state());
+    if (!st.ok()) {
+      return absl::Status(
+          st.code(), absl::StrCat("sink for ", sinks[sc.index()].name, ": recovering checkpoint ",
+                                  m.checkpoint_id(), ": ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::MaybeCheckpoint() {
+  if (checkpoints == nullptr || checkpoint_interval_ms <= 0) return absl::OkStatus();
+  const int64_t now = clock->NowMs();
+  if (next_checkpoint_at == kMinTime) {
+    next_checkpoint_at = SatAdd(now, checkpoint_interval_ms);
+    return absl::OkStatus();
+  }
+  if (now < next_checkpoint_at) return absl::OkStatus();
+  next_checkpoint_at = SatAdd(now, checkpoint_interval_ms);
+  return TakeCheckpoint("");
+}
+
+absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_t job_id) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(Commit(true));  // operator state into the backend, committed
+  const int64_t id = job_id > 0 ? job_id : checkpoints->next_checkpoint_id();
+  CheckpointManifest m;
+  m.set_checkpoint_id(id);
+  m.set_job_name(spec.name);
+  m.set_spec_hash(spec_hash);
+  m.set_epoch(epoch);
+  auto& extra = *m.mutable_extra();
+  for (SourceNode& src : sources) {
+    if (!src.present) continue;
+    auto* sc = m.add_sources();
+    sc->set_name(src.spec->name);
+    for (size_t p = 0; p < src.applied.size(); ++p) {
+      auto* pc = sc->add_partitions();
+      pc->set_partition(static_cast<int32_t>(p));
+      pc->set_next_offset(src.applied[p]);
+      if (static_cast<int>(p) < src.wm->partition_count()) {
+        pc->set_watermark(src.wm->partition_watermark(static_cast<int>(p)));
+        pc->set_idle(src.wm->partition_idle(static_cast<int>(p)));
+      }
+    }
+    extra["wm/" + src.spec->name] = src.wm->Export();
+    if (!src.partition_ids.empty()) {
+      std::vector<std::string> by_id(src.partition_ids.size());
+      for (const auto& [value, pid] : src.partition_ids) by_id[pid] = value;
+      extra["pids/" + src.spec->name] = absl::StrJoin(by_id, "\n");
+    }
+    if (arrival_mode) {
+      extra["last_arrival/" + src.spec->name] = std::to_string(src.applied_arrival);
+    }
+  }
+  if (arrival_mode) extra["clock"] = std::to_string(clock->NowMs());
+  for (OperatorNode& on : ops) {
+    if (!on.here) continue;
+    auto* oc = m.add_operators();
+    oc->set_name(on.spec->name);
+    oc->set_state(std::to_string(on.ctx->watermark()));
+  }
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string st, sinks[i].sink->PreCommit(id));
+    auto* sc = m.add_sinks();
+    sc->set_index(static_cast<int32_t>(i));
+    sc->set_state(st);
+  }
+  // Barrier `id` after every record this task wrote into its exchanges: the
+  // consumers' checkpoint `id` holds exactly the records before it (SPEC §8).
+  for (WriterNode& wn : writers) RETURN_IF_ERROR(wn.writer->WriteBarrier(id));
+  CheckpointStats stats;
+  if (savepoint_dir.empty()) {
+    ASSIGN_OR_RETURN(stats, checkpoints->Write(*state, std::move(m)));
+  } else {
+    ASSIGN_OR_RETURN(stats, checkpoints->WriteSavepoint(*state, std::move(m), savepoint_dir));
+  }
+  // The manifest is the commit point: now the sinks publish. In a parallel
+  // job the commit point is the job's record once every task stored `id`
+  // (ServeCheckpoints commits then).
+  if (!parallel()) {
+    for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Commit(id));
+    Failpoint("checkpoint.after_sink_commit");
+  }
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  metrics->Get(savepoint_dir.empty() ? "checkpoints_total" : "savepoints_total")->Add();
+  metrics->Get("checkpoint_uploaded_bytes_total")->Add(static_cast<int64_t>(stats.bytes_uploaded));
+  metrics->Get("checkpoint_last_duration_ms")->Set(ms);
+  metrics->Get("checkpoint_last_state_bytes")->Set(static_cast<int64_t>(stats.bytes_total));
+  metrics->Get("checkpoint_last_id")->Set(id);
+  last_checkpoint_id = id;
+  last_checkpoint_at = std::chrono::steady_clock::now();
+  Log()->debug("[job={}] {} {}: {} ms, {} of {} bytes uploaded", spec.name,
+               savepoint_dir.empty() ? "checkpoint" : "savepoint", id, ms, stats.bytes_uploaded,
+               stats.bytes_total);
+  if (!savepoint_dir.empty()) {
+    Log()->info("[job={}] savepoint {} written to {}", spec.name, id, savepoint_dir);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Run() {
+  Impl& im = *impl_;
+  RETURN_IF_ERROR(im.Preload());
+  if (im.parallel()) return im.RunParallel();
+  RETURN_IF_ERROR(im.arrival_mode ? im.RunArrivalMode() : im.RunWallMode());
+  return im.Finish();
+}
+
+std::string Task::Summary() const {
+  const Impl& im = *impl_;
+  return JobSummary(*im.metrics, im.records_in.load(), im.records_out.load());
+}
+
+std::string JobSummary(const MetricsRegistry& metrics, int64_t records_in, int64_t records_out) {
+  std::string s = absl::StrFormat("records in: %d, results out: %d", records_in, records_out);
+  for (const auto& [name, v] : metrics.Snapshot()) {
+    if (v == 0) continue;
+    if (name.rfind("invalid_records_total", 0) == 0 || name.rfind("too_late_total", 0) == 0 ||
+        name.rfind("dedup_", 0) == 0 || name.rfind("dead_letter", 0) == 0) {
+      if (name.rfind("dedup_retention", 0) == 0 || name.rfind("dedup_passed", 0) == 0) continue;
+      absl::StrAppend(&s, "\n  ", name, " = ", v);
+    }
+  }
+  return s;
+}
+
+}  // namespace caravela

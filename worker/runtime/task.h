@@ -1,0 +1,105 @@
+// Task: one task's loop (SPEC §8). A task runs the part of a job that one
+// thread owns: a stage's sources (its share of their partitions), operators
+// and sinks, reading other stages' output from exchange topics and writing
+// its own into them. A job with every stage at one task runs as one task that
+// holds the whole graph and uses no exchange (`caravela run` of a job without
+// parallelism, tests, benches).
+//
+// Data path per step: sources -> decode once (JSON -> Record, event time,
+// partition, arrival) -> quarantine invalid records to `<source>.invalid` ->
+// batch through the operator DAG (depth first) -> sinks or exchange writers;
+// exchange readers feed their operator inputs the same way. Then watermarks
+// are recomputed (sources: per partition; exchange inputs: per producer
+// marker) and propagated in topological order (OnWatermark), watermark
+// markers go out to exchanges, due processing-time timers fire, operators
+// flush their state and the state backend commits.
+//
+// Processing time: if the task holds the whole job and every source is a file
+// with `arrival_field`, a ManualClock is driven by arrival times (records of
+// all sources are applied in arrival order, ties in source order; records of
+// one arrival time form one batch; due timers and idleness transitions fire
+// before the next record), so runs are byte-for-byte repeatable. Otherwise
+// the injected clock (default: the system clock) is used and inputs are
+// polled round-robin in batches.
+//
+// Checkpoints: a standalone task (no JobCheckpoints) checkpoints on its own
+// every spec.checkpoint.interval. A task of a parallel job takes checkpoint n
+// when the job's coordinator triggered n and every exchange input delivered
+// barrier n (aligned), writes barrier n into its exchange outputs, stores its
+// state, and commits its sinks once the coordinator says n is complete on
+// every task (worker/runtime/job_checkpoints.h).
+//
+// Side outputs without a sink go to the dead-letter JSONL file with a
+// "side_output" field. Nothing is dropped silently: every record is counted
+// in the metrics registry (records_in_total, invalid_records_total, ...).
+//
+// Threading: every call comes from the task's thread, except the shared
+// metrics registry and JobCheckpoints, which are thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "worker/runtime/metrics.h"
+#include "worker/runtime/pipeline.h"
+#include "worker/state/state_backend.h"
+
+namespace caravela {
+
+class JobCheckpoints;
+class ExchangeFlowControl;
+
+// Where a task sits in a parallel job.
+struct TaskPlacement {
+  const JobPlan* plan = nullptr;  // null: the task runs the whole job
+  int stage = 0;
+  int index = 0;      // index among the stage's tasks (owns partitions p % tasks == index)
+  int global_id = 0;  // unique in the job: state dir, checkpoint prefix task-<id>
+  int64_t epoch = 0;  // the job's restore epoch (parallel jobs)
+  // Bootstrap of the Kafka cluster that carries the exchanges.
+  std::string exchange_bootstrap;
+  // Per exchange id: the process's flow control (may be null).
+  std::vector<ExchangeFlowControl*> flow;
+  JobCheckpoints* checkpoints = nullptr;  // null: standalone
+  // Partition counts of the Kafka sources the task's stage reads.
+  SourcePartitions source_partitions;
+  // The job checkpoint to restore (0: none, a fresh start).
+  int64_t restore_checkpoint = 0;
+};
+
+class Task {
+ public:
+  ~Task();
+  // Builds operators, opens state, sources, exchanges and sinks, restores a
+  // checkpoint if any. `metrics` is shared by the job's tasks. Errors name
+  // the part.
+  static absl::StatusOr<std::unique_ptr<Task>> Create(const JobSpec& spec, RunOptions options,
+                                                      TaskPlacement placement,
+                                                      MetricsRegistry* metrics);
+  // Runs until every input is drained (bounded sources, ended exchanges) and,
+  // in a parallel job, the coordinator finished the job; or until
+  // options.stop (standalone) / the coordinator's stop. Closes sinks.
+  absl::Status Run();
+
+  StateBackend& state();
+  // A one-line human summary of records in/out and side outputs.
+  std::string Summary() const;
+  // Records read from sources and results written to sinks by this task.
+  int64_t records_in() const;
+  int64_t records_out() const;
+  const std::string& name() const;
+
+  struct Impl;
+
+ private:
+  Task() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "records in: N, results out: M" and the side-output counters of `metrics`.
+std::string JobSummary(const MetricsRegistry& metrics, int64_t records_in, int64_t records_out);
+
+}  // namespace caravela
