@@ -4,11 +4,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
 #include "cli/demo.h"
+#include "common/job_plan.h"
 #include "common/job_spec.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
@@ -35,6 +39,7 @@ struct RunFlags {
   std::string savepoint_on_stop;
   bool quiet = false;
   bool print_metrics = false;
+  int parallelism = 0;  // 0: spec.parallelism
 };
 
 int RunJob(const std::string& file, const RunFlags& flags) {
@@ -51,6 +56,7 @@ int RunJob(const std::string& file, const RunFlags& flags) {
   options.progress_interval_ms = quiet ? 0 : 1000;
   options.from_savepoint = flags.from_savepoint;
   options.savepoint_on_stop = flags.savepoint_on_stop;
+  options.parallelism = flags.parallelism;
 
   std::unique_ptr<caravela::EmbeddedBroker> broker;
   if (spec.NeedsEmbeddedBroker()) {
@@ -81,6 +87,29 @@ int RunJob(const std::string& file, const RunFlags& flags) {
   }
   if (!quiet) std::fprintf(stderr, "[caravela] done. %s\n", (*pipeline)->Summary().c_str());
   if (print_metrics) std::fputs((*pipeline)->metrics().ToPrometheusText().c_str(), stdout);
+  return 0;
+}
+
+// `caravela plan`: prints the stages and exchanges of a job (offline: Kafka
+// partition counts are unknown, so that check is skipped).
+int PlanCommand(const std::string& file, int parallelism_flag, bool json) {
+  caravela::ParseResult parsed = caravela::LoadJobSpec(file);
+  if (!ReportSpec(parsed, file)) return 2;
+  int parallelism = parallelism_flag > 0 ? parallelism_flag : parsed.spec.parallelism;
+  absl::StatusOr<caravela::JobPlan> plan = caravela::PlanJob(parsed.spec, parallelism);
+  if (!plan.ok()) {
+    // One error per line, printed like spec errors.
+    std::vector<std::string> errors = absl::StrSplit(plan.status().message(), '\n');
+    std::fprintf(stderr, "%s: %zu error%s\n", file.c_str(), errors.size(),
+                 errors.size() == 1 ? "" : "s");
+    for (const std::string& e : errors) std::fprintf(stderr, "  %s\n", e.c_str());
+    return 2;
+  }
+  if (json) {
+    std::printf("%s\n", plan->ToJson().c_str());
+  } else {
+    std::fputs(plan->ToText().c_str(), stdout);
+  }
   return 0;
 }
 
@@ -115,6 +144,9 @@ int main(int argc, char** argv) {
   run->add_option("--savepoint-on-stop", run_flags.savepoint_on_stop,
                   "When the run ends (input drained, Ctrl-C or SIGTERM), write a\n"
                   "self-contained savepoint into this new directory");
+  run->add_option("--parallelism", run_flags.parallelism,
+                  "Tasks per stage (SPEC §8; default: spec.parallelism)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   run->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
   run->add_flag("--print-metrics", run_flags.print_metrics,
                 "Print the metrics registry (Prometheus text) to stdout at the end");
@@ -122,6 +154,19 @@ int main(int argc, char** argv) {
   auto* validate = app.add_subcommand(
       "validate", "Check a job YAML; prints every error with its YAML path; exit 2 if invalid");
   validate->add_option("job", job_file, "Job YAML")->required()->check(CLI::ExistingFile);
+
+  int plan_parallelism = 0;
+  bool plan_json = false;
+  auto* plan = app.add_subcommand(
+      "plan",
+      "Print how a job is cut into stages and exchange topics (SPEC §8) for a\n"
+      "parallelism; exit 2 with every error if the spec or the plan is invalid.\n"
+      "Works offline: Kafka partition counts are not looked up, so tasks vs partitions\n"
+      "is not checked.");
+  plan->add_option("job", job_file, "Job YAML")->required()->check(CLI::ExistingFile);
+  plan->add_option("--parallelism", plan_parallelism, "Tasks per stage (default: spec.parallelism)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
+  plan->add_flag("--json", plan_json, "Print the plan as JSON");
 
   int port = 0, partitions = 4;
   auto* broker = app.add_subcommand(
@@ -154,6 +199,7 @@ int main(int argc, char** argv) {
   if (*demo) return caravela::RunDemo(demo_job, demo_seconds, demo_events, quiet);
 
   if (*run) return RunJob(job_file, run_flags);
+  if (*plan) return PlanCommand(job_file, plan_parallelism, plan_json);
   if (*validate) {
     caravela::ParseResult parsed = caravela::LoadJobSpec(job_file);
     if (!ReportSpec(parsed, job_file)) return 2;

@@ -33,10 +33,40 @@
 //    reading a Kafka source with fewer partitions than `parallelism` is an
 //    error naming the source, its partition count and the parallelism.
 //  * Exchange topics have as many partitions as their consuming stage has tasks.
+//
+// Refinements of these rules (the planner is conservative: when in doubt it
+// exchanges, which is always correct):
+//  * Field names compare as written (FieldPath::ToString). A window or project
+//    output field whose name has a '.' is a flat field, not a path, so a
+//    partitioning through such a name is dropped (unpartitioned).
+//  * filter, dedup and window keep the partitioning their input has in their
+//    stage: the input's when forwarded, the exchange key when exchanged (for a
+//    window, its group_by). A forwarded window keeps the (smaller) key of its
+//    stage, which is a subset of its group_by. project keeps a key field `a`
+//    or `a.b` when it has an entry `a: a` (the expression being the bare name).
+//  * Two partitionings are co-partitioned only if they come from the same
+//    partitioner: two keyed Kafka sources (the producers' partitioner over the
+//    topics' keys; same partition count, an unknown count is assumed equal),
+//    or two exchanges (ExchangeKeyHash; same task count), and their key fields
+//    correspond pairwise, in order, through the join's `on` pairs. A Kafka
+//    source and an exchange are never co-partitioned.
+//  * A global window is always exchanged (a 1-partition topic), also at
+//    parallelism 1 or after a 1-task stage: the plan's shape (stages,
+//    exchanges, topics) never depends on the parallelism, only task and
+//    exchange partition counts do, so rescaling keeps the topology. Source
+//    partition counts change the shape in one case only: a join of two keyed
+//    Kafka sources whose known counts differ is exchanged.
+//  * A source that only lookup joins read (as their table; sinks may read its
+//    side outputs, not its main output) is broadcast-only: it is in no
+//    stage's `sources`, and stage_of maps it to the lowest stage that
+//    broadcasts it (whose tasks own its side outputs). A source also read
+//    otherwise is, in addition, a partitioned source of its own stage.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/job_spec.h"
@@ -47,16 +77,16 @@ namespace caravela {
 
 struct ExchangePlan {
   int id = 0;
-  std::string topic;        // caravela.<job>.<operator>
+  std::string topic;          // caravela.<job>.<operator>
   std::string operator_name;  // the consuming operator
   int consumer_stage = 0;
   int partitions = 1;  // = the consuming stage's task count
   // One entry per operator input that goes through this exchange.
   struct Input {
-    int input = 0;            // input index of the consuming operator
-    std::string from;         // upstream node name (source or operator)
-    int producer_stage = 0;   // stage of `from`
-    std::vector<FieldPath> key;  // key paths read on the upstream records
+    int input = 0;                       // input index of the consuming operator
+    std::string from;                    // upstream node name (source or operator)
+    int producer_stage = 0;              // stage of `from`
+    std::vector<FieldPath> key;          // key paths read on the upstream records
     std::vector<std::string> key_names;  // as written
   };
   std::vector<Input> inputs;
@@ -83,10 +113,13 @@ struct StagePlan {
 struct JobPlan {
   std::string job_name;
   int parallelism = 1;
-  std::vector<StagePlan> stages;       // in topological order
+  std::vector<StagePlan> stages;  // in topological order
   std::vector<ExchangePlan> exchanges;
   // Per node (source or operator name): its stage.
   std::map<std::string, int> stage_of;
+  // Per node: "source" or the operator kind as in YAML ("dedup",
+  // "interval_join", ...), for ToText.
+  std::map<std::string, std::string> kind_of;
 
   int total_tasks() const;
   // Human-readable plan (what `caravela plan` prints).

@@ -472,10 +472,12 @@ class SpecParser {
     }
     YAML::Node s = Field(root, "spec");
     if (Missing(s, "spec", true)) return;
-    if (!CheckMap(s, "spec", {"checkpoint", "sources", "operators", "sinks", "dead_letter"})) {
+    if (!CheckMap(s, "spec",
+                  {"parallelism", "checkpoint", "sources", "operators", "sinks", "dead_letter"})) {
       return;
     }
     CollectNodes(s);
+    if (auto p = PositiveInt(s, "parallelism", "spec")) spec().parallelism = *p;
     Checkpoint(Field(s, "checkpoint"));
     Sources(Field(s, "sources"));
     Operators(Field(s, "operators"));
@@ -563,21 +565,23 @@ class SpecParser {
         Err(Join(path, "storage"), absl::StrCat("expected a file:// URL, got ", Quote(*st)));
       }
     }
-    YAML::Node r = Field(n, "retain");
-    if (r.IsDefined()) {
-      int v = 0;
-      bool ok = false;
-      if (r.IsScalar()) {
-        const std::string& t = r.Scalar();
-        auto res = std::from_chars(t.data(), t.data() + t.size(), v);
-        ok = res.ec == std::errc() && res.ptr == t.data() + t.size() && v >= 1;
-      }
-      if (ok) {
-        cp.retain = v;
-      } else {
-        Err(Join(path, "retain"), absl::StrCat("expected an integer >= 1, got ", Describe(r)));
-      }
+    if (auto r = PositiveInt(n, "retain", path)) cp.retain = *r;
+  }
+
+  // An optional integer >= 1 at `parent`.`key`; nullopt (with an error if it
+  // is present but wrong) otherwise.
+  std::optional<int> PositiveInt(const YAML::Node& map, const char* key,
+                                 const std::string& parent) {
+    YAML::Node r = Field(map, key);
+    if (!r.IsDefined()) return std::nullopt;
+    int v = 0;
+    if (r.IsScalar()) {
+      const std::string& t = r.Scalar();
+      auto res = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (res.ec == std::errc() && res.ptr == t.data() + t.size() && v >= 1) return v;
     }
+    Err(Join(parent, key), absl::StrCat("expected an integer >= 1, got ", Describe(r)));
+    return std::nullopt;
   }
 
   // ---- Sources.

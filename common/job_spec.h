@@ -204,6 +204,8 @@ struct CheckpointSpec {
 
 struct JobSpec {
   std::string name;
+  // spec.parallelism: tasks per stage (SPEC §8, common/job_plan.h); >= 1.
+  int parallelism = 1;
   CheckpointSpec checkpoint;
   std::vector<SourceSpec> sources;
   std::vector<OperatorSpec> operators;

@@ -418,6 +418,35 @@ TEST(JobSpecTest, SourceErrors) {
   EXPECT_THAT(errs("    - x\n"), ElementsAre("spec.sources[0]: expected a mapping, got \"x\""));
 }
 
+TEST(JobSpecTest, Parallelism) {
+  std::string base =
+      "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: t}\nspec:\n"
+      "  sources: [{name: a, file: {path: x}}]\n";
+  ParseResult def = ParseJobSpec(base);
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def.spec.parallelism, 1);
+  ParseResult four = ParseJobSpec(base + "  parallelism: 4\n");
+  ASSERT_TRUE(four.ok()) << Errors(four)[0];
+  EXPECT_EQ(four.spec.parallelism, 4);
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  parallelism: 0\n")),
+              ElementsAre("spec.parallelism: expected an integer >= 1, got \"0\""));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  parallelism: -2\n")),
+              ElementsAre("spec.parallelism: expected an integer >= 1, got \"-2\""));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  parallelism: 2.5\n")),
+              ElementsAre("spec.parallelism: expected an integer >= 1, got \"2.5\""));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  parallelism: many\n")),
+              ElementsAre("spec.parallelism: expected an integer >= 1, got \"many\""));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  parallelism: [2]\n")),
+              ElementsAre(StartsWith("spec.parallelism: expected an integer >= 1, got ")));
+  // Reported together with the other errors of the spec.
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  parallelism: 0\n  checkpoint: {interval: soon}\n")),
+              ElementsAre("spec.parallelism: expected an integer >= 1, got \"0\"",
+                          "spec.checkpoint.interval: expected a duration, got \"soon\""));
+  // A misspelling gets the usual hint.
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  paralelism: 2\n")),
+              ElementsAre(HasSubstr("spec.paralelism: unknown field")));
+}
+
 TEST(JobSpecTest, CheckpointAndDeadLetterErrors) {
   std::string base =
       "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: t}\nspec:\n"

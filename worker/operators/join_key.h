@@ -2,8 +2,9 @@
 // which sides get padded rows, and the persisted row sequence counter.
 //
 // AppendJoinKey appends one self-delimiting field per key path (a type tag, a
-// 4-byte big-endian length, the bytes), so an encoded key is never a prefix
-// of another and (key, time) state keys range-scan exactly one key.
+// 4-byte big-endian length, the bytes: common/key_encoding.h, the encoding the
+// exchange partitioner hashes too), so an encoded key is never a prefix of
+// another and (key, time) state keys range-scan exactly one key.
 // Equality is that of `==`: numbers by value (1, 1.0 and 1.00 encode alike),
 // strings bytewise, booleans, objects and arrays by JSON text; "1" is not 1.
 #pragma once
