@@ -99,6 +99,14 @@ inline double CpuSeconds() {
 
 // CPU seconds used by the calling thread so far (robust to other processes
 // competing for the cores, unlike wall time).
+// CPU seconds of the whole process (every thread), user + system.
+inline double ProcessCpuSeconds() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 inline double ThreadCpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

@@ -4,6 +4,12 @@
 //
 //   kafka_bench [--purchases 2000000] [--seed 42] [--span-hours 24]
 //               [--partitions 4] [--round 80000] [--work-dir DIR] [--only consume|job]
+//               [--parallelism N]
+//
+// --parallelism N runs (b) as N tasks per stage (source, dedup by event_id,
+// window by country: two exchange topics on the same broker, created by the
+// parent since the mock cluster has no CreateTopics); the reader then also
+// reports its process CPU seconds (all task threads).
 //
 // The embedded broker is librdkafka's mock cluster, the one `caravela run`
 // embeds. It keeps at most 5 MiB (or 100k message sets) per partition and
@@ -222,6 +228,7 @@ int Job(const Flags& flags) {
   options.embedded_bootstrap = flags.Str("bootstrap");
   options.progress_interval_ms = 0;
   options.end_of_input = &end_of_input;
+  options.parallelism = static_cast<int>(flags.Int("parallelism", 1));
   auto pipeline = caravela::Pipeline::Create(parsed.spec, options);
   if (!pipeline.ok()) return Fail("create", pipeline.status());
   caravela::MetricsRegistry& m = (*pipeline)->metrics();
@@ -242,9 +249,11 @@ int Job(const Flags& flags) {
     end_of_input.store(true);
   });
   double c0 = caravela::bench::ThreadCpuSeconds();
+  double p0 = caravela::bench::ProcessCpuSeconds();
   absl::Status st = (*pipeline)->Run();
   double end_secs = caravela::bench::NowSeconds() - end_started;
   double thread_cpu = caravela::bench::ThreadCpuSeconds() - c0;
+  double process_cpu = caravela::bench::ProcessCpuSeconds() - p0;
   watcher.join();
   if (!st.ok()) return Fail("run", st);
   std::fprintf(stderr, "%s\n", (*pipeline)->Summary().c_str());
@@ -252,8 +261,9 @@ int Job(const Flags& flags) {
       "kafka_job_rocksdb", in->value(), rounds.busy() + end_secs,
       absl::StrCat("passed=", m.Value("dedup_passed_total", "op=\"unique\""),
                    " duplicates=", m.Value("dedup_duplicates_total", "op=\"unique\""), " results=",
-                   m.Value("sink_records_total", "from=\"revenue\""), " end_flush_s=", end_secs),
-      thread_cpu);
+                   m.Value("sink_records_total", "from=\"revenue\""), " end_flush_s=", end_secs,
+                   " tasks=", (*pipeline)->task_count(), " process_cpu_s=", process_cpu),
+      (*pipeline)->task_count() > 1 ? process_cpu : thread_cpu);
   return 0;
 }
 
@@ -335,7 +345,8 @@ int RunReader(const std::string& mode, const Flags& flags, const std::string& bo
 
   Reader reader;
   if (!reader.Start({"kafka_bench", mode, "--bootstrap", bootstrap, "--partitions",
-                     std::to_string(partitions), "--work-dir", work + "/" + mode})) {
+                     std::to_string(partitions), "--work-dir", work + "/" + mode, "--parallelism",
+                     std::to_string(flags.Int("parallelism", 1))})) {
     std::perror("kafka_bench: spawn");
     return 1;
   }
@@ -390,6 +401,12 @@ int Main(const Flags& flags) {
     }
     if (auto st = (*broker)->CreateTopic(kOutputTopic, 1); !st.ok()) {
       return Fail("create topic", st);
+    }
+    if (const int n = static_cast<int>(flags.Int("parallelism", 1)); n > 1) {
+      for (const char* op : {"unique", "revenue"}) {
+        const std::string topic = absl::StrCat("caravela.bench-hourly-revenue-kafka.", op);
+        if (auto st = (*broker)->CreateTopic(topic, n); !st.ok()) return Fail("create topic", st);
+      }
     }
     if (int rc = RunReader(mode, flags, bootstrap, work, partitions); rc != 0) return rc;
   }

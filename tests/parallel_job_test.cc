@@ -5,8 +5,11 @@
 // on N and equal the offline answer; revisions per key only increase.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,8 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/purchase_generator.h"
-#include "common/json.h"
 #include "common/job_spec.h"
+#include "common/json.h"
 #include "common/time_util.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
@@ -101,8 +104,7 @@ std::map<std::string, WindowResult> FinalResults(const std::string& out_dir) {
     for (std::string line; std::getline(in, line);) {
       Record r;
       EXPECT_TRUE(decoder.Decode(line, &r).ok()) << line;
-      std::string key =
-          std::string(r.GetPath(start).s) + "/" + std::string(r.GetPath(country).s);
+      std::string key = std::string(r.GetPath(start).s) + "/" + std::string(r.GetPath(country).s);
       const int64_t rev = r.GetPath(revision).i;
       auto [it, fresh] = last_revision.emplace(name + key, rev);
       if (!fresh) {
@@ -160,14 +162,13 @@ class ParallelJobTest : public ::testing::Test {
 
   // Runs the job with `parallelism`; returns its output directory.
   std::string RunJob(int parallelism, int64_t checkpoint_ms) {
-    std::string dir = absl::StrCat(::testing::TempDir(), "/parallel_", ::getpid(), "_",
-                                   parallelism, "_", checkpoint_ms);
+    std::string dir = absl::StrCat(::testing::TempDir(), "/parallel_", ::getpid(), "_", parallelism,
+                                   "_", checkpoint_ms);
     std::filesystem::remove_all(dir);
     // One job name per run: exchange topics are per job and their partition
     // count follows the parallelism.
-    ParseResult parsed =
-        ParseJobSpec(Job(absl::StrCat("revenue-", parallelism, "-", checkpoint_ms), dir,
-                         checkpoint_ms));
+    ParseResult parsed = ParseJobSpec(
+        Job(absl::StrCat("revenue-", parallelism, "-", checkpoint_ms), dir, checkpoint_ms));
     EXPECT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
     RunOptions options;
     options.data_dir = dir + "/data";
@@ -196,7 +197,8 @@ class ParallelJobTest : public ::testing::Test {
       EXPECT_TRUE(decoder.Decode(lines_[i], &r).ok());
       std::string id(r.GetPath(FieldPath::Parse("event_id")).s);
       if (!seen.insert(id).second) continue;
-      const std::optional<int64_t> parsed = ParseIso8601(r.GetPath(FieldPath::Parse("event_time")).s);
+      const std::optional<int64_t> parsed =
+          ParseIso8601(r.GetPath(FieldPath::Parse("event_time")).s);
       EXPECT_TRUE(parsed.has_value());
       const int64_t t = parsed.value_or(0);
       const int64_t hour = t - (t % 3600'000);
@@ -286,6 +288,97 @@ TEST_F(ParallelJobTest, JobWideCheckpointsCommitEveryTasksOutput) {
   EXPECT_THAT(text, ::testing::HasSubstr("tasks=9"));
   EXPECT_THAT(text, ::testing::HasSubstr("parallelism=3"));
 }
+
+// The crash matrix of a parallel job (SPEC §8): `caravela run --parallelism 3`
+// is killed by a failpoint at each dangerous place, then run again to the
+// end on the same data dir; every sink converges to the uninterrupted run's
+// FINAL results and no revision of a key goes backwards. The broker lives in
+// this process (it outlives the job's); the job's exchange topics are created
+// up front (the mock cluster has no CreateTopics for another process).
+class ParallelCrashTest : public ParallelJobTest,
+                          public ::testing::WithParamInterface<const char*> {
+ protected:
+  // Runs the binary; returns its exit code (128 + signal when killed).
+  int RunBinary(const std::string& dir, const std::string& failpoint) {
+    std::string cmd = absl::StrCat(failpoint.empty() ? "" : "CARAVELA_FAILPOINT=" + failpoint + " ",
+                                   CARAVELA_BINARY, " run -q --parallelism 3 --data-dir ", dir,
+                                   "/data ", dir, "/job.yaml >> ", dir, "/run.log 2>&1");
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+  }
+  std::string Prepare(const std::string& name, const std::string& dir) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::string yaml = Job(name, dir, 100);
+    // The job names the broker: it runs in another process.
+    const std::string from = "kafka: {topic: purchases, bounded: true}";
+    yaml.replace(
+        yaml.find(from), from.size(),
+        "kafka: {topic: purchases, bounded: true, bootstrap: \"" + broker_->bootstrap() + "\"}");
+    std::ofstream(dir + "/job.yaml") << yaml;
+    for (const char* op : {"unique", "revenue"}) {
+      EXPECT_TRUE(broker_->CreateTopic(absl::StrCat("caravela.", name, ".", op), 3).ok());
+    }
+    return dir;
+  }
+  static std::string Log(const std::string& dir) {
+    std::ifstream in(dir + "/run.log");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+};
+
+TEST_P(ParallelCrashTest, KilledRunConvergesToTheUninterruptedResult) {
+  const std::string failpoint = GetParam();
+  std::string tag = failpoint;
+  std::replace_if(
+      tag.begin(), tag.end(), [](char c) { return !std::isalnum(c); }, '-');
+  const std::string base = absl::StrCat(::testing::TempDir(), "/parallel_crash_", ::getpid());
+  const std::string ref = Prepare("crash-ref-" + tag, base + "/ref-" + tag);
+  ASSERT_EQ(RunBinary(ref, ""), 0) << Log(ref);
+  const auto want = FinalResults(ref + "/out");
+  ASSERT_FALSE(want.empty());
+
+  const std::string dir = Prepare("crash-" + tag, base + "/" + tag);
+  ASSERT_EQ(RunBinary(dir, failpoint), 128 + SIGKILL)
+      << "the failpoint " << failpoint << " did not kill the run:\n"
+      << Log(dir);
+  ASSERT_EQ(RunBinary(dir, ""), 0) << Log(dir);
+  if (failpoint.rfind("checkpoint.after_job_record", 0) == 0 ||
+      failpoint.rfind("checkpoint.after_sink_commit", 0) == 0) {
+    // A checkpoint was complete job-wide before the kill: the rerun restores it.
+    EXPECT_THAT(Log(dir), ::testing::HasSubstr("restored checkpoint")) << Log(dir);
+  }
+  const auto got = FinalResults(dir + "/out");  // also: revisions only increase per file
+  ASSERT_EQ(got.size(), want.size()) << Log(dir);
+  for (const auto& [key, w] : want) {
+    auto it = got.find(key);
+    ASSERT_NE(it, got.end()) << key;
+    EXPECT_EQ(it->second.text, w.text) << key;
+    EXPECT_EQ(it->second.finals, 1) << key;
+  }
+  EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(),
+            ReadParts(ref + "/out", "conflicts").size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Failpoints, ParallelCrashTest,
+    ::testing::Values(
+        // Mid-stream, before the first checkpoint completes.
+        "source.after_batch:3",
+        // Some tasks stored checkpoint n, not all.
+        "checkpoint.after_task_stored:4",
+        // Checkpoint n complete job-wide (record written), sinks not committed.
+        "checkpoint.after_job_record:2",
+        // After a sink committed a later checkpoint.
+        "checkpoint.after_sink_commit:12",
+        // In the middle of writing an exchange.
+        "exchange.after_write:30000"),
+    [](const ::testing::TestParamInfo<const char*>& info) {
+      std::string name = info.param;
+      std::replace_if(
+          name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
+      return name;
+    });
 
 }  // namespace
 }  // namespace caravela

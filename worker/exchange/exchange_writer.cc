@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/failpoint.h"
 #include "common/job_plan.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/kafka_source.h"
@@ -98,6 +99,7 @@ class KafkaExchangeWriter final : public ExchangeWriter {
         options_.partitions, &key_scratch_);
     EncodeRecordFrame(options_.epoch, options_.producer, input, r, &frame_);
     RETURN_IF_ERROR(Produce(partition));
+    Failpoint("exchange.after_write");  // crash tests: mid-exchange write
     ++records_;
     return absl::OkStatus();
   }

@@ -31,8 +31,7 @@ namespace caravela {
 
 class JobCheckpoints {
  public:
-  explicit JobCheckpoints(int tasks)
-      : stored_(tasks), drained_(tasks) {
+  explicit JobCheckpoints(int tasks) : stored_(tasks), drained_(tasks) {
     for (auto& s : stored_) s.store(0);
     for (auto& d : drained_) d.store(false);
   }

@@ -134,10 +134,10 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   }
   for (size_t i = 0; i < spec.sinks.size(); ++i) {
     if (spec.sinks[i].exactly_once) {
-      return absl::UnimplementedError(absl::StrCat(
-          "spec.sinks[", i, "].kafka.exactly_once with parallelism ", im.parallelism,
-          " is not supported yet (one transaction per task is not coordinated); use "
-          "parallelism 1 or the default at-least-once mode with revisions"));
+      return absl::UnimplementedError(
+          absl::StrCat("spec.sinks[", i, "].kafka.exactly_once with parallelism ", im.parallelism,
+                       " is not supported yet (one transaction per task is not coordinated); use "
+                       "parallelism 1 or the default at-least-once mode with revisions"));
     }
   }
 
@@ -183,8 +183,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       if (rec.tasks != total_tasks || rec.parallelism != im.parallelism) {
         return absl::FailedPreconditionError(absl::StrCat(
             "checkpoint ", rec.checkpoint, " of job ", spec.name, " was taken with parallelism ",
-            rec.parallelism, " (", rec.tasks, " tasks); this run has parallelism ",
-            im.parallelism, " (", total_tasks,
+            rec.parallelism, " (", rec.tasks, " tasks); this run has parallelism ", im.parallelism,
+            " (", total_tasks,
             " tasks). Changing it needs a rescale, which is not supported yet: run with "
             "--parallelism ",
             rec.parallelism, ", or start from scratch with another --data-dir"));
@@ -220,14 +220,14 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       pl.restore_checkpoint = im.restore_id;
       auto t = Task::Create(spec, task_options, std::move(pl), metrics);
       if (!t.ok()) {
-        return absl::Status(t.status().code(), absl::StrCat("stage ", st.id, " task ", i, ": ",
-                                                            t.status().message()));
+        return absl::Status(t.status().code(),
+                            absl::StrCat("stage ", st.id, " task ", i, ": ", t.status().message()));
       }
       r->tasks_.push_back(std::move(*t));
     }
   }
-  Log()->info("[job={}] {} tasks in {} stages, {} exchanges, epoch {}{}", spec.name,
-              total_tasks, r->plan_.stages.size(), r->plan_.exchanges.size(), im.epoch,
+  Log()->info("[job={}] {} tasks in {} stages, {} exchanges, epoch {}{}", spec.name, total_tasks,
+              r->plan_.stages.size(), r->plan_.exchanges.size(), im.epoch,
               im.restore_id > 0 ? absl::StrCat(", restored checkpoint ", im.restore_id) : "");
   if (im.restore_id > 0) metrics->Get("restores_total")->Add();
   return r;
@@ -267,11 +267,15 @@ absl::Status JobRunner::Run() {
 
   using Clock = std::chrono::steady_clock;
   const bool checkpointing = im.storage != nullptr;
-  const auto interval = std::chrono::milliseconds(std::max<int64_t>(1, im.spec.checkpoint.interval));
+  const auto interval =
+      std::chrono::milliseconds(std::max<int64_t>(1, im.spec.checkpoint.interval));
   auto next_at = Clock::now() + interval;
   auto last_progress = Clock::now();
   int64_t last_in = 0;
+  // Above every id a task used: a crashed run may have stored checkpoints
+  // that never completed job-wide (they are skipped, never reused).
   int64_t next_id = im.restore_id + 1;
+  for (const auto& t : tasks_) next_id = std::max(next_id, t->next_checkpoint_id());
   int64_t in_flight = 0;
   Clock::time_point in_flight_since;
   bool finishing = false;
@@ -293,14 +297,14 @@ absl::Status JobRunner::Run() {
         continue;
       }
       Failpoint("checkpoint.after_job_record");
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
-                                                                            in_flight_since)
-                          .count();
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - in_flight_since)
+              .count();
       im.metrics->Get("job_checkpoints_total")->Add();
       im.metrics->Get("job_checkpoint_last_id")->Set(in_flight);
       im.metrics->Get("job_checkpoint_last_duration_ms")->Set(ms);
-      Log()->debug("[job={}] checkpoint {} complete on {} tasks in {} ms", im.spec.name,
-                   in_flight, tasks_.size(), ms);
+      Log()->debug("[job={}] checkpoint {} complete on {} tasks in {} ms", im.spec.name, in_flight,
+                   tasks_.size(), ms);
       job.Complete(in_flight);
       if (job.stops_at(in_flight)) job.Finish();
       in_flight = 0;
@@ -320,14 +324,13 @@ absl::Status JobRunner::Run() {
       }
     }
     if (im.options.progress_interval_ms > 0 && im.options.progress_out != nullptr &&
-        Clock::now() - last_progress >= std::chrono::milliseconds(im.options.progress_interval_ms)) {
-      const double secs =
-          std::chrono::duration<double>(Clock::now() - last_progress).count();
+        Clock::now() - last_progress >=
+            std::chrono::milliseconds(im.options.progress_interval_ms)) {
+      const double secs = std::chrono::duration<double>(Clock::now() - last_progress).count();
       const int64_t in = records_in();
       std::fprintf(im.options.progress_out,
                    "[caravela] %zu tasks in=%lld out=%lld rate=%.0f ev/s checkpoint=%lld\n",
-                   tasks_.size(), static_cast<long long>(in),
-                   static_cast<long long>(records_out()),
+                   tasks_.size(), static_cast<long long>(in), static_cast<long long>(records_out()),
                    static_cast<double>(in - last_in) / std::max(secs, 1e-3),
                    static_cast<long long>(job.completed()));
       std::fflush(im.options.progress_out);

@@ -157,8 +157,8 @@ struct Task::Impl {
   std::vector<SourceNode> sources;  // node ids [0, S)
   std::vector<OperatorNode> ops;    // node ids [S, S+O)
   std::vector<SinkNode> sinks;
-  std::vector<ReaderNode> readers;  // exchanges consumed (parallel jobs)
-  std::vector<WriterNode> writers;  // exchanges produced (parallel jobs)
+  std::vector<ReaderNode> readers;   // exchanges consumed (parallel jobs)
+  std::vector<WriterNode> writers;   // exchanges produced (parallel jobs)
   std::vector<NodeOutputs> outputs;  // per node id
   std::vector<int64_t> node_wm;      // output watermark per node id
   std::vector<uint8_t> node_idle;
@@ -269,6 +269,9 @@ Task::~Task() = default;
 StateBackend& Task::state() { return *impl_->state; }
 const std::string& Task::name() const { return impl_->name; }
 int64_t Task::records_in() const { return impl_->records_in.load(std::memory_order_relaxed); }
+int64_t Task::next_checkpoint_id() const {
+  return impl_->checkpoints == nullptr ? 1 : impl_->checkpoints->next_checkpoint_id();
+}
 int64_t Task::records_out() const { return impl_->records_out.load(std::memory_order_relaxed); }
 
 absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptions options,
@@ -286,8 +289,7 @@ absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptio
   std::string dir = im.options.data_dir;
   if (im.parallel()) {
     im.stage = &im.placement.plan->stages[im.placement.stage];
-    im.name = absl::StrCat(spec.name, "/stage-", im.placement.stage, "/task-",
-                           im.placement.index);
+    im.name = absl::StrCat(spec.name, "/stage-", im.placement.stage, "/task-", im.placement.index);
     dir = absl::StrCat(im.options.data_dir, "/task-", im.placement.global_id);
   }
   if (im.options.in_memory_state) {
@@ -369,10 +371,10 @@ absl::Status Task::Impl::Build() {
     }
     src.wm = std::make_unique<SourceWatermark>(ss.watermark, start_time);
     if (parallel()) {
-      const bool mine = std::find(stage->sources.begin(), stage->sources.end(), ss.name) !=
-                        stage->sources.end();
-      const bool broadcast = std::find(stage->broadcast.begin(), stage->broadcast.end(),
-                                       ss.name) != stage->broadcast.end();
+      const bool mine =
+          std::find(stage->sources.begin(), stage->sources.end(), ss.name) != stage->sources.end();
+      const bool broadcast = std::find(stage->broadcast.begin(), stage->broadcast.end(), ss.name) !=
+                             stage->broadcast.end();
       src.present = mine || broadcast;
       if (!src.present) continue;
       if (mine && stage->tasks > 1 && ss.kind == SourceSpec::Kind::kKafka) {
@@ -608,8 +610,8 @@ absl::Status Task::Impl::OpenExchanges() {
     ro.flow = x < static_cast<int>(placement.flow.size()) ? placement.flow[x] : nullptr;
     auto reader = ExchangeReader::Open(ro);
     if (!reader.ok()) {
-      return absl::Status(reader.status().code(), absl::StrCat("exchange ", ex.topic, ": ",
-                                                               reader.status().message()));
+      return absl::Status(reader.status().code(),
+                          absl::StrCat("exchange ", ex.topic, ": ", reader.status().message()));
     }
     rn.reader = std::move(*reader);
     rn.outs.resize(ops[op].inputs.size());
@@ -646,8 +648,8 @@ absl::Status Task::Impl::OpenExchanges() {
     }
     auto writer = ExchangeWriter::Open(wo);
     if (!writer.ok()) {
-      return absl::Status(writer.status().code(), absl::StrCat("exchange ", ex.topic, ": ",
-                                                               writer.status().message()));
+      return absl::Status(writer.status().code(),
+                          absl::StrCat("exchange ", ex.topic, ": ", writer.status().message()));
     }
     wn.writer = std::move(*writer);
     wn.sent_at = std::chrono::steady_clock::now();
@@ -837,7 +839,7 @@ absl::Status Task::Impl::ApplySourceBatch(int src_id, size_t count) {
 }
 
 absl::Status Task::Impl::WriteSink(int sink_id, int node, const Record& r,
-                                       std::string_view side_name) {
+                                   std::string_view side_name) {
   SinkNode& sn = sinks[sink_id];
   json.clear();
   if (sn.dead_letter) {
@@ -1035,8 +1037,8 @@ void Task::Impl::Progress(bool force) {
   }
   std::fprintf(options.progress_out,
                "[caravela] in=%lld out=%lld rate=%.0f ev/s watermark=%s invalid=%lld%s\n",
-               static_cast<long long>(in), static_cast<long long>(out), rate,
-               wm_text.c_str(), static_cast<long long>(invalid_total), checkpoint_text.c_str());
+               static_cast<long long>(in), static_cast<long long>(out), rate, wm_text.c_str(),
+               static_cast<long long>(invalid_total), checkpoint_text.c_str());
   std::fflush(options.progress_out);
   last_progress = now;
   progress_records_in = in;
@@ -1324,10 +1326,9 @@ absl::Status Task::Impl::OpenCheckpoints() {
     const std::string dir = absl::StrCat(options.data_dir, "/task-", placement.global_id);
     // One more than `retain`: the newest task checkpoint may not be complete
     // job-wide yet, and the job's last complete one must survive its GC.
-    ASSIGN_OR_RETURN(checkpoints,
-                     CheckpointManager::Open(url, spec.name, placement.global_id,
-                                             dir + "/checkpoint-scratch",
-                                             std::max(1, spec.checkpoint.retain) + 1));
+    ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Open(url, spec.name, placement.global_id,
+                                                          dir + "/checkpoint-scratch",
+                                                          std::max(1, spec.checkpoint.retain) + 1));
     spec_hash = SpecHash();
     return absl::OkStatus();
   }
@@ -1374,11 +1375,11 @@ absl::Status Task::Impl::Restore() {
     if (placement.restore_checkpoint > 0) {
       ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(placement.restore_checkpoint));
       if (!m.has_value() || m->checkpoint_id() != placement.restore_checkpoint) {
-        return absl::DataLossError(absl::StrCat(
-            "task ", placement.global_id, " of job ", spec.name, ": checkpoint ",
-            placement.restore_checkpoint,
-            " is complete job-wide but this task's part of it is missing from ",
-            checkpoints->storage().url()));
+        return absl::DataLossError(
+            absl::StrCat("task ", placement.global_id, " of job ", spec.name, ": checkpoint ",
+                         placement.restore_checkpoint,
+                         " is complete job-wide but this task's part of it is missing from ",
+                         checkpoints->storage().url()));
       }
     }
     stored_id = committed_id = placement.restore_checkpoint;

@@ -90,6 +90,9 @@ class Task {
   // Records read from sources and results written to sinks by this task.
   int64_t records_in() const;
   int64_t records_out() const;
+  // The lowest checkpoint id this task's storage has not used (a crashed run
+  // may have stored ids the job never completed); 1 without checkpoints.
+  int64_t next_checkpoint_id() const;
   const std::string& name() const;
 
   struct Impl;
