@@ -123,6 +123,19 @@ std::map<std::string, WindowResult> FinalResults(const std::string& out_dir) {
   return results;
 }
 
+// Every window of `want` has the same single FINAL result in `got`, and
+// `got` has no other window.
+void ExpectSameFinals(const std::map<std::string, WindowResult>& want,
+                      const std::map<std::string, WindowResult>& got) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [key, w] : want) {
+    auto it = got.find(key);
+    ASSERT_NE(it, got.end()) << key;
+    EXPECT_EQ(it->second.text, w.text) << key;
+    EXPECT_EQ(it->second.finals, 1) << key;
+  }
+}
+
 class ParallelJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -256,14 +269,7 @@ TEST_F(ParallelJobTest, ExchangeJobGivesTheSameFinalResultsForEveryParallelism) 
   for (int n : {2, 3}) {
     SCOPED_TRACE(absl::StrCat("parallelism ", n));
     const std::string dir = RunJob(n, 0);
-    const auto results = FinalResults(dir + "/out");
-    ASSERT_EQ(results.size(), reference.size());
-    for (const auto& [key, w] : reference) {
-      auto it = results.find(key);
-      ASSERT_NE(it, results.end()) << key;
-      EXPECT_EQ(it->second.text, w.text) << key;
-      EXPECT_EQ(it->second.finals, 1) << key;
-    }
+    ExpectSameFinals(reference, FinalResults(dir + "/out"));
     EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(), conflicts.size());
     EXPECT_TRUE(ReadParts(dir + "/out", "too_late").empty());
     // One part file per task of the window's stage.
@@ -275,13 +281,7 @@ TEST_F(ParallelJobTest, ExchangeJobGivesTheSameFinalResultsForEveryParallelism) 
 TEST_F(ParallelJobTest, JobWideCheckpointsCommitEveryTasksOutput) {
   const auto reference = FinalResults(RunJob(1, 0) + "/out");
   const std::string dir = RunJob(3, 50);
-  const auto results = FinalResults(dir + "/out");
-  ASSERT_EQ(results.size(), reference.size());
-  for (const auto& [key, w] : reference) {
-    auto it = results.find(key);
-    ASSERT_NE(it, results.end()) << key;
-    EXPECT_EQ(it->second.text, w.text) << key;
-  }
+  ExpectSameFinals(reference, FinalResults(dir + "/out"));
   // The job's commit record names the last checkpoint every task stored.
   std::ifstream record(dir + "/data/checkpoints/revenue-3-50/job-checkpoint");
   std::string text((std::istreambuf_iterator<char>(record)), std::istreambuf_iterator<char>());
@@ -348,14 +348,8 @@ TEST_P(ParallelCrashTest, KilledRunConvergesToTheUninterruptedResult) {
     // A checkpoint was complete job-wide before the kill: the rerun restores it.
     EXPECT_THAT(Log(dir), ::testing::HasSubstr("restored checkpoint")) << Log(dir);
   }
-  const auto got = FinalResults(dir + "/out");  // also: revisions only increase per file
-  ASSERT_EQ(got.size(), want.size()) << Log(dir);
-  for (const auto& [key, w] : want) {
-    auto it = got.find(key);
-    ASSERT_NE(it, got.end()) << key;
-    EXPECT_EQ(it->second.text, w.text) << key;
-    EXPECT_EQ(it->second.finals, 1) << key;
-  }
+  // Also checks that revisions only increase per key within each file.
+  ExpectSameFinals(want, FinalResults(dir + "/out"));
   EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(),
             ReadParts(ref + "/out", "conflicts").size());
 }

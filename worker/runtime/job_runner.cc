@@ -19,14 +19,7 @@
 namespace caravela {
 namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("runtime");
-    if (!l) l = spdlog::default_logger()->clone("runtime");
-    return l;
-  }();
-  return log;
-}
+std::shared_ptr<spdlog::logger> Log() { return RuntimeLogger(); }
 
 // Outstanding exchange bytes per partition before a writer waits for its
 // readers (the embedded broker keeps ~5 MiB per partition).

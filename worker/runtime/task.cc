@@ -37,9 +37,8 @@
 #include "xxhash.h"
 
 namespace caravela {
-namespace {
 
-std::shared_ptr<spdlog::logger> Log() {
+std::shared_ptr<spdlog::logger> RuntimeLogger() {
   static std::shared_ptr<spdlog::logger> log = [] {
     auto l = spdlog::get("runtime");
     if (!l) l = spdlog::default_logger()->clone("runtime");
@@ -47,6 +46,10 @@ std::shared_ptr<spdlog::logger> Log() {
   }();
   return log;
 }
+
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() { return RuntimeLogger(); }
 
 // A consumer of a node's output (main or one side output).
 struct Edge {

@@ -47,6 +47,10 @@
 #include "worker/runtime/pipeline.h"
 #include "worker/state/state_backend.h"
 
+namespace spdlog {
+class logger;
+}  // namespace spdlog
+
 namespace caravela {
 
 class JobCheckpoints;
@@ -101,6 +105,9 @@ class Task {
   Task() = default;
   std::unique_ptr<Impl> impl_;
 };
+
+// The "runtime" subsystem logger (created on first use; thread-safe).
+std::shared_ptr<spdlog::logger> RuntimeLogger();
 
 // "records in: N, results out: M" and the side-output counters of `metrics`.
 std::string JobSummary(const MetricsRegistry& metrics, int64_t records_in, int64_t records_out);
