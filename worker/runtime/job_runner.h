@@ -47,9 +47,11 @@ class JobRunner {
 
  private:
   JobRunner() = default;
+  // Declaration order is destruction order reversed: tasks go first, then
+  // the plan they point into, then the broker, flow controls and signals.
+  std::unique_ptr<Impl> impl_;
   JobPlan plan_;
   std::vector<std::unique_ptr<Task>> tasks_;
-  std::unique_ptr<Impl> impl_;
 };
 
 // Partition counts of the job's Kafka sources (asks the brokers; waits for
