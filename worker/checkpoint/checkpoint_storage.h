@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,11 @@ class CheckpointStorage {
 //   s3://...              -> Unimplemented ("not supported yet").
 // Anything else is InvalidArgument naming the URL and the expected form.
 absl::StatusOr<std::unique_ptr<CheckpointStorage>> OpenCheckpointStorage(const std::string& url);
+
+// The job's epoch counter stored at `key` (a decimal integer, see
+// docs/semantics.md): nullopt if the object does not exist, DataLoss naming
+// the URL and key if it is not a number.
+absl::StatusOr<std::optional<int64_t>> ReadEpoch(CheckpointStorage& storage, std::string_view key);
 
 // Checks the key rules above; InvalidArgument naming the key otherwise.
 absl::Status ValidateStorageKey(std::string_view key);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/failpoint.h"
@@ -358,6 +359,19 @@ absl::StatusOr<std::unique_ptr<CheckpointStorage>> OpenFileStorage(const std::st
         absl::StrCat("checkpoint storage file://", r, ": create root: ", ec.message()));
   }
   return std::make_unique<FileStorage>(r, absl::StrCat("file://", r));
+}
+
+absl::StatusOr<std::optional<int64_t>> ReadEpoch(CheckpointStorage& storage, std::string_view key) {
+  ASSIGN_OR_RETURN(bool exists, storage.Exists(key));
+  if (!exists) return std::nullopt;
+  ASSIGN_OR_RETURN(std::string text, storage.Read(key));
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &v)) {
+    return absl::DataLossError(absl::StrCat("corrupt epoch file ", storage.url(), "/",
+                                            absl::string_view(key.data(), key.size()), ": \"", text,
+                                            "\""));
+  }
+  return v;
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointStorage>> OpenCheckpointStorage(const std::string& url) {

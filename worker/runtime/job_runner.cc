@@ -49,18 +49,6 @@ bool DecodeJobRecord(absl::string_view text, JobRecord* r) {
   return r->checkpoint > 0;
 }
 
-absl::StatusOr<int64_t> ReadInt(CheckpointStorage& storage, const std::string& key) {
-  ASSIGN_OR_RETURN(bool exists, storage.Exists(key));
-  if (!exists) return 0;
-  ASSIGN_OR_RETURN(std::string text, storage.Read(key));
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &v)) {
-    return absl::DataLossError(
-        absl::StrCat("corrupt ", storage.url(), "/", key, ": \"", text, "\""));
-  }
-  return v;
-}
-
 }  // namespace
 
 struct JobRunner::Impl {
@@ -159,10 +147,11 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
     }
     ASSIGN_OR_RETURN(im.storage, OpenCheckpointStorage(url));
     const std::string prefix = spec.name + "/";
-    ASSIGN_OR_RETURN(int64_t job_epoch, ReadInt(*im.storage, prefix + "epoch"));
+    ASSIGN_OR_RETURN(std::optional<int64_t> job_epoch, ReadEpoch(*im.storage, prefix + "epoch"));
     // A standalone run of the same job counted its epochs under task-0.
-    ASSIGN_OR_RETURN(int64_t task0_epoch, ReadInt(*im.storage, prefix + "task-0/epoch"));
-    im.epoch = std::max(job_epoch, task0_epoch) + 1;
+    ASSIGN_OR_RETURN(std::optional<int64_t> task0_epoch,
+                     ReadEpoch(*im.storage, prefix + "task-0/epoch"));
+    im.epoch = std::max(job_epoch.value_or(0), task0_epoch.value_or(0)) + 1;
     RETURN_IF_ERROR(im.storage->Write(prefix + "epoch", std::to_string(im.epoch)));
     im.record_key = prefix + "job-checkpoint";
     ASSIGN_OR_RETURN(bool has_record, im.storage->Exists(im.record_key));

@@ -108,17 +108,13 @@ struct OperatorNode {
 
 // An exchange topic this task consumes: records for one operator's inputs.
 struct ReaderNode {
-  const ExchangePlan* plan = nullptr;
   std::unique_ptr<ExchangeReader> reader;
   int op = -1;  // operator index
   std::vector<RecordBatch> by_input;
-  std::vector<Output> outs;  // per input: the batch handed to the operator
-  int64_t aligned = 0;       // barrier id aligned and not yet released
 };
 
 // An exchange topic this task produces into.
 struct WriterNode {
-  const ExchangePlan* plan = nullptr;
   std::unique_ptr<ExchangeWriter> writer;
   std::vector<int> from;  // local node ids whose output goes through it
   int64_t sent_wm = kMinTime;
@@ -132,6 +128,23 @@ struct SinkNode {
   Counter* written = nullptr;
   bool dead_letter = false;
 };
+
+// The watermark of `n` inputs (SPEC §2): the min over the inputs that are not
+// idle, or over all of them when every one is idle (then `idle` is true).
+struct InputsWatermark {
+  int64_t watermark = kMaxTime;
+  bool idle = true;
+};
+template <typename WatermarkOf, typename IdleOf>
+InputsWatermark MinOverActiveInputs(size_t n, WatermarkOf watermark_of, IdleOf idle_of) {
+  InputsWatermark r;
+  for (size_t k = 0; k < n; ++k) r.idle = r.idle && idle_of(k);
+  for (size_t k = 0; k < n; ++k) {
+    if (!r.idle && idle_of(k)) continue;  // idle inputs leave the minimum
+    r.watermark = std::min(r.watermark, watermark_of(k));
+  }
+  return r;
+}
 
 // "out/revenue.jsonl" -> "out/revenue.part-2.jsonl" (a part file per task of
 // a parallel job; see docs/semantics.md "Parallel jobs").
@@ -238,6 +251,15 @@ struct Task::Impl {
   // store triggered ones once aligned). Sets `stopped` after a stopping one.
   absl::Status ServeCheckpoints();
   absl::Status RunParallel();
+  // Once options.end_of_input is set: unbounded sources stop at their
+  // current end (then drain and finish). `*draining` records that it ran.
+  absl::Status MaybeStopAtEndOfInput(bool* draining);
+  // One step over the task's sources: applies a polled batch of each, marks
+  // exhausted ones finished. `*got`: some records were applied; `*all_done`
+  // is cleared while any source still has or may get records.
+  absl::Status StepSources(int timeout_ms, bool* got, bool* all_done);
+  // Closes every sink; the first error.
+  absl::Status CloseSinks();
   // Checkpoints: manager and epoch (before Build), restore (after Build),
   // periodic and final checkpoints, savepoints.
   absl::Status OpenCheckpoints();
@@ -598,7 +620,6 @@ absl::Status Task::Impl::OpenExchanges() {
   for (int x : stage->input_exchanges) {
     const ExchangePlan& ex = plan.exchanges[x];
     ReaderNode rn;
-    rn.plan = &ex;
     int op = NodeId(ex.operator_name) - S();
     if (op < 0) return absl::InternalError("exchange of unknown operator " + ex.operator_name);
     rn.op = op;
@@ -617,7 +638,6 @@ absl::Status Task::Impl::OpenExchanges() {
                           absl::StrCat("exchange ", ex.topic, ": ", reader.status().message()));
     }
     rn.reader = std::move(*reader);
-    rn.outs.resize(ops[op].inputs.size());
     const int reader_id = static_cast<int>(readers.size());
     for (const ExchangePlan::Input& in : ex.inputs) ops[op].input_reader[in.input] = reader_id;
     readers.push_back(std::move(rn));
@@ -627,7 +647,6 @@ absl::Status Task::Impl::OpenExchanges() {
   for (int x : stage->output_exchanges) {
     const ExchangePlan& ex = plan.exchanges[x];
     WriterNode wn;
-    wn.plan = &ex;
     ExchangeWriterOptions wo;
     wo.bootstrap = placement.exchange_bootstrap;
     wo.topic = ex.topic;
@@ -665,7 +684,6 @@ absl::Status Task::Impl::PollReaders(int timeout_ms, bool* got) {
   for (ReaderNode& rn : readers) {
     for (RecordBatch& b : rn.by_input) b.clear();
     ASSIGN_OR_RETURN(int n, rn.reader->Poll(options.batch_size, timeout_ms, &rn.by_input));
-    if (auto aligned = rn.reader->AlignedBarrier(); aligned.has_value()) rn.aligned = *aligned;
     if (n == 0) continue;
     *got = true;
     OperatorNode& on = ops[rn.op];
@@ -681,15 +699,11 @@ absl::Status Task::Impl::PollReaders(int timeout_ms, bool* got) {
 absl::Status Task::Impl::SendWatermarkMarkers(bool force) {
   const auto now = std::chrono::steady_clock::now();
   for (WriterNode& wn : writers) {
-    int64_t w = kMaxTime;
-    bool idle = true;
-    for (int from : wn.from) {
-      idle = idle && node_idle[from];
-    }
-    for (int from : wn.from) {
-      if (!idle && node_idle[from]) continue;
-      w = std::min(w, node_wm[from]);
-    }
+    const InputsWatermark in = MinOverActiveInputs(
+        wn.from.size(), [&](size_t k) { return node_wm[wn.from[k]]; },
+        [&](size_t k) { return node_idle[wn.from[k]] != 0; });
+    const int64_t w = in.watermark;
+    const bool idle = in.idle;
     const bool moved = w > wn.sent_wm;
     const bool due = now - wn.sent_at >= std::chrono::milliseconds(200);
     // At least every 200 ms while it moves, at once when it ends and when
@@ -944,15 +958,10 @@ absl::Status Task::Impl::UpdateWatermarks() {
       const int r = on.input_reader[k];
       return r >= 0 ? readers[r].reader->idle() : node_idle[on.inputs[k]] != 0;
     };
-    int64_t w = kMaxTime;
-    bool all_idle = true;
-    for (size_t k = 0; k < on.inputs.size(); ++k) all_idle = all_idle && input_idle(k);
-    for (size_t k = 0; k < on.inputs.size(); ++k) {
-      if (!all_idle && input_idle(k)) continue;  // idle inputs leave the minimum
-      w = std::min(w, input_wm(k));
-    }
+    const InputsWatermark in = MinOverActiveInputs(on.inputs.size(), input_wm, input_idle);
+    const int64_t w = in.watermark;
     int id = S() + static_cast<int>(i);
-    node_idle[id] = all_idle ? 1 : 0;
+    node_idle[id] = in.idle ? 1 : 0;
     if (w > on.ctx->watermark()) {
       on.ctx->set_watermark(w);
       RETURN_IF_ERROR(on.op->OnWatermark(*on.ctx, on.out));
@@ -1128,30 +1137,8 @@ absl::Status Task::Impl::RunWallMode() {
     if (options.stop != nullptr && options.stop->load()) break;
     bool all_done = true;
     bool got = false;
-    if (options.end_of_input != nullptr && options.end_of_input->load() && !draining) {
-      draining = true;
-      for (SourceNode& src : sources) {
-        if (!src.raw->Bounded()) RETURN_IF_ERROR(src.raw->StopAtCurrentEnd());
-      }
-    }
-    for (int i = 0; i < S(); ++i) {
-      SourceNode& src = sources[i];
-      if (src.finished) continue;
-      RETURN_IF_ERROR(FillPending(src, any_unbounded ? 20 : 0));
-      if (src.has_pending()) {
-        got = true;
-        all_done = false;
-        RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
-      } else if (src.raw->Exhausted()) {
-        // Ends only in a step without records, so the watermark of the last
-        // batch is propagated (and fires) before the end-of-input +inf.
-        Log()->debug("[job={}] source {} ended", spec.name, src.spec->name);
-        src.finished = true;
-        src.wm->Finish();
-      } else {
-        all_done = false;
-      }
-    }
+    RETURN_IF_ERROR(MaybeStopAtEndOfInput(&draining));
+    RETURN_IF_ERROR(StepSources(any_unbounded ? 20 : 0, &got, &all_done));
     RETURN_IF_ERROR(UpdateWatermarks());
     RETURN_IF_ERROR(FireTimers());
     RETURN_IF_ERROR(Commit(false));
@@ -1160,6 +1147,48 @@ absl::Status Task::Impl::RunWallMode() {
     if (!got && !any_unbounded) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return absl::OkStatus();
+}
+
+absl::Status Task::Impl::MaybeStopAtEndOfInput(bool* draining) {
+  if (options.end_of_input == nullptr || !options.end_of_input->load() || *draining) {
+    return absl::OkStatus();
+  }
+  *draining = true;
+  for (SourceNode& src : sources) {
+    if (src.present && !src.raw->Bounded()) RETURN_IF_ERROR(src.raw->StopAtCurrentEnd());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::StepSources(int timeout_ms, bool* got, bool* all_done) {
+  for (int i = 0; i < S(); ++i) {
+    SourceNode& src = sources[i];
+    if (!src.present || src.finished) continue;
+    RETURN_IF_ERROR(FillPending(src, timeout_ms));
+    if (src.has_pending()) {
+      *got = true;
+      *all_done = false;
+      RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
+    } else if (src.raw->Exhausted()) {
+      // Ends only in a step without records, so the watermark of the last
+      // batch is propagated (and fires) before the end-of-input +inf.
+      Log()->debug("[job={}] source {} ended", name, src.spec->name);
+      src.finished = true;
+      src.wm->Finish();
+    } else {
+      *all_done = false;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Task::Impl::CloseSinks() {
+  absl::Status first;
+  for (SinkNode& sn : sinks) {
+    absl::Status st = sn.sink->Close();
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
 }
 
 // ---- Parallel jobs: the task loop and its part of job-wide checkpoints ------
@@ -1177,16 +1206,13 @@ absl::Status Task::Impl::ServeCheckpoints() {
   if (n <= stored_id || stopped || checkpoints == nullptr) return absl::OkStatus();
   if (committed_id < stored_id) return absl::OkStatus();  // n-1 not committed yet
   for (const ReaderNode& rn : readers) {
-    if (rn.aligned != n) return absl::OkStatus();
+    if (rn.reader->AlignedBarrier() != n) return absl::OkStatus();
   }
   RETURN_IF_ERROR(TakeCheckpoint("", n));
   stored_id = n;
   job->Stored(placement.global_id, n);
   Failpoint("checkpoint.after_task_stored");
-  for (ReaderNode& rn : readers) {
-    rn.reader->ReleaseBarrier();
-    rn.aligned = 0;
-  }
+  for (ReaderNode& rn : readers) rn.reader->ReleaseBarrier();
   if (job->stops_at(n)) stopped = true;
   return absl::OkStatus();
 }
@@ -1210,29 +1236,10 @@ absl::Status Task::Impl::RunParallel() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    if (options.end_of_input != nullptr && options.end_of_input->load() && !draining) {
-      draining = true;
-      for (SourceNode& src : sources) {
-        if (src.present && !src.raw->Bounded()) RETURN_IF_ERROR(src.raw->StopAtCurrentEnd());
-      }
-    }
+    RETURN_IF_ERROR(MaybeStopAtEndOfInput(&draining));
     bool got = false;
     bool inputs_done = true;
-    for (int i = 0; i < S(); ++i) {
-      SourceNode& src = sources[i];
-      if (!src.present || src.finished) continue;
-      RETURN_IF_ERROR(FillPending(src, 0));
-      if (src.has_pending()) {
-        got = true;
-        inputs_done = false;
-        RETURN_IF_ERROR(ApplySourceBatch(i, src.pending.size() - src.head));
-      } else if (src.raw->Exhausted()) {
-        src.finished = true;
-        src.wm->Finish();
-      } else {
-        inputs_done = false;
-      }
-    }
+    RETURN_IF_ERROR(StepSources(0, &got, &inputs_done));
     // Wait a little on the exchanges when there is nothing else to do.
     RETURN_IF_ERROR(PollReaders(got || (any_source && !drained && !inputs_done) ? 0 : 5, &got));
     for (const ReaderNode& rn : readers) inputs_done = inputs_done && rn.reader->finished();
@@ -1255,12 +1262,7 @@ absl::Status Task::Impl::RunParallel() {
   }
   RETURN_IF_ERROR(Commit(true));
   for (WriterNode& wn : writers) RETURN_IF_ERROR(wn.writer->Flush(30000));
-  absl::Status first;
-  for (SinkNode& sn : sinks) {
-    absl::Status st = sn.sink->Close();
-    if (!st.ok() && first.ok()) first = st;
-  }
-  return first;
+  return CloseSinks();
 }
 
 absl::Status Task::Impl::Finish() {
@@ -1282,12 +1284,7 @@ absl::Status Task::Impl::Finish() {
   if (!options.savepoint_on_stop.empty())
     RETURN_IF_ERROR(TakeCheckpoint(options.savepoint_on_stop));
   Progress(true);
-  absl::Status first;
-  for (SinkNode& sn : sinks) {
-    absl::Status st = sn.sink->Close();
-    if (!st.ok() && first.ok()) first = st;
-  }
-  return first;
+  return CloseSinks();
 }
 
 // ---- Checkpoints (SPEC §6) ----------------------------------------------------
@@ -1350,16 +1347,8 @@ absl::Status Task::Impl::OpenCheckpoints() {
   // so that revisions published after a restart exceed everything published
   // before it, even output that came after the last checkpoint.
   const std::string key = checkpoints->prefix() + "epoch";
-  ASSIGN_OR_RETURN(bool has_epoch, checkpoints->storage().Exists(key));
-  if (has_epoch) {
-    ASSIGN_OR_RETURN(std::string text, checkpoints->storage().Read(key));
-    int64_t previous = 0;
-    if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &previous)) {
-      return absl::DataLossError(absl::StrCat("corrupt epoch file ", checkpoints->storage().url(),
-                                              "/", key, ": \"", text, "\""));
-    }
-    epoch = previous + 1;
-  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> previous, ReadEpoch(checkpoints->storage(), key));
+  if (previous.has_value()) epoch = *previous + 1;
   if (!options.from_savepoint.empty()) {
     // A savepoint may come from another data dir with a later epoch: the
     // revisions it published must stay below ours too.
