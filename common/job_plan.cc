@@ -15,28 +15,6 @@
 namespace caravela {
 namespace {
 
-const char* OperatorKindName(OperatorSpec::Kind k) {
-  switch (k) {
-    case OperatorSpec::Kind::kFilter:
-      return "filter";
-    case OperatorSpec::Kind::kProject:
-      return "project";
-    case OperatorSpec::Kind::kDedup:
-      return "dedup";
-    case OperatorSpec::Kind::kWindow:
-      return "window";
-    case OperatorSpec::Kind::kIntervalJoin:
-      return "interval_join";
-    case OperatorSpec::Kind::kWindowJoin:
-      return "window_join";
-    case OperatorSpec::Kind::kTemporalJoin:
-      return "temporal_join";
-    case OperatorSpec::Kind::kLookupJoin:
-      return "lookup_join";
-  }
-  return "operator";
-}
-
 std::vector<std::string> Names(const std::vector<FieldPath>& paths) {
   std::vector<std::string> out;
   out.reserve(paths.size());
@@ -445,7 +423,8 @@ absl::StatusOr<JobPlan> Planner::Plan() {
     const std::string& name =
         is_source ? spec_.sources[n].name : spec_.operators[n - num_sources_].name;
     plan.kind_of[name] =
-        is_source ? "source" : OperatorKindName(spec_.operators[n - num_sources_].kind);
+        is_source ? "source"
+                  : std::string(OperatorKindName(spec_.operators[n - num_sources_].kind));
     if (group_of_[n] < 0) continue;
     int s = stage_of_node(n);
     plan.stage_of[name] = s;

@@ -1304,4 +1304,11 @@ ParseResult LoadJobSpec(const std::string& file_path) {
   return r;
 }
 
+std::string_view OperatorKindName(OperatorSpec::Kind kind) {
+  for (size_t k = 0; k < std::size(kOperatorKindValues); ++k) {
+    if (kOperatorKindValues[k] == kind) return kOperatorKinds[k];
+  }
+  return "operator";
+}
+
 }  // namespace caravela

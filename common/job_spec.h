@@ -173,6 +173,9 @@ struct OperatorSpec {
   std::vector<std::string> SideOutputs() const;
 };
 
+// The operator's YAML key ("filter", "interval_join", ...).
+std::string_view OperatorKindName(OperatorSpec::Kind kind);
+
 struct SinkSpec {
   std::string from;  // a source, an operator, or "<node>.<side output>"
   enum class Kind { kFile, kKafka, kStdout, kPostgres } kind = Kind::kFile;
