@@ -28,6 +28,7 @@
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/embedded_broker_test.h"
 #include "worker/testing/status_testing.h"
 
 namespace caravela {
@@ -89,31 +90,15 @@ bool HaveKcat() {
   return access("/usr/bin/kcat", X_OK) == 0 || Shell("command -v kcat").second == 0;
 }
 
-// One broker for the suite (stopping one can take up to 1 s); every test
-// uses its own topics.
-class KafkaTest : public ::testing::Test {
+class KafkaTest : public EmbeddedBrokerTest {
  protected:
-  static void SetUpTestSuite() {
-    auto broker = EmbeddedBroker::Start(0, 4);
-    ASSERT_TRUE(broker.ok()) << broker.status();
-    broker_ = broker->release();
-  }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
-
   KafkaSourceOptions Options(const std::string& topic) {
     KafkaSourceOptions o;
-    o.bootstrap = broker_->bootstrap();
+    o.bootstrap = bootstrap();
     o.topic = topic;
     return o;
   }
-
-  static EmbeddedBroker* broker_;
 };
-
-EmbeddedBroker* KafkaTest::broker_ = nullptr;
 
 TEST_F(KafkaTest, BrokerCreatesTopicsOnce) {
   EXPECT_THAT(broker_->bootstrap(), ::testing::StartsWith("127.0.0.1:"));

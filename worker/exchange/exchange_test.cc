@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_source.h"
+#include "worker/testing/embedded_broker_test.h"
 #include "worker/testing/status_testing.h"
 
 namespace caravela {
@@ -213,22 +214,8 @@ TEST(ExchangeFlowControlTest, CountsPerPartition) {
 
 // ---- Against the embedded broker ----------------------------------------------
 
-// One broker for the suite (stopping one can take up to 1 s); every test
-// uses its own topics.
-class ExchangeTest : public ::testing::Test {
+class ExchangeTest : public EmbeddedBrokerTest {
  protected:
-  static void SetUpTestSuite() {
-    auto broker = EmbeddedBroker::Start(0, 4);
-    ASSERT_TRUE(broker.ok()) << broker.status();
-    broker_ = broker->release();
-  }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
-
-  static const std::string& bootstrap() { return broker_->bootstrap(); }
-
   std::unique_ptr<ExchangeWriter> Writer(const std::string& topic, int partitions, int32_t producer,
                                          int64_t epoch = 0, ExchangeFlowControl* flow = nullptr) {
     ExchangeWriterOptions o;
@@ -258,11 +245,7 @@ class ExchangeTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : nullptr;
   }
-
-  static EmbeddedBroker* broker_;
 };
-
-EmbeddedBroker* ExchangeTest::broker_ = nullptr;
 
 struct Got {
   int input;
