@@ -220,6 +220,7 @@ void Planner::PlanOperator(int op) {
   const int node = num_sources_ + op;
   const std::vector<std::string> ins = o.Inputs();
   std::vector<int> u;
+  u.reserve(ins.size());
   for (const std::string& in : ins) u.push_back(NodeIndex(in));
 
   // Single-input operator with key `paths`: forward or exchange.

@@ -476,6 +476,7 @@ Record Decode(const std::string& json) {
 
 uint64_t Hash(const std::string& json, const std::vector<std::string>& key) {
   std::vector<FieldPath> paths;
+  paths.reserve(key.size());
   for (const std::string& k : key) paths.push_back(FieldPath::Parse(k));
   std::string scratch;
   return ExchangeKeyHash(Decode(json), paths, &scratch);

@@ -354,6 +354,7 @@ TEST_F(ExchangeTest, EveryRecordReachesTheOwnerOfItsKeyOnceInWriterOrder) {
   const std::string topic = "caravela.j.route";
   ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 3));
   std::vector<std::unique_ptr<ExchangeReader>> readers;
+  readers.reserve(3);
   for (int32_t p = 0; p < 3; ++p) readers.push_back(Reader(topic, {p}, 2));
   auto w0 = Writer(topic, 3, 0);
   auto w1 = Writer(topic, 3, 1);
@@ -411,6 +412,7 @@ TEST_F(ExchangeTest, WatermarkIsTheMinOverActiveProducers) {
   ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 1));
   auto reader = Reader(topic, {0}, 3);
   std::vector<std::unique_ptr<ExchangeWriter>> w;
+  w.reserve(3);
   for (int i = 0; i < 3; ++i) w.push_back(Writer(topic, 1, i));
   ASSERT_TRUE(reader && w[2]);
   EXPECT_EQ(reader->watermark(), kMinTime);

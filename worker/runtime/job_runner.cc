@@ -87,7 +87,7 @@ absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
 }
 
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec,
-                                                             RunOptions options,
+                                                             const RunOptions& options,
                                                              MetricsRegistry* metrics) {
   std::unique_ptr<JobRunner> r(new JobRunner());
   r->impl_ = std::make_unique<Impl>();

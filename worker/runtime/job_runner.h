@@ -33,7 +33,8 @@ namespace caravela {
 class JobRunner {
  public:
   ~JobRunner();
-  static absl::StatusOr<std::unique_ptr<JobRunner>> Create(const JobSpec& spec, RunOptions options,
+  static absl::StatusOr<std::unique_ptr<JobRunner>> Create(const JobSpec& spec,
+                                                           const RunOptions& options,
                                                            MetricsRegistry* metrics);
   absl::Status Run();
 

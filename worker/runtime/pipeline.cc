@@ -8,9 +8,9 @@ namespace caravela {
 Pipeline::~Pipeline() = default;
 
 absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const JobSpec& spec,
-                                                           RunOptions options) {
+                                                           const RunOptions& options) {
   std::unique_ptr<Pipeline> p(new Pipeline());
-  ASSIGN_OR_RETURN(p->runner_, JobRunner::Create(spec, std::move(options), &p->metrics_));
+  ASSIGN_OR_RETURN(p->runner_, JobRunner::Create(spec, options, &p->metrics_));
   return p;
 }
 

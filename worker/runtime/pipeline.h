@@ -79,7 +79,8 @@ class Pipeline {
   ~Pipeline();
   // Plans the job, builds its tasks (operators, state, sources, exchanges,
   // sinks). Errors name the part.
-  static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const JobSpec& spec, RunOptions options);
+  static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const JobSpec& spec,
+                                                          const RunOptions& options);
   // Runs until every source is bounded and drained (then the watermark goes
   // to +inf and everything fires) or options.stop is set. Closes sinks.
   absl::Status Run();
