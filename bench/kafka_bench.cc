@@ -4,12 +4,13 @@
 //
 //   kafka_bench [--purchases 2000000] [--seed 42] [--span-hours 24]
 //               [--partitions 4] [--round 80000] [--work-dir DIR] [--only consume|job]
-//               [--parallelism N]
+//               [--parallelism N] [--exchange memory|kafka]
 //
 // --parallelism N runs (b) as N tasks per stage (source, dedup by event_id,
-// window by country: two exchange topics on the same broker, created by the
-// parent since the mock cluster has no CreateTopics); the reader then also
-// reports its process CPU seconds (all task threads).
+// window by country) with two exchanges: in memory (the default, as
+// `caravela run`), or with --exchange kafka as two topics on the same broker
+// (created by the parent since the mock cluster has no CreateTopics); the
+// reader then also reports its process CPU seconds (all task threads).
 //
 // The embedded broker is librdkafka's mock cluster, the one `caravela run`
 // embeds. It keeps at most 5 MiB (or 100k message sets) per partition and
@@ -29,8 +30,9 @@
 //         told to end after the last round) and a Kafka sink.
 //
 // Reported seconds are the reader's busy time: the sum over rounds of
-// (round announced -> round drained), plus for (b) the end-of-input flush;
-// time spent waiting for the producer is excluded.
+// (round announced -> round drained: every record of it went through every
+// operator), plus for (b) the end-of-input flush; time spent waiting for the
+// producer is excluded.
 #include <librdkafka/rdkafka.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -229,6 +231,9 @@ int Job(const Flags& flags) {
   options.progress_interval_ms = 0;
   options.end_of_input = &end_of_input;
   options.parallelism = static_cast<int>(flags.Int("parallelism", 1));
+  options.exchange = flags.Str("exchange", "memory") == "kafka"
+                         ? caravela::RunOptions::Exchange::kKafka
+                         : caravela::RunOptions::Exchange::kMemory;
   auto pipeline = caravela::Pipeline::Create(parsed.spec, options);
   if (!pipeline.ok()) return Fail("create", pipeline.status());
   caravela::MetricsRegistry& m = (*pipeline)->metrics();
@@ -238,11 +243,21 @@ int Job(const Flags& flags) {
 
   // The pipeline runs on this thread; a watcher reports drained rounds and
   // ends the input after the last one.
+  // A round is drained once its records went through every operator: with
+  // parallelism, later stages lag behind the source stage by what the
+  // exchanges hold.
+  caravela::Counter* unique_in = m.Get("operator_records_in_total", "op=\"unique\"");
+  caravela::Counter* revenue_in = m.Get("operator_records_in_total", "op=\"revenue\"");
+  caravela::Counter* passed = m.Get("dedup_passed_total", "op=\"unique\"");
+  auto through = [&] {
+    const int64_t n = in->value();
+    return unique_in->value() == n && revenue_in->value() == passed->value() ? n : -1;
+  };
   Rounds rounds;
   double end_started = 0;
   std::thread watcher([&] {
     while (!(rounds.end() && !rounds.pending())) {
-      if (rounds.pending() && in->value() >= rounds.target()) rounds.Drained(in->value());
+      if (rounds.pending() && through() >= rounds.target()) rounds.Drained(in->value());
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     end_started = caravela::bench::NowSeconds();
@@ -346,7 +361,8 @@ int RunReader(const std::string& mode, const Flags& flags, const std::string& bo
   Reader reader;
   if (!reader.Start({"kafka_bench", mode, "--bootstrap", bootstrap, "--partitions",
                      std::to_string(partitions), "--work-dir", work + "/" + mode, "--parallelism",
-                     std::to_string(flags.Int("parallelism", 1))})) {
+                     std::to_string(flags.Int("parallelism", 1)), "--exchange",
+                     flags.Str("exchange", "memory")})) {
     std::perror("kafka_bench: spawn");
     return 1;
   }

@@ -40,6 +40,7 @@ struct RunFlags {
   bool quiet = false;
   bool print_metrics = false;
   int parallelism = 0;  // 0: spec.parallelism
+  std::string exchange = "memory";
 };
 
 int RunJob(const std::string& file, const RunFlags& flags) {
@@ -57,6 +58,8 @@ int RunJob(const std::string& file, const RunFlags& flags) {
   options.from_savepoint = flags.from_savepoint;
   options.savepoint_on_stop = flags.savepoint_on_stop;
   options.parallelism = flags.parallelism;
+  options.exchange = flags.exchange == "kafka" ? caravela::RunOptions::Exchange::kKafka
+                                               : caravela::RunOptions::Exchange::kMemory;
 
   std::unique_ptr<caravela::EmbeddedBroker> broker;
   if (spec.NeedsEmbeddedBroker()) {
@@ -147,6 +150,11 @@ int main(int argc, char** argv) {
   run->add_option("--parallelism", run_flags.parallelism,
                   "Tasks per stage (SPEC §8; default: spec.parallelism)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
+  run->add_option("--exchange", run_flags.exchange,
+                  "How the tasks of a parallel job exchange records: memory (bounded queues\n"
+                  "in this process, the default) or kafka (topics caravela.<job>.<operator>\n"
+                  "on the job's Kafka cluster, or the embedded broker, as a cluster does)")
+      ->check(CLI::IsMember({"memory", "kafka"}));
   run->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
   run->add_flag("--print-metrics", run_flags.print_metrics,
                 "Print the metrics registry (Prometheus text) to stdout at the end");

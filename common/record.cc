@@ -287,9 +287,15 @@ Record::PackedView Record::ReadPacked(const char* packed) {
 }
 
 void Record::Unpack(const char* packed) {
-  const PackedView v = ReadPacked(packed);
-  nodes_.assign(v.nodes, v.nodes + v.n);
-  arena_.assign(v.bytes, v.bytes_len);
+  // memcpy only: `packed` need not be aligned.
+  uint32_t n = 0;
+  uint32_t bytes = 0;
+  std::memcpy(&n, packed, 4);
+  std::memcpy(&bytes, packed + 4, 4);
+  nodes_.resize(n);
+  if (n > 0)
+    std::memcpy(static_cast<void*>(nodes_.data()), packed + kPackedHeader, n * sizeof(Node));
+  arena_.assign(packed + kPackedHeader + size_t{n} * sizeof(Node), bytes);
   open_.clear();
 }
 

@@ -214,12 +214,13 @@ class Record {
   // bulk). Layout: uint32 node count, uint32 byte count, the nodes, the
   // bytes. Metadata (event_time, ...) is not packed.
   size_t PackedSize() const { return kPackedHeader + nodes_.size() * sizeof(Node) + arena_.size(); }
-  // Writes PackedSize() bytes to `out` (8-byte aligned).
+  // Writes PackedSize() bytes to `out` (any alignment).
   void PackTo(char* out) const;
-  // Replaces the fields with those of a packed record; keeps metadata.
+  // Replaces the fields with those of a packed record (any alignment); keeps
+  // metadata.
   void Unpack(const char* packed);
   // Adds the packed record under `key`, as AddValue(key, packed.Get(0)) would
-  // (null for an empty record).
+  // (null for an empty record; `packed` 8-byte aligned).
   void AddPacked(std::string_view key, const char* packed);
 
  private:

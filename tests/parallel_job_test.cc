@@ -15,6 +15,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -174,19 +176,22 @@ class ParallelJobTest : public ::testing::Test {
   }
 
   // Runs the job with `parallelism`; returns its output directory.
-  std::string RunJob(int parallelism, int64_t checkpoint_ms) {
+  std::string RunJob(int parallelism, int64_t checkpoint_ms,
+                     RunOptions::Exchange exchange = RunOptions::Exchange::kMemory) {
+    const char* via = exchange == RunOptions::Exchange::kKafka ? "kafka" : "memory";
     std::string dir = absl::StrCat(::testing::TempDir(), "/parallel_", ::getpid(), "_", parallelism,
-                                   "_", checkpoint_ms);
+                                   "_", checkpoint_ms, "_", via);
     std::filesystem::remove_all(dir);
     // One job name per run: exchange topics are per job and their partition
     // count follows the parallelism.
-    ParseResult parsed = ParseJobSpec(
-        Job(absl::StrCat("revenue-", parallelism, "-", checkpoint_ms), dir, checkpoint_ms));
+    ParseResult parsed = ParseJobSpec(Job(
+        absl::StrCat("revenue-", parallelism, "-", checkpoint_ms, "-", via), dir, checkpoint_ms));
     EXPECT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
     RunOptions options;
     options.data_dir = dir + "/data";
     options.embedded_bootstrap = broker_->bootstrap();
     options.parallelism = parallelism;
+    options.exchange = exchange;
     auto pipeline = Pipeline::Create(parsed.spec, options);
     EXPECT_TRUE(pipeline.ok()) << pipeline.status();
     if (!pipeline.ok()) return dir;
@@ -266,9 +271,16 @@ TEST_F(ParallelJobTest, ExchangeJobGivesTheSameFinalResultsForEveryParallelism) 
     return l.find("\"LATE\"") != std::string::npos;
   })) << "the input has late corrections";
 
-  for (int n : {2, 3}) {
-    SCOPED_TRACE(absl::StrCat("parallelism ", n));
-    const std::string dir = RunJob(n, 0);
+  // In memory (caravela run's default) and through Kafka topics (as tasks
+  // in different processes exchange).
+  for (const auto& [n, exchange] :
+       std::vector<std::pair<int, RunOptions::Exchange>>{{2, RunOptions::Exchange::kMemory},
+                                                         {3, RunOptions::Exchange::kMemory},
+                                                         {3, RunOptions::Exchange::kKafka}}) {
+    SCOPED_TRACE(
+        absl::StrCat("parallelism ", n,
+                     exchange == RunOptions::Exchange::kKafka ? " through Kafka" : " in memory"));
+    const std::string dir = RunJob(n, 0, exchange);
     ExpectSameFinals(reference, FinalResults(dir + "/out"));
     EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(), conflicts.size());
     EXPECT_TRUE(ReadParts(dir + "/out", "too_late").empty());
@@ -283,7 +295,7 @@ TEST_F(ParallelJobTest, JobWideCheckpointsCommitEveryTasksOutput) {
   const std::string dir = RunJob(3, 50);
   ExpectSameFinals(reference, FinalResults(dir + "/out"));
   // The job's commit record names the last checkpoint every task stored.
-  std::ifstream record(dir + "/data/checkpoints/revenue-3-50/job-checkpoint");
+  std::ifstream record(dir + "/data/checkpoints/revenue-3-50-memory/job-checkpoint");
   std::string text((std::istreambuf_iterator<char>(record)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, ::testing::HasSubstr("tasks=9"));
   EXPECT_THAT(text, ::testing::HasSubstr("parallelism=3"));
@@ -295,21 +307,24 @@ TEST_F(ParallelJobTest, JobWideCheckpointsCommitEveryTasksOutput) {
 // FINAL results and no revision of a key goes backwards. The broker lives in
 // this process (it outlives the job's); the job's exchange topics are created
 // up front (the mock cluster has no CreateTopics for another process).
-class ParallelCrashTest : public ParallelJobTest,
-                          public ::testing::WithParamInterface<const char*> {
+// (failpoint, exchange: "memory" or "kafka")
+using CrashCase = std::tuple<const char*, const char*>;
+
+class ParallelCrashTest : public ParallelJobTest, public ::testing::WithParamInterface<CrashCase> {
  protected:
   // Runs the binary; returns its exit code (128 + signal when killed).
   int RunBinary(const std::string& dir, const std::string& failpoint) {
     std::string cmd = absl::StrCat(failpoint.empty() ? "" : "CARAVELA_FAILPOINT=" + failpoint + " ",
-                                   CARAVELA_BINARY, " run -q --parallelism 3 --data-dir ", dir,
-                                   "/data ", dir, "/job.yaml >> ", dir, "/run.log 2>&1");
+                                   CARAVELA_BINARY, " run -q --parallelism 3 --exchange ",
+                                   std::get<1>(GetParam()), " --data-dir ", dir, "/data ", dir,
+                                   "/job.yaml >> ", dir, "/run.log 2>&1");
     const int rc = std::system(cmd.c_str());
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
   }
   std::string Prepare(const std::string& name, const std::string& dir) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
-    std::string yaml = Job(name, dir, 100);
+    std::string yaml = Job(name, dir, 20);
     // The job names the broker: it runs in another process.
     const std::string from = "kafka: {topic: purchases, bounded: true}";
     yaml.replace(
@@ -328,8 +343,8 @@ class ParallelCrashTest : public ParallelJobTest,
 };
 
 TEST_P(ParallelCrashTest, KilledRunConvergesToTheUninterruptedResult) {
-  const std::string failpoint = GetParam();
-  std::string tag = failpoint;
+  const std::string failpoint = std::get<0>(GetParam());
+  std::string tag = absl::StrCat(failpoint, "-", std::get<1>(GetParam()));
   std::replace_if(
       tag.begin(), tag.end(), [](char c) { return !std::isalnum(c); }, '-');
   const std::string base = absl::StrCat(::testing::TempDir(), "/parallel_crash_", ::getpid());
@@ -354,25 +369,36 @@ TEST_P(ParallelCrashTest, KilledRunConvergesToTheUninterruptedResult) {
             ReadParts(ref + "/out", "conflicts").size());
 }
 
+std::string CrashCaseName(const ::testing::TestParamInfo<CrashCase>& info) {
+  std::string name = absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
+  std::replace_if(
+      name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    Failpoints, ParallelCrashTest,
-    ::testing::Values(
-        // Mid-stream, before the first checkpoint completes.
-        "source.after_batch:3",
-        // Some tasks stored checkpoint n, not all.
-        "checkpoint.after_task_stored:4",
-        // Checkpoint n complete job-wide (record written), sinks not committed.
-        "checkpoint.after_job_record:2",
-        // After a sink committed a later checkpoint.
-        "checkpoint.after_sink_commit:12",
-        // In the middle of writing an exchange.
-        "exchange.after_write:30000"),
-    [](const ::testing::TestParamInfo<const char*>& info) {
-      std::string name = info.param;
-      std::replace_if(
-          name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
-      return name;
-    });
+    Memory, ParallelCrashTest,
+    ::testing::Combine(::testing::Values(
+                           // Mid-stream, before the first checkpoint completes.
+                           "source.after_batch:3",
+                           // Some tasks stored checkpoint n, not all.
+                           "checkpoint.after_task_stored:4",
+                           // Checkpoint n complete job-wide (record written), sinks not committed.
+                           "checkpoint.after_job_record:2",
+                           // After a sink committed a later checkpoint.
+                           "checkpoint.after_sink_commit:12",
+                           // In the middle of writing an exchange (hits count messages).
+                           "exchange.after_write:60"),
+                       ::testing::Values("memory")),
+    CrashCaseName);
+
+// Through Kafka topics: records of the killed epoch stay in the topics and
+// must be ignored by the next run.
+INSTANTIATE_TEST_SUITE_P(Kafka, ParallelCrashTest,
+                         ::testing::Combine(::testing::Values("checkpoint.after_task_stored:4",
+                                                              "exchange.after_write:60"),
+                                            ::testing::Values("kafka")),
+                         CrashCaseName);
 
 }  // namespace
 }  // namespace caravela

@@ -607,7 +607,9 @@ void CheckRecovery(const std::string& dir, int64_t expect_id, size_t expect_keys
   EXPECT_EQ(third->checkpoint_id, 3);
   auto list = (*mgr)->storage().List("job/task-0/chk-2/");
   ASSERT_TRUE(list.ok());
-  if (expect_id == 1) EXPECT_TRUE(list->empty());
+  if (expect_id == 1) {
+    EXPECT_TRUE(list->empty());
+  }
 }
 
 class CheckpointCrashTest : public ::testing::Test {

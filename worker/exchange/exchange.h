@@ -1,12 +1,21 @@
 // Exchanges (SPEC §8): records cross from one stage's tasks to the next
-// stage's tasks through a Kafka topic `caravela.<job>.<operator>`, never
-// through a home-made protocol. This header is the whole API the task runtime
-// uses: the frame codec, the writer (one per producing task and exchange) and
-// the reader (one per consuming task and exchange), plus in-process flow
-// control.
+// stage's tasks through a transport, never through a home-made protocol:
+//  * Kafka: a topic `caravela.<job>.<operator>` on the job's cluster (tasks in
+//    different processes; `caravela run --exchange kafka`);
+//  * memory: a MemoryExchange, bounded queues inside one process (the default
+//    of `caravela run`, whose tasks all share the process).
+// Both carry the same messages, so the reader's logic (per-channel
+// watermarks, barrier alignment, epochs) is one. This header is the whole API
+// the task runtime uses: the frame codec, the writer (one per producing task
+// and exchange) and the reader (one per consuming task and exchange), plus
+// in-process flow control for Kafka.
 //
-// Frames (the Kafka message value; the key is empty, the partition is chosen
-// by the writer):
+// A message (a Kafka message value, or one queue entry) carries one or more
+// frames of one producer for one partition, each preceded by its length
+// (varint). Writers batch frames per partition up to batch_bytes, so the
+// transport's cost is paid per message, not per record.
+//
+// Frames:
 //   byte 0      type: 'R' record, 'W' watermark marker, 'B' barrier
 //   varint      epoch (the job's restore epoch; readers drop older ones)
 //   varint      producer task index (0 .. producers-1)
@@ -20,7 +29,8 @@
 //
 // Guarantees the runtime builds on:
 //  * Per partition, a writer's frames are read in the order written (one
-//    idempotent producer per writer, explicit partitions).
+//    idempotent producer per writer and explicit partitions on Kafka; one
+//    FIFO queue per partition in memory).
 //  * Watermark of a reader = min over (owned partition, producer) channels
 //    that are not idle of the last marker; kMinTime for a channel without a
 //    marker yet; idle when every channel is idle. Never decreases. A channel
@@ -37,13 +47,17 @@
 //  * An offset no longer in the log fails Poll with DataLoss naming the
 //    topic, partition and offsets (never a silent skip).
 //
-// Threading: a writer or a reader is used by one task thread. FlowControl is
-// shared by every writer and reader of one exchange in one process.
+// Threading: a writer or a reader is used by one task thread. FlowControl and
+// MemoryExchange are shared by every writer and reader of one exchange in one
+// process.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -74,20 +88,30 @@ struct ExchangeFrame {
   int64_t checkpoint_id = 0;
 };
 
-// Each Encode* replaces *out with one frame.
+// Each Encode* replaces *out with one frame (no length prefix).
 void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
                        std::string* out);
 void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
                           std::string* out);
 void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out);
+// Each Append* appends one frame with its length prefix to a message.
+void AppendRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
+                       std::string* message);
+void AppendWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
+                          std::string* message);
+void AppendBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id,
+                        std::string* message);
 // InvalidArgument on truncated or unknown bytes, trailing bytes after a
 // marker or barrier, or a packed record that is not well formed (sizes, node
 // types, key and string bounds, subtree nesting are checked, so a frame that
 // decodes can be unpacked and read safely). `packed` points into `bytes`.
 absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes);
+// The frame of `message` at *pos (advanced past it); InvalidArgument on a
+// length prefix that is truncated or runs past the end, or a frame that does
+// not decode. Call while *pos < message.size().
+absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos);
 // Fills `r` (fields, event_time, arrival) from a record frame that
-// DecodeFrame accepted (copied through an aligned scratch if `packed` is not
-// 8-byte aligned).
+// DecodeFrame accepted (`packed` may be unaligned).
 void UnpackRecordFrame(const ExchangeFrame& f, Record* r);
 
 // The partition a writer sends `r` to: ExchangeKeyHash(r, key) % partitions;
@@ -140,9 +164,63 @@ class ExchangeFlowControl {
   int partitions_;
 };
 
+// ---- In-memory transport -----------------------------------------------------
+
+// An exchange whose producers and consumers share this process: one bounded
+// FIFO queue of messages per partition. A writer waits while its partition
+// holds more than `limit_bytes` (so memory stays bounded and a fast stage
+// cannot run away from a slow one); a reader waits for messages up to its
+// timeout. One reader per partition (Pop takes the messages). Offsets are
+// message sequence numbers per partition, from 0. Thread-safe.
+class MemoryExchange {
+ public:
+  MemoryExchange(std::string name, int partitions, int64_t limit_bytes);
+  const std::string& name() const { return name_; }
+  int partitions() const { return static_cast<int>(queues_.size()); }
+  int64_t limit() const { return limit_; }
+
+  struct Message {
+    std::string bytes;
+    int64_t offset = 0;
+    int frames = 0;
+  };
+  // Appends `bytes` (`frames` frames) to `partition`'s queue, waiting while
+  // the queue is over the limit. Aborted after Abort(); OutOfRange for a bad
+  // partition.
+  absl::Status Push(int partition, std::string bytes, int frames);
+  // Moves up to `max` messages of `partition` into *out (appended), waiting
+  // up to `timeout_ms` for the first. Returns how many.
+  int Pop(int partition, int max, int timeout_ms, std::vector<Message>* out);
+  // Frames queued in `partition`; bytes queued.
+  int64_t Backlog(int partition) const;
+  int64_t QueuedBytes(int partition) const;
+  // Ends every wait for good (a task of the job failed): writers waiting now
+  // or later return Aborted; readers stop waiting.
+  void Abort();
+  bool aborted() const { return aborted_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Queue {
+    mutable std::mutex mu;
+    std::condition_variable data;   // a reader waits for messages
+    std::condition_variable space;  // writers wait for room
+    std::deque<Message> messages;
+    int64_t bytes = 0;
+    int64_t frames = 0;
+    int64_t next_offset = 0;
+  };
+  std::string name_;
+  int64_t limit_;
+  std::atomic<bool> aborted_{false};
+  std::vector<std::unique_ptr<Queue>> queues_;
+};
+
 // ---- Writer ------------------------------------------------------------------
 
 struct ExchangeWriterOptions {
+  // Transport: `memory` when set, else Kafka at `bootstrap`. `topic` names
+  // the exchange in errors either way.
+  MemoryExchange* memory = nullptr;
   std::string bootstrap;
   std::string topic;
   int partitions = 1;
@@ -153,28 +231,38 @@ struct ExchangeWriterOptions {
   // Per input index of the consuming operator: the key paths hashed
   // (ExchangeKeyHash) to pick the partition. Empty paths: partition 0.
   std::vector<std::vector<FieldPath>> keys;
-  ExchangeFlowControl* flow = nullptr;  // optional
+  ExchangeFlowControl* flow = nullptr;  // optional (Kafka)
+  // A partition's buffered frames are sent once they reach this size (and
+  // on markers, barriers, SendBuffered and Flush).
+  int64_t batch_bytes = 64 * 1024;
 };
 
 class ExchangeWriter {
  public:
   static absl::StatusOr<std::unique_ptr<ExchangeWriter>> Open(ExchangeWriterOptions options);
   virtual ~ExchangeWriter() = default;
-  // Encodes and produces `r` for operator input `input` (non-blocking but for
-  // flow control and a full producer queue). Errors are delivery failures
-  // reported so far (sticky: frames were lost, restore the job), or a frame
-  // the producer refuses (larger than message.max.bytes, 1 MB).
+  // Encodes `r` for operator input `input` into its partition's buffer
+  // (sent when the buffer is full: non-blocking but for flow control and a
+  // full producer queue). Errors are delivery failures reported so far
+  // (sticky: frames were lost, restore the job), or a message the producer
+  // refuses (larger than message.max.bytes, 1 MB).
   // An input without key paths in `keys` goes to partition 0.
   virtual absl::Status Write(int input, const Record& r) = 0;
-  // A watermark marker on every partition (the runtime calls it when the
-  // watermark moved, at most every 200 ms, and on idleness changes).
+  // A watermark marker on every partition, sent with what is buffered (the
+  // runtime calls it when the watermark moved, at most every 200 ms, and on
+  // idleness changes).
   virtual absl::Status WriteWatermark(int64_t watermark, bool idle) = 0;
-  // Barrier `checkpoint_id` on every partition, after every record written so far.
+  // Barrier `checkpoint_id` on every partition, after every record written
+  // so far; sent at once.
   virtual absl::Status WriteBarrier(int64_t checkpoint_id) = 0;
-  // Waits until everything produced was acknowledged by the broker
-  // (DeadlineExceeded if not within timeout_ms). The destructor does not
-  // flush: unflushed frames are dropped.
+  // Sends every partition's buffered frames (the runtime calls it at the end
+  // of each step, so a record waits at most one step in the buffer).
+  virtual absl::Status SendBuffered() = 0;
+  // Sends what is buffered and waits until everything sent was acknowledged
+  // by the broker (DeadlineExceeded if not within timeout_ms). The
+  // destructor does not flush: unflushed frames are dropped.
   virtual absl::Status Flush(int timeout_ms) = 0;
+  // Records and bytes handed to the transport (not counting buffered ones).
   virtual int64_t records_written() const = 0;
   virtual int64_t bytes_written() const = 0;
 };
@@ -182,6 +270,8 @@ class ExchangeWriter {
 // ---- Reader ------------------------------------------------------------------
 
 struct ExchangeReaderOptions {
+  // Transport: `memory` when set, else Kafka at `bootstrap` (see the writer).
+  MemoryExchange* memory = nullptr;
   std::string bootstrap;
   std::string topic;
   std::vector<int32_t> partitions;  // owned partitions
@@ -189,27 +279,27 @@ struct ExchangeReaderOptions {
   int64_t epoch = 0;
   // Where reading starts: "latest" (the log end at Open: restores open every
   // reader before any writer of the new epoch writes) or "earliest".
+  // (Kafka; a memory reader gets everything pushed since the exchange was made.)
   std::string start = "latest";
-  ExchangeFlowControl* flow = nullptr;  // optional
+  ExchangeFlowControl* flow = nullptr;  // optional (Kafka)
 };
 
 class ExchangeReader {
  public:
   static absl::StatusOr<std::unique_ptr<ExchangeReader>> Open(ExchangeReaderOptions options);
   virtual ~ExchangeReader() = default;
-  // Reads up to `max_frames` frames, waiting at most `timeout_ms` for the
-  // first; appends records of the current epoch that are not held back by
-  // alignment to (*by_input)[frame.input] (grown as needed; Record::partition
-  // is the exchange partition, offset its Kafka offset). Returns the number
-  // of records appended. Frames released by ReleaseBarrier() come first (they
-  // count against max_frames; no waiting then). Reading from Kafka goes on
-  // while aligned (every frame is then held), so writers blocked by flow
-  // control never wait on a snapshot. A barrier older than the one being
-  // aligned is ignored; a newer one abandons the older alignment (that
-  // producer skipped the checkpoint) and aligns on the newer one.
-  // Errors: DataLoss (offset out of the log), FailedPrecondition (a newer
-  // epoch: fenced), InvalidArgument (a frame that does not decode, or an
-  // unknown producer; names topic, partition and offset).
+  // Reads messages until about `max_frames` frames were read (whole
+  // messages: it may be more), waiting at most `timeout_ms` for the first;
+  // appends records of the current epoch that are not held back by alignment to
+  // (*by_input)[frame.input] (grown as needed; Record::partition is the exchange partition, offset
+  // its message's offset). Returns the number of records appended. Frames released by
+  // ReleaseBarrier() come first (they count against max_frames; no waiting then). Reading the
+  // transport goes on while aligned (every frame is then held), so writers blocked by flow control
+  // never wait on a snapshot. A barrier older than the one being aligned is ignored; a newer one
+  // abandons the older alignment (that producer skipped the checkpoint) and aligns on the newer
+  // one. Errors: DataLoss (offset out of the log), FailedPrecondition (a newer epoch: fenced),
+  // InvalidArgument (a frame that does not decode, or an unknown producer; names topic, partition
+  // and offset).
   virtual absl::StatusOr<int> Poll(int max_frames, int timeout_ms,
                                    std::vector<RecordBatch>* by_input) = 0;
   virtual int64_t watermark() const = 0;
@@ -219,8 +309,9 @@ class ExchangeReader {
   // n once barrier n arrived on every channel (and ReleaseBarrier not called).
   virtual std::optional<int64_t> AlignedBarrier() const = 0;
   virtual void ReleaseBarrier() = 0;
-  // Frames known to be unread (consumer lag) over the owned partitions, plus
-  // frames read but held back by alignment.
+  // Known unread input over the owned partitions (Kafka: messages of the
+  // consumer lag; memory: frames queued), plus frames read but held back by
+  // alignment. 0 means nothing is waiting.
   virtual int64_t Backlog() const = 0;
   virtual int64_t dropped_old_epoch() const = 0;
 };

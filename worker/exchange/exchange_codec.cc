@@ -129,11 +129,42 @@ absl::Status ValidatePacked(std::string_view packed) {
   return absl::OkStatus();
 }
 
-// Scratch for PackTo/Unpack when the frame bytes are not 8-byte aligned.
-std::vector<uint64_t>& AlignedScratch(size_t bytes) {
-  thread_local std::vector<uint64_t> scratch;
-  scratch.resize((bytes + 7) / 8);
-  return scratch;
+size_t VarintLength(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// Appends a frame with its length prefix: `size` bytes written by `body`
+// after the header.
+template <typename Body>
+void AppendFramed(ExchangeFrame::Type type, int64_t epoch, int32_t producer, size_t body_size,
+                  std::string* message, const Body& body) {
+  const auto e = static_cast<uint64_t>(epoch);
+  const auto p = static_cast<uint32_t>(producer);
+  const size_t size = 1 + VarintLength(e) + VarintLength(p) + body_size;
+  PutVarint(size, message);
+  message->push_back(static_cast<char>(type));
+  PutVarint(e, message);
+  PutVarint(p, message);
+  body(message);
+}
+
+void PutRecordBody(int32_t input, const Record& r, std::string* out) {
+  PutVarint(static_cast<uint32_t>(input), out);
+  PutVarint(ZigZag(r.event_time), out);
+  PutVarint(ZigZag(r.arrival), out);
+  const size_t at = out->size();
+  out->resize(at + r.PackedSize());
+  r.PackTo(out->data() + at);
+}
+
+size_t RecordBodySize(int32_t input, const Record& r) {
+  return VarintLength(static_cast<uint32_t>(input)) + VarintLength(ZigZag(r.event_time)) +
+         VarintLength(ZigZag(r.arrival)) + r.PackedSize();
 }
 
 }  // namespace
@@ -141,20 +172,7 @@ std::vector<uint64_t>& AlignedScratch(size_t bytes) {
 void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
                        std::string* out) {
   PutHeader(ExchangeFrame::Type::kRecord, epoch, producer, out);
-  PutVarint(static_cast<uint32_t>(input), out);
-  PutVarint(ZigZag(r.event_time), out);
-  PutVarint(ZigZag(r.arrival), out);
-  const size_t header = out->size();
-  const size_t packed = r.PackedSize();
-  out->resize(header + packed);
-  char* dst = out->data() + header;
-  if (reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
-    r.PackTo(dst);
-  } else {
-    std::vector<uint64_t>& scratch = AlignedScratch(packed);
-    r.PackTo(reinterpret_cast<char*>(scratch.data()));
-    std::memcpy(dst, scratch.data(), packed);
-  }
+  PutRecordBody(input, r, out);
 }
 
 void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
@@ -167,6 +185,42 @@ void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bo
 void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out) {
   PutHeader(ExchangeFrame::Type::kBarrier, epoch, producer, out);
   PutVarint(static_cast<uint64_t>(checkpoint_id), out);
+}
+
+void AppendRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
+                       std::string* message) {
+  AppendFramed(ExchangeFrame::Type::kRecord, epoch, producer, RecordBodySize(input, r), message,
+               [&](std::string* out) { PutRecordBody(input, r, out); });
+}
+
+void AppendWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
+                          std::string* message) {
+  const uint64_t w = ZigZag(watermark);
+  AppendFramed(ExchangeFrame::Type::kWatermark, epoch, producer, VarintLength(w) + 1, message,
+               [&](std::string* out) {
+                 PutVarint(w, out);
+                 out->push_back(idle ? 1 : 0);
+               });
+}
+
+void AppendBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id,
+                        std::string* message) {
+  const auto id = static_cast<uint64_t>(checkpoint_id);
+  AppendFramed(ExchangeFrame::Type::kBarrier, epoch, producer, VarintLength(id), message,
+               [&](std::string* out) { PutVarint(id, out); });
+}
+
+absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos) {
+  Reader in(message.substr(*pos));
+  uint64_t size = 0;
+  if (!in.Varint(&size) || size > in.Rest().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("exchange message (", message.size(),
+                                                   " bytes): frame length at byte ", *pos,
+                                                   " truncated or past the end"));
+  }
+  const std::string_view frame = in.Rest().substr(0, size);
+  *pos = static_cast<size_t>(frame.data() + frame.size() - message.data());
+  return DecodeFrame(frame);
 }
 
 absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes) {
@@ -224,13 +278,7 @@ absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes) {
 void UnpackRecordFrame(const ExchangeFrame& f, Record* r) {
   r->event_time = f.event_time;
   r->arrival = f.arrival;
-  if (reinterpret_cast<uintptr_t>(f.packed.data()) % 8 == 0) {
-    r->Unpack(f.packed.data());
-    return;
-  }
-  std::vector<uint64_t>& scratch = AlignedScratch(f.packed.size());
-  std::memcpy(scratch.data(), f.packed.data(), f.packed.size());
-  r->Unpack(reinterpret_cast<const char*>(scratch.data()));
+  r->Unpack(f.packed.data());
 }
 
 // ---- Flow control ------------------------------------------------------------

@@ -1,5 +1,6 @@
-// ExchangeReader (exchange.h): a KafkaSource over the owned partitions, plus
-// per-channel watermarks and barrier alignment.
+// ExchangeReader (exchange.h): messages from a transport (exchange_transport.h:
+// Kafka or memory) split into frames, with per-channel watermarks and
+// barrier alignment.
 #include <algorithm>
 #include <deque>
 #include <memory>
@@ -13,13 +14,16 @@
 #include "spdlog/spdlog.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/exchange/exchange.h"
+#include "worker/exchange/exchange_transport.h"
 
 namespace caravela {
 namespace {
 
-class KafkaExchangeReader final : public ExchangeReader {
+using exchange_internal::MessageIn;
+
+class ExchangeReaderImpl final : public ExchangeReader {
  public:
-  explicit KafkaExchangeReader(ExchangeReaderOptions options) : options_(std::move(options)) {}
+  explicit ExchangeReaderImpl(ExchangeReaderOptions options) : options_(std::move(options)) {}
 
   absl::Status Open() {
     const ExchangeReaderOptions& o = options_;
@@ -33,14 +37,12 @@ class KafkaExchangeReader final : public ExchangeReader {
       return absl::InvalidArgumentError(
           absl::StrCat("exchange reader ", o.topic, ": a partition is listed twice"));
     }
-    KafkaSourceOptions so;
-    so.bootstrap = o.bootstrap;
-    so.topic = o.topic;
-    so.partitions = owned;
-    so.start = o.start;
-    source_ = std::make_unique<KafkaSource>(std::move(so));
-    RETURN_IF_ERROR(source_->Open());
-    slot_.assign(source_->PartitionCount(), -1);
+    if (o.memory != nullptr) {
+      ASSIGN_OR_RETURN(in_, exchange_internal::OpenMemoryIn(o, owned));
+    } else {
+      ASSIGN_OR_RETURN(in_, exchange_internal::OpenKafkaIn(o, owned));
+    }
+    slot_.assign(in_->PartitionCount(), -1);
     for (size_t i = 0; i < owned.size(); ++i) slot_[owned[i]] = static_cast<int>(i);
     owned_ = std::move(owned);
     channels_.resize(owned_.size() * static_cast<size_t>(o.producers));
@@ -50,35 +52,33 @@ class KafkaExchangeReader final : public ExchangeReader {
   absl::StatusOr<int> Poll(int max_frames, int timeout_ms,
                            std::vector<RecordBatch>* by_input) override {
     if (max_frames <= 0) return 0;
-    int appended = 0;
-    int budget = max_frames;
+    Sink sink{by_input, 0, max_frames};
     // Frames released by ReleaseBarrier() (or by an abandoned alignment)
     // first, channel by channel, in order; a channel stops at its next barrier.
     if (held_ > 0 && !aligned_) {
-      for (size_t c = 0; c < channels_.size() && budget > 0 && !aligned_; ++c) {
+      for (size_t c = 0; c < channels_.size() && sink.budget > 0 && !aligned_; ++c) {
         Channel& ch = channels_[c];
-        while (!ch.blocked && !ch.held.empty() && budget > 0) {
+        while (!ch.blocked && !ch.held.empty() && sink.budget > 0) {
           Held h = std::move(ch.held.front());
           ch.held.pop_front();
-          --held_;
-          --budget;
-          absl::StatusOr<ExchangeFrame> f = DecodeFrame(h.bytes);
-          if (!f.ok()) return f.status();  // cannot happen: decoded when it arrived
-          RETURN_IF_ERROR(Process(c, *f, h.partition, h.offset, by_input, &appended));
+          held_ -= h.frames;
+          RETURN_IF_ERROR(ApplyFrames(h.bytes, h.partition, h.offset, /*replay=*/true, &sink));
         }
       }
     }
-    if (budget > 0) {
+    // Then the transport, a message at a time while the budget lasts.
+    bool first = sink.budget == max_frames;
+    while (sink.budget > 0) {
       absl::Status status;
-      absl::StatusOr<int> polled =
-          source_->Poll(budget, budget < max_frames ? 0 : timeout_ms, [&](const RawMessage& m) {
-            if (status.ok()) status = OnMessage(m, by_input, &appended);
-          });
-      if (!polled.ok()) return polled.status();
+      ASSIGN_OR_RETURN(int n, in_->Poll(1, first ? timeout_ms : 0, [&](const RawMessage& m) {
+        if (status.ok()) status = ApplyFrames(m.payload, m.partition, m.offset, false, &sink);
+      }));
       RETURN_IF_ERROR(status);
+      if (n == 0) break;
+      first = false;
     }
     if (marks_changed_) UpdateWatermark();
-    return appended;
+    return sink.appended;
   }
 
   int64_t watermark() const override { return watermark_; }
@@ -111,17 +111,16 @@ class KafkaExchangeReader final : public ExchangeReader {
     for (Channel& ch : channels_) ch.blocked = false;
   }
 
-  int64_t Backlog() const override {
-    int64_t total = held_;
-    for (int32_t p : owned_) total += source_->Backlog(p);
-    return total;
-  }
+  int64_t Backlog() const override { return held_ + in_->Backlog(); }
 
   int64_t dropped_old_epoch() const override { return dropped_; }
 
  private:
+  // Frames of one message not delivered yet: a tail of the message, from a
+  // frame boundary on.
   struct Held {
     std::string bytes;
+    int frames;
     int32_t partition;
     int64_t offset;
   };
@@ -132,6 +131,11 @@ class KafkaExchangeReader final : public ExchangeReader {
     bool blocked = false;   // barrier `aligning_` arrived; later frames are held
     std::deque<Held> held;  // frames after the barrier (or behind held ones)
   };
+  struct Sink {
+    std::vector<RecordBatch>* by_input;
+    int appended;
+    int budget;  // frames
+  };
 
   // A channel that ended (kMaxTime) counts as active, so the watermark
   // reaches kMaxTime once every producer ended.
@@ -141,68 +145,96 @@ class KafkaExchangeReader final : public ExchangeReader {
     return absl::StrCat("exchange ", options_.topic, "[", partition, "]@", offset);
   }
 
-  // One frame fresh from Kafka.
-  absl::Status OnMessage(const RawMessage& m, std::vector<RecordBatch>* by_input, int* appended) {
-    if (options_.flow != nullptr) {
-      options_.flow->Read(m.partition, static_cast<int64_t>(m.payload.size()));
+  // Applies the frames of `bytes` (a message, or a held tail of one) in
+  // order. Once its channel is blocked by a barrier (or, for a fresh
+  // message, still has held frames), the rest is held: at the back of the
+  // channel's queue, or at the front when `replay` (it came from there).
+  absl::Status ApplyFrames(std::string_view bytes, int32_t partition, int64_t offset, bool replay,
+                           Sink* sink) {
+    const int slot =
+        partition >= 0 && partition < static_cast<int32_t>(slot_.size()) ? slot_[partition] : -1;
+    if (slot < 0) return absl::OkStatus();  // not ours (transports never deliver those)
+    size_t pos = 0;
+    int32_t producer = -1;
+    while (pos < bytes.size()) {
+      const size_t start = pos;
+      absl::StatusOr<ExchangeFrame> f = NextFrame(bytes, &pos);
+      if (!f.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(partition, offset), ": ", f.status().message()));
+      }
+      --sink->budget;
+      if (f->epoch < options_.epoch) {
+        ++dropped_;
+        continue;
+      }
+      if (f->epoch > options_.epoch) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(Where(partition, offset), ": a frame of epoch ", f->epoch,
+                         " from producer ", f->producer, " while reading epoch ", options_.epoch,
+                         ": this reader was fenced by a newer run"));
+      }
+      if (f->producer >= options_.producers) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(partition, offset), ": producer ",
+                                                       f->producer, " of ", options_.producers));
+      }
+      if (producer >= 0 && f->producer != producer) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(partition, offset),
+                                                       ": a message mixes producers ", producer,
+                                                       " and ", f->producer));
+      }
+      producer = f->producer;
+      const size_t c = static_cast<size_t>(slot) * options_.producers + f->producer;
+      Channel& ch = channels_[c];
+      if (ch.blocked || (!replay && !ch.held.empty())) {
+        Hold(ch, bytes.substr(start), partition, offset, replay);
+        ++sink->budget;  // not applied
+        return absl::OkStatus();
+      }
+      Apply(c, *f, partition, offset, sink);
     }
-    absl::StatusOr<ExchangeFrame> f = DecodeFrame(m.payload);
-    if (!f.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(m.partition, m.offset), ": ", f.status().message()));
+    return absl::OkStatus();
+  }
+
+  void Hold(Channel& ch, std::string_view tail, int32_t partition, int64_t offset, bool front) {
+    int frames = 0;
+    for (size_t pos = 0; pos < tail.size(); ++frames) {
+      // Already checked as far as its lengths go when it arrived, or valid up
+      // to the next bad frame, which fails when it is replayed.
+      if (!NextFrame(tail, &pos).ok()) break;
     }
-    if (f->epoch < options_.epoch) {
-      ++dropped_;
-      return absl::OkStatus();
+    Held h{std::string(tail), std::max(frames, 1), partition, offset};
+    held_ += h.frames;
+    if (front) {
+      ch.held.push_front(std::move(h));
+    } else {
+      ch.held.push_back(std::move(h));
     }
-    if (f->epoch > options_.epoch) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(Where(m.partition, m.offset), ": a frame of epoch ", f->epoch,
-                       " from producer ", f->producer, " while reading epoch ", options_.epoch,
-                       ": this reader was fenced by a newer run"));
-    }
-    if (f->producer >= options_.producers) {
-      return absl::InvalidArgumentError(absl::StrCat(Where(m.partition, m.offset), ": producer ",
-                                                     f->producer, " of ", options_.producers));
-    }
-    const int slot = m.partition >= 0 && m.partition < static_cast<int32_t>(slot_.size())
-                         ? slot_[m.partition]
-                         : -1;
-    if (slot < 0) return absl::OkStatus();  // not ours (KafkaSource never delivers those)
-    const size_t c = static_cast<size_t>(slot) * options_.producers + f->producer;
-    Channel& ch = channels_[c];
-    if (ch.blocked || !ch.held.empty()) {
-      ch.held.push_back({std::string(m.payload), m.partition, m.offset});
-      ++held_;
-      return absl::OkStatus();
-    }
-    return Process(c, *f, m.partition, m.offset, by_input, appended);
   }
 
   // Applies a frame of channel `c` that is not held back.
-  absl::Status Process(size_t c, const ExchangeFrame& f, int32_t partition, int64_t offset,
-                       std::vector<RecordBatch>* by_input, int* appended) {
+  void Apply(size_t c, const ExchangeFrame& f, int32_t partition, int64_t offset, Sink* sink) {
     Channel& ch = channels_[c];
     switch (f.type) {
       case ExchangeFrame::Type::kRecord: {
-        if (by_input->size() <= static_cast<size_t>(f.input)) by_input->resize(f.input + 1);
-        Record& r = (*by_input)[f.input].Append();
+        std::vector<RecordBatch>& by_input = *sink->by_input;
+        if (by_input.size() <= static_cast<size_t>(f.input)) by_input.resize(f.input + 1);
+        Record& r = by_input[f.input].Append();
         UnpackRecordFrame(f, &r);
         r.partition = partition;
         r.offset = offset;
-        ++*appended;
-        return absl::OkStatus();
+        ++sink->appended;
+        return;
       }
       case ExchangeFrame::Type::kWatermark:
         ch.watermark = f.watermark;
         ch.idle = f.idle;
         marks_changed_ = true;
-        return absl::OkStatus();
+        return;
       case ExchangeFrame::Type::kBarrier:
         OnBarrier(c, f.checkpoint_id, partition, offset);
-        return absl::OkStatus();
+        return;
     }
-    return absl::OkStatus();
   }
 
   void OnBarrier(size_t c, int64_t id, int32_t partition, int64_t offset) {
@@ -240,7 +272,7 @@ class KafkaExchangeReader final : public ExchangeReader {
   }
 
   ExchangeReaderOptions options_;
-  std::unique_ptr<KafkaSource> source_;
+  std::unique_ptr<MessageIn> in_;
   std::vector<int32_t> owned_;     // sorted
   std::vector<int> slot_;          // partition -> index in owned_, or -1
   std::vector<Channel> channels_;  // slot * producers + producer
@@ -258,7 +290,7 @@ class KafkaExchangeReader final : public ExchangeReader {
 
 absl::StatusOr<std::unique_ptr<ExchangeReader>> ExchangeReader::Open(
     ExchangeReaderOptions options) {
-  auto reader = std::make_unique<KafkaExchangeReader>(std::move(options));
+  auto reader = std::make_unique<ExchangeReaderImpl>(std::move(options));
   RETURN_IF_ERROR(reader->Open());
   return reader;
 }

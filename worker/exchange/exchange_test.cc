@@ -180,6 +180,60 @@ TEST(ExchangeCodecTest, GarbageIsAnErrorNeverACrash) {
   }
 }
 
+TEST(ExchangeCodecTest, MessagesCarryLengthPrefixedFrames) {
+  std::string message;
+  AppendRecordFrame(7, 2, 1, NestedRecord(), &message);
+  AppendWatermarkFrame(7, 2, -5, true, &message);
+  AppendBarrierFrame(7, 2, 99, &message);
+  AppendRecordFrame(7, 2, 0, Record(), &message);
+  size_t pos = 0;
+  std::vector<ExchangeFrame::Type> types;
+  while (pos < message.size()) {
+    absl::StatusOr<ExchangeFrame> f = NextFrame(message, &pos);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->epoch, 7);
+    EXPECT_EQ(f->producer, 2);
+    types.push_back(f->type);
+    if (types.size() == 1) {
+      Record r;
+      UnpackRecordFrame(*f, &r);  // unaligned inside the message: fine
+      EXPECT_EQ(r.ToJson(), NestedRecord().ToJson());
+      EXPECT_EQ(f->input, 1);
+    }
+    if (f->type == ExchangeFrame::Type::kWatermark) {
+      EXPECT_EQ(f->watermark, -5);
+      EXPECT_TRUE(f->idle);
+    }
+    if (f->type == ExchangeFrame::Type::kBarrier) {
+      EXPECT_EQ(f->checkpoint_id, 99);
+    }
+  }
+  EXPECT_EQ(pos, message.size());
+  EXPECT_THAT(types, ElementsAre(ExchangeFrame::Type::kRecord, ExchangeFrame::Type::kWatermark,
+                                 ExchangeFrame::Type::kBarrier, ExchangeFrame::Type::kRecord));
+  // The same frame alone (Encode*) is the message's bytes after the prefix.
+  std::string single;
+  EncodeBarrierFrame(7, 2, 99, &single);
+  std::string framed;
+  AppendBarrierFrame(7, 2, 99, &framed);
+  EXPECT_EQ(framed.substr(1), single);
+  // Every cut of a message is an error or a shorter run of whole frames.
+  for (size_t len = 0; len < message.size(); ++len) {
+    const std::string_view cut = std::string_view(message).substr(0, len);
+    size_t at = 0;
+    bool failed = false;
+    while (at < cut.size() && !failed) failed = !NextFrame(cut, &at).ok();
+    EXPECT_TRUE(failed || at == cut.size()) << len;
+  }
+  size_t at = 0;
+  EXPECT_THAT(NextFrame("\x7f"
+                        "abc",
+                        &at)
+                  .status()
+                  .message(),
+              HasSubstr("past the end"));
+}
+
 TEST(ExchangeCodecTest, PartitionIsAStableFunctionOfTheKey) {
   std::string scratch;
   const std::vector<FieldPath> key = {FieldPath::Parse("k")};
@@ -214,11 +268,26 @@ TEST(ExchangeFlowControlTest, CountsPerPartition) {
 
 // ---- Against the embedded broker ----------------------------------------------
 
-class ExchangeTest : public EmbeddedBrokerTest {
+// The transports the reader and writer logic runs over.
+enum class Transport { kKafka, kMemory };
+
+class ExchangeTest : public EmbeddedBrokerTest, public ::testing::WithParamInterface<Transport> {
  protected:
+  bool memory() const { return GetParam() == Transport::kMemory; }
+
+  // The exchange `topic` with `partitions` partitions: a Kafka topic, or a
+  // MemoryExchange kept by the fixture.
+  absl::Status Topic(const std::string& topic, int partitions) {
+    if (!memory()) return EnsureExchangeTopic(bootstrap(), topic, partitions);
+    memory_[topic] = std::make_unique<MemoryExchange>(topic, partitions, int64_t{1} << 30);
+    return absl::OkStatus();
+  }
+
   std::unique_ptr<ExchangeWriter> Writer(const std::string& topic, int partitions, int32_t producer,
-                                         int64_t epoch = 0, ExchangeFlowControl* flow = nullptr) {
+                                         int64_t epoch = 0, ExchangeFlowControl* flow = nullptr,
+                                         int64_t batch_bytes = 64 * 1024) {
     ExchangeWriterOptions o;
+    if (memory()) o.memory = memory_.at(topic).get();
     o.bootstrap = bootstrap();
     o.topic = topic;
     o.partitions = partitions;
@@ -226,6 +295,7 @@ class ExchangeTest : public EmbeddedBrokerTest {
     o.epoch = epoch;
     o.keys = {{FieldPath::Parse("k")}, {}};  // input 1: no key
     o.flow = flow;
+    o.batch_bytes = batch_bytes;
     auto w = ExchangeWriter::Open(o);
     EXPECT_TRUE(w.ok()) << w.status();
     return w.ok() ? std::move(*w) : nullptr;
@@ -235,6 +305,7 @@ class ExchangeTest : public EmbeddedBrokerTest {
                                          int producers, int64_t epoch = 0,
                                          ExchangeFlowControl* flow = nullptr) {
     ExchangeReaderOptions o;
+    if (memory()) o.memory = memory_.at(topic).get();
     o.bootstrap = bootstrap();
     o.topic = topic;
     o.partitions = std::move(partitions);
@@ -245,7 +316,12 @@ class ExchangeTest : public EmbeddedBrokerTest {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : nullptr;
   }
+
+  std::map<std::string, std::unique_ptr<MemoryExchange>> memory_;
 };
+
+// Tests of Kafka specifics (topics, flow control by byte counts).
+class KafkaExchangeTest : public ExchangeTest {};
 
 struct Got {
   int input;
@@ -292,7 +368,7 @@ std::vector<int64_t> Seqs(const std::vector<Got>& got, int64_t writer, int64_t f
   return out;
 }
 
-TEST_F(ExchangeTest, EnsureExchangeTopicCreatesAndChecksTheCount) {
+TEST_P(KafkaExchangeTest, EnsureExchangeTopicCreatesAndChecksTheCount) {
   ASSERT_OK(EnsureExchangeTopic(bootstrap(), "caravela.j.ensure", 3));
   {
     KafkaSourceOptions o;
@@ -328,7 +404,7 @@ TEST_F(ExchangeTest, EnsureExchangeTopicCreatesAndChecksTheCount) {
 // (it serves no CreateTopics; the request times out "waiting for
 // controller"). If this fails after a librdkafka upgrade, the Admin API may
 // work there now.
-TEST_F(ExchangeTest, MockClusterCannotCreateTopicsThroughTheAdminApi) {
+TEST_P(KafkaExchangeTest, MockClusterCannotCreateTopicsThroughTheAdminApi) {
   auto conf = NewKafkaConf({{"bootstrap.servers", bootstrap()}});
   ASSERT_TRUE(conf.ok());
   char err[512];
@@ -350,9 +426,9 @@ TEST_F(ExchangeTest, MockClusterCannotCreateTopicsThroughTheAdminApi) {
   rd_kafka_destroy(rk);
 }
 
-TEST_F(ExchangeTest, EveryRecordReachesTheOwnerOfItsKeyOnceInWriterOrder) {
+TEST_P(ExchangeTest, EveryRecordReachesTheOwnerOfItsKeyOnceInWriterOrder) {
   const std::string topic = "caravela.j.route";
-  ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 3));
+  ASSERT_OK(Topic(topic, 3));
   std::vector<std::unique_ptr<ExchangeReader>> readers;
   readers.reserve(3);
   for (int32_t p = 0; p < 3; ++p) readers.push_back(Reader(topic, {p}, 2));
@@ -388,7 +464,7 @@ TEST_F(ExchangeTest, EveryRecordReachesTheOwnerOfItsKeyOnceInWriterOrder) {
     for (const Got& g : got) {
       ++seen[{g.writer, g.seq}];
       EXPECT_EQ(g.partition, p);
-      EXPECT_GT(g.offset, last_offset);
+      EXPECT_GE(g.offset, last_offset);  // records of one message share its offset
       last_offset = g.offset;
       if (g.input == 1) {
         EXPECT_EQ(p, 0);
@@ -407,9 +483,9 @@ TEST_F(ExchangeTest, EveryRecordReachesTheOwnerOfItsKeyOnceInWriterOrder) {
   for (const auto& [id, times] : seen) EXPECT_EQ(times, 1) << id.first << "/" << id.second;
 }
 
-TEST_F(ExchangeTest, WatermarkIsTheMinOverActiveProducers) {
+TEST_P(ExchangeTest, WatermarkIsTheMinOverActiveProducers) {
   const std::string topic = "caravela.j.marks";
-  ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 1));
+  ASSERT_OK(Topic(topic, 1));
   auto reader = Reader(topic, {0}, 3);
   std::vector<std::unique_ptr<ExchangeWriter>> w;
   w.reserve(3);
@@ -458,9 +534,9 @@ TEST_F(ExchangeTest, WatermarkIsTheMinOverActiveProducers) {
   EXPECT_EQ(reader->watermark(), kMaxTime);
 }
 
-TEST_F(ExchangeTest, BarriersAlignAndHoldLaterFrames) {
+TEST_P(ExchangeTest, BarriersAlignAndHoldLaterFrames) {
   const std::string topic = "caravela.j.align";
-  ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 1));
+  ASSERT_OK(Topic(topic, 1));
   auto reader = Reader(topic, {0}, 2);
   auto a = Writer(topic, 1, 0);
   auto b = Writer(topic, 1, 1);
@@ -527,9 +603,9 @@ TEST_F(ExchangeTest, BarriersAlignAndHoldLaterFrames) {
   EXPECT_FALSE(reader->AlignedBarrier().has_value());
 }
 
-TEST_F(ExchangeTest, NewerBarrierAbandonsTheOlderAlignment) {
+TEST_P(ExchangeTest, NewerBarrierAbandonsTheOlderAlignment) {
   const std::string topic = "caravela.j.abandon";
-  ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 1));
+  ASSERT_OK(Topic(topic, 1));
   auto reader = Reader(topic, {0}, 2);
   auto a = Writer(topic, 1, 0);
   auto b = Writer(topic, 1, 1);
@@ -551,9 +627,9 @@ TEST_F(ExchangeTest, NewerBarrierAbandonsTheOlderAlignment) {
   ASSERT_TRUE(PollUntil(*reader, &got, [&] { return got.size() == 3; }));
 }
 
-TEST_F(ExchangeTest, OlderEpochsAreDroppedANewerOneFences) {
+TEST_P(ExchangeTest, OlderEpochsAreDroppedANewerOneFences) {
   const std::string topic = "caravela.j.epochs";
-  ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 2));
+  ASSERT_OK(Topic(topic, 2));
   auto reader = Reader(topic, {0, 1}, 1, /*epoch=*/5);
   auto old_writer = Writer(topic, 2, 0, /*epoch=*/4);
   auto writer = Writer(topic, 2, 0, /*epoch=*/5);
@@ -585,9 +661,9 @@ TEST_F(ExchangeTest, OlderEpochsAreDroppedANewerOneFences) {
   EXPECT_THAT(polled.message(), HasSubstr(topic));
 }
 
-TEST_F(ExchangeTest, GarbageInTheTopicFailsPoll) {
+TEST_P(ExchangeTest, GarbageInTheTopicFailsPoll) {
   const std::string topic = "caravela.j.garbage";
-  ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 1));
+  ASSERT_OK(Topic(topic, 1));
   auto reader = Reader(topic, {0}, 1);
   auto writer = Writer(topic, 1, 3);  // producer 3 of 1
   ASSERT_TRUE(reader && writer);
@@ -603,13 +679,14 @@ TEST_F(ExchangeTest, GarbageInTheTopicFailsPoll) {
   EXPECT_THAT(polled.message(), HasSubstr("producer 3 of 1"));
 }
 
-TEST_F(ExchangeTest, FlowControlHoldsTheWriterUntilTheReaderConsumes) {
+TEST_P(KafkaExchangeTest, FlowControlHoldsTheWriterUntilTheReaderConsumes) {
   const std::string topic = "caravela.j.flow";
   ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 1));
   constexpr int64_t kLimit = 64 * 1024;
   ExchangeFlowControl flow(1, kLimit);
   auto reader = Reader(topic, {0}, 1, 0, &flow);
-  auto writer = Writer(topic, 1, 0, 0, &flow);
+  constexpr int64_t kBatch = 4096;
+  auto writer = Writer(topic, 1, 0, 0, &flow, kBatch);
   ASSERT_TRUE(reader && writer);
   constexpr int kRecords = 5000;  // ~100 bytes each: several times the limit
   std::atomic<int> written{0};
@@ -646,15 +723,16 @@ TEST_F(ExchangeTest, FlowControlHoldsTheWriterUntilTheReaderConsumes) {
   producer.join();
   ASSERT_EQ(got.size(), static_cast<size_t>(kRecords));
   for (int i = 0; i < kRecords; ++i) ASSERT_EQ(got[i].seq, i);
-  EXPECT_LE(worst.load(), kLimit + largest_frame.load());
+  // Over the limit by at most one message (a batch plus the frame that filled it).
+  EXPECT_LE(worst.load(), kLimit + kBatch + largest_frame.load() + 8);
   EXPECT_EQ(flow.Outstanding(0), 0);
 }
 
-TEST_F(ExchangeTest, AbortedFlowControlEndsTheWait) {
+TEST_P(KafkaExchangeTest, AbortedFlowControlEndsTheWait) {
   const std::string topic = "caravela.j.abort";
   ASSERT_OK(EnsureExchangeTopic(bootstrap(), topic, 1));
   ExchangeFlowControl flow(1, /*limit_bytes=*/10);
-  auto writer = Writer(topic, 1, 0, 0, &flow);
+  auto writer = Writer(topic, 1, 0, 0, &flow, /*batch_bytes=*/1);  // a message per frame
   ASSERT_TRUE(writer);
   ASSERT_OK(writer->Write(0, MakeRecord(1, 0, 0)));  // now past the limit; nobody reads
   absl::Status second;
@@ -664,6 +742,65 @@ TEST_F(ExchangeTest, AbortedFlowControlEndsTheWait) {
   EXPECT_TRUE(absl::IsAborted(second)) << second;
   EXPECT_EQ(writer->records_written(), 1);
 }
+
+TEST(MemoryExchangeTest, AFullQueueHoldsTheWriterUntilTheReaderPops) {
+  MemoryExchange ex("caravela.j.mem", 2, /*limit_bytes=*/100);
+  ASSERT_OK(ex.Push(0, std::string(80, 'a'), 3));
+  ASSERT_OK(ex.Push(0, std::string(80, 'b'), 2));   // 80 <= 100: in, now 160 queued
+  ASSERT_OK(ex.Push(1, std::string(500, 'c'), 1));  // another partition: its own bound
+  EXPECT_EQ(ex.Backlog(0), 5);
+  EXPECT_EQ(ex.QueuedBytes(0), 160);
+  std::atomic<bool> pushed{false};
+  std::thread writer([&] {
+    EXPECT_OK(ex.Push(0, std::string(10, 'd'), 1));
+    pushed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(pushed.load());  // 160 > 100: waits
+  std::vector<MemoryExchange::Message> got;
+  EXPECT_EQ(ex.Pop(0, 1, 0, &got), 1);  // 80 left: room again
+  writer.join();
+  EXPECT_TRUE(pushed.load());
+  EXPECT_EQ(ex.Pop(0, 10, 0, &got), 2);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].bytes[0], 'a');
+  EXPECT_EQ(got[1].bytes[0], 'b');
+  EXPECT_EQ(got[2].bytes[0], 'd');
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(got[i].offset, i);
+  EXPECT_EQ(ex.Backlog(0), 0);
+  EXPECT_TRUE(absl::IsOutOfRange(ex.Push(2, "x", 1)));
+}
+
+TEST(MemoryExchangeTest, PopWaitsForAMessageAndAbortEndsEveryWait) {
+  MemoryExchange ex("caravela.j.mem", 1, /*limit_bytes=*/0);
+  std::vector<MemoryExchange::Message> got;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ex.Pop(0, 1, 30, &got), 0);  // nothing: waits the timeout
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(25));
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_OK(ex.Push(0, "m", 1));
+  });
+  EXPECT_EQ(ex.Pop(0, 1, 5000, &got), 1);  // woken by the push
+  late.join();
+  ASSERT_OK(ex.Push(0, "full", 1));  // 4 > 0: the next push waits
+  absl::Status blocked;
+  std::thread writer([&] { blocked = ex.Push(0, "x", 1); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ex.Abort();
+  writer.join();
+  EXPECT_TRUE(absl::IsAborted(blocked)) << blocked;
+  EXPECT_TRUE(ex.aborted());
+}
+
+std::string TransportName(const ::testing::TestParamInfo<Transport>& info) {
+  return info.param == Transport::kKafka ? "Kafka" : "Memory";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ExchangeTest,
+                         ::testing::Values(Transport::kKafka, Transport::kMemory), TransportName);
+INSTANTIATE_TEST_SUITE_P(Kafka, KafkaExchangeTest, ::testing::Values(Transport::kKafka),
+                         TransportName);
 
 }  // namespace
 }  // namespace caravela

@@ -22,7 +22,8 @@ namespace {
 std::shared_ptr<spdlog::logger> Log() { return RuntimeLogger(); }
 
 // Outstanding exchange bytes per partition before a writer waits for its
-// readers (the embedded broker keeps ~5 MiB per partition).
+// readers (the embedded broker keeps ~5 MiB per partition; in memory it
+// bounds the queue).
 constexpr int64_t kExchangeFlowLimitBytes = 2 << 20;
 
 // The job's commit record: "checkpoint=N\ntasks=T\nparallelism=P\n".
@@ -64,6 +65,13 @@ struct JobRunner::Impl {
   int64_t restore_id = 0;
   std::unique_ptr<JobCheckpoints> job;
   std::vector<std::unique_ptr<ExchangeFlowControl>> flows;
+  std::vector<std::unique_ptr<MemoryExchange>> memory;
+
+  // Ends every wait of a writer on a reader (a task failed).
+  void AbortExchanges() {
+    for (auto& f : flows) f->Abort();
+    for (auto& m : memory) m->Abort();
+  }
 };
 
 JobRunner::~JobRunner() = default;
@@ -123,19 +131,22 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   }
 
   // The Kafka cluster that carries the exchanges: the job's (the first
-  // bootstrap it names), else the embedded one.
+  // bootstrap it names), else the embedded one. In memory: none.
+  const bool kafka_exchange = options.exchange == RunOptions::Exchange::kKafka;
   std::string bootstrap;
-  for (const SourceSpec& ss : spec.sources) {
-    if (bootstrap.empty() && ss.kind == SourceSpec::Kind::kKafka) bootstrap = ss.kafka.bootstrap;
-  }
-  for (const SinkSpec& ss : spec.sinks) {
-    if (bootstrap.empty() && ss.kind == SinkSpec::Kind::kKafka) bootstrap = ss.bootstrap;
-  }
-  if (bootstrap.empty()) bootstrap = options.embedded_bootstrap;
-  if (bootstrap.empty()) {
-    ASSIGN_OR_RETURN(im.broker, EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions));
-    bootstrap = im.broker->bootstrap();
-    Log()->info("[job={}] embedded Kafka broker for exchanges at {}", spec.name, bootstrap);
+  if (kafka_exchange) {
+    for (const SourceSpec& ss : spec.sources) {
+      if (bootstrap.empty() && ss.kind == SourceSpec::Kind::kKafka) bootstrap = ss.kafka.bootstrap;
+    }
+    for (const SinkSpec& ss : spec.sinks) {
+      if (bootstrap.empty() && ss.kind == SinkSpec::Kind::kKafka) bootstrap = ss.bootstrap;
+    }
+    if (bootstrap.empty()) bootstrap = options.embedded_bootstrap;
+    if (bootstrap.empty()) {
+      ASSIGN_OR_RETURN(im.broker, EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions));
+      bootstrap = im.broker->bootstrap();
+      Log()->info("[job={}] embedded Kafka broker for exchanges at {}", spec.name, bootstrap);
+    }
   }
 
   // Epoch and the job's last complete checkpoint.
@@ -176,9 +187,14 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   }
 
   for (const ExchangePlan& ex : r->plan_.exchanges) {
-    RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
-    im.flows.push_back(
-        std::make_unique<ExchangeFlowControl>(ex.partitions, kExchangeFlowLimitBytes));
+    if (kafka_exchange) {
+      RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
+      im.flows.push_back(
+          std::make_unique<ExchangeFlowControl>(ex.partitions, kExchangeFlowLimitBytes));
+    } else {
+      im.memory.push_back(
+          std::make_unique<MemoryExchange>(ex.topic, ex.partitions, kExchangeFlowLimitBytes));
+    }
   }
   im.job = std::make_unique<JobCheckpoints>(total_tasks);
 
@@ -197,6 +213,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       pl.epoch = im.epoch;
       pl.exchange_bootstrap = bootstrap;
       for (auto& f : im.flows) pl.flow.push_back(f.get());
+      for (auto& m : im.memory) pl.memory.push_back(m.get());
       pl.checkpoints = im.job.get();
       pl.source_partitions = partitions;
       pl.restore_checkpoint = im.restore_id;
@@ -208,8 +225,9 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       r->tasks_.push_back(std::move(*t));
     }
   }
-  Log()->info("[job={}] {} tasks in {} stages, {} exchanges, epoch {}{}", spec.name, total_tasks,
-              r->plan_.stages.size(), r->plan_.exchanges.size(), im.epoch,
+  Log()->info("[job={}] {} tasks in {} stages, {} exchanges ({}), epoch {}{}", spec.name,
+              total_tasks, r->plan_.stages.size(), r->plan_.exchanges.size(),
+              kafka_exchange ? "Kafka at " + bootstrap : std::string("in memory"), im.epoch,
               im.restore_id > 0 ? absl::StrCat(", restored checkpoint ", im.restore_id) : "");
   if (im.restore_id > 0) metrics->Get("restores_total")->Add();
   return r;
@@ -241,7 +259,7 @@ absl::Status JobRunner::Run() {
         Log()->error("[job={}] task {} failed: {}", impl_->spec.name, tasks_[i]->name(),
                      std::string(st.message()));
         job.Fail(absl::Status(st.code(), absl::StrCat(tasks_[i]->name(), ": ", st.message())));
-        for (auto& f : impl_->flows) f->Abort();
+        impl_->AbortExchanges();
       }
       done[i].store(true);
     });

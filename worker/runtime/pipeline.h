@@ -58,6 +58,13 @@ struct RunOptions {
   std::string savepoint_on_stop;
   // Tasks per stage (SPEC §8); 0 = spec.parallelism.
   int parallelism = 0;
+  // How the tasks of a parallel job exchange records (worker/exchange):
+  // kMemory, bounded queues inside this process (every task of `caravela
+  // run` is here), or kKafka, topics `caravela.<job>.<operator>` on the
+  // job's cluster (the embedded broker if it names none), as tasks in
+  // different processes do.
+  enum class Exchange { kMemory, kKafka };
+  Exchange exchange = Exchange::kMemory;
   int batch_size = 1024;
   // Operators persist their in-memory working set into the state backend (and
   // the backend commits) at least this often, besides checkpoints and the end.

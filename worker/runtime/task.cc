@@ -104,6 +104,7 @@ struct OperatorNode {
   std::unique_ptr<OperatorContext> ctx;
   std::vector<int> inputs;  // node ids
   Output out;
+  Counter* records_in = nullptr;  // operator_records_in_total{op}
 };
 
 // An exchange topic this task consumes: records for one operator's inputs.
@@ -483,6 +484,7 @@ absl::Status Task::Impl::Build() {
     }
     on.ctx = std::make_unique<OperatorContext>(os.name, state, metrics, clock);
     on.ctx->set_epoch(epoch);
+    on.records_in = metrics->Get("operator_records_in_total", absl::StrCat("op=\"", os.name, "\""));
     on.out.Resize(on.op->SideOutputs().size());
     on.here = OperatorHere(os);
     on.input_reader.assign(on.inputs.size(), -1);
@@ -624,6 +626,7 @@ absl::Status Task::Impl::OpenExchanges() {
     if (op < 0) return absl::InternalError("exchange of unknown operator " + ex.operator_name);
     rn.op = op;
     ExchangeReaderOptions ro;
+    ro.memory = x < static_cast<int>(placement.memory.size()) ? placement.memory[x] : nullptr;
     ro.bootstrap = placement.exchange_bootstrap;
     ro.topic = ex.topic;
     ro.partitions = {placement.index};
@@ -648,6 +651,7 @@ absl::Status Task::Impl::OpenExchanges() {
     const ExchangePlan& ex = plan.exchanges[x];
     WriterNode wn;
     ExchangeWriterOptions wo;
+    wo.memory = x < static_cast<int>(placement.memory.size()) ? placement.memory[x] : nullptr;
     wo.bootstrap = placement.exchange_bootstrap;
     wo.topic = ex.topic;
     wo.partitions = ex.partitions;
@@ -689,6 +693,7 @@ absl::Status Task::Impl::PollReaders(int timeout_ms, bool* got) {
     OperatorNode& on = ops[rn.op];
     for (size_t in = 0; in < rn.by_input.size(); ++in) {
       if (rn.by_input[in].empty()) continue;
+      on.records_in->Add(static_cast<int64_t>(rn.by_input[in].size()));
       RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, static_cast<int>(in), rn.by_input[in], on.out));
       RETURN_IF_ERROR(Dispatch(S() + rn.op));
     }
@@ -917,6 +922,7 @@ absl::Status Task::Impl::Dispatch(int node) {
         continue;
       }
       OperatorNode& on = ops[e.op];
+      on.records_in->Add(static_cast<int64_t>(out.main().size()));
       RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, e.input, out.main(), on.out));
       RETURN_IF_ERROR(Dispatch(S() + e.op));
     }
@@ -1218,14 +1224,10 @@ absl::Status Task::Impl::ServeCheckpoints() {
 }
 
 absl::Status Task::Impl::RunParallel() {
-  bool any_unbounded = false;
   bool any_source = false;
-  for (const SourceNode& src : sources) {
-    if (!src.present) continue;
-    any_source = true;
-    any_unbounded = any_unbounded || !src.raw->Bounded();
-  }
+  for (const SourceNode& src : sources) any_source = any_source || src.present;
   bool draining = false;
+  bool idle = false;  // the last step got no records
   for (;;) {
     if (job->failed()) return absl::CancelledError("another task of the job failed");
     // Without checkpoints a stop ends the task at once (nothing to commit).
@@ -1239,13 +1241,17 @@ absl::Status Task::Impl::RunParallel() {
     RETURN_IF_ERROR(MaybeStopAtEndOfInput(&draining));
     bool got = false;
     bool inputs_done = true;
-    RETURN_IF_ERROR(StepSources(0, &got, &inputs_done));
+    // A task without exchange inputs waits on its sources after a step that
+    // got nothing (no spinning on an empty topic).
+    RETURN_IF_ERROR(StepSources(readers.empty() && idle ? 5 : 0, &got, &inputs_done));
     // Wait a little on the exchanges when there is nothing else to do.
     RETURN_IF_ERROR(PollReaders(got || (any_source && !drained && !inputs_done) ? 0 : 5, &got));
     for (const ReaderNode& rn : readers) inputs_done = inputs_done && rn.reader->finished();
     RETURN_IF_ERROR(UpdateWatermarks());
     RETURN_IF_ERROR(FireTimers());
     RETURN_IF_ERROR(SendWatermarkMarkers(false));
+    // What this step wrote waits no longer than the step in a writer's buffer.
+    for (WriterNode& wn : writers) RETURN_IF_ERROR(wn.writer->SendBuffered());
     RETURN_IF_ERROR(Commit(false));
     if (inputs_done && !drained) {
       // Everything read and propagated (the +inf watermark fired everything).
@@ -1256,9 +1262,8 @@ absl::Status Task::Impl::RunParallel() {
       job->SetDrained(placement.global_id);
       Log()->debug("[job={}] task {} drained", spec.name, name);
     }
-    if (!got && !any_unbounded && readers.empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    idle = !got;
+    if (idle && readers.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   RETURN_IF_ERROR(Commit(true));
   for (WriterNode& wn : writers) RETURN_IF_ERROR(wn.writer->Flush(30000));

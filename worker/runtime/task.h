@@ -55,6 +55,7 @@ namespace caravela {
 
 class JobCheckpoints;
 class ExchangeFlowControl;
+class MemoryExchange;
 
 // Where a task sits in a parallel job.
 struct TaskPlacement {
@@ -63,9 +64,11 @@ struct TaskPlacement {
   int index = 0;      // index among the stage's tasks (owns partitions p % tasks == index)
   int global_id = 0;  // unique in the job: state dir, checkpoint prefix task-<id>
   int64_t epoch = 0;  // the job's restore epoch (parallel jobs)
-  // Bootstrap of the Kafka cluster that carries the exchanges.
+  // Per exchange id: the in-process exchange carrying it, or null when
+  // exchanges go through Kafka at `exchange_bootstrap` (with the process's
+  // flow control per exchange id, which may be null).
+  std::vector<MemoryExchange*> memory;
   std::string exchange_bootstrap;
-  // Per exchange id: the process's flow control (may be null).
   std::vector<ExchangeFlowControl*> flow;
   JobCheckpoints* checkpoints = nullptr;  // null: standalone
   // Partition counts of the Kafka sources the task's stage reads.

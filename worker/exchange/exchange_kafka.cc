@@ -1,0 +1,205 @@
+// The Kafka transport (exchange_transport.h): one idempotent librdkafka
+// producer per writer with explicit partitions; a KafkaSource over the owned
+// partitions per reader. Flow control (ExchangeFlowControl) keeps writers
+// within what the broker keeps when both ends share this process.
+#include <librdkafka/rdkafka.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "worker/connectors/kafka_source.h"
+#include "worker/exchange/exchange.h"
+#include "worker/exchange/exchange_transport.h"
+
+namespace caravela::exchange_internal {
+namespace {
+
+class KafkaOut final : public MessageOut {
+ public:
+  explicit KafkaOut(const ExchangeWriterOptions& options)
+      : topic_(options.topic), producer_(options.producer), flow_(options.flow) {}
+
+  ~KafkaOut() override {
+    // Messages not flushed are dropped (the runtime flushes before a
+    // checkpoint and at the end; anything else is recovered from the last
+    // checkpoint).
+    if (rkt_ != nullptr) rd_kafka_topic_destroy(rkt_);
+    if (rk_ != nullptr) rd_kafka_destroy(rk_);
+  }
+
+  absl::Status Open(const ExchangeWriterOptions& o) {
+    if (o.bootstrap.empty() || o.topic.empty()) {
+      return absl::InvalidArgumentError("exchange writer needs a bootstrap and a topic");
+    }
+    ASSIGN_OR_RETURN(KafkaConfPtr conf,
+                     NewKafkaConf({
+                         {"bootstrap.servers", o.bootstrap},
+                         {"client.id", absl::StrCat("caravela-exchange-", o.producer)},
+                         // Per-partition order and no duplicates on retries.
+                         {"enable.idempotence", "true"},
+                         {"acks", "all"},
+                         {"linger.ms", "5"},
+                         {"batch.num.messages", "10000"},
+                         {"batch.size", "1000000"},
+                         {"queue.buffering.max.messages", "200000"},
+                         {"queue.buffering.max.kbytes", "262144"},
+                         {"allow.auto.create.topics", "false"},
+                     }));
+    rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaOut::DeliveryReport);
+    rd_kafka_conf_set_opaque(conf.get(), this);
+    char err[512];
+    rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof(err));
+    if (rk_ == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka producer: ", err));
+    (void)conf.release();  // owned by rk_ now
+
+    // The topic must exist (EnsureExchangeTopic) with the expected count:
+    // list all topics first, since naming a missing topic auto-creates it on
+    // the mock cluster (with the wrong count).
+    ASSIGN_OR_RETURN(int partitions, AwaitTopicPartitions(rk_, o.bootstrap, o.topic,
+                                                          /*name_topic=*/false, 10000));
+    if (partitions != o.partitions) {
+      return absl::FailedPreconditionError(absl::StrCat("exchange topic ", o.topic, " has ",
+                                                        partitions, " partitions, the writer ",
+                                                        "expects ", o.partitions));
+    }
+    rkt_ = rd_kafka_topic_new(rk_, o.topic.c_str(), nullptr);
+    if (rkt_ == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("exchange topic ", o.topic, ": ", rd_kafka_err2str(rd_kafka_last_error())));
+    }
+    // Now that it exists, fetch it by name: librdkafka then knows its leaders
+    // and sends the first messages at once instead of after its 1 s refresh.
+    RETURN_IF_ERROR(
+        AwaitTopicPartitions(rk_, o.bootstrap, o.topic, /*name_topic=*/true, 10000).status());
+    return absl::OkStatus();
+  }
+
+  absl::Status Send(int32_t partition, std::string* message, int /*frames*/) override {
+    RETURN_IF_ERROR(failure_);
+    const auto size = static_cast<int64_t>(message->size());
+    if (flow_ != nullptr) {
+      // No bound on the wait: the readers progress on their own threads.
+      while (flow_->Outstanding(partition) > flow_->limit()) {
+        if (flow_->aborted()) {
+          return absl::AbortedError(
+              absl::StrCat("exchange writer ", topic_, "[", partition, "]: flow control aborted"));
+        }
+        rd_kafka_poll(rk_, 0);
+        RETURN_IF_ERROR(failure_);
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    while (true) {
+      const int produced =
+          rd_kafka_produce(rkt_, partition, RD_KAFKA_MSG_F_COPY, message->data(), message->size(),
+                           /*key=*/nullptr, 0, /*msg_opaque=*/nullptr);
+      if (produced == 0) break;
+      const rd_kafka_resp_err_t err = rd_kafka_last_error();
+      if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        char fatal[512];
+        if (rd_kafka_fatal_error(rk_, fatal, sizeof(fatal)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+          failure_ =
+              absl::InternalError(absl::StrCat("exchange writer ", topic_, ": fatal: ", fatal));
+          return failure_;
+        }
+        return absl::InvalidArgumentError(absl::StrCat("exchange writer ", topic_, "[", partition,
+                                                       "]: message of ", message->size(),
+                                                       " bytes: ", rd_kafka_err2str(err)));
+      }
+      rd_kafka_poll(rk_, 10);  // full queue: serve delivery reports until there is room
+      RETURN_IF_ERROR(failure_);
+    }
+    if (flow_ != nullptr) flow_->Wrote(partition, size);
+    rd_kafka_poll(rk_, 0);  // delivery reports (cheap; once per message)
+    return failure_;
+  }
+
+  absl::Status Flush(int timeout_ms) override {
+    rd_kafka_resp_err_t err = rd_kafka_flush(rk_, timeout_ms);  // serves delivery reports
+    RETURN_IF_ERROR(failure_);
+    if (err == RD_KAFKA_RESP_ERR__TIMED_OUT) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("exchange writer ", topic_, ": ", rd_kafka_outq_len(rk_),
+                       " messages not acknowledged after ", timeout_ms, " ms"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static void DeliveryReport(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m, void* opaque) {
+    auto* self = static_cast<KafkaOut*>(opaque);
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR || !self->failure_.ok()) return;
+    // Frames are lost: sticky, the job restores from its last checkpoint.
+    self->failure_ = absl::UnavailableError(
+        absl::StrCat("exchange writer ", self->topic_, "[", m->partition, "] (producer ",
+                     self->producer_, "): delivery failed: ", rd_kafka_err2str(m->err)));
+    KafkaLogger()->error("{}", std::string(self->failure_.message()));
+  }
+
+  std::string topic_;
+  int32_t producer_;
+  ExchangeFlowControl* flow_;
+  rd_kafka_t* rk_ = nullptr;
+  rd_kafka_topic_t* rkt_ = nullptr;
+  absl::Status failure_;  // first delivery failure (sticky)
+};
+
+class KafkaIn final : public MessageIn {
+ public:
+  KafkaIn(const ExchangeReaderOptions& options, std::vector<int32_t> owned)
+      : flow_(options.flow), owned_(std::move(owned)) {
+    KafkaSourceOptions so;
+    so.bootstrap = options.bootstrap;
+    so.topic = options.topic;
+    so.partitions = owned_;
+    so.start = options.start;
+    source_ = std::make_unique<KafkaSource>(std::move(so));
+  }
+
+  absl::Status Open() { return source_->Open(); }
+
+  absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
+                           const std::function<void(const RawMessage&)>& f) override {
+    if (flow_ == nullptr) return source_->Poll(max_messages, timeout_ms, f);
+    return source_->Poll(max_messages, timeout_ms, [&](const RawMessage& m) {
+      flow_->Read(m.partition, static_cast<int64_t>(m.payload.size()));
+      f(m);
+    });
+  }
+
+  int64_t Backlog() const override {
+    int64_t total = 0;
+    for (int32_t p : owned_) total += source_->Backlog(p);
+    return total;
+  }
+
+  int PartitionCount() const override { return source_->PartitionCount(); }
+
+ private:
+  ExchangeFlowControl* flow_;
+  std::vector<int32_t> owned_;
+  std::unique_ptr<KafkaSource> source_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MessageOut>> OpenKafkaOut(const ExchangeWriterOptions& options) {
+  auto out = std::make_unique<KafkaOut>(options);
+  RETURN_IF_ERROR(out->Open(options));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<MessageIn>> OpenKafkaIn(const ExchangeReaderOptions& options,
+                                                       const std::vector<int32_t>& owned) {
+  auto in = std::make_unique<KafkaIn>(options, owned);
+  RETURN_IF_ERROR(in->Open());
+  return in;
+}
+
+}  // namespace caravela::exchange_internal
