@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -300,6 +303,104 @@ TEST_F(ParallelJobTest, JobWideCheckpointsCommitEveryTasksOutput) {
   EXPECT_THAT(text, ::testing::HasSubstr("tasks=9"));
   EXPECT_THAT(text, ::testing::HasSubstr("parallelism=3"));
 }
+
+// Idle producers (SPEC §8): a source task whose partitions are empty marks
+// its exchange channels idle once `idle_timeout` passed, so the downstream
+// watermark follows the other producers and windows close while the job
+// runs; without idle_timeout the empty producer holds the watermark back.
+// (That a partition with backlog never turns idle is SourceWatermarkTest.
+// BacklogPreventsIdleness; the exchange reader's min over non-idle producers
+// is ExchangeTest.WatermarkIsTheMinOverActiveProducers.)
+class IdleProducerTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(IdleProducerTest, EmptyProducerTaskStallsTheWatermarkOnlyWithoutIdleTimeout) {
+  const bool idle_timeout = GetParam();
+  auto broker = EmbeddedBroker::Start(0, 4);
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  ASSERT_TRUE((*broker)->CreateTopic("sparse", 4).ok());
+  // Three hours of events, all in partitions 0 and 2: with parallelism 2 the
+  // source task owning partitions 1 and 3 reads nothing.
+  std::vector<KafkaTestRecord> records;
+  for (int i = 0; i < 180; ++i) {
+    KafkaTestRecord r;
+    r.partition = (i % 2) * 2;
+    r.key = absl::StrCat("u", i % 7);
+    r.value = absl::StrCat(R"({"event_id":"e)", i, R"(","user_id":"u)", i % 7,
+                           R"(","country":"PT","amount":1,"event_time":")",
+                           FormatIso8601(int64_t{i} * 60'000), R"("})");
+    records.push_back(r);
+  }
+  ASSERT_TRUE(ProduceRecords((*broker)->bootstrap(), "sparse", records, 30000).ok());
+
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/idle_", ::getpid(), "_",
+                                       idle_timeout ? "timeout" : "none");
+  std::filesystem::remove_all(dir);
+  const std::string yaml = absl::StrCat(R"(
+apiVersion: caravela/v1
+kind: Job
+metadata: {name: sparse}
+spec:
+  sources:
+    - name: purchases
+      kafka: {topic: sparse}
+      key: [user_id]
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 1m)",
+                                        idle_timeout ? ", idle_timeout: 300ms" : "", R"(}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 24h}
+    - name: revenue
+      window:
+        from: unique
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: orders, count: "*"}]
+  sinks:
+    - {from: revenue, file: {path: )",
+                                        dir, R"(/out/revenue.jsonl}}
+)");
+  ParseResult parsed = ParseJobSpec(yaml);
+  ASSERT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
+  std::atomic<bool> stop{false};
+  RunOptions options;
+  options.data_dir = dir + "/data";
+  options.embedded_bootstrap = (*broker)->bootstrap();
+  options.parallelism = 2;
+  options.stop = &stop;
+  auto pipeline = Pipeline::Create(parsed.spec, options);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  absl::Status run_status;
+  std::thread runner([&] { run_status = (*pipeline)->Run(); });
+  // Hours 0 and 1 close once the watermark passes 02:00 (the input reaches 02:59).
+  auto closed = [&] {
+    int n = 0;
+    for (const std::string& l : ReadParts(dir + "/out", "revenue")) {
+      n += l.find("\"ON_TIME\"") != std::string::npos || l.find("\"FINAL\"") != std::string::npos;
+    }
+    return n;
+  };
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(idle_timeout ? 20 : 3);
+  while (closed() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const int got = closed();
+  stop = true;
+  runner.join();
+  EXPECT_TRUE(run_status.ok()) << run_status;
+  EXPECT_EQ((*pipeline)->metrics().Value("records_in_total", "source=\"purchases\""), 180);
+  if (idle_timeout) {
+    EXPECT_GE(got, 2) << "the idle producer task held the watermark back";
+  } else {
+    EXPECT_EQ(got, 0) << "a window closed although a producer task had sent no watermark";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(IdleTimeout, IdleProducerTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Set") : std::string("Unset");
+                         });
 
 // The crash matrix of a parallel job (SPEC §8): `caravela run --parallelism 3`
 // is killed by a failpoint at each dangerous place, then run again to the
