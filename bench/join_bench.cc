@@ -11,6 +11,17 @@
 //
 //   join_bench --case interval|window [--events 2000000] [--work-dir DIR]
 //              [--memory-state] [--flush-ms N] [--state-sample]
+//              [--kafka-partitions P [--parallelism N] [--keyed]]
+//
+// --kafka-partitions P: the inputs are two topics of P partitions on an
+// in-process embedded broker instead of files, produced up front (round
+// robin over partitions in arrival order; the mock broker keeps ~5 MiB per
+// partition, so P * 5 MiB must hold the input: 64 partitions for 1M events)
+// and read as bounded Kafka sources, the job run with --parallelism N. The
+// sources declare no key, so both inputs cross an exchange to the join's
+// stage; with --keyed they are produced by the join key and declare it, and
+// the join runs in the source stage (co-partitioned, no exchange).
+// Production time is not counted.
 //
 // Records carry an `arrival` field (event time + a delay, rounded to 10 s)
 // so the two files are merged in arrival order, as two live topics would be.
@@ -21,15 +32,20 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/job_spec.h"
 #include "common/time_util.h"
+#include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_test_util.h"
 #include "worker/operators/interval_join_operator.h"
 #include "worker/operators/window_join_operator.h"
 #include "worker/runtime/pipeline.h"
@@ -38,6 +54,11 @@
 namespace {
 
 using caravela::FormatIso8601;
+
+int Fail(const char* what, const absl::Status& st) {
+  std::fprintf(stderr, "join_bench: %s: %s\n", what, std::string(st.message()).c_str());
+  return 1;
+}
 
 constexpr int64_t kStart = 1798761600000;  // 2027-01-01T00:00:00Z
 constexpr int64_t kMinute = 60'000;
@@ -122,25 +143,31 @@ void GenerateWindow(long long events, std::vector<Event>* left, std::vector<Even
   }
 }
 
-std::string JobYaml(const std::string& kase, const std::string& dir) {
+// Where the job reads: the files, or Kafka topics (key: the declared source
+// key, empty for none).
+struct Input {
+  bool kafka = false;
+  std::string left_key, right_key;
+};
+
+std::string SourceYaml(const std::string& name, const std::string& file, const std::string& ooo,
+                       const Input& in, const std::string& key) {
+  const std::string where = in.kafka
+                                ? absl::StrCat("kafka: {topic: ", name, ", bounded: true}")
+                                : absl::StrCat("file: {path: ", file, ", arrival_field: arrival}");
+  return absl::StrCat("    - name: ", name, "\n      ", where, "\n",
+                      key.empty() ? "" : absl::StrCat("      key: [", key, "]\n"),
+                      "      event_time: {field: ts, format: iso8601}\n",
+                      "      watermark: {max_out_of_orderness: ", ooo, "}\n");
+}
+
+std::string JobYaml(const std::string& kase, const std::string& dir, const Input& in) {
   // Disorder bound: 3 min for impressions/clicks, 2 s for the Nexmark-like
   // stream (its whole event-time span is only events / 10,000 seconds).
   const std::string ooo = kase == "interval" ? "5m" : "5s";
-  std::string sources = absl::StrCat(R"(
-  sources:
-    - name: left_src
-      file: {path: )",
-                                     dir, R"(/left.jsonl, arrival_field: arrival}
-      event_time: {field: ts, format: iso8601}
-      watermark: {max_out_of_orderness: )",
-                                     ooo, R"(}
-    - name: right_src
-      file: {path: )",
-                                     dir, R"(/right.jsonl, arrival_field: arrival}
-      event_time: {field: ts, format: iso8601}
-      watermark: {max_out_of_orderness: )",
-                                     ooo, R"(}
-)");
+  std::string sources = absl::StrCat(
+      "\n  sources:\n", SourceYaml("left_src", dir + "/left.jsonl", ooo, in, in.left_key),
+      SourceYaml("right_src", dir + "/right.jsonl", ooo, in, in.right_key));
   std::string op = kase == "interval" ? R"(
   operators:
     - name: joined
@@ -164,6 +191,33 @@ std::string JobYaml(const std::string& kase, const std::string& dir) {
   return absl::StrCat("apiVersion: caravela/v1\nkind: Job\nmetadata: {name: join-bench}\nspec:",
                       sources, op, "  sinks:\n    - {from: joined, file: {path: ", dir,
                       "/out/joined.jsonl}}\n  dead_letter: {path: ", dir, "/out/dead.jsonl}\n");
+}
+
+// Produces `events` (sorted by arrival) into `topic`: by `key_fields`' values
+// (the producer's partitioner), or round robin when there are none.
+absl::Status Produce(const std::string& bootstrap, const std::string& topic,
+                     std::vector<Event>& events, int partitions,
+                     const std::vector<std::string>& key_fields) {
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& a, const Event& b) { return a.arrival < b.arrival; });
+  std::vector<caravela::KafkaTestRecord> records;
+  records.reserve(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    caravela::KafkaTestRecord r;
+    r.value = events[i].json;
+    if (key_fields.empty()) {
+      r.partition = static_cast<int32_t>(i % static_cast<size_t>(partitions));
+    } else {
+      for (const std::string& f : key_fields) {
+        // "f":value up to the next comma (the generators write flat JSON).
+        const size_t at = r.value.find("\"" + f + "\":");
+        const size_t from = at + f.size() + 3;
+        absl::StrAppend(&r.key, r.value.substr(from, r.value.find(',', from) - from), "|");
+      }
+    }
+    records.push_back(std::move(r));
+  }
+  return caravela::ProduceRecords(bootstrap, topic, records, 600000);
 }
 
 // Feeds the first half of the events (by arrival) through the operator alone
@@ -239,9 +293,38 @@ int main(int argc, char** argv) {
   } else {
     GenerateWindow(events, &left, &right);
   }
-  WriteFile(left, work + "/left.jsonl");
-  WriteFile(right, work + "/right.jsonl");
-  caravela::ParseResult parsed = caravela::ParseJobSpec(JobYaml(kase, work));
+  const int kafka_partitions = static_cast<int>(flags.Int("kafka-partitions", 0));
+  Input input;
+  std::unique_ptr<caravela::EmbeddedBroker> broker;
+  if (kafka_partitions > 0) {
+    input.kafka = true;
+    const bool keyed = flags.Bool("keyed");
+    if (keyed) {
+      input.left_key = kase == "interval" ? "ad_id, user_id" : "id";
+      input.right_key = kase == "interval" ? "ad_id, user_id" : "seller";
+    }
+    auto b = caravela::EmbeddedBroker::Start(0, kafka_partitions);
+    if (!b.ok()) return Fail("broker", b.status());
+    broker = std::move(*b);
+    const double p0 = caravela::bench::NowSeconds();
+    for (auto [topic, events, key] :
+         {std::tuple{"left_src", &left, input.left_key}, {"right_src", &right, input.right_key}}) {
+      if (auto st = broker->CreateTopic(topic, kafka_partitions); !st.ok()) {
+        return Fail("topic", st);
+      }
+      std::vector<std::string> fields = absl::StrSplit(key, ", ", absl::SkipEmpty());
+      if (auto st = Produce(broker->bootstrap(), topic, *events, kafka_partitions, fields);
+          !st.ok()) {
+        return Fail("produce", st);
+      }
+    }
+    std::fprintf(stderr, "join_bench: produced %zu + %zu events into %d partitions in %.1f s\n",
+                 left.size(), right.size(), kafka_partitions, caravela::bench::NowSeconds() - p0);
+  } else {
+    WriteFile(left, work + "/left.jsonl");
+    WriteFile(right, work + "/right.jsonl");
+  }
+  caravela::ParseResult parsed = caravela::ParseJobSpec(JobYaml(kase, work, input));
   if (!parsed.ok()) {
     std::fprintf(stderr, "job spec: %s\n", parsed.errors[0].ToString().c_str());
     return 1;
@@ -251,8 +334,11 @@ int main(int argc, char** argv) {
   options.in_memory_state = flags.Bool("memory-state");
   options.state_flush_interval_ms =
       static_cast<int>(flags.Int("flush-ms", options.state_flush_interval_ms));
+  options.parallelism = static_cast<int>(flags.Int("parallelism", 1));
+  if (broker != nullptr) options.embedded_bootstrap = broker->bootstrap();
   const double t0 = caravela::bench::NowSeconds();
   const double c0 = caravela::bench::ThreadCpuSeconds();
+  const double pc0 = caravela::bench::ProcessCpuSeconds();
   auto pipeline = caravela::Pipeline::Create(parsed.spec, options);
   if (!pipeline.ok()) {
     std::fprintf(stderr, "create: %s\n", std::string(pipeline.status().message()).c_str());
@@ -261,6 +347,7 @@ int main(int argc, char** argv) {
   absl::Status st = (*pipeline)->Run();
   const double secs = caravela::bench::NowSeconds() - t0;
   const double thread_cpu = caravela::bench::ThreadCpuSeconds() - c0;
+  const double process_cpu = caravela::bench::ProcessCpuSeconds() - pc0;
   if (!st.ok()) {
     std::fprintf(stderr, "run: %s\n", std::string(st.message()).c_str());
     return 1;
@@ -269,13 +356,17 @@ int main(int argc, char** argv) {
   const long long in = m.Value("records_in_total", "source=\"left_src\"") +
                        m.Value("records_in_total", "source=\"right_src\"");
   std::fprintf(stderr, "%s\n", (*pipeline)->Summary().c_str());
+  const int tasks = (*pipeline)->task_count();
   caravela::bench::PrintResult(
-      absl::StrCat(kase, "_join", options.in_memory_state ? "_memory_state" : "_rocksdb"), in, secs,
+      absl::StrCat(kase, "_join", options.in_memory_state ? "_memory_state" : "_rocksdb",
+                   input.kafka ? "_kafka" : ""),
+      in, secs,
       absl::StrCat("left=", left.size(), " right=", right.size(),
                    " matches=", m.Value("join_matches_total", "op=\"joined\""),
                    " unmatched=", m.Value("join_unmatched_total", "op=\"joined\""),
-                   " out=", m.Value("sink_records_total", "from=\"joined\"")),
-      thread_cpu);
+                   " out=", m.Value("sink_records_total", "from=\"joined\""), " tasks=", tasks,
+                   " process_cpu_s=", process_cpu),
+      tasks > 1 ? process_cpu : thread_cpu);
   pipeline->reset();
   if (flags.Bool("state-sample")) StateSample(kase, parsed.spec, left, right, work);
   if (!flags.Bool("keep")) std::filesystem::remove_all(work);

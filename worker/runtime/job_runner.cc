@@ -202,6 +202,10 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   // at the exchanges' log end, before a writer of this epoch writes.
   RunOptions task_options = options;
   task_options.progress_interval_ms = 0;
+  // One RocksDB memory budget for every task of the process (SPEC §6).
+  if (task_options.state_budget == nullptr) {
+    task_options.state_budget = NewStateMemoryBudget(kStateBlockCacheBytes, kStateWriteBufferBytes);
+  }
   int global_id = 0;
   for (const StagePlan& st : r->plan_.stages) {
     for (int i = 0; i < st.tasks; ++i) {

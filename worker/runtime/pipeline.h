@@ -35,6 +35,10 @@
 
 namespace caravela {
 
+// The process-wide RocksDB budget of a parallel job (RunOptions::state_budget).
+inline constexpr size_t kStateBlockCacheBytes = size_t{64} << 20;
+inline constexpr size_t kStateWriteBufferBytes = size_t{128} << 20;
+
 struct RunOptions {
   // Directory for RocksDB state and the default dead-letter file.
   std::string data_dir = "caravela-data";
@@ -65,6 +69,10 @@ struct RunOptions {
   // different processes do.
   enum class Exchange { kMemory, kKafka };
   Exchange exchange = Exchange::kMemory;
+  // RocksDB memory shared by the tasks of the process (one block cache and
+  // memtable budget); null: a parallel job makes one (kStateBlockCacheBytes,
+  // kStateWriteBufferBytes), a single task uses its instance's own.
+  std::shared_ptr<StateMemoryBudget> state_budget;
   int batch_size = 1024;
   // Operators persist their in-memory working set into the state backend (and
   // the backend commits) at least this often, besides checkpoints and the end.

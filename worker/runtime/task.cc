@@ -328,7 +328,7 @@ absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptio
     std::error_code ec;
     std::filesystem::remove_all(dir + "/state", ec);
     std::filesystem::create_directories(dir, ec);
-    ASSIGN_OR_RETURN(im.state_owner, OpenRocksDbBackend(dir + "/state"));
+    ASSIGN_OR_RETURN(im.state_owner, OpenRocksDbBackend(dir + "/state", im.options.state_budget));
   }
   im.state = im.state_owner.get();
   RETURN_IF_ERROR(im.OpenCheckpoints());

@@ -30,6 +30,7 @@
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/utilities/write_batch_with_index.h"
+#include "rocksdb/write_buffer_manager.h"
 #include "worker/state/state_backend.h"
 
 namespace caravela {
@@ -87,7 +88,18 @@ absl::Status FromErrorCode(const std::error_code& ec, absl::string_view context)
   return absl::InternalError(absl::StrCat(context, ": ", ec.message()));
 }
 
-rocksdb::Options MakeOptions(const std::shared_ptr<rocksdb::Cache>& block_cache) {
+}  // namespace
+
+// The RocksDB side of a process's state memory budget (state_backend.h).
+struct StateMemoryBudget {
+  std::shared_ptr<rocksdb::Cache> cache;
+  std::shared_ptr<rocksdb::WriteBufferManager> buffers;
+};
+
+namespace {
+
+rocksdb::Options MakeOptions(const std::shared_ptr<rocksdb::Cache>& block_cache,
+                             const std::shared_ptr<rocksdb::WriteBufferManager>& buffers) {
   rocksdb::Options o;
   // DB-wide.
   o.create_if_missing = true;
@@ -95,6 +107,9 @@ rocksdb::Options MakeOptions(const std::shared_ptr<rocksdb::Cache>& block_cache)
   o.max_open_files = kMaxOpenFiles;
   o.max_background_jobs = 2;
   o.db_write_buffer_size = kDbWriteBufferBytes;
+  // A process-wide budget replaces the per-DB one (memtables of every DB
+  // sharing it count against it, and against its block cache).
+  if (buffers != nullptr) o.write_buffer_manager = buffers;
   // Writes skip the WAL, so flushes must commit all CFs together for the files
   // on disk to be a consistent cut across tables.
   o.atomic_flush = true;
@@ -174,10 +189,11 @@ class RocksDbTable final : public StateTable {
 
 class RocksDbBackend final : public StateBackend {
  public:
-  explicit RocksDbBackend(const std::string& path)
+  RocksDbBackend(const std::string& path, std::shared_ptr<StateMemoryBudget> budget)
       : path_(NormalizePath(path)),
-        block_cache_(rocksdb::NewLRUCache(kBlockCacheBytes)),
-        options_(MakeOptions(block_cache_)),
+        budget_(std::move(budget)),
+        block_cache_(budget_ != nullptr ? budget_->cache : rocksdb::NewLRUCache(kBlockCacheBytes)),
+        options_(MakeOptions(block_cache_, budget_ != nullptr ? budget_->buffers : nullptr)),
         batch_(rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true) {}
 
   ~RocksDbBackend() override { CloseDb(/*flush=*/true); }
@@ -203,6 +219,7 @@ class RocksDbBackend final : public StateBackend {
   void CloseDb(bool flush);
 
   const std::string path_;
+  std::shared_ptr<StateMemoryBudget> budget_;  // null: a cache of its own
   std::shared_ptr<rocksdb::Cache> block_cache_;
   rocksdb::Options options_;
   std::unique_ptr<rocksdb::DB> db_;  // null only after a failed Restore()
@@ -553,8 +570,27 @@ absl::Status RocksDbBackend::Compact() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StateBackend>> OpenRocksDbBackend(const std::string& path) {
-  auto backend = std::make_unique<RocksDbBackend>(path);
+std::shared_ptr<StateMemoryBudget> NewStateMemoryBudget(size_t block_cache_bytes,
+                                                        size_t write_buffer_bytes) {
+  auto budget = std::make_shared<StateMemoryBudget>();
+  budget->cache = rocksdb::NewLRUCache(block_cache_bytes);
+  budget->buffers =
+      std::make_shared<rocksdb::WriteBufferManager>(write_buffer_bytes, budget->cache);
+  return budget;
+}
+
+StateMemoryUsage GetStateMemoryUsage(const StateMemoryBudget& budget) {
+  StateMemoryUsage u;
+  u.block_cache_capacity = budget.cache->GetCapacity();
+  u.block_cache_usage = budget.cache->GetUsage();
+  u.write_buffer_limit = budget.buffers->buffer_size();
+  u.write_buffer_usage = budget.buffers->memory_usage();
+  return u;
+}
+
+absl::StatusOr<std::unique_ptr<StateBackend>> OpenRocksDbBackend(
+    const std::string& path, std::shared_ptr<StateMemoryBudget> budget) {
+  auto backend = std::make_unique<RocksDbBackend>(path, std::move(budget));
   RETURN_IF_ERROR(backend->OpenDb());
   return backend;
 }

@@ -77,7 +77,23 @@ class StateBackend {
 };
 
 std::unique_ptr<StateBackend> NewMemoryBackend();
-// Opens or creates a RocksDB instance at `path` (one per task).
-absl::StatusOr<std::unique_ptr<StateBackend>> OpenRocksDbBackend(const std::string& path);
+// Memory the RocksDB instances of one process share (SPEC §6: one instance
+// per task, one budget per process): one LRU block cache, and one budget
+// for the memtables of every instance (charged to that cache, so the two
+// together stay within block_cache_bytes + write_buffer_bytes however many
+// tasks run). Backends keep a reference; thread-safe.
+struct StateMemoryBudget;
+std::shared_ptr<StateMemoryBudget> NewStateMemoryBudget(size_t block_cache_bytes,
+                                                        size_t write_buffer_bytes);
+struct StateMemoryUsage {
+  size_t block_cache_capacity = 0, block_cache_usage = 0;  // usage includes memtables
+  size_t write_buffer_limit = 0, write_buffer_usage = 0;
+};
+StateMemoryUsage GetStateMemoryUsage(const StateMemoryBudget& budget);
+
+// Opens or creates a RocksDB instance at `path` (one per task). Without a
+// budget it has its own 32 MiB block cache and 64 MiB of memtables.
+absl::StatusOr<std::unique_ptr<StateBackend>> OpenRocksDbBackend(
+    const std::string& path, std::shared_ptr<StateMemoryBudget> budget = nullptr);
 
 }  // namespace caravela

@@ -471,6 +471,31 @@ INSTANTIATE_TEST_SUITE_P(Backends, StateBackendTest,
                                            Kind::kRocksDbWriteBehind),
                          KindName);
 
+TEST(RocksDbBackendTest, InstancesShareOneMemoryBudget) {
+  TempDir dir;
+  std::shared_ptr<StateMemoryBudget> budget = NewStateMemoryBudget(8 << 20, 4 << 20);
+  const StateMemoryUsage empty = GetStateMemoryUsage(*budget);
+  EXPECT_EQ(empty.block_cache_capacity, size_t{8} << 20);
+  EXPECT_EQ(empty.write_buffer_limit, size_t{4} << 20);
+  // Memtables of every instance count against the one budget.
+  size_t after_first = 0;
+  std::vector<std::unique_ptr<StateBackend>> backends;
+  for (const char* name : {"a", "b"}) {
+    auto b = OpenRocksDbBackend(dir.Sub(name), budget);
+    ASSERT_TRUE(b.ok()) << b.status();
+    auto t = (*b)->OpenTable("t");
+    ASSERT_TRUE(t.ok());
+    for (int i = 0; i < 2000; ++i) (*t)->Put(absl::StrCat(name, i), std::string(200, 'v'));
+    ASSERT_TRUE((*b)->Commit().ok());
+    backends.push_back(std::move(*b));
+    if (after_first == 0) after_first = GetStateMemoryUsage(*budget).write_buffer_usage;
+  }
+  EXPECT_GT(after_first, size_t{2000} * 200);
+  EXPECT_GT(GetStateMemoryUsage(*budget).write_buffer_usage, after_first + 2000 * 200);
+  backends.clear();  // closing the instances releases their memtables
+  EXPECT_LT(GetStateMemoryUsage(*budget).write_buffer_usage, after_first);
+}
+
 TEST(RocksDbBackendTest, SwitchingATableToWriteBehindKeepsOrderOfWrites) {
   TempDir dir;
   auto b = OpenRocksDbBackend(dir.Sub("db"));
