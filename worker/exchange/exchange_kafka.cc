@@ -159,6 +159,11 @@ class KafkaIn final : public MessageIn {
     so.topic = options.topic;
     so.partitions = owned_;
     so.start = options.start;
+    // Latency matters more than fetch efficiency here: a fetch that finds no
+    // data (the writer waits on flow control, or between steps) returns
+    // after 5 ms instead of the source's 100 (the mock broker answers an
+    // empty fetch only when its wait ends, not when data arrives).
+    so.config = {{"fetch.wait.max.ms", "5"}};
     source_ = std::make_unique<KafkaSource>(std::move(so));
   }
 

@@ -1,0 +1,185 @@
+// Microbenchmarks of the exchange (worker/exchange, SPEC §8): what a record
+// costs to cross from one task to another, per record, on one thread (the
+// writer's and the reader's work added up; no waiting). Google Benchmark:
+//
+//   ninja -C build exchange_bench && build/bench/exchange_bench
+//
+//  * BM_Memory: ExchangeWriter::Write (partition hash, frame encode into the
+//    partition's batch) + MemoryExchange queue + ExchangeReader::Poll (frame
+//    decode, Record unpack) for purchase-like records, 2 partitions.
+//  * BM_Kafka: the same through a topic on the in-process embedded broker
+//    (librdkafka producer and consumer, the mock broker's copy), the writer
+//    on a thread of its own: throughput in wall time (items/s), with every
+//    thread's CPU (librdkafka's and the broker's) on the same 2 cores.
+//  * BM_EncodeDecode: only the codec (AppendRecordFrame + NextFrame +
+//    UnpackRecordFrame).
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "common/json.h"
+#include "common/record.h"
+#include "worker/connectors/embedded_broker.h"
+#include "worker/exchange/exchange.h"
+
+namespace {
+
+constexpr const char* kPurchase =
+    R"({"event_id":"e-000123456","user_id":"u-4711","country":"PT","amount":19.99,"currency":"EUR","event_time":"2026-10-01T10:00:00.123Z"})";
+
+std::vector<caravela::Record> Records(int n) {
+  caravela::JsonDecoder dec;
+  std::vector<caravela::Record> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    std::string line = kPurchase;
+    line.replace(line.find("123456"), 6, std::to_string(100000 + i));
+    (void)dec.Decode(line, &out[i]);
+    out[i].event_time = 1'790'000'000'000 + i;
+  }
+  return out;
+}
+
+// Writes `records` through `writer`, then polls `readers` until all arrived.
+void Cross(benchmark::State& state, caravela::ExchangeWriter& writer,
+           std::vector<std::unique_ptr<caravela::ExchangeReader>>& readers,
+           const std::vector<caravela::Record>& records) {
+  std::vector<caravela::RecordBatch> by_input;
+  int64_t total = 0;
+  for (auto _ : state) {
+    for (const caravela::Record& r : records) {
+      if (!writer.Write(0, r).ok()) state.SkipWithError("write");
+    }
+    if (!writer.Flush(10000).ok()) state.SkipWithError("flush");
+    size_t got = 0;
+    while (got < records.size()) {
+      for (auto& reader : readers) {
+        for (auto& b : by_input) b.clear();
+        auto n = reader->Poll(4096, 1, &by_input);
+        if (!n.ok()) {
+          state.SkipWithError("poll");
+          return;
+        }
+        got += static_cast<size_t>(*n);
+      }
+    }
+    total += static_cast<int64_t>(records.size());
+  }
+  state.SetItemsProcessed(total);
+  state.counters["bytes_per_record"] = benchmark::Counter(
+      static_cast<double>(writer.bytes_written()) / static_cast<double>(writer.records_written()));
+}
+
+caravela::ExchangeWriterOptions WriterOptions(int partitions) {
+  caravela::ExchangeWriterOptions o;
+  o.topic = "caravela.bench.exchange";
+  o.partitions = partitions;
+  o.keys = {{caravela::FieldPath::Parse("event_id")}};
+  return o;
+}
+
+void BM_Memory(benchmark::State& state) {
+  constexpr int kPartitions = 2;
+  caravela::MemoryExchange exchange("caravela.bench.exchange", kPartitions, int64_t{1} << 30);
+  caravela::ExchangeWriterOptions wo = WriterOptions(kPartitions);
+  wo.memory = &exchange;
+  auto writer = caravela::ExchangeWriter::Open(wo);
+  std::vector<std::unique_ptr<caravela::ExchangeReader>> readers;
+  for (int p = 0; p < kPartitions; ++p) {
+    caravela::ExchangeReaderOptions ro;
+    ro.memory = &exchange;
+    ro.topic = wo.topic;
+    ro.partitions = {p};
+    auto reader = caravela::ExchangeReader::Open(ro);
+    if (!writer.ok() || !reader.ok()) {
+      state.SkipWithError("open");
+      return;
+    }
+    readers.push_back(std::move(*reader));
+  }
+  Cross(state, **writer, readers, Records(10000));
+}
+BENCHMARK(BM_Memory)->Unit(benchmark::kMillisecond);
+
+void BM_Kafka(benchmark::State& state) {
+  constexpr int kPartitions = 2;
+  auto broker = caravela::EmbeddedBroker::Start(0, kPartitions);
+  if (!broker.ok() || !(*broker)->CreateTopic("caravela.bench.exchange", kPartitions).ok()) {
+    state.SkipWithError("broker");
+    return;
+  }
+  // Flow control keeps the writer within what the mock broker keeps.
+  caravela::ExchangeFlowControl flow(kPartitions, 2 << 20);
+  caravela::ExchangeWriterOptions wo = WriterOptions(kPartitions);
+  wo.bootstrap = (*broker)->bootstrap();
+  wo.flow = &flow;
+  std::vector<std::unique_ptr<caravela::ExchangeReader>> readers;
+  for (int p = 0; p < kPartitions; ++p) {
+    caravela::ExchangeReaderOptions ro;
+    ro.bootstrap = wo.bootstrap;
+    ro.topic = wo.topic;
+    ro.partitions = {p};
+    ro.flow = &flow;
+    auto reader = caravela::ExchangeReader::Open(ro);
+    if (!reader.ok()) {
+      state.SkipWithError("open");
+      return;
+    }
+    readers.push_back(std::move(*reader));
+  }
+  auto writer = caravela::ExchangeWriter::Open(wo);
+  if (!writer.ok()) {
+    state.SkipWithError("open");
+    return;
+  }
+  // The writer on its own thread, as a producing task: throughput, not
+  // the round trip of one batch.
+  const std::vector<caravela::Record> records = Records(100000);
+  std::vector<caravela::RecordBatch> by_input;
+  int64_t total = 0;
+  for (auto _ : state) {
+    std::thread producer([&] {
+      for (const caravela::Record& r : records) {
+        if (!(*writer)->Write(0, r).ok()) return;
+      }
+      (void)(*writer)->Flush(30000);
+    });
+    size_t got = 0;
+    while (got < records.size()) {
+      for (auto& reader : readers) {
+        for (auto& b : by_input) b.clear();
+        auto n = reader->Poll(4096, 1, &by_input);
+        if (!n.ok()) break;
+        got += static_cast<size_t>(*n);
+      }
+    }
+    producer.join();
+    total += static_cast<int64_t>(records.size());
+  }
+  state.SetItemsProcessed(total);
+}
+BENCHMARK(BM_Kafka)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_EncodeDecode(benchmark::State& state) {
+  const std::vector<caravela::Record> records = Records(1000);
+  std::string message;
+  caravela::Record out;
+  for (auto _ : state) {
+    message.clear();
+    for (const caravela::Record& r : records) caravela::AppendRecordFrame(1, 0, 0, r, &message);
+    size_t pos = 0;
+    while (pos < message.size()) {
+      auto f = caravela::NextFrame(message, &pos);
+      if (!f.ok()) state.SkipWithError("decode");
+      caravela::UnpackRecordFrame(*f, &out);
+    }
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(records.size()));
+}
+BENCHMARK(BM_EncodeDecode);
+
+}  // namespace
+
+BENCHMARK_MAIN();
