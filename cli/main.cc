@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
       ->add_option("--partitions", partitions,
                    "Partitions of the --topic topics (auto-created topics always get 4)")
       ->check(CLI::PositiveNumber);
-  broker->add_option("--topic", topics, "Create this topic at start (repeatable)");
+  broker->add_option("--topic", topics,
+                     "Create this topic at start (repeatable); NAME:N gives it N partitions");
 
   int demo_seconds = 20, demo_events = 6000;
   auto* demo = app.add_subcommand(

@@ -356,7 +356,18 @@ absl::Status RunBrokerCommand(int port, int partitions, const std::vector<std::s
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<EmbeddedBroker> broker,
                      EmbeddedBroker::Start(port, partitions));
-    for (const std::string& topic : topics) RETURN_IF_ERROR(broker->CreateTopic(topic));
+    for (const std::string& topic : topics) {
+      // NAME:N gives that topic N partitions (':' is not allowed in Kafka
+      // topic names, so the suffix is unambiguous).
+      const size_t colon = topic.rfind(':');
+      int n = partitions;
+      if (colon != std::string::npos &&
+          !absl::SimpleAtoi(absl::string_view(topic).substr(colon + 1), &n)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--topic ", topic, ": expected NAME or NAME:PARTITIONS"));
+      }
+      RETURN_IF_ERROR(broker->CreateTopic(topic.substr(0, colon), n));
+    }
     if (partitions == EmbeddedBroker::kAutoCreatePartitions) {
       std::printf("caravela broker listening on %s (%d partitions per new topic)\n",
                   broker->bootstrap().c_str(), partitions);

@@ -76,7 +76,8 @@ absl::Status CreateTopicOnEmbeddedBroker(const std::string& bootstrap, const std
                                          int partitions);
 
 // `caravela broker`: starts an EmbeddedBroker on `port` (0 = any), creates
-// `topics` with `partitions` partitions each, prints
+// `topics` with `partitions` partitions each (a topic given as NAME:N gets N
+// partitions instead), prints
 //   caravela broker listening on 127.0.0.1:PORT (N partitions per new topic)
 // to stdout, flushes, and blocks until SIGINT or SIGTERM, then stops.
 // The mock cluster auto-creates every other topic with kAutoCreatePartitions,
