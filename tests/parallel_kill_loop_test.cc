@@ -61,13 +61,12 @@
 // cluster keeps 5 MiB per partition and drops older data (checked after
 // producing). PARALLEL_KILL_LOOP_RETAIN sets spec.checkpoint.retain (2).
 //
-// Known failure (open bug, not in this test): with retain 2 both loops stop
-// within ~5-13 runs with "checkpoint N is complete job-wide but this task's
-// part of it is missing": each task's GC keeps its newest retain + 1
-// manifests, and three runs killed after the source tasks stored a
-// checkpoint that never completed job-wide (each run uses new ids) push the
-// job's complete one out; the job can never restart. With
-// PARALLEL_KILL_LOOP_RETAIN=30 (GC out of reach) everything else passes.
+// The loop found (and now guards) a GC bug: each task's GC kept its newest
+// retain + 1 manifests, so three runs killed after the source tasks stored
+// a checkpoint that never completed job-wide (each run uses new ids) pushed
+// the job's complete one out and the job could never restart ("checkpoint N
+// is complete job-wide but this task's part of it is missing"). Tasks now
+// pin the job's last complete checkpoint (CheckpointManager::Pin).
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -865,9 +864,8 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
         std::string::npos) {
       why =
           "BUG: the job's last complete checkpoint (its job-checkpoint record) lost a task's "
-          "manifest: each task's checkpoint GC keeps its newest retain+1 manifests, and runs "
-          "killed after some tasks stored a checkpoint that never completed job-wide (every "
-          "run uses new ids) push the job's complete one out. The job can no longer restart.\n";
+          "manifest: a task's checkpoint GC collected it although it is pinned. The job can no "
+          "longer restart.\n";
     }
     absl::StrAppend(
         &why, "the job's record: ", ReadFile(loop / "data/checkpoints" / job / "job-checkpoint"),

@@ -598,6 +598,15 @@ absl::StatusOr<int64_t> CheckpointManager::CollectGarbage() {
   }
   if (kept == 0) return 0;     // nothing complete: delete nothing
   if (cutoff < 0) cutoff = 0;  // fewer than retain_: keep every manifest
+  // The pinned checkpoint survives with everything it references.
+  if (pinned_ > 0 && pinned_ < cutoff) {
+    if (auto it = manifests.find(pinned_); it != manifests.end()) {
+      ASSIGN_OR_RETURN(std::string bytes, storage_->Read(prefix_ + it->second));
+      auto m = DecodeManifest(bytes, absl::StrCat(storage_->url(), "/", prefix_, it->second));
+      if (!m.ok()) return m.status();
+      for (const auto& f : m->files()) referenced.insert(f.key());
+    }
+  }
 
   int64_t deleted = 0;
   auto remove = [&](const std::string& rel) -> absl::Status {
@@ -608,7 +617,7 @@ absl::StatusOr<int64_t> CheckpointManager::CollectGarbage() {
   // Manifests first: a crash in the middle leaves at worst torn checkpoints
   // older than the kept ones, which Latest() skips.
   for (const auto& [id, rel] : manifests) {
-    if (id < cutoff) RETURN_IF_ERROR(remove(rel));
+    if (id < cutoff && id != pinned_) RETURN_IF_ERROR(remove(rel));
   }
   for (const auto& [rel, size] : sizes) {
     if (referenced.count(rel)) continue;

@@ -136,6 +136,11 @@ class CheckpointManager {
   // no kept manifest references, and stale temporaries. Returns the number of
   // objects deleted. Write() calls it.
   absl::StatusOr<int64_t> CollectGarbage();
+  // A checkpoint GC keeps whatever its age (0: none): a task of a parallel
+  // job pins the job's last complete checkpoint, which newer checkpoints
+  // stored by this task alone (runs that died before the job completed
+  // them) must not push out.
+  void Pin(int64_t checkpoint_id) { pinned_ = checkpoint_id; }
 
   // Writes a self-contained savepoint to `dest` (file:// URL or local path):
   // <dest>/state/<name> for every snapshot file and <dest>/savepoint.manifest
@@ -171,6 +176,7 @@ class CheckpointManager {
   const int task_id_;
   const std::string scratch_;
   const int retain_;
+  int64_t pinned_ = 0;
   const std::string prefix_;
   int64_t next_id_ = 1;
   bool restore_hard_links_ = true;

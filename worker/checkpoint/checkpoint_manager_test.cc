@@ -445,6 +445,37 @@ TEST_F(CheckpointManagerTest, GarbageCollectionLeavesNoUnreferencedFiles) {
   EXPECT_EQ(*again, 0);
 }
 
+// A parallel task pins the job's last complete checkpoint: any number of
+// newer checkpoints it stored alone (runs that died before the job completed
+// them) never push it out.
+TEST_F(CheckpointManagerTest, PinnedCheckpointSurvivesNewerOnes) {
+  backend_ = NewBackend(root_ + "/db");
+  auto mgr = OpenManager(/*retain=*/2);
+  std::map<int64_t, Contents> states;
+  for (int round = 0; round < 6; ++round) {
+    Fill(*backend_, "a", round * 1000, round * 1000 + 1000);
+    ASSERT_OK(backend_->Compact());  // every SST rewritten: old ones are garbage unless pinned
+    auto stats = mgr->Write(*backend_, CheckpointManifest());
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    states[stats->checkpoint_id] = Dump(*backend_, {"a"});
+    if (stats->checkpoint_id == 2) mgr->Pin(2);
+  }
+  CheckpointStorage& s = mgr->storage();
+  auto pinned = s.Read(mgr->prefix() + "chk-2.manifest");
+  ASSERT_TRUE(pinned.ok()) << "the pinned checkpoint's manifest was collected";
+  auto m2 = DecodeManifest(*pinned, "m2");
+  ASSERT_TRUE(m2.ok());
+  EXPECT_EQ(RestoreAndDump(*mgr, *m2, {"a"}), states[2]);
+  // Unpinned, older than the newest 2: gone.
+  for (int64_t id : {1, 3, 4}) {
+    EXPECT_FALSE(s.Exists(mgr->prefix() + "chk-" + std::to_string(id) + ".manifest").value())
+        << id;
+  }
+  mgr->Pin(6);
+  ASSERT_TRUE(mgr->CollectGarbage().ok());
+  EXPECT_FALSE(s.Exists(mgr->prefix() + "chk-2.manifest").value());
+}
+
 TEST_F(CheckpointManagerTest, RestoreDetectsCorruptFileAndKeepsState) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 2000);
