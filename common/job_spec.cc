@@ -624,12 +624,20 @@ class SpecParser {
       src.kind = SourceSpec::Kind::kKafka;
       std::string kpath = Join(path, "kafka");
       YAML::Node k = Field(n, "kafka");
-      if (CheckMap(k, kpath, {"topic", "bootstrap", "start", "bounded"})) {
+      if (CheckMap(k, kpath, {"topic", "bootstrap", "start", "bounded", "arrival_field"})) {
         if (auto t = String(k, "topic", kpath, true)) src.kafka.topic = *t;
         if (auto b = String(k, "bootstrap", kpath, false)) src.kafka.bootstrap = *b;
         if (auto s = OneOf(k, "start", kpath, {"earliest", "latest"})) src.kafka.start = *s;
         if (auto b = OneOf(k, "bounded", kpath, {"true", "false"})) {
           src.kafka.bounded = *b == "true";
+        }
+        if (auto p = PathField(k, "arrival_field", kpath, false)) {
+          src.kafka.arrival_field = p->ToString();
+          if (!src.kafka.bounded) {
+            Err(Join(kpath, "arrival_field"),
+                "needs bounded: true (a replay merges the partitions in arrival order up to "
+                "their end at the start)");
+          }
         }
       }
     }
@@ -1309,6 +1317,25 @@ std::string_view OperatorKindName(OperatorSpec::Kind kind) {
     if (kOperatorKindValues[k] == kind) return kOperatorKinds[k];
   }
   return "operator";
+}
+
+bool ArrivalDriven(const JobSpec& spec) {
+  if (spec.sources.empty()) return false;
+  for (const SourceSpec& s : spec.sources) {
+    bool lookup_table = false;
+    for (const OperatorSpec& os : spec.operators) {
+      lookup_table = lookup_table ||
+                     (os.kind == OperatorSpec::Kind::kLookupJoin && os.table_join.table == s.name);
+    }
+    // A table that ends (a file, a bounded topic) is read whole before
+    // anything else; one that keeps changing needs the clock.
+    const bool bounded = s.kind == SourceSpec::Kind::kFile || s.kafka.bounded;
+    if (lookup_table && bounded) continue;
+    const std::string& field =
+        s.kind == SourceSpec::Kind::kFile ? s.file.arrival_field : s.kafka.arrival_field;
+    if (field.empty()) return false;
+  }
+  return true;
 }
 
 }  // namespace caravela

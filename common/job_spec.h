@@ -44,6 +44,9 @@ struct KafkaSourceSpec {
   // Read only what exists when the job starts, then end (watermark +inf),
   // like a file: replays, reconciliation, benchmarks.
   bool bounded = false;
+  // As for files: processing time follows this field (needs bounded: the
+  // partitions are merged by it, ties by partition then offset).
+  std::string arrival_field;
 };
 
 struct SourceSpec {
@@ -222,6 +225,11 @@ struct JobSpec {
   // Makes relative file paths absolute against `base_dir`.
   void ResolvePaths(const std::string& base_dir);
 };
+
+// True when processing time follows the records' arrival fields: every
+// source names an arrival_field, but lookup tables that end (files, bounded
+// topics), which are read whole first.
+bool ArrivalDriven(const JobSpec& spec);
 
 struct SpecError {
   std::string path;     // e.g. "spec.operators[1].window.tumbling"

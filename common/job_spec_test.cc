@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -1068,6 +1069,38 @@ spec:
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.errors[0].path.rfind("spec.operators[0].window.reconcile", 0), 0u)
       << bad.errors[0].ToString();
+}
+
+}  // namespace
+}  // namespace caravela
+
+namespace caravela {
+namespace {
+
+TEST(JobSpecTest, KafkaArrivalFieldNeedsABoundedTopic) {
+  auto job = [](const std::string& kafka) {
+    return ParseJobSpec(absl::StrCat(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: replay}
+spec:
+  sources:
+    - name: clicks
+      kafka: )",
+                                     kafka, R"(
+      event_time: {field: ts, format: epoch_ms}
+  sinks:
+    - {from: clicks, stdout: {}}
+)"));
+  };
+  ParseResult ok = job("{topic: clicks, bounded: true, arrival_field: meta.at}");
+  ASSERT_TRUE(ok.ok()) << ok.errors[0].ToString();
+  EXPECT_EQ(ok.spec.sources[0].kafka.arrival_field, "meta.at");
+  EXPECT_TRUE(ArrivalDriven(ok.spec));
+  ParseResult unbounded = job("{topic: clicks, arrival_field: at}");
+  ASSERT_FALSE(unbounded.ok());
+  EXPECT_EQ(unbounded.errors[0].path, "spec.sources[0].kafka.arrival_field");
+  EXPECT_THAT(unbounded.errors[0].message, ::testing::HasSubstr("needs bounded: true"));
+  EXPECT_FALSE(ArrivalDriven(job("{topic: clicks}").spec));
 }
 
 }  // namespace

@@ -20,7 +20,8 @@
 //   varint      epoch (the job's restore epoch; readers drop older ones)
 //   varint      producer task index (0 .. producers-1)
 //   'R':  varint input index of the consuming operator, zigzag-varint
-//         event_time, zigzag-varint arrival, then Record::PackTo bytes
+//         event_time, arrival, origin partition and origin offset (the
+//         record's where it was read), then Record::PackTo bytes
 //         (native layout: every process of a job runs the same binary on the
 //         same architecture)
 //   'W':  zigzag-varint watermark (kMaxTime: the producer's input ended),
@@ -80,6 +81,8 @@ struct ExchangeFrame {
   int32_t input = 0;
   int64_t event_time = 0;
   int64_t arrival = 0;
+  int32_t origin_partition = 0;  // Record::partition and offset at the writer
+  int64_t origin_offset = 0;
   std::string_view packed;  // Record::PackTo bytes (may be unaligned)
   // kWatermark
   int64_t watermark = 0;
@@ -281,6 +284,9 @@ struct ExchangeReaderOptions {
   // reader before any writer of the new epoch writes) or "earliest".
   // (Kafka; a memory reader gets everything pushed since the exchange was made.)
   std::string start = "latest";
+  // Records keep the partition and offset they had at the writer (where
+  // they were read from their source) instead of the exchange's.
+  bool origin = false;
   ExchangeFlowControl* flow = nullptr;  // optional (Kafka)
 };
 

@@ -157,6 +157,8 @@ void PutRecordBody(int32_t input, const Record& r, std::string* out) {
   PutVarint(static_cast<uint32_t>(input), out);
   PutVarint(ZigZag(r.event_time), out);
   PutVarint(ZigZag(r.arrival), out);
+  PutVarint(ZigZag(r.partition), out);
+  PutVarint(ZigZag(r.offset), out);
   const size_t at = out->size();
   out->resize(at + r.PackedSize());
   r.PackTo(out->data() + at);
@@ -164,7 +166,8 @@ void PutRecordBody(int32_t input, const Record& r, std::string* out) {
 
 size_t RecordBodySize(int32_t input, const Record& r) {
   return VarintLength(static_cast<uint32_t>(input)) + VarintLength(ZigZag(r.event_time)) +
-         VarintLength(ZigZag(r.arrival)) + r.PackedSize();
+         VarintLength(ZigZag(r.arrival)) + VarintLength(ZigZag(r.partition)) +
+         VarintLength(ZigZag(r.offset)) + r.PackedSize();
 }
 
 }  // namespace
@@ -241,9 +244,18 @@ absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes) {
       uint64_t input = 0;
       uint64_t event_time = 0;
       uint64_t arrival = 0;
-      if (!in.Varint(&input) || !in.Varint(&event_time) || !in.Varint(&arrival)) {
+      uint64_t partition = 0;
+      uint64_t offset = 0;
+      if (!in.Varint(&input) || !in.Varint(&event_time) || !in.Varint(&arrival) ||
+          !in.Varint(&partition) || !in.Varint(&offset)) {
         return Garbage("record header truncated", bytes);
       }
+      const int64_t origin_partition = UnZigZag(partition);
+      if (origin_partition < INT32_MIN || origin_partition > INT32_MAX) {
+        return Garbage("origin partition out of range", bytes);
+      }
+      f.origin_partition = static_cast<int32_t>(origin_partition);
+      f.origin_offset = UnZigZag(offset);
       if (input >= kMaxInput) return Garbage(absl::StrCat("input ", input, " out of range"), bytes);
       f.input = static_cast<int32_t>(input);
       f.event_time = UnZigZag(event_time);

@@ -221,8 +221,8 @@ class ExchangeReaderImpl final : public ExchangeReader {
         if (by_input.size() <= static_cast<size_t>(f.input)) by_input.resize(f.input + 1);
         Record& r = by_input[f.input].Append();
         UnpackRecordFrame(f, &r);
-        r.partition = partition;
-        r.offset = offset;
+        r.partition = options_.origin ? f.origin_partition : partition;
+        r.offset = options_.origin ? f.origin_offset : offset;
         ++sink->appended;
         return;
       }

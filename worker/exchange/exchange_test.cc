@@ -73,6 +73,8 @@ TEST(ExchangeCodecTest, RecordFrameRoundTrips) {
     Record r = in;
     r.event_time = -86'400'000'123;  // before 1970
     r.arrival = -1;
+    r.partition = 5;
+    r.offset = 1'234'567'890'123;
     std::string frame;
     EncodeRecordFrame(/*epoch=*/3, /*producer=*/70000, /*input=*/1, r, &frame);
     // Decode from an aligned copy and from an unaligned one.
@@ -87,6 +89,8 @@ TEST(ExchangeCodecTest, RecordFrameRoundTrips) {
       EXPECT_EQ(f->input, 1);
       EXPECT_EQ(f->event_time, -86'400'000'123);
       EXPECT_EQ(f->arrival, -1);
+      EXPECT_EQ(f->origin_partition, 5);
+      EXPECT_EQ(f->origin_offset, 1'234'567'890'123);
       Record out;
       out.AddInt("stale", 1);
       UnpackRecordFrame(*f, &out);

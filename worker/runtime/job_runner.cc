@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -57,6 +58,7 @@ struct JobRunner::Impl {
   RunOptions options;
   MetricsRegistry* metrics = nullptr;
   bool parallel = false;
+  bool replay = false;  // arrival-driven: lockstep on one thread (RunReplay)
   int parallelism = 1;
   std::unique_ptr<EmbeddedBroker> broker;  // exchanges of a job that names no cluster
   std::unique_ptr<CheckpointStorage> storage;
@@ -130,9 +132,19 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
     }
   }
 
+  // Arrival-driven jobs (replays) run in lockstep on one thread: processing
+  // time is simulated, so results do not depend on the parallelism.
+  im.replay = ArrivalDriven(spec);
+  if (im.replay && spec.checkpoint.interval > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "spec.checkpoint with arrival_field sources and parallelism ", im.parallelism,
+        " is not supported yet: a replay in arrival order runs its tasks in lockstep without "
+        "checkpoints; run it with --parallelism 1 or without spec.checkpoint"));
+  }
   // The Kafka cluster that carries the exchanges: the job's (the first
-  // bootstrap it names), else the embedded one. In memory: none.
-  const bool kafka_exchange = options.exchange == RunOptions::Exchange::kKafka;
+  // bootstrap it names), else the embedded one. In memory: none (always for
+  // replays: one thread writes and reads).
+  const bool kafka_exchange = options.exchange == RunOptions::Exchange::kKafka && !im.replay;
   std::string bootstrap;
   if (kafka_exchange) {
     for (const SourceSpec& ss : spec.sources) {
@@ -192,8 +204,10 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       im.flows.push_back(
           std::make_unique<ExchangeFlowControl>(ex.partitions, kExchangeFlowLimitBytes));
     } else {
-      im.memory.push_back(
-          std::make_unique<MemoryExchange>(ex.topic, ex.partitions, kExchangeFlowLimitBytes));
+      // A replay's single thread must never wait on a full queue.
+      im.memory.push_back(std::make_unique<MemoryExchange>(
+          ex.topic, ex.partitions,
+          im.replay ? std::numeric_limits<int64_t>::max() : kExchangeFlowLimitBytes));
     }
   }
   im.job = std::make_unique<JobCheckpoints>(total_tasks);
@@ -221,6 +235,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       pl.checkpoints = im.job.get();
       pl.source_partitions = partitions;
       pl.restore_checkpoint = im.restore_id;
+      pl.replay = im.replay;
       auto t = Task::Create(spec, task_options, std::move(pl), metrics);
       if (!t.ok()) {
         return absl::Status(t.status().code(),
@@ -252,6 +267,7 @@ int64_t JobRunner::records_out() const {
 absl::Status JobRunner::Run() {
   Impl& im = *impl_;
   if (!im.parallel) return tasks_[0]->Run();
+  if (im.replay) return RunReplay();
   JobCheckpoints& job = *im.job;
   std::vector<std::thread> threads;
   std::vector<std::atomic<bool>> done(tasks_.size());
@@ -345,6 +361,59 @@ absl::Status JobRunner::Run() {
   }
   for (auto& t : threads) t.join();
   return job.error();
+}
+
+absl::Status JobRunner::RunReplay() {
+  // The loop of a single task in arrival mode (Task::Impl::RunArrivalMode),
+  // each of its steps swept over the tasks in stage (topological) order, so
+  // every stage applies what the previous ones sent in the same step before
+  // its own part of it.
+  const int sources = static_cast<int>(impl_->spec.sources.size());
+  std::vector<bool> finished(static_cast<size_t>(sources), false);
+  auto sweep = [&](Task::ReplayPhase phase, int64_t now, int source) -> absl::Status {
+    for (auto& t : tasks_) RETURN_IF_ERROR(t->ReplaySweep(phase, now, source));
+    return absl::OkStatus();
+  };
+  int64_t now = kMinTime;
+  for (;;) {
+    int best = -1;
+    int64_t t_next = kMaxTime;
+    for (int s = 0; s < sources; ++s) {
+      if (finished[s]) continue;
+      int64_t next = kMaxTime;
+      for (auto& t : tasks_) {
+        ASSIGN_OR_RETURN(int64_t a, t->ReplayNextArrival(s));
+        next = std::min(next, a);
+      }
+      if (next == kMaxTime) {
+        // Ends when every task of it is drained, as one task's source would.
+        finished[s] = true;
+        for (auto& t : tasks_) t->ReplayFinishSource(s);
+        continue;
+      }
+      if (best < 0 || next < t_next) {
+        best = s;
+        t_next = next;
+      }
+    }
+    if (best < 0) break;
+    int64_t timer = kMaxTime;
+    for (auto& t : tasks_) timer = std::min(timer, t->ReplayNextTimer());
+    if (timer <= t_next) {
+      now = timer;
+      RETURN_IF_ERROR(sweep(Task::ReplayPhase::kWatermarks, now, -1));
+      RETURN_IF_ERROR(sweep(Task::ReplayPhase::kTimers, now, -1));
+      continue;
+    }
+    now = t_next;
+    RETURN_IF_ERROR(sweep(Task::ReplayPhase::kApply, now, best));
+    RETURN_IF_ERROR(sweep(Task::ReplayPhase::kWatermarks, now, -1));
+    RETURN_IF_ERROR(sweep(Task::ReplayPhase::kTimers, now, -1));
+  }
+  // Input drained: the end-of-input watermark (+inf) fires everything.
+  RETURN_IF_ERROR(sweep(Task::ReplayPhase::kWatermarks, now, -1));
+  for (auto& t : tasks_) RETURN_IF_ERROR(t->ReplayClose());
+  return absl::OkStatus();
 }
 
 }  // namespace caravela

@@ -47,6 +47,12 @@ class JobRunner {
   struct Impl;
 
  private:
+  // Runs a parallel job whose sources all have arrival fields: every task on
+  // this thread, in lockstep in arrival order (Task::Replay*).
+  absl::Status RunReplay();
+
+ public:
+ private:
   JobRunner() = default;
   // Declaration order is destruction order reversed: tasks go first, then
   // the plan they point into, then the broker, flow controls and signals.

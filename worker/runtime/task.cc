@@ -92,6 +92,17 @@ struct SourceNode {
   Output out{1};
   Counter* in = nullptr;
   Counter* invalid = nullptr;
+  // A Kafka source in arrival mode: decoded records per partition, merged
+  // into `pending` in (arrival, partition, offset) order (FillMerged).
+  struct Staged {
+    RecordBatch records;
+    std::vector<uint8_t> invalid;
+    size_t head = 0;
+    int64_t last_arrival = kMinTime;
+    bool empty() const { return head >= records.size(); }
+  };
+  std::vector<Staged> staged;
+  bool merged = false;
   bool has_pending() const { return head < pending.size(); }
 };
 
@@ -247,6 +258,10 @@ struct Task::Impl {
   // Parallel jobs: exchange readers and writers of the task's stage.
   absl::Status OpenExchanges();
   absl::Status PollReaders(int timeout_ms, bool* got);
+  // Lockstep replay: applies everything the exchange readers hold, each
+  // batch sorted by origin (partition, offset).
+  absl::Status ConsumeReplayInput();
+  RecordBatch sorted;  // ConsumeReplayInput's scratch
   absl::Status SendWatermarkMarkers(bool force);
   // Parallel jobs: serves the coordinator (commit completed checkpoints,
   // store triggered ones once aligned). Sets `stopped` after a stopping one.
@@ -270,8 +285,16 @@ struct Task::Impl {
   absl::Status TakeCheckpoint(const std::string& savepoint_dir, int64_t id = 0);
   absl::Status MaybeCheckpoint();
   std::string SpecHash() const;
-  void Decode(SourceNode& src, const RawMessage& m);
+  // Decodes `m` into `into`/`invalid`; `last_arrival` is the arrival clock
+  // of the records it follows (arrival mode).
+  void Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
+              std::vector<uint8_t>& invalid, int64_t& last_arrival);
   absl::Status FillPending(SourceNode& src, int timeout_ms);
+  // FillPending of a Kafka source in arrival mode: reads until whole arrival
+  // steps can be merged (or every partition is done).
+  absl::Status FillMerged(SourceNode& src);
+  // Moves the complete arrival steps of src.staged into src.pending.
+  void MergeStaged(SourceNode& src);
   absl::Status ApplySourceBatch(int src_id, size_t count);
   absl::Status Dispatch(int node);
   absl::Status WriteSink(int sink, int node, const Record& r, std::string_view side_name);
@@ -366,21 +389,12 @@ absl::StatusOr<std::unique_ptr<RawSource>> Task::Impl::OpenRawSource(
 }
 
 absl::Status Task::Impl::Build() {
-  // Processing time: arrival-driven iff every source is a file with arrival_field.
-  // (Lookup tables are preloaded, so their arrival times do not matter.)
-  arrival_mode = !spec.sources.empty();
-  for (const SourceSpec& s : spec.sources) {
-    bool lookup_table = false;
-    for (const OperatorSpec& os : spec.operators) {
-      lookup_table = lookup_table ||
-                     (os.kind == OperatorSpec::Kind::kLookupJoin && os.table_join.table == s.name);
-    }
-    if (lookup_table && s.kind == SourceSpec::Kind::kFile) continue;
-    if (s.kind != SourceSpec::Kind::kFile || s.file.arrival_field.empty()) arrival_mode = false;
-  }
+  // Processing time: arrival-driven iff every source has an arrival_field.
+  arrival_mode = ArrivalDriven(spec);
   // A task of a parallel job sees only part of the input: processing time is
-  // the clock's (arrival times still travel with the records).
-  if (parallel()) arrival_mode = false;
+  // the clock's (arrival times still travel with the records), unless the job
+  // replays in lockstep (JobRunner), which drives every task's clock.
+  if (parallel() && !placement.replay) arrival_mode = false;
   clock = arrival_mode ? static_cast<const Clock*>(&manual_clock)
                        : (options.clock ? options.clock : &system_clock);
   int64_t start_time = arrival_mode ? kMinTime : clock->NowMs();
@@ -394,6 +408,8 @@ absl::Status Task::Impl::Build() {
     if (ss.kind == SourceSpec::Kind::kFile) {
       src.partition_path = FieldPath::Parse(ss.file.partition_field);
       src.arrival_path = FieldPath::Parse(ss.file.arrival_field);
+    } else {
+      src.arrival_path = FieldPath::Parse(ss.kafka.arrival_field);
     }
     src.wm = std::make_unique<SourceWatermark>(ss.watermark, start_time);
     if (parallel()) {
@@ -416,6 +432,10 @@ absl::Status Task::Impl::Build() {
     }
     ASSIGN_OR_RETURN(src.raw, OpenRawSource(ss, src.owned, {}));
     src.applied = src.raw->Positions();
+    if (arrival_mode && ss.kind == SourceSpec::Kind::kKafka && !ss.kafka.arrival_field.empty()) {
+      src.merged = true;
+      src.staged.resize(static_cast<size_t>(src.raw->PartitionCount()));
+    }
     if (ss.kind == SourceSpec::Kind::kKafka) src.wm->EnsurePartitions(src.raw->PartitionCount());
     std::string labels = absl::StrCat("source=\"", ss.name, "\"");
     src.in = metrics->Get("records_in_total", labels);
@@ -456,7 +476,11 @@ absl::Status Task::Impl::Build() {
         std::string exclude;
         int up = on.inputs[0];
         while (up >= S()) up = ops[up - S()].inputs.empty() ? -1 : ops[up - S()].inputs[0];
-        if (up >= 0) exclude = sources[up].spec->file.arrival_field;
+        if (up >= 0) {
+          const SourceSpec& us = *sources[up].spec;
+          exclude =
+              us.kind == SourceSpec::Kind::kFile ? us.file.arrival_field : us.kafka.arrival_field;
+        }
         on.op = std::make_unique<DedupOperator>(os.dedup.id, os.dedup.retention,
                                                 os.dedup.fingerprint, exclude);
         break;
@@ -634,6 +658,7 @@ absl::Status Task::Impl::OpenExchanges() {
     for (int ps : ex.producer_stages) ro.producers += plan.stages[ps].tasks;
     ro.epoch = placement.epoch;
     ro.start = "latest";
+    ro.origin = placement.replay;  // replays order records by where they were read
     ro.flow = x < static_cast<int>(placement.flow.size()) ? placement.flow[x] : nullptr;
     auto reader = ExchangeReader::Open(ro);
     if (!reader.ok()) {
@@ -725,12 +750,13 @@ absl::Status Task::Impl::SendWatermarkMarkers(bool force) {
 
 // Decodes one raw message into src.pending (a valid record, or an invalid-record
 // side record flagged in pending_invalid). Never fails: bad input is data.
-void Task::Impl::Decode(SourceNode& src, const RawMessage& m) {
-  Record& r = src.pending.Append();
+void Task::Impl::Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
+                        std::vector<uint8_t>& invalid, int64_t& last_arrival) {
+  Record& r = into.Append();
   const SourceSpec& ss = *src.spec;
   std::string reason;
   int partition = m.partition;
-  int64_t arrival = src.last_arrival;
+  int64_t arrival = last_arrival;
   absl::Status st;
   if (m.tombstone) {
     // A Kafka tombstone deletes a lookup table's row: its key fields come
@@ -764,7 +790,7 @@ void Task::Impl::Decode(SourceNode& src, const RawMessage& m) {
   } else if (!st.ok()) {
     reason = std::string(st.message());
   }
-  if (arrival_mode) src.last_arrival = std::max(src.last_arrival, arrival);
+  if (arrival_mode) last_arrival = std::max(last_arrival, arrival);
   if (!reason.empty()) {
     std::string raw(m.payload);
     r.Clear();
@@ -778,14 +804,14 @@ void Task::Impl::Decode(SourceNode& src, const RawMessage& m) {
     } else {
       r.AddString("raw_base64", absl::Base64Escape(raw));
     }
-    src.pending_invalid.push_back(1);
+    invalid.push_back(1);
   } else {
-    src.pending_invalid.push_back(0);
+    invalid.push_back(0);
   }
   r.partition = partition;
   r.offset = m.offset;
   if (!arrival_mode && poll_now == kMinTime) poll_now = clock->NowMs();
-  r.arrival = arrival_mode ? src.last_arrival : poll_now;
+  r.arrival = arrival_mode ? last_arrival : poll_now;
 }
 
 absl::Status Task::Impl::FillPending(SourceNode& src, int timeout_ms) {
@@ -793,10 +819,80 @@ absl::Status Task::Impl::FillPending(SourceNode& src, int timeout_ms) {
   src.pending.clear();
   src.pending_invalid.clear();
   src.head = 0;
+  if (src.merged) return FillMerged(src);
   if (src.raw->Exhausted()) return absl::OkStatus();
   poll_now = kMinTime;
-  return src.raw->Poll(options.batch_size, timeout_ms, [&](const RawMessage& m) { Decode(src, m); })
+  return src.raw
+      ->Poll(options.batch_size, timeout_ms,
+             [&](const RawMessage& m) {
+               Decode(src, m, src.pending, src.pending_invalid, src.last_arrival);
+             })
       .status();
+}
+
+absl::Status Task::Impl::FillMerged(SourceNode& src) {
+  using SteadyClock = std::chrono::steady_clock;
+  auto last_progress = SteadyClock::now();
+  for (;;) {
+    MergeStaged(src);
+    if (src.has_pending()) return absl::OkStatus();
+    bool all_done = true;
+    for (size_t p = 0; p < src.staged.size(); ++p) {
+      all_done =
+          all_done && src.staged[p].empty() && src.raw->Backlog(static_cast<int32_t>(p)) == 0;
+    }
+    if (all_done || src.raw->Exhausted()) {
+      // Whatever is staged forms the last steps.
+      bool any = false;
+      for (const SourceNode::Staged& st : src.staged) any = any || !st.empty();
+      if (!any) return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(int n, src.raw->Poll(options.batch_size, 100, [&](const RawMessage& m) {
+      if (m.partition < 0 || m.partition >= static_cast<int32_t>(src.staged.size())) return;
+      SourceNode::Staged& st = src.staged[m.partition];
+      if (st.empty()) {
+        st.records.clear();
+        st.invalid.clear();
+        st.head = 0;
+      }
+      Decode(src, m, st.records, st.invalid, st.last_arrival);
+    }));
+    if (n > 0) {
+      last_progress = SteadyClock::now();
+    } else if (SteadyClock::now() - last_progress > std::chrono::seconds(60)) {
+      return absl::UnavailableError(absl::StrCat(
+          "source ", src.spec->name, ": no record for 60 s while replaying in arrival order"));
+    }
+  }
+}
+
+void Task::Impl::MergeStaged(SourceNode& src) {
+  src.pending.clear();
+  src.pending_invalid.clear();
+  src.head = 0;
+  // A step (one arrival time) is complete once every partition either shows
+  // a later arrival or has nothing more to deliver.
+  for (;;) {
+    int64_t t = kMaxTime;
+    for (const SourceNode::Staged& st : src.staged) {
+      if (!st.empty()) t = std::min(t, st.records[st.head].arrival);
+    }
+    if (t == kMaxTime) return;
+    for (size_t p = 0; p < src.staged.size(); ++p) {
+      const SourceNode::Staged& st = src.staged[p];
+      const bool later = !st.empty() && st.records[st.records.size() - 1].arrival > t;
+      const bool done = src.raw->Backlog(static_cast<int32_t>(p)) == 0;
+      if (!later && !done) return;  // partition p may still bring records at t
+    }
+    for (SourceNode::Staged& st : src.staged) {
+      while (!st.empty() && st.records[st.head].arrival == t) {
+        std::swap(src.pending.Append(), st.records[st.head]);
+        src.pending_invalid.push_back(st.invalid[st.head]);
+        ++st.head;
+      }
+    }
+    if (static_cast<int>(src.pending.size()) >= options.batch_size) return;
+  }
 }
 
 int64_t Task::Impl::Backlog(const SourceNode& src, int partition) const {
@@ -1203,6 +1299,7 @@ absl::Status Task::Impl::ServeCheckpoints() {
   // Commit the sinks' output of a checkpoint complete job-wide.
   const int64_t done = job->completed();
   if (done > committed_id && stored_id >= done) {
+    if (checkpoints != nullptr) checkpoints->Pin(done);
     for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Commit(done));
     committed_id = done;
     Failpoint("checkpoint.after_sink_commit");
@@ -1334,6 +1431,9 @@ absl::Status Task::Impl::OpenCheckpoints() {
     ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Open(url, spec.name, placement.global_id,
                                                           dir + "/checkpoint-scratch",
                                                           std::max(1, spec.checkpoint.retain) + 1));
+    // The job's last complete checkpoint outlives any number of newer ones
+    // this task stored in runs that died before the job completed them.
+    checkpoints->Pin(placement.restore_checkpoint);
     spec_hash = SpecHash();
     return absl::OkStatus();
   }
@@ -1589,6 +1689,94 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
                stats.bytes_total);
   if (!savepoint_dir.empty()) {
     Log()->info("[job={}] savepoint {} written to {}", spec.name, id, savepoint_dir);
+  }
+  return absl::OkStatus();
+}
+
+// ---- Lockstep replay ------------------------------------------------------------
+
+absl::StatusOr<int64_t> Task::ReplayNextArrival(int source) {
+  Impl& im = *impl_;
+  SourceNode& src = im.sources[source];
+  if (!src.present || src.finished) return kMaxTime;
+  RETURN_IF_ERROR(im.FillPending(src, 0));
+  return src.has_pending() ? src.pending[src.head].arrival : kMaxTime;
+}
+
+int64_t Task::ReplayNextTimer() const { return impl_->NextTimer(); }
+
+void Task::ReplayFinishSource(int source) {
+  SourceNode& src = impl_->sources[source];
+  if (!src.present || src.finished) return;
+  src.finished = true;
+  src.wm->Finish();
+}
+
+absl::Status Task::ReplaySweep(ReplayPhase phase, int64_t now, int source) {
+  Impl& im = *impl_;
+  im.manual_clock.Set(now);
+  RETURN_IF_ERROR(im.ConsumeReplayInput());
+  switch (phase) {
+    case ReplayPhase::kApply: {
+      if (source < 0 || source >= im.S()) break;
+      SourceNode& src = im.sources[source];
+      if (!src.present || !src.has_pending() || src.pending[src.head].arrival != now) break;
+      size_t count = 0;
+      while (src.head + count < src.pending.size() &&
+             src.pending[src.head + count].arrival == now &&
+             static_cast<int>(count) < im.options.batch_size) {
+        ++count;
+      }
+      RETURN_IF_ERROR(im.ApplySourceBatch(source, count));
+      break;
+    }
+    case ReplayPhase::kWatermarks:
+      RETURN_IF_ERROR(im.UpdateWatermarks());
+      RETURN_IF_ERROR(im.SendWatermarkMarkers(true));
+      break;
+    case ReplayPhase::kTimers:
+      RETURN_IF_ERROR(im.FireTimers());
+      RETURN_IF_ERROR(im.Commit(false));
+      break;
+  }
+  for (WriterNode& wn : im.writers) RETURN_IF_ERROR(wn.writer->SendBuffered());
+  return absl::OkStatus();
+}
+
+absl::Status Task::ReplayClose() {
+  Impl& im = *impl_;
+  RETURN_IF_ERROR(im.ConsumeReplayInput());
+  RETURN_IF_ERROR(im.Commit(true));
+  for (WriterNode& wn : im.writers) RETURN_IF_ERROR(wn.writer->Flush(30000));
+  im.Progress(true);
+  return im.CloseSinks();
+}
+
+absl::Status Task::Impl::ConsumeReplayInput() {
+  for (ReaderNode& rn : readers) {
+    for (;;) {
+      for (RecordBatch& b : rn.by_input) b.clear();
+      ASSIGN_OR_RETURN(int n, rn.reader->Poll(1 << 20, 0, &rn.by_input));
+      if (n == 0) break;
+      OperatorNode& on = ops[rn.op];
+      for (size_t in = 0; in < rn.by_input.size(); ++in) {
+        RecordBatch& batch = rn.by_input[in];
+        if (batch.empty()) continue;
+        // One task would have seen them in source order: partition, offset
+        // (ties keep their producer's order).
+        std::vector<size_t> order(batch.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+          return std::pair(batch[a].partition, batch[a].offset) <
+                 std::pair(batch[b].partition, batch[b].offset);
+        });
+        sorted.clear();
+        for (size_t i : order) std::swap(sorted.Append(), batch[i]);
+        on.records_in->Add(static_cast<int64_t>(sorted.size()));
+        RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, static_cast<int>(in), sorted, on.out));
+        RETURN_IF_ERROR(Dispatch(S() + rn.op));
+      }
+    }
   }
   return absl::OkStatus();
 }

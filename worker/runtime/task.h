@@ -75,6 +75,9 @@ struct TaskPlacement {
   SourcePartitions source_partitions;
   // The job checkpoint to restore (0: none, a fresh start).
   int64_t restore_checkpoint = 0;
+  // Every source has an arrival field: the JobRunner drives the tasks in
+  // lockstep (Task::Replay*), each on a ManualClock it sets.
+  bool replay = false;
 };
 
 class Task {
@@ -101,6 +104,25 @@ class Task {
   // may have stored ids the job never completed); 1 without checkpoints.
   int64_t next_checkpoint_id() const;
   const std::string& name() const;
+
+  // ---- Lockstep replay (placement.replay): the JobRunner drives every task
+  // of a job whose sources all have arrival fields on one thread, step by
+  // step in arrival order, as one task would run the whole job (SPEC §8).
+  enum class ReplayPhase { kApply, kWatermarks, kTimers };
+  // The next arrival time of source `source` in this task (reads ahead;
+  // kMaxTime when it has nothing left or is not here).
+  absl::StatusOr<int64_t> ReplayNextArrival(int source);
+  // The earliest processing-time timer or idleness transition.
+  int64_t ReplayNextTimer() const;
+  // Source `source` ended: every task of it has nothing left.
+  void ReplayFinishSource(int source);
+  // Sets the clock to `now`, applies what the exchanges brought (sorted by
+  // origin partition and offset), then: kApply: the batch of `source` that
+  // arrived at `now`, if here; kWatermarks: recomputes and propagates
+  // watermarks (markers to the exchanges); kTimers: fires due timers.
+  absl::Status ReplaySweep(ReplayPhase phase, int64_t now, int source);
+  // Commits state and closes the sinks.
+  absl::Status ReplayClose();
 
   struct Impl;
 
