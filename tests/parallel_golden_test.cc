@@ -164,7 +164,9 @@ class ParallelGoldenTest : public ::testing::TestWithParam<Case> {
     EXPECT_TRUE(pipeline.ok()) << pipeline.status();
     if (!pipeline.ok()) return {};
     // Every source reads Kafka now: its stage runs `parallelism` tasks.
-    if (parallelism > 1) EXPECT_GT((*pipeline)->task_count(), parallelism);
+    if (parallelism > 1) {
+      EXPECT_GT((*pipeline)->task_count(), parallelism);
+    }
     absl::Status st = (*pipeline)->Run();
     EXPECT_TRUE(st.ok()) << st;
     fs::remove_all(dir / "data");
