@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/failpoint.h"
+#include "common/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_storage.h"
 #include "worker/connectors/embedded_broker.h"
@@ -348,11 +349,32 @@ absl::Status JobRunner::Run() {
             std::chrono::milliseconds(im.options.progress_interval_ms)) {
       const double secs = std::chrono::duration<double>(Clock::now() - last_progress).count();
       const int64_t in = records_in();
+      // The total, then per task: records in and watermark; the task that
+      // holds the job's watermark back is named.
+      size_t slowest = 0;
+      std::string per_task;
+      for (size_t i = 0; i < tasks_.size(); ++i) {
+        const int64_t wm = tasks_[i]->watermark();
+        if (wm < tasks_[slowest]->watermark()) slowest = i;
+        absl::StrAppend(&per_task, " ", i, ":", tasks_[i]->records_in());
+      }
+      const int64_t low = tasks_[slowest]->watermark();
       std::fprintf(im.options.progress_out,
-                   "[caravela] %zu tasks in=%lld out=%lld rate=%.0f ev/s checkpoint=%lld\n",
+                   "[caravela] %zu tasks in=%lld out=%lld rate=%.0f ev/s checkpoint=%lld "
+                   "watermark=%s (task %s) in per task:%s\n",
                    tasks_.size(), static_cast<long long>(in), static_cast<long long>(records_out()),
                    static_cast<double>(in - last_in) / std::max(secs, 1e-3),
-                   static_cast<long long>(job.completed()));
+                   static_cast<long long>(job.completed()),
+                   low == kMinTime   ? "-inf"
+                   : low == kMaxTime ? "+inf"
+                                     : FormatIso8601(low).c_str(),
+                   tasks_[slowest]->name().c_str(), per_task.c_str());
+      for (const auto& t : tasks_) {
+        const std::string label = absl::StrCat("task=\"", t->name(), "\"");
+        im.metrics->Get("task_records_in_total", label)->Set(t->records_in());
+        im.metrics->Get("task_records_out_total", label)->Set(t->records_out());
+        im.metrics->Get("task_watermark_ms", label)->Set(t->watermark());
+      }
       std::fflush(im.options.progress_out);
       last_in = in;
       last_progress = Clock::now();

@@ -202,6 +202,7 @@ struct Task::Impl {
   const FieldPath state_path = FieldPath::Parse("state");
   // Read by the job's coordinating thread (progress): relaxed atomics.
   std::atomic<int64_t> records_in{0};
+  std::atomic<int64_t> published_watermark{kMinTime};  // UpdateWatermarks
   std::atomic<int64_t> records_out{0};
   int64_t invalid_total = 0;
   std::chrono::steady_clock::time_point started, last_progress, last_flush, last_state_flush;
@@ -318,6 +319,9 @@ Task::~Task() = default;
 StateBackend& Task::state() { return *impl_->state; }
 const std::string& Task::name() const { return impl_->name; }
 int64_t Task::records_in() const { return impl_->records_in.load(std::memory_order_relaxed); }
+int64_t Task::watermark() const {
+  return impl_->published_watermark.load(std::memory_order_relaxed);
+}
 int64_t Task::next_checkpoint_id() const {
   return impl_->checkpoints == nullptr ? 1 : impl_->checkpoints->next_checkpoint_id();
 }
@@ -1071,6 +1075,21 @@ absl::Status Task::Impl::UpdateWatermarks() {
     }
     node_wm[id] = on.op->OutputWatermark(on.ctx->watermark());
   }
+  // The task's watermark for others to read (progress line, metrics): the
+  // lowest input watermark of its operators, else of its sources.
+  int64_t low = kMaxTime;
+  bool any_op = false;
+  for (const OperatorNode& on : ops) {
+    if (!on.here) continue;
+    any_op = true;
+    low = std::min(low, on.ctx->watermark());
+  }
+  if (!any_op) {
+    for (int i = 0; i < S(); ++i) {
+      if (sources[i].present) low = std::min(low, node_wm[i]);
+    }
+  }
+  published_watermark.store(low, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
