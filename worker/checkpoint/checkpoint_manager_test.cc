@@ -468,8 +468,7 @@ TEST_F(CheckpointManagerTest, PinnedCheckpointSurvivesNewerOnes) {
   EXPECT_EQ(RestoreAndDump(*mgr, *m2, {"a"}), states[2]);
   // Unpinned, older than the newest 2: gone.
   for (int64_t id : {1, 3, 4}) {
-    EXPECT_FALSE(s.Exists(mgr->prefix() + "chk-" + std::to_string(id) + ".manifest").value())
-        << id;
+    EXPECT_FALSE(s.Exists(mgr->prefix() + "chk-" + std::to_string(id) + ".manifest").value()) << id;
   }
   mgr->Pin(6);
   ASSERT_TRUE(mgr->CollectGarbage().ok());
