@@ -108,11 +108,14 @@ void AppendBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id,
 // marker or barrier, or a packed record that is not well formed (sizes, node
 // types, key and string bounds, subtree nesting are checked, so a frame that
 // decodes can be unpacked and read safely). `packed` points into `bytes`.
-absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes);
+// `trusted`: the bytes come from this process (MemoryExchange): the packed
+// record is not validated (the header still is).
+absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes, bool trusted = false);
 // The frame of `message` at *pos (advanced past it); InvalidArgument on a
 // length prefix that is truncated or runs past the end, or a frame that does
 // not decode. Call while *pos < message.size().
-absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos);
+absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos,
+                                        bool trusted = false);
 // Fills `r` (fields, event_time, arrival) from a record frame that
 // DecodeFrame accepted (`packed` may be unaligned).
 void UnpackRecordFrame(const ExchangeFrame& f, Record* r);
@@ -197,6 +200,11 @@ class MemoryExchange {
   // Frames queued in `partition`; bytes queued.
   int64_t Backlog(int partition) const;
   int64_t QueuedBytes(int partition) const;
+  // Message buffers go round: readers give back what they read, writers take
+  // a spare one (cleared, its capacity kept; empty if none) instead of
+  // allocating fresh pages for every message.
+  void Recycle(std::string buffer);
+  std::string TakeBuffer();
   // Ends every wait for good (a task of the job failed): writers waiting now
   // or later return Aborted; readers stop waiting.
   void Abort();
@@ -216,6 +224,8 @@ class MemoryExchange {
   int64_t limit_;
   std::atomic<bool> aborted_{false};
   std::vector<std::unique_ptr<Queue>> queues_;
+  std::mutex spare_mu_;
+  std::vector<std::string> spare_;
 };
 
 // ---- Writer ------------------------------------------------------------------

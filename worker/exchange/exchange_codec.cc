@@ -17,6 +17,16 @@ constexpr size_t kPackedHeader = 8;
 // Inputs of one consuming operator; a larger index in a frame is garbage.
 constexpr uint64_t kMaxInput = 1 << 16;
 
+// Writes `v` at `p` (room for 10 bytes); returns the end.
+char* WriteVarint(uint64_t v, char* p) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+
 void PutVarint(uint64_t v, std::string* out) {
   char buf[10];
   size_t n = 0;
@@ -164,12 +174,6 @@ void PutRecordBody(int32_t input, const Record& r, std::string* out) {
   r.PackTo(out->data() + at);
 }
 
-size_t RecordBodySize(int32_t input, const Record& r) {
-  return VarintLength(static_cast<uint32_t>(input)) + VarintLength(ZigZag(r.event_time)) +
-         VarintLength(ZigZag(r.arrival)) + VarintLength(ZigZag(r.partition)) +
-         VarintLength(ZigZag(r.offset)) + r.PackedSize();
-}
-
 }  // namespace
 
 void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
@@ -192,8 +196,28 @@ void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, 
 
 void AppendRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
                        std::string* message) {
-  AppendFramed(ExchangeFrame::Type::kRecord, epoch, producer, RecordBodySize(input, r), message,
-               [&](std::string* out) { PutRecordBody(input, r, out); });
+  // The hot path of every exchanged record: the header into a stack buffer,
+  // then one resize and two copies.
+  char head[1 + 7 * 10];
+  char* h = head;
+  *h++ = static_cast<char>(ExchangeFrame::Type::kRecord);
+  h = WriteVarint(static_cast<uint64_t>(epoch), h);
+  h = WriteVarint(static_cast<uint32_t>(producer), h);
+  h = WriteVarint(static_cast<uint32_t>(input), h);
+  h = WriteVarint(ZigZag(r.event_time), h);
+  h = WriteVarint(ZigZag(r.arrival), h);
+  h = WriteVarint(ZigZag(r.partition), h);
+  h = WriteVarint(ZigZag(r.offset), h);
+  const auto head_len = static_cast<size_t>(h - head);
+  const size_t packed = r.PackedSize();
+  char prefix[10];
+  const auto prefix_len = static_cast<size_t>(WriteVarint(head_len + packed, prefix) - prefix);
+  const size_t at = message->size();
+  message->resize(at + prefix_len + head_len + packed);
+  char* dst = message->data() + at;
+  std::memcpy(dst, prefix, prefix_len);
+  std::memcpy(dst + prefix_len, head, head_len);
+  r.PackTo(dst + prefix_len + head_len);
 }
 
 void AppendWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
@@ -213,7 +237,7 @@ void AppendBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id,
                [&](std::string* out) { PutVarint(id, out); });
 }
 
-absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos) {
+absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos, bool trusted) {
   Reader in(message.substr(*pos));
   uint64_t size = 0;
   if (!in.Varint(&size) || size > in.Rest().size()) {
@@ -223,10 +247,10 @@ absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos) {
   }
   const std::string_view frame = in.Rest().substr(0, size);
   *pos = static_cast<size_t>(frame.data() + frame.size() - message.data());
-  return DecodeFrame(frame);
+  return DecodeFrame(frame, trusted);
 }
 
-absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes) {
+absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes, bool trusted) {
   Reader in(bytes);
   ExchangeFrame f;
   uint8_t type = 0;
@@ -261,7 +285,11 @@ absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes) {
       f.event_time = UnZigZag(event_time);
       f.arrival = UnZigZag(arrival);
       f.packed = in.Rest();
-      if (absl::Status s = ValidatePacked(f.packed); !s.ok()) return s;
+      if (trusted) {
+        if (f.packed.size() < kPackedHeader) return Garbage("record truncated", bytes);
+      } else if (absl::Status s = ValidatePacked(f.packed); !s.ok()) {
+        return s;
+      }
       return f;
     }
     case static_cast<uint8_t>(ExchangeFrame::Type::kWatermark): {

@@ -78,6 +78,22 @@ int64_t MemoryExchange::QueuedBytes(int partition) const {
   return q.bytes;
 }
 
+void MemoryExchange::Recycle(std::string buffer) {
+  buffer.clear();
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  // Enough for every partition's writers and readers to swap without
+  // allocating; beyond that, memory goes back to the allocator.
+  if (spare_.size() < queues_.size() * 4 + 8) spare_.push_back(std::move(buffer));
+}
+
+std::string MemoryExchange::TakeBuffer() {
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  if (spare_.empty()) return std::string();
+  std::string buffer = std::move(spare_.back());
+  spare_.pop_back();
+  return buffer;
+}
+
 void MemoryExchange::Abort() {
   aborted_.store(true, std::memory_order_relaxed);
   for (auto& q : queues_) {
@@ -95,7 +111,9 @@ class MemoryOut final : public MessageOut {
  public:
   explicit MemoryOut(MemoryExchange* exchange) : exchange_(exchange) {}
   absl::Status Send(int32_t partition, std::string* message, int frames) override {
-    return exchange_->Push(partition, std::move(*message), frames);
+    absl::Status st = exchange_->Push(partition, std::move(*message), frames);
+    *message = exchange_->TakeBuffer();
+    return st;
   }
   absl::Status Flush(int /*timeout_ms*/) override { return absl::OkStatus(); }
 
@@ -129,6 +147,7 @@ class MemoryIn final : public MessageIn {
       m.offset = popped_[i].offset;
       f(m);
     }
+    for (MemoryExchange::Message& m : popped_) exchange_->Recycle(std::move(m.bytes));
     const int n = static_cast<int>(popped_.size());
     popped_.clear();
     partition_of_.clear();

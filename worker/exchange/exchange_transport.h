@@ -21,7 +21,8 @@ class MessageOut {
  public:
   virtual ~MessageOut() = default;
   // Sends *message (`frames` frames) to `partition`. May take the bytes:
-  // *message is unspecified afterwards (the caller clears it). Errors are
+  // *message is unspecified afterwards (the caller clears it; the memory
+  // transport leaves a recycled buffer there). Errors are
   // sticky delivery failures or Aborted (flow control, memory queue).
   virtual absl::Status Send(int32_t partition, std::string* message, int frames) = 0;
   // Waits until everything sent was acknowledged (DeadlineExceeded after
