@@ -19,13 +19,13 @@
 #include <map>
 #include <random>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/time_util.h"
+#include "tests/test_util.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/testing/operator_harness.h"
@@ -59,18 +59,8 @@ RunResult RunJob(const fs::path& job, const fs::path& data, const std::string& f
     r.exit_code = WEXITSTATUS(rc);
     if (r.exit_code > 128) r.signal = r.exit_code - 128;
   }
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.log = ss.str();
+  r.log = ReadFile(log);
   return r;
-}
-
-std::vector<std::string> ReadLines(const fs::path& p) {
-  std::vector<std::string> lines;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
 }
 
 // Replaces "revision":E000000NNN by "revision":NNN; records the epochs seen.

@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <memory>
 #include <ostream>
 #include <regex>
 #include <string>
@@ -23,9 +22,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
-#include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/runtime/pipeline.h"
+#include "worker/testing/embedded_broker_test.h"
 
 namespace fs = std::filesystem;
 
@@ -90,18 +89,8 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-class ParallelGoldenTest : public ::testing::TestWithParam<Case> {
+class ParallelGoldenTest : public EmbeddedBrokerTest, public ::testing::WithParamInterface<Case> {
  protected:
-  static void SetUpTestSuite() {
-    auto b = EmbeddedBroker::Start(0, 4);
-    ASSERT_TRUE(b.ok()) << b.status();
-    broker_ = std::move(*b).release();
-  }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-  }
-
   // The job with every file source turned into a bounded Kafka topic (made
   // and filled here); returns the YAML.
   std::string KafkaJob(const Case& c, int* max_partitions) {
@@ -173,11 +162,7 @@ class ParallelGoldenTest : public ::testing::TestWithParam<Case> {
     fs::remove(dir / "job.yaml");
     return Outputs(dir);
   }
-
-  static EmbeddedBroker* broker_;
 };
-
-EmbeddedBroker* ParallelGoldenTest::broker_ = nullptr;
 
 TEST_P(ParallelGoldenTest, SameOutputForEveryParallelism) {
   const Case& c = GetParam();

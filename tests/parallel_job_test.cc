@@ -27,6 +27,7 @@
 #include "common/job_spec.h"
 #include "common/json.h"
 #include "common/time_util.h"
+#include "tests/test_util.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/runtime/pipeline.h"
@@ -74,20 +75,6 @@ spec:
 )");
 }
 
-// Lines of every file in `dir` whose name starts with `stem` (the sink's file
-// or its per-task part files).
-std::vector<std::string> ReadParts(const std::string& dir, const std::string& stem) {
-  std::vector<std::string> lines;
-  if (!std::filesystem::exists(dir)) return lines;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(stem, 0) != 0 || name.find("pending") != std::string::npos) continue;
-    std::ifstream in(e.path());
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-  }
-  return lines;
-}
-
 struct WindowResult {
   std::string text;  // the FINAL record without its revision
   int finals = 0;
@@ -102,11 +89,9 @@ std::map<std::string, WindowResult> FinalResults(const std::string& out_dir) {
   const FieldPath start = FieldPath::Parse("window_start"), country = FieldPath::Parse("country"),
                   revision = FieldPath::Parse("revision"), state = FieldPath::Parse("state"),
                   revenue = FieldPath::Parse("revenue"), orders = FieldPath::Parse("orders");
-  for (const auto& e : std::filesystem::directory_iterator(out_dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("revenue", 0) != 0 || name.find("pending") != std::string::npos) continue;
-    std::ifstream in(e.path());
-    for (std::string line; std::getline(in, line);) {
+  for (const std::filesystem::path& file : PartFiles(out_dir, "revenue")) {
+    const std::string name = file.filename().string();
+    for (const std::string& line : ReadLines(file)) {
       Record r;
       EXPECT_TRUE(decoder.Decode(line, &r).ok()) << line;
       std::string key = std::string(r.GetPath(start).s) + "/" + std::string(r.GetPath(country).s);
@@ -298,8 +283,7 @@ TEST_F(ParallelJobTest, JobWideCheckpointsCommitEveryTasksOutput) {
   const std::string dir = RunJob(3, 50);
   ExpectSameFinals(reference, FinalResults(dir + "/out"));
   // The job's commit record names the last checkpoint every task stored.
-  std::ifstream record(dir + "/data/checkpoints/revenue-3-50-memory/job-checkpoint");
-  std::string text((std::istreambuf_iterator<char>(record)), std::istreambuf_iterator<char>());
+  const std::string text = ReadFile(dir + "/data/checkpoints/revenue-3-50-memory/job-checkpoint");
   EXPECT_THAT(text, ::testing::HasSubstr("tasks=9"));
   EXPECT_THAT(text, ::testing::HasSubstr("parallelism=3"));
 }
@@ -437,10 +421,7 @@ class ParallelCrashTest : public ParallelJobTest, public ::testing::WithParamInt
     }
     return dir;
   }
-  static std::string Log(const std::string& dir) {
-    std::ifstream in(dir + "/run.log");
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
+  static std::string Log(const std::string& dir) { return ReadFile(dir + "/run.log"); }
 };
 
 TEST_P(ParallelCrashTest, KilledRunConvergesToTheUninterruptedResult) {

@@ -18,7 +18,6 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <set>
 #include <string>
@@ -29,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/time_util.h"
+#include "tests/test_util.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/runtime/pipeline.h"
@@ -158,18 +158,6 @@ std::multiset<std::string> Offline(const Input& in) {
     if (matches == 0) rows.insert(o.id + " -");
   }
   return rows;
-}
-
-std::vector<std::string> ReadParts(const std::string& dir, const std::string& stem) {
-  std::vector<std::string> lines;
-  if (!std::filesystem::exists(dir)) return lines;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(stem, 0) != 0 || name.find("pending") != std::string::npos) continue;
-    std::ifstream file(e.path());
-    for (std::string line; std::getline(file, line);) lines.push_back(line);
-  }
-  return lines;
 }
 
 std::multiset<std::string> JoinedRows(const std::string& dir) {

@@ -67,13 +67,10 @@
 // the job's complete one out and the job could never restart ("checkpoint N
 // is complete job-wide but this task's part of it is missing"). Tasks now
 // pin the job's last complete checkpoint (CheckpointManager::Pin).
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -85,19 +82,18 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/time_util.h"
+#include "tests/child_process.h"
+#include "tests/kill_loop_util.h"
+#include "tests/test_util.h"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/testing/postgres_server.h"
@@ -110,9 +106,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr int64_t kStart = 1793491200000;  // 2026-11-01T00:00:00Z
-constexpr int64_t kSecond = 1000;
-constexpr int64_t kMinute = 60 * kSecond;
 constexpr int kPartitions = 4;
 constexpr int kParallelism = 3;
 constexpr int kEvents = 700000;
@@ -123,34 +116,9 @@ constexpr int kKills = 20;
 constexpr double kPhase = 0.7;
 constexpr int64_t kEpochFactor = 1'000'000'000;
 
-// The binary under test; KILL_LOOP_CARAVELA overrides it (e.g. to run the
-// loop against a release build).
-std::string Binary() {
-  const char* b = std::getenv("KILL_LOOP_CARAVELA");
-  return b != nullptr ? b : CARAVELA_BINARY;
-}
-
-int64_t MsSince(Clock::time_point t) {
-  return std::chrono::duration_cast<milliseconds>(Clock::now() - t).count();
-}
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> ReadLines(const fs::path& p) {
-  std::vector<std::string> lines;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 // The lines of `<dir>/<stem>.part-<i>.jsonl` for every task i of a stage
 // (and of `<dir>/<stem>.jsonl`, which a parallel run must not write).
-std::vector<std::string> ReadParts(const fs::path& dir, const std::string& stem) {
+std::vector<std::string> ReadStageParts(const fs::path& dir, const std::string& stem) {
   std::vector<std::string> lines = ReadLines(dir / (stem + ".jsonl"));
   for (int i = 0; i < kParallelism; ++i) {
     for (std::string& l : ReadLines(dir / absl::StrCat(stem, ".part-", i, ".jsonl"))) {
@@ -160,201 +128,14 @@ std::vector<std::string> ReadParts(const fs::path& dir, const std::string& stem)
   return lines;
 }
 
-// A child process (execv, no shell) with stdout and stderr in a file. The
-// destructor kills and reaps it if it is still running. (The same as
-// kill_loop_test.cc's.)
-class Child {
- public:
-  Child(const std::vector<std::string>& argv, const fs::path& log) : log_(log) {
-    // Everything the child needs is prepared before fork(): the parent has
-    // threads (librdkafka), so the child only calls async-signal-safe functions.
-    std::vector<char*> args;
-    args.reserve(argv.size() + 1);
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return;
-    started_at_ = Clock::now();
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fd, 1);  // the duplicates do not inherit O_CLOEXEC
-      dup2(fd, 2);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(fd);
-  }
-  ~Child() {
-    if (running()) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  bool started() const { return pid_ > 0; }
-  bool running() const { return pid_ > 0 && !exited_; }
-  Clock::time_point started_at() const { return started_at_; }
-  std::string Log() const { return ReadFile(log_); }
-
-  // Waits until the child exits or `deadline` passes; returns true if it exited.
-  bool WaitUntil(Clock::time_point deadline) {
-    while (running()) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        status_ = status;
-        break;
-      }
-      const auto now = Clock::now();
-      if (now >= deadline) return false;
-      std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(2), deadline - now));
-    }
-    return true;
-  }
-  // Exit code, or 128 + signal; -1 while running.
-  int ExitCode() const {
-    if (!exited_) return -1;
-    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
-  }
-  // Sends `sig` and waits (up to `timeout`) for the exit; returns ExitCode().
-  int Stop(int sig, milliseconds timeout = milliseconds(15000)) {
-    if (running()) {
-      kill(pid_, sig);
-      WaitUntil(Clock::now() + timeout);
-    }
-    return ExitCode();
-  }
-  // Waits until the log matches `re`; returns the match's groups (empty if
-  // the child exits or `timeout` passes first).
-  std::vector<std::string> WaitFor(const std::string& re, milliseconds timeout) {
-    const std::regex pattern(re);
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      std::smatch m;
-      const std::string log = Log();
-      if (std::regex_search(log, m, pattern)) {
-        std::vector<std::string> groups;
-        for (const auto& g : m) groups.push_back(g.str());
-        return groups;
-      }
-      if (Clock::now() >= deadline || WaitUntil(Clock::now())) return {};
-      std::this_thread::sleep_for(milliseconds(5));
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  int status_ = 0;
-  Clock::time_point started_at_;
-  fs::path log_;
-};
-
-// A fresh temp directory, removed at the end unless KEEP_KILL_LOOP_DIR is set.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/caravela_parallel_kill_loop_XXXXXX";
-    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    if (path_.empty()) return;
-    if (std::getenv("KEEP_KILL_LOOP_DIR") != nullptr) {
-      std::printf("parallel kill loop: kept %s\n", path_.c_str());
-      return;
-    }
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-// The generated stream: records (partition, key = user_id, JSON) in produce
-// order, and what dedup must report for it.
-struct Stream {
-  std::vector<KafkaTestRecord> records;
-  int events = 0;      // distinct event ids
-  int duplicates = 0;  // byte-identical copies (retries)
-  int conflicts = 0;   // same id, different amount
-  int late = 0;        // events delayed by 70-100 min within their partition
-};
-
-// kEvents purchases over ~39 h of event time by kUsers users, 6 countries,
-// exact decimal amounts. A user's events all go to partition user % 4 (the
-// message key is the user_id, as a producer keyed by user would do); an
-// event's copies (retries and conflicting copies) come 5-20 s after it in
-// that partition's order; most events are delayed 0-30 s, every 40th (on
-// average) by 70-100 min: late, but within the 3 h lateness and the 12 h
-// dedup retention, and no partition is ever behind another by more, so the
-// in-partition disorder bounds what is late.
-Stream Generate() {
-  std::mt19937_64 rng(20261102);
-  const char* countries[] = {"PT", "BR", "AO", "MZ", "CV", "GW"};
-  struct Item {
-    int64_t order;  // position in the partition: event time + delay
-    int seq;
-    std::string key;
-    std::string json;
-  };
-  std::vector<std::vector<Item>> parts(kPartitions);
-  Stream s;
-  int seq = 0;
-  auto json = [](int i, int user, const char* country, int cents, int64_t t) {
-    return absl::StrFormat(
-        R"({"event_id":"e%06d","user_id":"u%05d","country":"%s","amount":%d.%02d,"ts":"%s"})", i,
-        user, country, cents / 100, cents % 100, FormatIso8601(t));
-  };
-  for (int i = 0; i < kEvents; ++i) {
-    const int64_t t = kStart + int64_t{i} * 200 + static_cast<int64_t>(rng() % (2 * kMinute));
-    int64_t delay = static_cast<int64_t>(rng() % (30 * kSecond));
-    if (rng() % 40 == 0) {
-      delay = 70 * kMinute + static_cast<int64_t>(rng() % (30 * kMinute));
-      ++s.late;
-    }
-    const int user = static_cast<int>(rng() % kUsers);
-    const int p = user % kPartitions;
-    const std::string key = absl::StrFormat("u%05d", user);
-    const char* country = countries[rng() % 6];
-    const int cents = 100 + static_cast<int>(rng() % 25000);
-    const std::string first = json(i, user, country, cents, t);
-    ++s.events;
-    parts[p].push_back({t + delay, seq++, key, first});
-    if (rng() % 7 == 0) {  // a retry: the same bytes again
-      parts[p].push_back({t + delay + 5 * kSecond, seq++, key, first});
-      ++s.duplicates;
-    }
-    if (rng() % 97 == 0) {  // a conflicting copy: same id and time, another amount
-      parts[p].push_back(
-          {t + delay + 20 * kSecond, seq++, key, json(i, user, country, cents + 1, t)});
-      ++s.conflicts;
-    }
-  }
-  for (auto& items : parts) {
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-      return a.order != b.order ? a.order < b.order : a.seq < b.seq;
-    });
-  }
-  // Interleaved across partitions (only the order within a partition matters).
-  for (size_t k = 0;; ++k) {
-    bool any = false;
-    for (int p = 0; p < kPartitions; ++p) {
-      if (k < parts[p].size()) {
-        KafkaTestRecord r;
-        r.partition = p;
-        r.key = std::move(parts[p][k].key);
-        r.value = std::move(parts[p][k].json);
-        s.records.push_back(std::move(r));
-        any = true;
-      }
-    }
-    if (!any) break;
-  }
-  return s;
+// kEvents purchases over ~39 h of event time by kUsers users, a user's
+// events all in partition user % 4 (see GeneratePurchases).
+PurchaseStream Generate() {
+  return GeneratePurchases({.seed = 20261102,
+                            .events = kEvents,
+                            .step_ms = 200,
+                            .partitions = kPartitions,
+                            .users = kUsers});
 }
 
 // Produces `records` (explicit partitions) compressed with zstd in large
@@ -444,38 +225,7 @@ std::string Retain() {
 std::string JobYaml(const std::string& name, const std::string& bootstrap,
                     const std::string& changelog, const std::string& dsn,
                     const std::string& table) {
-  std::string yaml = absl::StrCat(R"(apiVersion: caravela/v1
-kind: Job
-metadata: {name: )",
-                                  name, R"(}
-spec:
-  checkpoint: {interval: 100ms, retain: )",
-                                  Retain(), R"(}
-  sources:
-    - name: purchases
-      kafka: {topic: purchases, bootstrap: ")",
-                                  bootstrap, R"(", bounded: true}
-      key: [user_id]
-      event_time: {field: ts, format: iso8601}
-      watermark: {max_out_of_orderness: 2m}
-  operators:
-    - name: unique
-      dedup: {from: purchases, id: event_id, retention: 12h}
-    - name: revenue
-      window:
-        from: unique
-        tumbling: 1h
-        group_by: [country]
-        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
-        early_fire_every: 1s
-        allowed_lateness: 3h
-  sinks:
-    - {from: revenue, file: {path: out/revenue.jsonl}}
-    - {from: unique.conflicts, file: {path: out/conflicts.jsonl}}
-    - {from: unique.too_late, file: {path: out/dedup_too_late.jsonl}}
-    - {from: revenue.too_late, file: {path: out/too_late.jsonl}}
-    - {from: purchases.invalid, file: {path: out/invalid.jsonl}}
-)");
+  std::string yaml = KillLoopJobYaml(name, Retain(), bootstrap, true);
   if (!changelog.empty()) {
     absl::StrAppend(&yaml, "    - {from: revenue, kafka: {topic: ", changelog, ", bootstrap: \"",
                     bootstrap, "\", mode: changelog}}\n");
@@ -488,8 +238,9 @@ spec:
 }
 
 std::vector<std::string> RunArgs(const fs::path& dir, const std::string& exchange, bool metrics) {
+  const std::string binary = KillLoopBinary();
   std::vector<std::string> args = {
-      Binary(),     "run",    "-q",         "--parallelism",         std::to_string(kParallelism),
+      binary,       "run",    "-q",         "--parallelism",         std::to_string(kParallelism),
       "--exchange", exchange, "--data-dir", (dir / "data").string(), (dir / "job.yaml").string()};
   if (metrics) args.push_back("--print-metrics");
   return args;
@@ -497,13 +248,8 @@ std::vector<std::string> RunArgs(const fs::path& dir, const std::string& exchang
 
 // The job's last complete checkpoint (its commit record; -1: none) and the
 // number of input records before the source offsets of its manifests.
-struct Progress {
-  int64_t checkpoint = -1;
-  int64_t records = 0;
-};
-
-Progress ReadProgress(const fs::path& data, const std::string& job) {
-  Progress p;
+CheckpointProgress ReadProgress(const fs::path& data, const std::string& job) {
+  CheckpointProgress p;
   const fs::path dir = data / "checkpoints" / job;
   static const std::regex record_re(R"(checkpoint=([0-9]+))");
   std::smatch m;
@@ -527,30 +273,6 @@ Progress ReadProgress(const fs::path& data, const std::string& job) {
   return p;
 }
 
-struct WindowLine {
-  std::string key;  // window_start|country
-  int64_t revision = -1;
-  std::string state;
-  std::string normalized;  // the line without its revision
-};
-
-bool ParseWindowLine(const std::string& line, WindowLine* w) {
-  static const std::regex start_re(R"re("window_start":"([^"]+)")re");
-  static const std::regex country_re(R"re("country":"([^"]+)")re");
-  static const std::regex rev_re(R"re(,?"revision":([0-9]+))re");
-  static const std::regex state_re(R"re("state":"([A-Z_]+)")re");
-  std::smatch a, b, r, s;
-  if (!std::regex_search(line, a, start_re) || !std::regex_search(line, b, country_re) ||
-      !std::regex_search(line, r, rev_re) || !std::regex_search(line, s, state_re)) {
-    return false;
-  }
-  w->key = a[1].str() + "|" + b[1].str();
-  w->revision = std::stoll(r[1].str());
-  w->state = s[1].str();
-  w->normalized = r.prefix().str() + r.suffix().str();
-  return true;
-}
-
 struct WindowOutput {
   std::map<std::string, std::string> finals;  // key -> FINAL line without revision
   std::map<std::string, int> finals_per_key;
@@ -571,9 +293,7 @@ WindowOutput ReadWindowOutput(const fs::path& out_dir) {
   std::map<std::string, int> part_of;
   for (int part = 0; part < kParallelism; ++part) {
     const std::string file = absl::StrCat("revenue.part-", part, ".jsonl");
-    std::map<std::string, int64_t> last;
-    std::set<std::pair<std::string, int64_t>> seen;
-    std::set<std::string> on_time, finished;
+    RevisionContract contract;
     int n = 0;
     for (const std::string& line : ReadLines(out_dir / file)) {
       ++out.lines;
@@ -592,25 +312,8 @@ WindowOutput ReadWindowOutput(const fs::path& out_dir) {
       out.max_epoch = std::max(out.max_epoch, w.revision / kEpochFactor);
       int64_t& max_rev = out.max_revision[w.key];
       max_rev = std::max(max_rev, w.revision);
-      if (!seen.emplace(w.key, w.revision).second) {
-        out.errors.push_back(absl::StrCat(where, ": window ", w.key, " revision ", w.revision,
-                                          " published twice: ", line));
-      }
-      auto it = last.find(w.key);
-      if (it != last.end() && w.revision <= it->second) {
-        out.errors.push_back(absl::StrCat(where, ": window ", w.key, " revision ", w.revision,
-                                          " after ", it->second, ": ", line));
-      }
-      last[w.key] = w.revision;
-      if (finished.count(w.key) > 0) {
-        out.errors.push_back(
-            absl::StrCat(where, ": window ", w.key, " published after FINAL: ", line));
-      }
-      if (w.state == "ON_TIME" && !on_time.insert(w.key).second) {
-        out.errors.push_back(absl::StrCat(where, ": window ", w.key, " ON_TIME again: ", line));
-      }
+      contract.Check(w, where, line, &out.errors);
       if (w.state == "FINAL") {
-        finished.insert(w.key);
         out.finals[w.key] = w.normalized;
         ++out.finals_per_key[w.key];
       }
@@ -627,16 +330,6 @@ std::vector<std::string> Values(const std::map<std::string, std::string>& m) {
   return v;
 }
 
-// Lines of sorted `a` not in sorted `b` (multiset difference), the first `max`.
-std::string Missing(const std::vector<std::string>& a, const std::vector<std::string>& b,
-                    size_t max = 10) {
-  std::vector<std::string> d;
-  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(d));
-  std::string s = absl::StrCat(d.size(), " line(s)");
-  for (size_t i = 0; i < d.size() && i < max; ++i) absl::StrAppend(&s, "\n    ", d[i]);
-  return s;
-}
-
 // The sum of a metric's values in Prometheus text (`name{labels} value`, one
 // line per task or label set); -1 if absent.
 int64_t Metric(const std::string& text, const std::string& name) {
@@ -648,16 +341,6 @@ int64_t Metric(const std::string& text, const std::string& name) {
   return sum;
 }
 
-std::string SqlLiteral(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out.push_back('\'');
-    out.push_back(c);
-  }
-  out.push_back('\'');
-  return out;
-}
-
 // The job runner's line once every task is created: state restored, inputs
 // opened (group 1: the epoch, group 2: the restored checkpoint, if any).
 constexpr char kReady[] =
@@ -666,10 +349,10 @@ constexpr char kReady[] =
 // Everything the loops share: the broker (it outlives every job process),
 // the stream, PostgreSQL and the uninterrupted reference run.
 struct Shared {
-  TempDir tmp;
-  std::unique_ptr<Child> broker;
+  TempDir tmp{"parallel_kill_loop", "KEEP_KILL_LOOP_DIR", "parallel kill loop"};
+  std::unique_ptr<ChildProcess> broker;
   std::string bootstrap;
-  Stream stream;
+  PurchaseStream stream;
   int64_t total = 0;
   std::unique_ptr<PostgresServer> postgres;  // null: the PostgreSQL part is skipped
   std::string postgres_skipped;              // why
@@ -718,8 +401,9 @@ class ParallelKillLoopTest : public ::testing::Test {
     // loop, and the Kafka exchange loop's exchange topics (3 partitions: one
     // per task of the consuming stage; the broker of another process cannot
     // create topics for a client).
-    std::vector<std::string> args = {Binary(), "broker",  "--port",
-                                     "0",      "--topic", absl::StrCat("purchases:", kPartitions)};
+    std::vector<std::string> args = {KillLoopBinary(), "broker",
+                                     "--port",         "0",
+                                     "--topic",        absl::StrCat("purchases:", kPartitions)};
     for (const char* exchange : {"memory", "kafka"}) {
       args.push_back("--topic");
       args.push_back(absl::StrCat("changelog-", exchange, ":4"));
@@ -728,9 +412,9 @@ class ParallelKillLoopTest : public ::testing::Test {
       args.push_back("--topic");
       args.push_back(absl::StrCat("caravela.", JobName("kafka"), ".", op, ":", kParallelism));
     }
-    s.broker = std::make_unique<Child>(args, dir / "broker.log");
+    s.broker = std::make_unique<ChildProcess>(args, dir / "broker.log");
     if (!s.broker->started()) return "broker did not start";
-    const auto got = s.broker->WaitFor(R"(listening on (\S+))", milliseconds(20000));
+    const auto got = s.broker->WaitForMatch(R"(listening on (\S+))", milliseconds(20000));
     if (got.size() < 2) return "broker did not start:\n" + s.broker->Log();
     s.bootstrap = got[1];
 
@@ -751,9 +435,9 @@ class ParallelKillLoopTest : public ::testing::Test {
     fs::create_directories(ref);
     std::ofstream(ref / "job.yaml") << JobYaml("pkill-ref", s.bootstrap, "", "", "");
     {
-      Child run(RunArgs(ref, "memory", true), ref / "run.log");
+      ChildProcess run(RunArgs(ref, "memory", true), ref / "run.log");
       if (!run.started()) return "reference run did not start";
-      if (run.WaitFor(kReady, milliseconds(30000)).empty()) {
+      if (run.WaitForMatch(kReady, milliseconds(30000)).empty()) {
         return "reference run not ready:\n" + run.Log();
       }
       const auto ready = Clock::now();
@@ -771,20 +455,15 @@ class ParallelKillLoopTest : public ::testing::Test {
     EXPECT_THAT(s.want.errors, ::testing::IsEmpty());
     EXPECT_GT(s.want.finals.size(), 100u);
     for (const auto& [key, n] : s.want.finals_per_key) EXPECT_EQ(n, 1) << key;
-    s.want_conflicts = ReadParts(ref / "out", "conflicts");
+    s.want_conflicts = ReadStageParts(ref / "out", "conflicts");
     std::sort(s.want_conflicts.begin(), s.want_conflicts.end());
     EXPECT_EQ(s.want_conflicts.size(), static_cast<size_t>(s.stream.conflicts));
     // Nothing may be too late in this stream, else results would depend on timing.
-    EXPECT_THAT(ReadParts(ref / "out", "too_late"), ::testing::IsEmpty());
-    EXPECT_THAT(ReadParts(ref / "out", "dedup_too_late"), ::testing::IsEmpty());
-    EXPECT_THAT(ReadParts(ref / "out", "invalid"), ::testing::IsEmpty());
-    int64_t orders = 0;
-    static const std::regex orders_re(R"re("orders":([0-9]+))re");
-    for (const auto& [key, l] : s.want.finals) {
-      std::smatch m;
-      if (std::regex_search(l, m, orders_re)) orders += std::stoll(m[1].str());
-    }
-    EXPECT_EQ(orders, s.stream.events) << "the FINAL results do not count every event once";
+    EXPECT_THAT(ReadStageParts(ref / "out", "too_late"), ::testing::IsEmpty());
+    EXPECT_THAT(ReadStageParts(ref / "out", "dedup_too_late"), ::testing::IsEmpty());
+    EXPECT_THAT(ReadStageParts(ref / "out", "invalid"), ::testing::IsEmpty());
+    EXPECT_EQ(SumField(Values(s.want.finals), "orders"), s.stream.events)
+        << "the FINAL results do not count every event once";
     std::printf(
         "parallel kill loop: reference run %lld ms after ready, %zu windows; setup %lld ms\n",
         static_cast<long long>(s.ref_ms), s.want.finals.size(),
@@ -831,10 +510,7 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
   // The kill loop: same data dir, SIGKILL at a random moment, kKills times.
   // Every run is traced (stdout) as it ends: where it restarted from, when it
   // was killed, and the job's last complete checkpoint after it.
-  std::mt19937 rng(seed);
-  auto uniform = [&](int64_t lo, int64_t hi) {  // [lo, hi]
-    return hi <= lo ? lo : lo + static_cast<int64_t>(rng() % static_cast<uint32_t>(hi - lo + 1));
-  };
+  KillTiming timing(seed);
   int kills = 0, runs = 0, startup_kills = 0, restores = 0;
   bool finished_early = false;
   std::set<int64_t> restored_ids;
@@ -890,26 +566,26 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
   // within it lands in startup whatever the phase).
   int64_t startup_ms = 300, min_startup_ms = 300;
   while (kills < kKills) {
-    const Progress before = ReadProgress(loop / "data", job);
+    const CheckpointProgress before = ReadProgress(loop / "data", job);
     const double done = static_cast<double>(before.records) / static_cast<double>(s.total);
     const int n = runs++;
-    Child run(RunArgs(loop, exchange, false), loop / absl::StrFormat("run-%02d.log", n));
+    ChildProcess run(RunArgs(loop, exchange, false), loop / absl::StrFormat("run-%02d.log", n));
     ASSERT_TRUE(run.started());
     Clock::time_point kill_at;
     std::optional<Clock::time_point> ready_at;
     std::string what;
-    if (rng() % 5 == 0) {
+    if (timing.DuringStartup()) {
       // During startup (process start, state open, Kafka metadata, every
       // task's restore); after kPhase only within the shortest startup
       // seen, so that the run makes no progress.
-      const int64_t d = uniform(0, done < kPhase ? startup_ms : min_startup_ms);
+      const int64_t d = timing.Uniform(0, done < kPhase ? startup_ms : min_startup_ms);
       kill_at = run.started_at() + milliseconds(d);
       ++startup_kills;
       what = absl::StrCat("killed ", d, " ms after its start");
     } else {
       // After the run is ready: every task restored the job's last complete
       // checkpoint, if any, and opened its inputs.
-      const std::vector<std::string> got = run.WaitFor(kReady, milliseconds(30000));
+      const std::vector<std::string> got = run.WaitForMatch(kReady, milliseconds(30000));
       ASSERT_FALSE(got.empty()) << "run " << n << " not ready after 30 s (exit code "
                                 << run.ExitCode() << ", last complete checkpoint "
                                 << before.checkpoint << "): " << diagnose(run.Log());
@@ -923,13 +599,9 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
         EXPECT_EQ(got[2], "") << "run " << n << " restored a checkpoint without a job record";
       }
       // Never long enough to finish the rest of the input at the fastest
-      // rate seen so far (a lower bound of the real rate, hence the margin),
-      // and once kPhase of it is checkpointed, short: no more progress
-      // before the last kill.
+      // rate seen so far, and short once kPhase of it is checkpointed.
       const double remaining_ms = static_cast<double>(s.total - before.records) / rate;
-      const int64_t cap = std::min<int64_t>(600, static_cast<int64_t>(0.4 * remaining_ms));
-      const int64_t d = done >= kPhase ? uniform(0, std::min<int64_t>(150, cap))
-                                       : uniform(std::min<int64_t>(100, cap / 2), cap);
+      const int64_t d = timing.AfterReady(remaining_ms, done >= kPhase);
       kill_at = ready + milliseconds(d);
       ready_at = ready;
       what = absl::StrCat("ready after ", startup_ms, " ms, killed ", d, " ms later");
@@ -941,7 +613,7 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
     }
     ASSERT_EQ(run.Stop(SIGKILL), 128 + SIGKILL) << run.Log();
     ++kills;
-    const Progress after = ReadProgress(loop / "data", job);
+    const CheckpointProgress after = ReadProgress(loop / "data", job);
     if (ready_at.has_value()) {  // records per ms, a lower bound of this run's rate
       const int64_t ms = std::max<int64_t>(1, MsSince(*ready_at));
       rate = std::max(rate, static_cast<double>(after.records - before.records) / ms);
@@ -961,11 +633,11 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
     absl::StrAppend(&delays, "  ", line);
     check_table(n);
   }
-  const Progress before_last = ReadProgress(loop / "data", job);
+  const CheckpointProgress before_last = ReadProgress(loop / "data", job);
   // Then to completion.
   {
     const int n = runs++;
-    Child run(RunArgs(loop, exchange, false), loop / absl::StrFormat("run-%02d.log", n));
+    ChildProcess run(RunArgs(loop, exchange, false), loop / absl::StrFormat("run-%02d.log", n));
     ASSERT_TRUE(run.started());
     ASSERT_TRUE(run.WaitUntil(Clock::now() + milliseconds(60000)))
         << "the last run did not finish in 60 s:\n"
@@ -1004,18 +676,16 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
   const std::vector<std::string> got_finals = Values(got.finals);
   EXPECT_TRUE(got_finals == want_finals)
       << "file sink: FINAL results differ from the uninterrupted run (" << got_finals.size()
-      << " vs " << want_finals.size()
-      << " windows)\n  only after the kills: " << Missing(got_finals, want_finals)
-      << "\n  only in the reference: " << Missing(want_finals, got_finals);
-  std::vector<std::string> got_conflicts = ReadParts(loop / "out", "conflicts");
+      << " vs " << want_finals.size() << " windows)"
+      << Differences(got_finals, want_finals, "after the kills");
+  std::vector<std::string> got_conflicts = ReadStageParts(loop / "out", "conflicts");
   std::sort(got_conflicts.begin(), got_conflicts.end());
   EXPECT_TRUE(got_conflicts == s.want_conflicts)
-      << "conflicts differ from the uninterrupted run\n  only after the kills: "
-      << Missing(got_conflicts, s.want_conflicts)
-      << "\n  only in the reference: " << Missing(s.want_conflicts, got_conflicts);
-  EXPECT_THAT(ReadParts(loop / "out", "too_late"), ::testing::IsEmpty());
-  EXPECT_THAT(ReadParts(loop / "out", "dedup_too_late"), ::testing::IsEmpty());
-  EXPECT_THAT(ReadParts(loop / "out", "invalid"), ::testing::IsEmpty());
+      << "conflicts differ from the uninterrupted run"
+      << Differences(got_conflicts, s.want_conflicts, "after the kills");
+  EXPECT_THAT(ReadStageParts(loop / "out", "too_late"), ::testing::IsEmpty());
+  EXPECT_THAT(ReadStageParts(loop / "out", "dedup_too_late"), ::testing::IsEmpty());
+  EXPECT_THAT(ReadStageParts(loop / "out", "invalid"), ::testing::IsEmpty());
 
   // 2. The Kafka changelog, from the beginning (every run's output, killed
   // ones included): per key the revisions only increase, in offset order
@@ -1075,9 +745,8 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
     std::sort(last_values.begin(), last_values.end());
     EXPECT_TRUE(last_values == want_finals)
         << "Kafka changelog: the last value per key differs from the reference FINAL ("
-        << last_values.size() << " vs " << want_finals.size()
-        << " keys)\n  only in the changelog: " << Missing(last_values, want_finals)
-        << "\n  only in the reference: " << Missing(want_finals, last_values);
+        << last_values.size() << " vs " << want_finals.size() << " keys)"
+        << Differences(last_values, want_finals, "in the changelog");
     std::printf(
         "parallel kill loop (%s): changelog %zu records, %d FINAL (%zu windows), epochs up to "
         "%lld\n",
@@ -1127,9 +796,8 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
     }
     EXPECT_TRUE(got_pg == want_pg)
         << "PostgreSQL table " << table << " differs from the reference FINAL results ("
-        << got_pg.size() << " vs " << want_pg.size()
-        << " rows)\n  only in the table: " << Missing(got_pg, want_pg)
-        << "\n  only in the reference: " << Missing(want_pg, got_pg);
+        << got_pg.size() << " vs " << want_pg.size() << " rows)"
+        << Differences(got_pg, want_pg, "in the table");
     std::set<std::string> epochs;
     for (const auto& r : *rows) epochs.insert(r[4]);
     std::printf(

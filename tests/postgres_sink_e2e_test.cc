@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "worker/testing/operator_harness.h"
 #include "worker/testing/postgres_server.h"
 
@@ -22,13 +23,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using Rows = std::vector<std::vector<std::string>>;
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct RunResult {
   int exit_code;
@@ -83,16 +77,6 @@ spec:
          dsn + R"(", table: hourly_revenue}}
   dead_letter: {path: out/dead-letter.jsonl}
 )";
-}
-
-std::string SqlLiteral(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out.push_back('\'');
-    out.push_back(c);
-  }
-  out.push_back('\'');
-  return out;
 }
 
 class PostgresSinkE2ETest : public ::testing::Test {

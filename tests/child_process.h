@@ -1,0 +1,132 @@
+// A child process for the integration tests that run the caravela binary as
+// its own process and kill it (the kill loops; header-only): ChildProcess
+// (fork + execv, no shell, stdout and stderr in a log file; wait with a
+// deadline, exit code, stop with a signal, wait for a log line), and MsSince.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace caravela {
+
+// Milliseconds since `t` on the steady clock.
+inline int64_t MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+// A child process (execv, no shell) with stdout and stderr in a file. The
+// destructor kills and reaps it if it is still running.
+class ChildProcess {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using milliseconds = std::chrono::milliseconds;
+
+  ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log) : log_(log) {
+    // Everything the child needs is prepared before fork(): the parent has
+    // threads (librdkafka), so the child only calls async-signal-safe functions.
+    std::vector<char*> args;
+    args.reserve(argv.size() + 1);
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    started_at_ = Clock::now();
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fd, 1);  // the duplicates do not inherit O_CLOEXEC
+      dup2(fd, 2);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(fd);
+  }
+  ~ChildProcess() {
+    if (running()) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  bool running() const { return pid_ > 0 && !exited_; }
+  Clock::time_point started_at() const { return started_at_; }
+  std::string Log() const { return ReadFile(log_); }
+
+  // Waits until the child exits or `deadline` passes; returns true if it exited.
+  bool WaitUntil(Clock::time_point deadline) {
+    while (running()) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        status_ = status;
+        break;
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) return false;
+      std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(2), deadline - now));
+    }
+    return true;
+  }
+  // Exit code, or 128 + signal; -1 while running.
+  int ExitCode() const {
+    if (!exited_) return -1;
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+  }
+  // Sends `sig` and waits (up to `timeout`) for the exit; returns ExitCode().
+  int Stop(int sig, milliseconds timeout = milliseconds(15000)) {
+    if (running()) {
+      kill(pid_, sig);
+      WaitUntil(Clock::now() + timeout);
+    }
+    return ExitCode();
+  }
+  // Waits until the log matches `re`; returns the match's groups (the whole
+  // match first; empty if the child exits or `timeout` passes first).
+  std::vector<std::string> WaitForMatch(const std::string& re, milliseconds timeout) {
+    const std::regex pattern(re);
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      std::smatch m;
+      const std::string log = Log();
+      if (std::regex_search(log, m, pattern)) {
+        std::vector<std::string> groups;
+        for (const auto& g : m) groups.push_back(g.str());
+        return groups;
+      }
+      if (Clock::now() >= deadline || WaitUntil(Clock::now())) return {};
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  // WaitForMatch's first capture group (or the match if `re` has none); ""
+  // if the child exits or `timeout` passes first.
+  std::string WaitFor(const std::string& re, milliseconds timeout) {
+    const std::vector<std::string> groups = WaitForMatch(re, timeout);
+    if (groups.empty()) return "";
+    return groups.size() > 1 ? groups[1] : groups[0];
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = 0;
+  Clock::time_point started_at_;
+  std::filesystem::path log_;
+};
+
+}  // namespace caravela
