@@ -1,0 +1,312 @@
+// Internal to worker/runtime: the state of one task (Task::Impl) and its
+// nodes, shared by the files that make up a task's loop:
+//   task.cc          building a task, the standalone loops, decoding, the
+//                    operator DAG, watermarks, timers, sinks, checkpoints;
+//   task_parallel.cc a task of a parallel job: exchanges and its part of
+//                    job-wide checkpoints (RunParallel);
+//   task_replay.cc   lockstep replays driven by the JobRunner (Replay*).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "common/json.h"
+#include "common/time_util.h"
+#include "worker/checkpoint/checkpoint_manager.h"
+#include "worker/connectors/sink.h"
+#include "worker/connectors/source.h"
+#include "worker/exchange/exchange.h"
+#include "worker/operators/operator.h"
+#include "worker/runtime/task.h"
+#include "worker/runtime/watermark.h"
+
+namespace caravela {
+
+class JobCheckpoints;
+
+namespace task_internal {
+// A consumer of a node's output (main or one side output).
+struct Edge {
+  int op = -1;      // operator index, or -1
+  int input = 0;    // input index of the operator (also for writers)
+  int sink = -1;    // sink index, or -1
+  int writer = -1;  // exchange writer index, or -1 (the operator runs in another stage)
+};
+
+struct NodeOutputs {
+  std::vector<Edge> main;
+  std::vector<std::vector<Edge>> sides;  // per side output
+  std::vector<std::string> side_names;   // "<node>.<side>"
+  std::vector<FieldPath> key_fields;     // sink keys of main-output records
+  std::vector<std::string> key_names;
+};
+
+struct SourceNode {
+  const SourceSpec* spec = nullptr;
+  // False for a source another stage reads (parallel jobs): nothing is opened.
+  bool present = true;
+  // Kafka partitions this task reads (empty: all); p % tasks == index.
+  std::vector<int32_t> owned;
+  std::unique_ptr<RawSource> raw;
+  std::unique_ptr<SourceWatermark> wm;
+  FieldPath partition_path, arrival_path;
+  absl::flat_hash_map<std::string, int> partition_ids;
+  // Decoded records waiting to be applied, [head, size).
+  RecordBatch pending;
+  std::vector<uint8_t> pending_invalid;
+  size_t head = 0;
+  int64_t last_arrival = kMinTime;
+  bool finished = false;
+  bool preload = false;  // a lookup table: read whole before anything else
+  // Per raw partition: offset after the last applied record, and the arrival
+  // time of the last applied record (checkpoints: prefetched records are
+  // read again after a restore, so neither may include them).
+  std::vector<int64_t> applied;
+  int64_t applied_arrival = kMinTime;
+  Output out{1};
+  Counter* in = nullptr;
+  Counter* invalid = nullptr;
+  // A Kafka source in arrival mode: decoded records per partition, merged
+  // into `pending` in (arrival, partition, offset) order (FillMerged).
+  struct Staged {
+    RecordBatch records;
+    std::vector<uint8_t> invalid;
+    size_t head = 0;
+    int64_t last_arrival = kMinTime;
+    bool empty() const { return head >= records.size(); }
+  };
+  std::vector<Staged> staged;
+  bool merged = false;
+  bool has_pending() const { return head < pending.size(); }
+};
+
+struct OperatorNode {
+  const OperatorSpec* spec = nullptr;
+  std::unique_ptr<Operator> op;  // built for every operator (key fields, side outputs)
+  bool here = true;              // false: it runs in another stage (never opened)
+  // Per input: the exchange reader feeding it, or -1 (the input node is local).
+  std::vector<int> input_reader;
+  std::unique_ptr<OperatorContext> ctx;
+  std::vector<int> inputs;  // node ids
+  Output out;
+  Counter* records_in = nullptr;  // operator_records_in_total{op}
+};
+
+// An exchange topic this task consumes: records for one operator's inputs.
+struct ReaderNode {
+  std::unique_ptr<ExchangeReader> reader;
+  int op = -1;  // operator index
+  std::vector<RecordBatch> by_input;
+};
+
+// An exchange topic this task produces into.
+struct WriterNode {
+  std::unique_ptr<ExchangeWriter> writer;
+  std::vector<int> from;  // local node ids whose output goes through it
+  int64_t sent_wm = kMinTime;
+  bool sent_idle = false;
+  std::chrono::steady_clock::time_point sent_at;
+};
+
+struct SinkNode {
+  std::string name;
+  std::unique_ptr<Sink> sink;
+  Counter* written = nullptr;
+  bool dead_letter = false;
+};
+
+// The watermark of `n` inputs (SPEC §2): the min over the inputs that are not
+// idle, or over all of them when every one is idle (then `idle` is true).
+struct InputsWatermark {
+  int64_t watermark = kMaxTime;
+  bool idle = true;
+};
+template <typename WatermarkOf, typename IdleOf>
+InputsWatermark MinOverActiveInputs(size_t n, WatermarkOf watermark_of, IdleOf idle_of) {
+  InputsWatermark r;
+  for (size_t k = 0; k < n; ++k) r.idle = r.idle && idle_of(k);
+  for (size_t k = 0; k < n; ++k) {
+    if (!r.idle && idle_of(k)) continue;  // idle inputs leave the minimum
+    r.watermark = std::min(r.watermark, watermark_of(k));
+  }
+  return r;
+}
+
+// "out/revenue.jsonl" -> "out/revenue.part-2.jsonl" (a part file per task of
+// a parallel job; see docs/semantics.md "Parallel jobs").
+inline std::string PartFilePath(const std::string& path, int part) {
+  std::filesystem::path p(path);
+  std::string stem = p.stem().string();
+  std::string ext = p.extension().string();
+  return (p.parent_path() / absl::StrCat(stem, ".part-", part, ext)).string();
+}
+
+}  // namespace task_internal
+
+struct Task::Impl {
+  using Edge = task_internal::Edge;
+  using NodeOutputs = task_internal::NodeOutputs;
+  using SourceNode = task_internal::SourceNode;
+  using OperatorNode = task_internal::OperatorNode;
+  using ReaderNode = task_internal::ReaderNode;
+  using WriterNode = task_internal::WriterNode;
+  using SinkNode = task_internal::SinkNode;
+
+  JobSpec spec;
+  RunOptions options;
+  TaskPlacement placement;
+  std::string name;  // "job" or "job/stage-1/task-2" (log prefix)
+  MetricsRegistry* metrics = nullptr;
+  std::unique_ptr<StateBackend> state_owner;
+  StateBackend* state = nullptr;
+  SystemClock system_clock;
+  ManualClock manual_clock;
+  const Clock* clock = nullptr;
+  bool arrival_mode = false;
+
+  std::vector<SourceNode> sources;  // node ids [0, S)
+  std::vector<OperatorNode> ops;    // node ids [S, S+O)
+  std::vector<SinkNode> sinks;
+  std::vector<ReaderNode> readers;   // exchanges consumed (parallel jobs)
+  std::vector<WriterNode> writers;   // exchanges produced (parallel jobs)
+  std::vector<NodeOutputs> outputs;  // per node id
+  std::vector<int64_t> node_wm;      // output watermark per node id
+  std::vector<uint8_t> node_idle;
+  int dead_letter_sink = -1;
+
+  JsonDecoder decoder;
+  // Processing time of the records of the current poll (read once per poll,
+  // at its first record: a clock read per record costs ~2% of the hot path).
+  int64_t poll_now = kMinTime;
+  std::string json;
+  std::string key;
+  const FieldPath revision_path = FieldPath::Parse("revision");
+  const FieldPath state_path = FieldPath::Parse("state");
+  // Read by the job's coordinating thread (progress): relaxed atomics.
+  std::atomic<int64_t> records_in{0};
+  std::atomic<int64_t> published_watermark{kMinTime};  // UpdateWatermarks
+  std::atomic<int64_t> records_out{0};
+  int64_t invalid_total = 0;
+  std::chrono::steady_clock::time_point started, last_progress, last_flush, last_state_flush;
+  int64_t progress_records_in = 0;
+
+  // Checkpoints (SPEC §6); null when the job has none and no savepoint is used.
+  std::unique_ptr<CheckpointManager> checkpoints;
+  int64_t epoch = 0;
+  int64_t checkpoint_interval_ms = 0;
+  int64_t last_checkpoint_id = 0;  // for the progress line
+  std::chrono::steady_clock::time_point last_checkpoint_at;
+  int64_t next_checkpoint_at = kMinTime;  // processing time; kMinTime: not scheduled yet
+  std::string spec_hash;
+  std::optional<CheckpointManifest> savepoint;  // options.from_savepoint's manifest
+
+  // Parallel jobs: the job's coordination (null: standalone), the last
+  // checkpoint this task stored and committed, and whether it stopped reading
+  // input after a stopping checkpoint.
+  JobCheckpoints* job = nullptr;
+  const StagePlan* stage = nullptr;
+  int64_t stored_id = 0;
+  int64_t committed_id = 0;
+  bool stopped = false;
+  bool drained = false;
+
+  bool parallel() const { return placement.plan != nullptr; }
+  bool OperatorHere(const OperatorSpec& os) const {
+    if (!parallel()) return true;
+    auto it = placement.plan->stage_of.find(os.name);
+    return it != placement.plan->stage_of.end() && it->second == placement.stage;
+  }
+
+  int S() const { return static_cast<int>(sources.size()); }
+  int NodeId(std::string_view name) const {
+    for (int i = 0; i < S(); ++i) {
+      if (sources[i].spec->name == name) return i;
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].spec->name == name) return S() + static_cast<int>(i);
+    }
+    return -1;
+  }
+  // True if node `id` (source or operator) runs in this task.
+  bool NodeHere(int id) const {
+    if (id < 0) return false;
+    return id < S() ? sources[id].present : ops[id - S()].here;
+  }
+  Output& OutputOf(int node) { return node < S() ? sources[node].out : ops[node - S()].out; }
+
+  absl::Status Build();
+  absl::StatusOr<std::unique_ptr<RawSource>> OpenRawSource(
+      const SourceSpec& ss, const std::vector<int32_t>& owned,
+      const std::map<int32_t, int64_t>& start_offsets);
+  // Parallel jobs: exchange readers and writers of the task's stage.
+  absl::Status OpenExchanges();
+  absl::Status PollReaders(int timeout_ms, bool* got);
+  // Lockstep replay: applies everything the exchange readers hold, each
+  // batch sorted by origin (partition, offset).
+  absl::Status ConsumeReplayInput();
+  RecordBatch sorted;  // ConsumeReplayInput's scratch
+  absl::Status SendWatermarkMarkers(bool force);
+  // Parallel jobs: serves the coordinator (commit completed checkpoints,
+  // store triggered ones once aligned). Sets `stopped` after a stopping one.
+  absl::Status ServeCheckpoints();
+  absl::Status RunParallel();
+  // Once options.end_of_input is set: unbounded sources stop at their
+  // current end (then drain and finish). `*draining` records that it ran.
+  absl::Status MaybeStopAtEndOfInput(bool* draining);
+  // One step over the task's sources: applies a polled batch of each, marks
+  // exhausted ones finished. `*got`: some records were applied; `*all_done`
+  // is cleared while any source still has or may get records.
+  absl::Status StepSources(int timeout_ms, bool* got, bool* all_done);
+  // Closes every sink; the first error.
+  absl::Status CloseSinks();
+  // Checkpoints: manager and epoch (before Build), restore (after Build),
+  // periodic and final checkpoints, savepoints.
+  absl::Status OpenCheckpoints();
+  absl::Status Restore();
+  absl::Status ApplyManifest(const CheckpointManifest& m);
+  // `id` 0: the manager's next id (standalone); parallel jobs pass the job's.
+  absl::Status TakeCheckpoint(const std::string& savepoint_dir, int64_t id = 0);
+  absl::Status MaybeCheckpoint();
+  std::string SpecHash() const;
+  // Decodes `m` into `into`/`invalid`; `last_arrival` is the arrival clock
+  // of the records it follows (arrival mode).
+  void Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
+              std::vector<uint8_t>& invalid, int64_t& last_arrival);
+  absl::Status FillPending(SourceNode& src, int timeout_ms);
+  // FillPending of a Kafka source in arrival mode: reads until whole arrival
+  // steps can be merged (or every partition is done).
+  absl::Status FillMerged(SourceNode& src);
+  // Moves the complete arrival steps of src.staged into src.pending.
+  void MergeStaged(SourceNode& src);
+  absl::Status ApplySourceBatch(int src_id, size_t count);
+  absl::Status Dispatch(int node);
+  absl::Status WriteSink(int sink, int node, const Record& r, std::string_view side_name);
+  absl::Status UpdateWatermarks();
+  absl::Status FireTimers();
+  // Flushes operator state into the backend and commits it when `force` or
+  // state_flush_interval_ms passed; flushes sinks when `force` or 200 ms
+  // passed.
+  absl::Status Commit(bool force);
+  int64_t NextTimer() const;
+  int64_t Backlog(const SourceNode& src, int partition) const;
+  absl::Status Preload();
+  absl::Status RunArrivalMode();
+  absl::Status RunWallMode();
+  absl::Status Finish();
+  void Progress(bool force);
+};
+
+}  // namespace caravela
