@@ -250,7 +250,7 @@ class ParallelJoinTest : public ::testing::Test {
     EXPECT_TRUE(ProduceRecords(bootstrap, "orders-" + suffix, input_.order_records, 60000).ok());
     EXPECT_TRUE(
         ProduceRecords(bootstrap, "payments-" + suffix, input_.payment_records, 60000).ok());
-    const std::string dir =
+    std::string dir =
         absl::StrCat(::testing::TempDir(), "/parallel_join_", ::getpid(), "_", parallelism);
     std::filesystem::remove_all(dir);
     ParseResult parsed = ParseJobSpec(JobYaml("paid-" + suffix, suffix, dir));
