@@ -161,6 +161,7 @@ class ParallelJobTest : public ::testing::Test {
       lines_.push_back(line);
     }
     ASSERT_TRUE(ProduceRecords(broker_->bootstrap(), "purchases", records, 60000).ok());
+    records_ = std::move(records);
   }
 
   // Runs the job with `parallelism`; returns its output directory.
@@ -225,6 +226,7 @@ class ParallelJobTest : public ::testing::Test {
 
   std::unique_ptr<EmbeddedBroker> broker_;
   std::vector<std::string> lines_;
+  std::vector<KafkaTestRecord> records_;  // lines_ with their keys
 };
 
 // FINAL results as "cents/orders" for comparison with the offline answer.
@@ -275,6 +277,113 @@ TEST_F(ParallelJobTest, ExchangeJobGivesTheSameFinalResultsForEveryParallelism) 
     // One part file per task of the window's stage.
     EXPECT_TRUE(std::filesystem::exists(dir + "/out/revenue.part-0.jsonl"));
     EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/out/revenue.part-", n - 1, ".jsonl")));
+  }
+}
+
+// Too-late records (SPEC §4) through two exchanges: they are produced only
+// once the job showed that its watermark passed them (the marker's window
+// went FINAL), so they are too late whatever the interleaving of partitions.
+// With parallelism 1 and 3 exactly they go to revenue.too_late, and the
+// FINAL results still equal the offline answer.
+TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
+  const auto offline = Offline();
+  JsonDecoder decoder;
+  int64_t first = kMaxTime, last = kMinTime;
+  for (const std::string& l : lines_) {
+    Record r;
+    ASSERT_TRUE(decoder.Decode(l, &r).ok());
+    const int64_t t = ParseIso8601(r.GetPath(FieldPath::Parse("event_time")).s).value_or(0);
+    first = std::min(first, t);
+    last = std::max(last, t);
+  }
+  constexpr int64_t kHour = 3600'000;
+  const int64_t marker = (last / kHour + 2) * kHour;  // an hour of its own
+  auto purchase = [](const std::string& id, const std::string& user, const std::string& country,
+                     int64_t t) {
+    return absl::StrCat(R"({"event_id":")", id, R"(","user_id":")", user, R"(","country":")",
+                        country, R"(","amount":1.00,"currency":"EUR","event_time":")",
+                        FormatIso8601(t), R"("})");
+  };
+  std::vector<KafkaTestRecord> late;
+  std::set<std::string> late_ids;
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = absl::StrCat("too-late-", i), user = absl::StrCat("u-late-", i);
+    late.push_back({-1, user, purchase(id, user, "PT", first + i * 60'000)});
+    late_ids.insert(id);
+  }
+  for (int n : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat("parallelism ", n));
+    const std::string topic = absl::StrCat("purchases-late-", n);
+    ASSERT_TRUE(broker_->CreateTopic(topic, 4).ok());
+    std::vector<KafkaTestRecord> records = records_;
+    records.push_back({-1, "u-marker", purchase("marker", "u-marker", "ZZ", marker)});
+    for (int p = 0; p < 4; ++p) {  // every partition's watermark passes the marker's window
+      records.push_back(
+          {p, "u-sentinel",
+           purchase(absl::StrCat("sentinel-", p), "u-sentinel", "ZZ", marker + 3 * kHour)});
+    }
+    ASSERT_TRUE(ProduceRecords(broker_->bootstrap(), topic, records, 60000).ok());
+    const std::string dir =
+        absl::StrCat(::testing::TempDir(), "/parallel_late_", ::getpid(), "_", n);
+    std::filesystem::remove_all(dir);
+    std::string yaml = Job(absl::StrCat("late-", n), dir, 0);
+    const std::string from = "kafka: {topic: purchases, bounded: true}";
+    yaml.replace(yaml.find(from), from.size(), "kafka: {topic: " + topic + "}");
+    ParseResult parsed = ParseJobSpec(yaml);
+    ASSERT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
+    std::atomic<bool> end_of_input{false};
+    RunOptions options;
+    options.data_dir = dir + "/data";
+    options.embedded_bootstrap = broker_->bootstrap();
+    options.parallelism = n;
+    options.end_of_input = &end_of_input;
+    auto pipeline = Pipeline::Create(parsed.spec, options);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    absl::Status status;
+    std::thread runner([&] { status = (*pipeline)->Run(); });
+    const std::string marker_window = "\"window_start\":\"" + FormatIso8601(marker) + "\"";
+    bool final_seen = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!final_seen && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (const std::string& l : ReadParts(dir + "/out", "revenue")) {
+        final_seen = final_seen || (l.find(marker_window) != std::string::npos &&
+                                    l.find("\"FINAL\"") != std::string::npos);
+      }
+    }
+    EXPECT_TRUE(final_seen) << "the marker's window never went FINAL";
+    ASSERT_TRUE(ProduceRecords(broker_->bootstrap(), topic, late, 60000).ok());
+    MetricsRegistry& m = (*pipeline)->metrics();
+    const int64_t total = static_cast<int64_t>(records.size() + late.size());
+    while (m.Value("records_in_total", "source=\"purchases\"") < total &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    end_of_input = true;
+    runner.join();
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(m.Value("records_in_total", "source=\"purchases\""), total);
+
+    std::set<std::string> too_late;
+    for (const std::string& l : ReadParts(dir + "/out", "too_late")) {
+      Record r;
+      ASSERT_TRUE(decoder.Decode(l, &r).ok()) << l;
+      too_late.insert(std::string(r.GetPath(FieldPath::Parse("record.event_id")).s));
+    }
+    EXPECT_EQ(too_late, late_ids);
+    // FINAL results of the stream's windows (not the marker's) = offline.
+    auto finals = FinalResults(dir + "/out");
+    for (auto it = finals.begin(); it != finals.end();) {
+      it = it->first.ends_with("/ZZ") ? finals.erase(it) : std::next(it);
+    }
+    for (const auto& [key, w] : finals) EXPECT_EQ(w.finals, 1) << key;
+    const auto cents = AsCents(finals);
+    ASSERT_EQ(cents.size(), offline.size());
+    for (const auto& [key, w] : offline) {
+      auto it = cents.find(key);
+      ASSERT_NE(it, cents.end()) << key;
+      EXPECT_EQ(it->second.text, w.text) << key;
+    }
   }
 }
 
