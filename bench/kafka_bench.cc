@@ -4,13 +4,17 @@
 //
 //   kafka_bench [--purchases 2000000] [--seed 42] [--span-hours 24]
 //               [--partitions 4] [--round 80000] [--work-dir DIR] [--only consume|job]
-//               [--parallelism N] [--exchange memory|kafka]
+//               [--parallelism N] [--exchange memory|kafka] [--key user_id|event_id]
 //
-// --parallelism N runs (b) as N tasks per stage (source, dedup by event_id,
-// window by country) with two exchanges: in memory (the default, as
-// `caravela run`), or with --exchange kafka as two topics on the same broker
-// (created by the parent since the mock cluster has no CreateTopics); the
-// reader then also reports its process CPU seconds (all task threads).
+// --key: what the topic is partitioned by (and the source declares as its
+// key): user_id (default) or event_id.
+// --parallelism N runs (b) as N tasks per stage: keyed by user_id, three
+// stages (source, dedup by event_id, window by country) with two exchanges;
+// keyed by event_id, the dedup runs in the source's stage and only the
+// exchange by country remains (two stages). Exchanges are in memory (the
+// default, as `caravela run`), or with --exchange kafka topics on the same
+// broker (created by the parent since the mock cluster has no CreateTopics);
+// the reader then also reports its process CPU seconds (all task threads).
 //
 // The embedded broker is librdkafka's mock cluster, the one `caravela run`
 // embeds. It keeps at most 5 MiB (or 100k message sets) per partition and
@@ -194,7 +198,7 @@ int Consume(const Flags& flags) {
   return 0;
 }
 
-std::string JobYaml(const std::string& out_dir) {
+std::string JobYaml(const std::string& out_dir, const std::string& key) {
   return absl::StrCat(R"(
 apiVersion: caravela/v1
 kind: Job
@@ -205,7 +209,8 @@ spec:
       kafka: {topic: )",
                       kInputTopic, R"(}
       format: json
-      key: [user_id]
+      key: [)",
+                      key, R"(]
       event_time: {field: event_time, format: iso8601}
       watermark: {max_out_of_orderness: 5m}
 )",
@@ -219,7 +224,8 @@ spec:
 // (b): the job, in-process, against the parent's broker.
 int Job(const Flags& flags) {
   const std::string work = flags.Str("work-dir");
-  caravela::ParseResult parsed = caravela::ParseJobSpec(JobYaml(work + "/out"));
+  caravela::ParseResult parsed =
+      caravela::ParseJobSpec(JobYaml(work + "/out", flags.Str("key", "user_id")));
   if (!parsed.ok()) {
     std::fprintf(stderr, "job spec: %s\n", parsed.errors[0].ToString().c_str());
     return 1;
@@ -362,7 +368,7 @@ int RunReader(const std::string& mode, const Flags& flags, const std::string& bo
   if (!reader.Start({"kafka_bench", mode, "--bootstrap", bootstrap, "--partitions",
                      std::to_string(partitions), "--work-dir", work + "/" + mode, "--parallelism",
                      std::to_string(flags.Int("parallelism", 1)), "--exchange",
-                     flags.Str("exchange", "memory")})) {
+                     flags.Str("exchange", "memory"), "--key", flags.Str("key", "user_id")})) {
     std::perror("kafka_bench: spawn");
     return 1;
   }
@@ -371,13 +377,20 @@ int RunReader(const std::string& mode, const Flags& flags, const std::string& bo
     return 1;
   }
   caravela::bench::PurchaseGenerator gen(o);
+  const bool by_event_id = flags.Str("key", "user_id") == "event_id";
   std::string line;
   double produce_secs = 0;
   for (bool more = true; more;) {
     double t0 = caravela::bench::NowSeconds();
     long long n = 0;
     while (n < round && (more = gen.Next(&line))) {
-      if (auto st = producer.Write(gen.last_key(), line); !st.ok()) return Fail("produce", st);
+      std::string key = gen.last_key();
+      if (by_event_id) {
+        // "event_id":"<id>" (the generator writes it first, unescaped).
+        const size_t at = line.find("\"event_id\":\"") + 12;
+        key = line.substr(at, line.find('"', at) - at);
+      }
+      if (auto st = producer.Write(key, line); !st.ok()) return Fail("produce", st);
       ++n;
     }
     if (auto st = producer.Flush(); !st.ok()) return Fail("produce flush", st);
