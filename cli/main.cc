@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "cli/demo.h"
+#include "cli/service_commands.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
 #include "spdlog/spdlog.h"
@@ -203,7 +204,11 @@ int main(int argc, char** argv) {
   demo->add_option("--events", demo_events, "Purchases to produce")->check(CLI::PositiveNumber);
   demo->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
 
+  caravela::AddServiceCommands(app);
+
   CLI11_PARSE(app, argc, argv);
+
+  if (int rc = caravela::RunServiceCommands(); rc >= 0) return rc;
 
   if (*demo) return caravela::RunDemo(demo_job, demo_seconds, demo_events, quiet);
 

@@ -1,0 +1,206 @@
+#include "cli/service_commands.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/job_client.h"
+#include "coordinator/job_state.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace caravela {
+namespace {
+
+struct Flags {
+  // coordinator
+  CoordinatorOptions coordinator;
+  std::string token_file;
+  // clients
+  std::string address;
+  std::string job_file;
+  std::string job_id;
+  int parallelism = 0;
+  bool json = false;
+  CLI::App* coordinator_cmd = nullptr;
+  CLI::App* submit = nullptr;
+  CLI::App* jobs = nullptr;
+  CLI::App* job = nullptr;
+  CLI::App* cancel = nullptr;
+};
+
+Flags& F() {
+  static Flags flags;
+  return flags;
+}
+
+std::atomic<bool> g_stop{false};
+void OnStop(int) { g_stop = true; }
+
+// The token from --token-file, else $CARAVELA_TOKEN; empty for none.
+bool ReadToken(std::string* token) {
+  if (!F().token_file.empty()) {
+    std::ifstream in(F().token_file);
+    if (!in) {
+      std::fprintf(stderr, "error: cannot read --token-file %s\n", F().token_file.c_str());
+      return false;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *token = std::string(absl::StripAsciiWhitespace(ss.str()));
+    return true;
+  }
+  if (const char* t = std::getenv("CARAVELA_TOKEN"); t != nullptr) *token = t;
+  return true;
+}
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+  if (absl::IsUnauthenticated(st)) return 3;
+  return 1;
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+int CoordinatorCommand() {
+  Flags& f = F();
+  if (!ReadToken(&f.coordinator.token)) return 2;
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(f.coordinator);
+  if (!c.ok()) return Fail(c.status());
+  std::printf("caravela coordinator: grpc=%s data-dir=%s auth=%s\n", (*c)->grpc_address().c_str(),
+              f.coordinator.data_dir.c_str(), f.coordinator.token.empty() ? "off" : "token");
+  std::fflush(stdout);
+  std::signal(SIGINT, OnStop);
+  std::signal(SIGTERM, OnStop);
+  std::thread watcher([&] {
+    while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    (*c)->Shutdown();
+  });
+  (*c)->Wait();
+  g_stop = true;
+  watcher.join();
+  return 0;
+}
+
+std::string Address() {
+  if (!F().address.empty()) return F().address;
+  if (const char* a = std::getenv("CARAVELA_COORDINATOR"); a != nullptr && *a != '\0') return a;
+  return "127.0.0.1:7400";
+}
+
+void PrintJobRow(const v1::Job& j) {
+  std::printf("%-28s %-11s %11d %6d %5lld  %s\n", j.id().c_str(), JobStateName(j.state()).c_str(),
+              j.parallelism(), j.stages(), static_cast<long long>(j.epoch()), j.message().c_str());
+}
+
+int ClientCommand() {
+  Flags& f = F();
+  std::string token;
+  if (!ReadToken(&token)) return 2;
+  JobClient client(Address(), token);
+  if (*f.submit) {
+    std::ifstream in(f.job_file);
+    std::stringstream yaml;
+    yaml << in.rdbuf();
+    absl::StatusOr<v1::SubmitJobResponse> r = client.Submit(yaml.str(), f.parallelism);
+    if (!r.ok()) return Fail(r.status());
+    if (f.json) {
+      std::printf("%s\n", Json(*r).c_str());
+    } else if (r->job_id().empty()) {
+      std::fprintf(stderr, "%s: %d error%s\n", f.job_file.c_str(), r->errors_size(),
+                   r->errors_size() == 1 ? "" : "s");
+      for (const v1::ValidationError& e : r->errors()) {
+        std::fprintf(stderr, "  %s: %s\n", e.path().c_str(), e.message().c_str());
+      }
+    } else {
+      std::printf("%s\n", r->job_id().c_str());
+    }
+    return r->job_id().empty() ? 2 : 0;
+  }
+  if (*f.jobs) {
+    absl::StatusOr<std::vector<v1::Job>> jobs = client.List();
+    if (!jobs.ok()) return Fail(jobs.status());
+    if (f.json) {
+      v1::ListJobsResponse r;
+      for (const v1::Job& j : *jobs) *r.add_jobs() = j;
+      std::printf("%s\n", Json(r).c_str());
+      return 0;
+    }
+    std::printf("%-28s %-11s %11s %6s %5s  %s\n", "JOB", "STATE", "PARALLELISM", "STAGES", "EPOCH",
+                "MESSAGE");
+    for (const v1::Job& j : *jobs) PrintJobRow(j);
+    return 0;
+  }
+  absl::StatusOr<v1::Job> job = *f.job ? client.Get(f.job_id) : client.Cancel(f.job_id);
+  if (!job.ok()) return Fail(job.status());
+  if (f.json) {
+    std::printf("%s\n", Json(*job).c_str());
+  } else {
+    PrintJobRow(*job);
+  }
+  return 0;
+}
+
+void AddClientOptions(CLI::App* cmd) {
+  cmd->add_option("--coordinator", F().address,
+                  "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR, else 127.0.0.1:7400)");
+  cmd->add_option("--token-file", F().token_file,
+                  "File holding the bearer token (default $CARAVELA_TOKEN)");
+  cmd->add_flag("--json", F().json, "Print JSON (proto3 JSON mapping) for scripts");
+}
+
+}  // namespace
+
+void AddServiceCommands(CLI::App& app) {
+  Flags& f = F();
+  f.coordinator_cmd = app.add_subcommand(
+      "coordinator",
+      "Run the coordinator: the gRPC JobService over a durable job store, gRPC health\n"
+      "and reflection. Prints one line with its address when ready. (Workers and the\n"
+      "HTTP dashboard arrive with the next slices of the cluster service.)");
+  f.coordinator_cmd->add_option("--listen", f.coordinator.listen, "gRPC HOST:PORT (port 0: any)")
+      ->capture_default_str();
+  f.coordinator_cmd->add_option("--data-dir", f.coordinator.data_dir, "Job store directory")
+      ->capture_default_str();
+  f.coordinator_cmd->add_option("--token-file", f.token_file,
+                                "Require this bearer token on every JobService call");
+
+  f.submit = app.add_subcommand(
+      "submit", "Submit a job YAML to the coordinator; prints its id (exit 2: invalid job)");
+  f.submit->add_option("job", f.job_file, "Job YAML")->required()->check(CLI::ExistingFile);
+  f.submit->add_option("--parallelism", f.parallelism, "Tasks per stage (default: the spec's)")
+      ->check(CLI::Range(1, 1 << 20));
+  AddClientOptions(f.submit);
+  f.jobs = app.add_subcommand("jobs", "List the coordinator's jobs");
+  AddClientOptions(f.jobs);
+  f.job = app.add_subcommand("job", "Show one job");
+  f.job->add_option("id", f.job_id, "Job id")->required();
+  AddClientOptions(f.job);
+  f.cancel = app.add_subcommand("cancel", "Cancel a job");
+  f.cancel->add_option("id", f.job_id, "Job id")->required();
+  AddClientOptions(f.cancel);
+}
+
+int RunServiceCommands() {
+  Flags& f = F();
+  if (*f.coordinator_cmd) return CoordinatorCommand();
+  if (*f.submit || *f.jobs || *f.job || *f.cancel) return ClientCommand();
+  return -1;
+}
+
+}  // namespace caravela

@@ -1,0 +1,42 @@
+// Coordinator: the process `caravela coordinator` runs (SPEC §8 "Services").
+// Today: the gRPC JobService over a durable JobStore in its data dir, the
+// standard gRPC health service (grpc.health.v1, SERVING once started) and
+// server reflection, so grpc_cli/grpcurl-style tools and Kubernetes gRPC
+// probes work. Workers, assignment and the HTTP dashboard come with the
+// next slices of the cluster issue (coordinator/README.md).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace caravela {
+
+struct CoordinatorOptions {
+  std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks a free one
+  std::string data_dir = "caravela-coordinator";
+  std::string token;  // non-empty: bearer token required on JobService calls
+  int max_message_bytes = 4 << 20;
+};
+
+class Coordinator {
+ public:
+  // Opens the store and starts serving; InvalidArgument / Unavailable naming
+  // what failed (a port in use, a data dir that cannot be opened).
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
+  ~Coordinator();
+  // "HOST:PORT" with the port actually bound.
+  const std::string& grpc_address() const;
+  // Blocks until Shutdown() (from another thread or a signal watcher).
+  void Wait();
+  void Shutdown();
+
+  struct Impl;
+
+ private:
+  Coordinator() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace caravela

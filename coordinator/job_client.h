@@ -1,0 +1,39 @@
+// JobClient: the CLI's side of the JobService (`caravela submit`, `jobs`,
+// `job`, `cancel`): a channel to the coordinator, the bearer token on every
+// call, a deadline, and gRPC errors turned into absl::Status with the
+// coordinator's address in the message.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "caravela/v1/job.grpc.pb.h"
+#include "common/status.h"
+
+namespace caravela {
+
+class JobClient {
+ public:
+  // `address` HOST:PORT; `token` empty for none.
+  JobClient(const std::string& address, std::string token, int timeout_ms = 10000);
+
+  absl::StatusOr<v1::SubmitJobResponse> Submit(const std::string& yaml, int parallelism);
+  absl::StatusOr<v1::Job> Get(const std::string& id);
+  absl::StatusOr<std::vector<v1::Job>> List();
+  absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // grpc.health.v1 Check of the whole server: "SERVING", "NOT_SERVING", ...
+  absl::StatusOr<std::string> Health();
+
+ private:
+  void Prepare(grpc::ClientContext* context) const;
+  absl::Status FromGrpc(const grpc::Status& s) const;
+
+  std::string address_;
+  std::string token_;
+  int timeout_ms_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+}  // namespace caravela

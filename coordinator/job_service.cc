@@ -1,0 +1,156 @@
+#include "coordinator/job_service.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "coordinator/job_state.h"
+#include "spdlog/spdlog.h"
+
+namespace caravela {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("coordinator");
+    if (!l) l = spdlog::default_logger()->clone("coordinator");
+    return l;
+  }();
+  return log;
+}
+
+}  // namespace
+
+bool BearerMatches(std::string_view header, std::string_view token) {
+  constexpr std::string_view kPrefix = "Bearer ";
+  if (token.empty() || header.size() != kPrefix.size() + token.size() ||
+      header.substr(0, kPrefix.size()) != kPrefix) {
+    return false;
+  }
+  unsigned char diff = 0;  // no early exit: the time does not depend on where it differs
+  for (size_t i = 0; i < token.size(); ++i) {
+    diff |= static_cast<unsigned char>(header[kPrefix.size() + i] ^ token[i]);
+  }
+  return diff == 0;
+}
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+JobServiceImpl::JobServiceImpl(JobStore* store, std::string token, const Clock* clock)
+    : store_(store), token_(std::move(token)), clock_(clock) {}
+
+grpc::Status JobServiceImpl::Authorize(const grpc::ServerContext& context) const {
+  if (token_.empty()) return grpc::Status::OK;
+  const auto& md = context.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end() ||
+      !BearerMatches(std::string_view(it->second.data(), it->second.size()), token_)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or wrong bearer token (--token-file or $CARAVELA_TOKEN)");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
+                                       const v1::SubmitJobRequest* request,
+                                       v1::SubmitJobResponse* response) {
+  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  ParseResult parsed = ParseJobSpec(request->yaml());
+  for (const SpecError& e : parsed.errors) {
+    v1::ValidationError* ve = response->add_errors();
+    ve->set_path(e.path);
+    ve->set_message(e.message);
+  }
+  if (!parsed.ok()) return grpc::Status::OK;
+  const int parallelism =
+      request->parallelism() > 0 ? request->parallelism() : parsed.spec.parallelism;
+  // The plan's own checks (Kafka partition counts are checked when it runs).
+  absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, parallelism);
+  if (!plan.ok()) {
+    for (absl::string_view line : absl::StrSplit(plan.status().message(), '\n')) {
+      v1::ValidationError* ve = response->add_errors();
+      ve->set_path("spec");
+      ve->set_message(std::string(line));
+    }
+    return grpc::Status::OK;
+  }
+  absl::StatusOr<std::string> id = store_->NewId(parsed.spec.name);
+  if (!id.ok()) return ToGrpc(id.status());
+  v1::Job job;
+  job.set_id(*id);
+  job.set_name(parsed.spec.name);
+  job.set_state(v1::SUBMITTED);
+  job.set_parallelism(parallelism);
+  job.set_yaml(request->yaml());
+  job.set_submitted_at_ms(clock_->NowMs());
+  job.set_updated_at_ms(job.submitted_at_ms());
+  job.set_stages(static_cast<int32_t>(plan->stages.size()));
+  job.set_exchanges(static_cast<int32_t>(plan->exchanges.size()));
+  if (absl::Status st = store_->Put(job); !st.ok()) return ToGrpc(st);
+  Log()->info("job {} submitted (parallelism {}, {} tasks in {} stages)", job.id(), parallelism,
+              plan->total_tasks(), plan->stages.size());
+  response->set_job_id(job.id());
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                                    v1::Job* response) {
+  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  absl::StatusOr<v1::Job> job = store_->Get(request->job_id());
+  if (!job.ok()) return ToGrpc(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
+                                      const v1::ListJobsRequest* /*request*/,
+                                      v1::ListJobsResponse* response) {
+  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  absl::StatusOr<std::vector<v1::Job>> jobs = store_->List();
+  if (!jobs.ok()) return ToGrpc(jobs.status());
+  for (v1::Job& j : *jobs) {
+    j.clear_yaml();  // the listing stays small; GetJob has it
+    *response->add_jobs() = std::move(j);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
+                                       const v1::CancelJobRequest* request, v1::Job* response) {
+  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<v1::Job> job = store_->Get(request->job_id());
+  if (!job.ok()) return ToGrpc(job.status());
+  if (absl::Status st = Transition(*job, v1::CANCELED, clock_->NowMs(), "canceled by a user");
+      !st.ok()) {
+    return ToGrpc(st);
+  }
+  if (absl::Status st = store_->Put(*job); !st.ok()) return ToGrpc(st);
+  Log()->info("job {} canceled", job->id());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::StopJobWithSavepoint(grpc::ServerContext* context,
+                                                  const v1::StopJobWithSavepointRequest* /*req*/,
+                                                  v1::Job* /*response*/) {
+  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "savepoints of submitted jobs need workers, which are not built yet");
+}
+
+grpc::Status JobServiceImpl::RescaleJob(grpc::ServerContext* context,
+                                        const v1::RescaleJobRequest* /*request*/,
+                                        v1::Job* /*response*/) {
+  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "rescaling submitted jobs needs workers, which are not built yet");
+}
+
+}  // namespace caravela

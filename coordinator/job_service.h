@@ -1,0 +1,54 @@
+// JobService (proto/caravela/v1/job.proto) over the JobStore: validates
+// submitted YAML with the same parser and planner as `caravela validate` /
+// `caravela plan` and stores valid jobs as SUBMITTED. Scheduling them on
+// workers is the next slice of the cluster issue: until then a job stays
+// SUBMITTED until canceled, and StopJobWithSavepoint / RescaleJob answer
+// UNIMPLEMENTED.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "caravela/v1/job.grpc.pb.h"
+#include "common/time_util.h"
+#include "coordinator/job_store.h"
+
+namespace caravela {
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  // `token`: non-empty to require "authorization: Bearer <token>" on every
+  // call (UNAUTHENTICATED before anything else). `clock` stamps jobs.
+  JobServiceImpl(JobStore* store, std::string token, const Clock* clock);
+
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                         v1::SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::Job* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
+                         v1::Job* response) override;
+  grpc::Status StopJobWithSavepoint(grpc::ServerContext* context,
+                                    const v1::StopJobWithSavepointRequest* request,
+                                    v1::Job* response) override;
+  grpc::Status RescaleJob(grpc::ServerContext* context, const v1::RescaleJobRequest* request,
+                          v1::Job* response) override;
+
+ private:
+  grpc::Status Authorize(const grpc::ServerContext& context) const;
+
+  JobStore* store_;
+  std::string token_;
+  const Clock* clock_;
+  std::mutex mu_;  // serializes read-modify-write of a job
+};
+
+// Whether `header` is "Bearer <token>", compared in constant time.
+bool BearerMatches(std::string_view header, std::string_view token);
+
+// absl::Status -> grpc::Status (same code and message).
+grpc::Status ToGrpc(const absl::Status& s);
+
+}  // namespace caravela

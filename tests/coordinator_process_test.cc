@@ -1,0 +1,159 @@
+// The coordinator as users run it (SPEC §8 "Services"): a real `caravela
+// coordinator` process on loopback and the CLI (`caravela submit`, `jobs`,
+// `job`, `cancel`) as separate processes. Jobs survive a SIGKILL of the
+// coordinator; invalid jobs print every error with its YAML path (exit 2);
+// with a token, calls without it are refused (exit 3).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/child_process.h"
+#include "tests/test_util.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using milliseconds = std::chrono::milliseconds;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr
+};
+
+// Runs the caravela CLI with `args` (a shell command line) to the end.
+Result Cli(const std::string& args, const fs::path& dir) {
+  const fs::path log = dir / "cli.log";
+  const std::string cmd = absl::StrCat(CARAVELA_BINARY, " ", args, " > ", log.string(), " 2>&1");
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), ReadFile(log)};
+}
+
+// Starts a coordinator on `data` and returns its gRPC address ("" if it
+// did not print one).
+std::string StartCoordinator(std::unique_ptr<ChildProcess>* c, const fs::path& dir,
+                             const std::string& extra = "", const std::string& listen = "0") {
+  std::vector<std::string> argv = {CARAVELA_BINARY,       "coordinator", "--listen",
+                                   "127.0.0.1:" + listen, "--data-dir",  (dir / "data").string()};
+  if (!extra.empty()) {
+    argv.push_back("--token-file");
+    argv.push_back(extra);
+  }
+  *c = std::make_unique<ChildProcess>(argv, dir / "coordinator.log");
+  return (*c)->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+}
+
+constexpr char kJob[] = R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: revenue}
+spec:
+  sources:
+    - name: purchases
+      kafka: {topic: purchases}
+      key: [user_id]
+      event_time: {field: ts, format: iso8601}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 1h}
+  sinks:
+    - {from: unique, stdout: {}}
+)";
+
+TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
+  TempDir tmp("coordinator", "CARAVELA_KEEP_TEST_DIRS", "coordinator test");
+  const fs::path& dir = tmp.path();
+  std::ofstream(dir / "job.yaml") << kJob;
+  std::unique_ptr<ChildProcess> coordinator;
+  const std::string address = StartCoordinator(&coordinator, dir);
+  ASSERT_FALSE(address.empty()) << coordinator->Log();
+  const std::string at = " --coordinator " + address;
+
+  Result submit = Cli("submit " + (dir / "job.yaml").string() + " --parallelism 3" + at, dir);
+  ASSERT_EQ(submit.code, 0) << submit.out;
+  EXPECT_EQ(submit.out, "revenue-1\n");
+  ASSERT_EQ(Cli("submit " + (dir / "job.yaml").string() + at, dir).code, 0);
+  Result canceled = Cli("cancel revenue-2" + at, dir);
+  ASSERT_EQ(canceled.code, 0) << canceled.out;
+  EXPECT_THAT(canceled.out, HasSubstr("CANCELED"));
+
+  // SIGKILL: what it answered was synced to its store.
+  coordinator->Stop(SIGKILL);
+  const std::string port = address.substr(address.rfind(':') + 1);
+  const std::string again = StartCoordinator(&coordinator, dir, "", port);
+  ASSERT_EQ(again, address) << coordinator->Log();
+  Result jobs = Cli("jobs" + at, dir);
+  ASSERT_EQ(jobs.code, 0) << jobs.out;
+  EXPECT_THAT(jobs.out, HasSubstr("revenue-1"));
+  EXPECT_THAT(jobs.out, HasSubstr("SUBMITTED"));
+  EXPECT_THAT(jobs.out, HasSubstr("revenue-2"));
+  EXPECT_THAT(jobs.out, HasSubstr("CANCELED"));
+  Result one = Cli("job revenue-1 --json" + at, dir);
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_THAT(one.out, HasSubstr(R"("parallelism":3)"));
+  EXPECT_THAT(one.out, HasSubstr(R"("state":"SUBMITTED")"));
+  EXPECT_EQ(Cli("submit " + (dir / "job.yaml").string() + at, dir).out, "revenue-3\n");
+
+  Result missing = Cli("job revenue-9" + at, dir);
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_THAT(missing.out, HasSubstr("no job revenue-9"));
+  Result twice = Cli("cancel revenue-2" + at, dir);
+  EXPECT_EQ(twice.code, 1);
+  EXPECT_THAT(twice.out, HasSubstr("is CANCELED: it cannot go to CANCELED"));
+
+  // An invalid job: every error with its YAML path, nothing stored.
+  std::string bad = kJob;
+  bad.replace(bad.find("retention: 1h"), 13, "retention: soon");
+  bad.replace(bad.find("topic: purchases"), 16, "topic: 7");
+  bad.replace(bad.find("{topic: 7}"), 10, "{topik: purchases}");
+  std::ofstream(dir / "bad.yaml") << bad;
+  Result invalid = Cli("submit " + (dir / "bad.yaml").string() + at, dir);
+  EXPECT_EQ(invalid.code, 2) << invalid.out;
+  EXPECT_THAT(invalid.out, HasSubstr("spec.sources[0].kafka"));
+  EXPECT_THAT(invalid.out, HasSubstr("spec.operators[0].dedup.retention"));
+  EXPECT_THAT(Cli("jobs" + at, dir).out, ::testing::Not(HasSubstr("revenue-4")));
+
+  // Nobody there: a clear error.
+  coordinator->Stop(SIGTERM);
+  Result down = Cli("jobs" + at, dir);
+  EXPECT_EQ(down.code, 1);
+  EXPECT_THAT(down.out, HasSubstr("cannot reach the coordinator at " + address));
+}
+
+TEST(CoordinatorProcessTest, TokenIsRequiredWhenConfigured) {
+  TempDir tmp("coordinator_auth", "CARAVELA_KEEP_TEST_DIRS", "coordinator auth test");
+  const fs::path& dir = tmp.path();
+  std::ofstream(dir / "job.yaml") << kJob;
+  std::ofstream(dir / "token") << "s3cret\n";
+  std::ofstream(dir / "wrong") << "guess\n";
+  std::unique_ptr<ChildProcess> coordinator;
+  const std::string address = StartCoordinator(&coordinator, dir, (dir / "token").string());
+  ASSERT_FALSE(address.empty()) << coordinator->Log();
+  EXPECT_THAT(coordinator->Log(), HasSubstr("auth=token"));
+  const std::string at = " --coordinator " + address;
+  Result none = Cli("jobs" + at, dir);
+  EXPECT_EQ(none.code, 3) << none.out;
+  EXPECT_THAT(none.out, HasSubstr("bearer token"));
+  EXPECT_EQ(Cli("submit " + (dir / "job.yaml").string() + " --token-file " +
+                    (dir / "wrong").string() + at,
+                dir)
+                .code,
+            3);
+  Result ok = Cli(
+      "submit " + (dir / "job.yaml").string() + " --token-file " + (dir / "token").string() + at,
+      dir);
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_EQ(ok.out, "revenue-1\n");
+}
+
+}  // namespace
+}  // namespace caravela
