@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -13,10 +14,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/time_util.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_client.h"
 #include "coordinator/job_state.h"
 #include "google/protobuf/util/json_util.h"
+#include "worker/agent/worker_agent.h"
 
 namespace caravela {
 namespace {
@@ -36,6 +39,12 @@ struct Flags {
   CLI::App* jobs = nullptr;
   CLI::App* job = nullptr;
   CLI::App* cancel = nullptr;
+  // workers
+  std::string worker_timeout = "10s";
+  WorkerAgentOptions worker;
+  std::string worker_data_dir = "caravela-worker";
+  CLI::App* worker_cmd = nullptr;
+  CLI::App* workers = nullptr;
 };
 
 Flags& F() {
@@ -80,6 +89,13 @@ std::string Json(const google::protobuf::Message& m) {
 int CoordinatorCommand() {
   Flags& f = F();
   if (!ReadToken(&f.coordinator.token)) return 2;
+  const std::optional<int64_t> timeout = ParseDuration(f.worker_timeout);
+  if (!timeout.has_value() || *timeout <= 0) {
+    std::fprintf(stderr, "error: --worker-timeout %s: expected a duration such as 10s\n",
+                 f.worker_timeout.c_str());
+    return 2;
+  }
+  f.coordinator.worker_timeout_ms = *timeout;
   absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(f.coordinator);
   if (!c.ok()) return Fail(c.status());
   std::printf("caravela coordinator: grpc=%s data-dir=%s auth=%s\n", (*c)->grpc_address().c_str(),
@@ -156,6 +172,50 @@ int ClientCommand() {
   return 0;
 }
 
+int WorkerCommand() {
+  Flags& f = F();
+  if (!ReadToken(&f.worker.token)) return 2;
+  f.worker.coordinator = Address();
+  f.worker.on_registered = [&](const std::string& id) {
+    std::printf("caravela worker: id=%s coordinator=%s\n", id.c_str(),
+                f.worker.coordinator.c_str());
+    std::fflush(stdout);
+  };
+  absl::StatusOr<std::unique_ptr<WorkerAgent>> agent = WorkerAgent::Start(f.worker);
+  if (!agent.ok()) return Fail(agent.status());
+  std::printf("caravela worker: grpc=%s slots=%d data-dir=%s\n", (*agent)->address().c_str(),
+              f.worker.slots, f.worker_data_dir.c_str());
+  std::fflush(stdout);
+  std::signal(SIGINT, OnStop);
+  std::signal(SIGTERM, OnStop);
+  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  (*agent)->Stop();
+  return 0;
+}
+
+int WorkersCommand() {
+  Flags& f = F();
+  std::string token;
+  if (!ReadToken(&token)) return 2;
+  JobClient client(Address(), token);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.Workers();
+  if (!workers.ok()) return Fail(workers.status());
+  if (f.json) {
+    v1::ListWorkersResponse r;
+    for (const v1::WorkerInfo& w : *workers) *r.add_workers() = w;
+    std::printf("%s\n", Json(r).c_str());
+    return 0;
+  }
+  std::printf("%-12s %-6s %5s %5s  %-22s %s\n", "WORKER", "STATE", "SLOTS", "TASKS", "ADDRESS",
+              "HOST");
+  for (const v1::WorkerInfo& w : *workers) {
+    std::printf("%-12s %-6s %5d %5d  %-22s %s\n", w.id().c_str(),
+                v1::WorkerState_Name(w.state()).c_str(), w.slots(), w.running_tasks(),
+                w.address().c_str(), w.host().c_str());
+  }
+  return 0;
+}
+
 void AddClientOptions(CLI::App* cmd) {
   cmd->add_option("--coordinator", F().address,
                   "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR, else 127.0.0.1:7400)");
@@ -178,7 +238,30 @@ void AddServiceCommands(CLI::App& app) {
   f.coordinator_cmd->add_option("--data-dir", f.coordinator.data_dir, "Job store directory")
       ->capture_default_str();
   f.coordinator_cmd->add_option("--token-file", f.token_file,
-                                "Require this bearer token on every JobService call");
+                                "Require this bearer token on every call");
+  f.coordinator_cmd
+      ->add_option("--worker-timeout", f.worker_timeout,
+                   "A worker without heartbeats for this long is dead (its lease)")
+      ->capture_default_str();
+
+  f.worker_cmd = app.add_subcommand(
+      "worker",
+      "Run a worker: registers with the coordinator and heartbeats within its lease\n"
+      "(registering again if it was declared dead); serves gRPC health. Prints its id\n"
+      "and address. (Running assigned tasks arrives with the next slice.)");
+  f.worker_cmd->add_option("--coordinator", f.address,
+                           "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR)");
+  f.worker_cmd->add_option("--listen", f.worker.listen, "The worker's gRPC HOST:PORT (port 0: any)")
+      ->capture_default_str();
+  f.worker_cmd->add_option("--data-dir", f.worker_data_dir, "State and checkpoint scratch")
+      ->capture_default_str();
+  f.worker_cmd->add_option("--slots", f.worker.slots, "Tasks it can run")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  f.worker_cmd->add_option("--token-file", f.token_file,
+                           "File holding the bearer token (default $CARAVELA_TOKEN)");
+  f.workers = app.add_subcommand("workers", "List the workers the coordinator knows");
+  AddClientOptions(f.workers);
 
   f.submit = app.add_subcommand(
       "submit", "Submit a job YAML to the coordinator; prints its id (exit 2: invalid job)");
@@ -199,6 +282,8 @@ void AddServiceCommands(CLI::App& app) {
 int RunServiceCommands() {
   Flags& f = F();
   if (*f.coordinator_cmd) return CoordinatorCommand();
+  if (*f.worker_cmd) return WorkerCommand();
+  if (*f.workers) return WorkersCommand();
   if (*f.submit || *f.jobs || *f.job || *f.cancel) return ClientCommand();
   return -1;
 }

@@ -4,12 +4,18 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/time_util.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_store.h"
+#include "coordinator/worker_registry.h"
+#include "coordinator/worker_service.h"
+#include "spdlog/spdlog.h"
 
 namespace caravela {
 
@@ -18,12 +24,19 @@ struct Coordinator::Impl {
   std::unique_ptr<JobStore> store;
   SystemClock clock;
   std::unique_ptr<JobServiceImpl> jobs;
+  std::unique_ptr<WorkerRegistry> workers;
+  std::unique_ptr<WorkerServiceImpl> worker_service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
+  std::atomic<bool> stop{false};
+  std::thread expirer;  // declares silent workers dead
 };
 
 Coordinator::~Coordinator() {
-  if (impl_ != nullptr && impl_->server != nullptr) impl_->server->Shutdown();
+  if (impl_ == nullptr) return;
+  impl_->stop = true;
+  if (impl_->expirer.joinable()) impl_->expirer.join();
+  if (impl_->server != nullptr) impl_->server->Shutdown();
 }
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
@@ -38,6 +51,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   }
   ASSIGN_OR_RETURN(im.store, JobStore::Open(options.data_dir + "/jobs"));
   im.jobs = std::make_unique<JobServiceImpl>(im.store.get(), options.token, &im.clock);
+  im.workers = std::make_unique<WorkerRegistry>(&im.clock, options.worker_timeout_ms);
+  im.worker_service = std::make_unique<WorkerServiceImpl>(im.workers.get(), options.token);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -46,6 +61,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(im.jobs.get());
+  builder.RegisterService(im.worker_service.get());
   im.server = builder.BuildAndStart();
   if (im.server == nullptr || port == 0) {
     return absl::UnavailableError(
@@ -53,6 +69,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   }
   im.address = absl::StrCat(options.listen.substr(0, colon), ":", port);
   im.server->GetHealthCheckService()->SetServingStatus(true);
+  im.expirer = std::thread([&im] {
+    while (!im.stop.load()) {
+      for (const std::string& id : im.workers->ExpireSilent()) {
+        spdlog::warn("worker {} is dead: no heartbeat for {} ms", id, im.options.worker_timeout_ms);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   return c;
 }
 

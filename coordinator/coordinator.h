@@ -1,9 +1,10 @@
 // Coordinator: the process `caravela coordinator` runs (SPEC §8 "Services").
 // Today: the gRPC JobService over a durable JobStore in its data dir, the
-// standard gRPC health service (grpc.health.v1, SERVING once started) and
-// server reflection, so grpc_cli/grpcurl-style tools and Kubernetes gRPC
-// probes work. Workers, assignment and the HTTP dashboard come with the
-// next slices of the cluster issue (coordinator/README.md).
+// WorkerService (registration, heartbeats, leases; a thread declares silent
+// workers dead), the standard gRPC health service (grpc.health.v1, SERVING
+// once started) and server reflection, so grpc_cli/grpcurl-style tools and
+// Kubernetes gRPC probes work. Assignment of tasks to workers and the HTTP
+// dashboard come with the next slices (coordinator/README.md).
 #pragma once
 
 #include <memory>
@@ -16,8 +17,10 @@ namespace caravela {
 struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks a free one
   std::string data_dir = "caravela-coordinator";
-  std::string token;  // non-empty: bearer token required on JobService calls
+  std::string token;  // non-empty: bearer token required on every service call
   int max_message_bytes = 4 << 20;
+  // A worker without heartbeats for this long is dead (its lease).
+  int64_t worker_timeout_ms = 10000;
 };
 
 class Coordinator {

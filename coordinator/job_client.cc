@@ -72,6 +72,15 @@ absl::StatusOr<v1::Job> JobClient::Cancel(const std::string& id) {
   return job;
 }
 
+absl::StatusOr<std::vector<v1::WorkerInfo>> JobClient::Workers() {
+  auto workers = v1::WorkerService::NewStub(channel_);
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::ListWorkersResponse response;
+  RETURN_IF_ERROR(FromGrpc(workers->ListWorkers(&context, v1::ListWorkersRequest(), &response)));
+  return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
+}
+
 absl::StatusOr<std::string> JobClient::Health() {
   auto health = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext context;

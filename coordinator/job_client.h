@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "caravela/v1/job.grpc.pb.h"
+#include "caravela/v1/worker.grpc.pb.h"
 #include "common/status.h"
 
 namespace caravela {
@@ -22,6 +23,8 @@ class JobClient {
   absl::StatusOr<v1::Job> Get(const std::string& id);
   absl::StatusOr<std::vector<v1::Job>> List();
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // WorkerService.ListWorkers.
+  absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
   // grpc.health.v1 Check of the whole server: "SERVING", "NOT_SERVING", ...
   absl::StatusOr<std::string> Health();
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
+#include "coordinator/auth.h"
 #include "coordinator/job_state.h"
 #include "spdlog/spdlog.h"
 
@@ -24,37 +25,11 @@ std::shared_ptr<spdlog::logger> Log() {
 
 }  // namespace
 
-bool BearerMatches(std::string_view header, std::string_view token) {
-  constexpr std::string_view kPrefix = "Bearer ";
-  if (token.empty() || header.size() != kPrefix.size() + token.size() ||
-      header.substr(0, kPrefix.size()) != kPrefix) {
-    return false;
-  }
-  unsigned char diff = 0;  // no early exit: the time does not depend on where it differs
-  for (size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(header[kPrefix.size() + i] ^ token[i]);
-  }
-  return diff == 0;
-}
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 JobServiceImpl::JobServiceImpl(JobStore* store, std::string token, const Clock* clock)
     : store_(store), token_(std::move(token)), clock_(clock) {}
 
 grpc::Status JobServiceImpl::Authorize(const grpc::ServerContext& context) const {
-  if (token_.empty()) return grpc::Status::OK;
-  const auto& md = context.client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end() ||
-      !BearerMatches(std::string_view(it->second.data(), it->second.size()), token_)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing or wrong bearer token (--token-file or $CARAVELA_TOKEN)");
-  }
-  return grpc::Status::OK;
+  return CheckToken(context, token_);
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,

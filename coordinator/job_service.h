@@ -45,10 +45,4 @@ class JobServiceImpl final : public v1::JobService::Service {
   std::mutex mu_;  // serializes read-modify-write of a job
 };
 
-// Whether `header` is "Bearer <token>", compared in constant time.
-bool BearerMatches(std::string_view header, std::string_view token);
-
-// absl::Status -> grpc::Status (same code and message).
-grpc::Status ToGrpc(const absl::Status& s);
-
 }  // namespace caravela

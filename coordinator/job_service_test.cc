@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_client.h"
 #include "gmock/gmock.h"

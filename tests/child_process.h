@@ -65,6 +65,7 @@ class ChildProcess {
 
   bool started() const { return pid_ > 0; }
   bool running() const { return pid_ > 0 && !exited_; }
+  pid_t pid() const { return pid_; }
   Clock::time_point started_at() const { return started_at_; }
   std::string Log() const { return ReadFile(log_); }
 

@@ -1,0 +1,61 @@
+#include "coordinator/worker_registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace caravela {
+
+WorkerRegistry::WorkerRegistry(const Clock* clock, int64_t worker_timeout_ms)
+    : clock_(clock), timeout_ms_(worker_timeout_ms) {}
+
+std::string WorkerRegistry::Register(const v1::RegisterRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::WorkerInfo w;
+  w.set_id(absl::StrCat("worker-", next_++));
+  w.set_address(request.address());
+  w.set_host(request.host());
+  w.set_slots(request.slots());
+  w.set_state(v1::ALIVE);
+  w.set_registered_at_ms(clock_->NowMs());
+  w.set_last_heartbeat_ms(w.registered_at_ms());
+  std::string id = w.id();
+  workers_[id] = std::move(w);
+  return id;
+}
+
+bool WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end() || it->second.state() != v1::ALIVE) return false;
+  const int64_t now = clock_->NowMs();
+  // A heartbeat after the timeout, before ExpireSilent() noticed: still dead.
+  if (now - it->second.last_heartbeat_ms() > timeout_ms_) {
+    it->second.set_state(v1::DEAD);
+    return false;
+  }
+  it->second.set_last_heartbeat_ms(now);
+  it->second.set_running_tasks(request.running_tasks());
+  return true;
+}
+
+std::vector<std::string> WorkerRegistry::ExpireSilent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> dead;
+  const int64_t now = clock_->NowMs();
+  for (auto& [id, w] : workers_) {
+    if (w.state() == v1::ALIVE && now - w.last_heartbeat_ms() > timeout_ms_) {
+      w.set_state(v1::DEAD);
+      dead.push_back(id);
+    }
+  }
+  return dead;
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::WorkerInfo> out;
+  out.reserve(workers_.size());
+  for (const auto& [id, w] : workers_) out.push_back(w);
+  return out;
+}
+
+}  // namespace caravela

@@ -1,0 +1,42 @@
+// WorkerRegistry: the workers a coordinator knows and whether they are alive
+// (SPEC §8). A worker is ALIVE from Register() while heartbeats come within
+// `worker_timeout`; then it is DEAD for good: a later heartbeat is refused as
+// unknown and the worker registers again under a new id, so a paused or
+// partitioned worker never silently resumes what was taken from it. Kept in
+// memory: after a coordinator restart workers find themselves unknown at
+// their next heartbeat and register again. Thread-safe; time from `clock`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "caravela/v1/worker.pb.h"
+#include "common/time_util.h"
+
+namespace caravela {
+
+class WorkerRegistry {
+ public:
+  WorkerRegistry(const Clock* clock, int64_t worker_timeout_ms);
+
+  int64_t lease_ms() const { return timeout_ms_; }
+  // A new id "worker-<n>" (n counts every registration).
+  std::string Register(const v1::RegisterRequest& request);
+  // False for an unknown or dead worker.
+  bool Heartbeat(const v1::HeartbeatRequest& request);
+  // Marks workers silent for longer than the timeout DEAD; returns their ids.
+  std::vector<std::string> ExpireSilent();
+  std::vector<v1::WorkerInfo> List() const;
+
+ private:
+  const Clock* clock_;
+  int64_t timeout_ms_;
+  mutable std::mutex mu_;
+  int64_t next_ = 1;
+  std::map<std::string, v1::WorkerInfo> workers_;  // by id
+};
+
+}  // namespace caravela

@@ -1,0 +1,44 @@
+#include "coordinator/worker_service.h"
+
+#include <utility>
+
+#include "coordinator/auth.h"
+#include "spdlog/spdlog.h"
+
+namespace caravela {
+
+WorkerServiceImpl::WorkerServiceImpl(WorkerRegistry* registry, std::string token)
+    : registry_(registry), token_(std::move(token)) {}
+
+grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
+                                         const v1::RegisterRequest* request,
+                                         v1::RegisterResponse* response) {
+  if (grpc::Status a = CheckToken(*context, token_); !a.ok()) return a;
+  if (request->slots() < 1) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a worker needs at least 1 slot");
+  }
+  response->set_worker_id(registry_->Register(*request));
+  response->set_lease_ms(registry_->lease_ms());
+  spdlog::info("worker {} registered ({} slots, {})", response->worker_id(), request->slots(),
+               request->address());
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
+                                          const v1::HeartbeatRequest* request,
+                                          v1::HeartbeatResponse* response) {
+  if (grpc::Status a = CheckToken(*context, token_); !a.ok()) return a;
+  response->set_unknown_worker(!registry_->Heartbeat(*request));
+  response->set_lease_ms(registry_->lease_ms());
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::ListWorkers(grpc::ServerContext* context,
+                                            const v1::ListWorkersRequest* /*request*/,
+                                            v1::ListWorkersResponse* response) {
+  if (grpc::Status a = CheckToken(*context, token_); !a.ok()) return a;
+  for (v1::WorkerInfo& w : registry_->List()) *response->add_workers() = std::move(w);
+  return grpc::Status::OK;
+}
+
+}  // namespace caravela

@@ -1,0 +1,28 @@
+// WorkerService (proto/caravela/v1/worker.proto) over the WorkerRegistry:
+// registration, heartbeats (leases), the listing `caravela workers` shows.
+#pragma once
+
+#include <string>
+
+#include "caravela/v1/worker.grpc.pb.h"
+#include "coordinator/worker_registry.h"
+
+namespace caravela {
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  WorkerServiceImpl(WorkerRegistry* registry, std::string token);
+
+  grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
+                        v1::RegisterResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
+                           v1::ListWorkersResponse* response) override;
+
+ private:
+  WorkerRegistry* registry_;
+  std::string token_;
+};
+
+}  // namespace caravela

@@ -1,0 +1,107 @@
+// Workers and the coordinator as processes (SPEC §8 "Services"): workers
+// register and heartbeat; a SIGKILLed worker is declared dead after
+// --worker-timeout; a SIGSTOPped one too, and after SIGCONT it learns it was
+// given up and registers again under a new id (it never resumes the old
+// one); coordinator and workers answer the gRPC health check with SERVING.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_client.h"
+#include "tests/child_process.h"
+#include "tests/test_util.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+using milliseconds = std::chrono::milliseconds;
+
+// Worker id -> state, from the coordinator.
+std::map<std::string, v1::WorkerState> States(const std::string& coordinator) {
+  std::map<std::string, v1::WorkerState> out;
+  auto workers = JobClient(coordinator, "").Workers();
+  EXPECT_TRUE(workers.ok()) << workers.status();
+  if (!workers.ok()) return out;
+  for (const v1::WorkerInfo& w : *workers) out[w.id()] = w.state();
+  return out;
+}
+
+// Polls until `pred` holds or `timeout` passed.
+bool Eventually(const std::function<bool()>& pred, milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return true;
+}
+
+TEST(ClusterMembershipTest, DeadWorkersAreDetectedAndPausedOnesRegisterAgain) {
+  TempDir tmp("cluster", "CARAVELA_KEEP_TEST_DIRS", "cluster membership test");
+  const fs::path& dir = tmp.path();
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--data-dir",
+                            (dir / "coord").string(), "--worker-timeout", "1s"},
+                           dir / "coordinator.log");
+  const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(address.empty()) << coordinator.Log();
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  std::vector<std::string> ids, addresses;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address, "--slots",
+                                 "2", "--data-dir", (dir / absl::StrCat("w", i)).string()},
+        dir / absl::StrCat("worker-", i, ".log")));
+    ids.push_back(workers[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
+    addresses.push_back(workers[i]->WaitFor(R"(grpc=(\S+))", milliseconds(20000)));
+    ASSERT_FALSE(ids[i].empty() || addresses[i].empty()) << workers[i]->Log();
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  auto states = States(address);
+  EXPECT_EQ(states[ids[0]], v1::ALIVE);
+  EXPECT_EQ(states[ids[1]], v1::ALIVE);
+  // Both kinds of process serve the standard health check.
+  for (const std::string& a : {address, addresses[0], addresses[1]}) {
+    auto health = JobClient(a, "").Health();
+    ASSERT_TRUE(health.ok()) << a << ": " << health.status();
+    EXPECT_EQ(*health, "SERVING") << a;
+  }
+  // Alive while heartbeating, well past the timeout.
+  std::this_thread::sleep_for(milliseconds(1500));
+  EXPECT_EQ(States(address)[ids[0]], v1::ALIVE);
+
+  const auto killed_at = std::chrono::steady_clock::now();
+  workers[0]->Stop(SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return States(address)[ids[0]] == v1::DEAD; }, milliseconds(5000)));
+  const int64_t detected_ms = MsSince(killed_at);
+  std::printf("cluster membership: SIGKILLed worker declared dead after %lld ms\n",
+              static_cast<long long>(detected_ms));
+  // Not before its lease ran out: 1 s after its last heartbeat, which came
+  // at most a quarter lease (250 ms) before the kill.
+  EXPECT_GE(detected_ms, 700);
+
+  ::kill(workers[1]->pid(), SIGSTOP);
+  ASSERT_TRUE(Eventually([&] { return States(address)[ids[1]] == v1::DEAD; }, milliseconds(5000)));
+  ::kill(workers[1]->pid(), SIGCONT);
+  const std::string again = workers[1]->WaitFor(
+      R"(registering again[\s\S]*id=(worker-[0-9]+)\s+coordinator)", milliseconds(10000));
+  ASSERT_FALSE(again.empty()) << workers[1]->Log();
+  EXPECT_NE(again, ids[1]);
+  states = States(address);
+  EXPECT_EQ(states[again], v1::ALIVE);
+  EXPECT_EQ(states[ids[1]], v1::DEAD);  // the old id stays given up
+  EXPECT_THAT(workers[1]->Log(), ::testing::HasSubstr("lease of " + ids[1] + " lost"));
+}
+
+}  // namespace
+}  // namespace caravela

@@ -1,0 +1,179 @@
+#include "worker/agent/worker_agent.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "caravela/v1/worker.grpc.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace caravela {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("agent");
+    if (!l) l = spdlog::default_logger()->clone("agent");
+    return l;
+  }();
+  return log;
+}
+
+using SteadyClock = std::chrono::steady_clock;
+
+}  // namespace
+
+struct WorkerAgent::Impl {
+  WorkerAgentOptions options;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  std::unique_ptr<v1::WorkerService::Stub> stub;
+  mutable std::mutex mu;
+  std::string worker_id;
+  int64_t lease_ms = 10000;
+  std::atomic<int> registrations{0};
+  std::atomic<bool> stop{false};
+  std::thread heartbeats;
+
+  void Prepare(grpc::ClientContext* c, int timeout_ms) const {
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+    if (!options.token.empty()) c->AddMetadata("authorization", "Bearer " + options.token);
+  }
+
+  grpc::Status Register() {
+    v1::RegisterRequest request;
+    request.set_address(address);
+    request.set_slots(options.slots);
+    char host[256] = {0};
+    if (gethostname(host, sizeof(host) - 1) == 0) request.set_host(host);
+    v1::RegisterResponse response;
+    grpc::ClientContext context;
+    Prepare(&context, 2000);
+    grpc::Status st = stub->Register(&context, request, &response);
+    if (!st.ok()) return st;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      worker_id = response.worker_id();
+      lease_ms = std::max<int64_t>(response.lease_ms(), 100);
+    }
+    ++registrations;
+    Log()->info("registered with {} as {} (lease {} ms)", options.coordinator, response.worker_id(),
+                response.lease_ms());
+    if (options.on_registered) options.on_registered(response.worker_id());
+    return st;
+  }
+
+  void HeartbeatLoop() {
+    auto last_ok = SteadyClock::now();
+    bool lease_lost = false;
+    while (!stop.load()) {
+      int64_t lease;
+      std::string id;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        lease = lease_ms;
+        id = worker_id;
+      }
+      const auto period = std::chrono::milliseconds(std::max<int64_t>(lease / 4, 25));
+      for (auto until = SteadyClock::now() + period; SteadyClock::now() < until && !stop.load();) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (stop.load()) break;
+      if (!lease_lost && SteadyClock::now() - last_ok > std::chrono::milliseconds(lease)) {
+        // Paused, or cut off: the coordinator has given this id up by now.
+        lease_lost = true;
+        Log()->warn("no heartbeat got through for {} ms: lease of {} lost", lease, id);
+      }
+      v1::HeartbeatRequest request;
+      request.set_worker_id(id);
+      v1::HeartbeatResponse response;
+      grpc::ClientContext context;
+      Prepare(&context, static_cast<int>(std::max<int64_t>(lease / 2, 50)));
+      grpc::Status st = stub->Heartbeat(&context, request, &response);
+      if (st.ok() && !response.unknown_worker()) {
+        last_ok = SteadyClock::now();
+        lease_lost = false;
+        continue;
+      }
+      if (st.ok() && response.unknown_worker()) {
+        // Declared dead (or the coordinator restarted): whatever this id
+        // owned is gone; start over under a new one.
+        Log()->warn("the coordinator does not know {} any more: registering again", id);
+        if (grpc::Status r = Register(); r.ok()) last_ok = SteadyClock::now();
+        continue;
+      }
+      if (!lease_lost && SteadyClock::now() - last_ok > std::chrono::milliseconds(lease)) {
+        lease_lost = true;
+        Log()->warn("no heartbeat got through for {} ms: lease of {} lost ({})", lease, id,
+                    st.error_message());
+      }
+    }
+  }
+};
+
+WorkerAgent::~WorkerAgent() { Stop(); }
+
+void WorkerAgent::Stop() {
+  if (impl_ == nullptr) return;
+  impl_->stop = true;
+  if (impl_->heartbeats.joinable()) impl_->heartbeats.join();
+  if (impl_->server != nullptr) impl_->server->Shutdown();
+}
+
+std::string WorkerAgent::worker_id() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->worker_id;
+}
+
+const std::string& WorkerAgent::address() const { return impl_->address; }
+
+int WorkerAgent::registrations() const { return impl_->registrations.load(); }
+
+absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgentOptions& options,
+                                                                int register_timeout_ms) {
+  std::unique_ptr<WorkerAgent> agent(new WorkerAgent());
+  agent->impl_ = std::make_unique<Impl>();
+  Impl& im = *agent->impl_;
+  im.options = options;
+  if (options.slots < 1) return absl::InvalidArgumentError("--slots must be at least 1");
+  const size_t colon = options.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", options.listen, ": expected HOST:PORT (port 0: any free one)"));
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  im.server = builder.BuildAndStart();
+  if (im.server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  im.address = absl::StrCat(options.listen.substr(0, colon), ":", port);
+  im.server->GetHealthCheckService()->SetServingStatus(true);
+  im.stub = v1::WorkerService::NewStub(
+      grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials()));
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(register_timeout_ms);
+  grpc::Status st;
+  while (!(st = im.Register()).ok()) {
+    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        st.error_code() == grpc::StatusCode::INVALID_ARGUMENT || SteadyClock::now() > deadline) {
+      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                          absl::StrCat("cannot register with the coordinator at ",
+                                       options.coordinator, ": ", st.error_message()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  im.heartbeats = std::thread([&im] { im.HeartbeatLoop(); });
+  return agent;
+}
+
+}  // namespace caravela
