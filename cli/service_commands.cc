@@ -1,5 +1,8 @@
 #include "cli/service_commands.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -20,6 +23,9 @@
 #include "coordinator/job_state.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/agent/worker_agent.h"
+#include "worker/connectors/embedded_broker.h"
+
+extern char** environ;  // posix_spawn: the workers inherit the environment
 
 namespace caravela {
 namespace {
@@ -45,6 +51,10 @@ struct Flags {
   std::string worker_data_dir = "caravela-worker";
   CLI::App* worker_cmd = nullptr;
   CLI::App* workers = nullptr;
+  // local
+  int local_workers = 2;
+  std::string local_dir = "caravela-local";
+  CLI::App* local = nullptr;
 };
 
 Flags& F() {
@@ -216,6 +226,48 @@ int WorkersCommand() {
   return 0;
 }
 
+// `caravela local`: the embedded broker and a coordinator in this process,
+// N `caravela worker` child processes; until Ctrl-C or SIGTERM, then the
+// workers are stopped too.
+int LocalCommand() {
+  Flags& f = F();
+  absl::StatusOr<std::unique_ptr<EmbeddedBroker>> broker =
+      EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions);
+  if (!broker.ok()) return Fail(broker.status());
+  CoordinatorOptions co;
+  co.listen = f.coordinator.listen;
+  co.data_dir = f.local_dir + "/coordinator";
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(co);
+  if (!c.ok()) return Fail(c.status());
+  std::vector<pid_t> pids;
+  for (int i = 0; i < f.local_workers; ++i) {
+    const std::string data = absl::StrCat(f.local_dir, "/worker-", i);
+    std::vector<std::string> args = {"caravela",           "worker",     "--coordinator",
+                                     (*c)->grpc_address(), "--data-dir", data};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+      std::fprintf(stderr, "error: cannot start worker %d\n", i);
+      for (pid_t p : pids) ::kill(p, SIGTERM);
+      return 1;
+    }
+    pids.push_back(pid);
+  }
+  std::printf("caravela local: broker=%s coordinator=%s workers=%d data-dir=%s\n",
+              (*broker)->bootstrap().c_str(), (*c)->grpc_address().c_str(), f.local_workers,
+              f.local_dir.c_str());
+  std::fflush(stdout);
+  std::signal(SIGINT, OnStop);
+  std::signal(SIGTERM, OnStop);
+  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (pid_t p : pids) ::kill(p, SIGTERM);
+  for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+  (*c)->Shutdown();
+  return 0;
+}
+
 void AddClientOptions(CLI::App* cmd) {
   cmd->add_option("--coordinator", F().address,
                   "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR, else 127.0.0.1:7400)");
@@ -260,6 +312,17 @@ void AddServiceCommands(CLI::App& app) {
       ->capture_default_str();
   f.worker_cmd->add_option("--token-file", f.token_file,
                            "File holding the bearer token (default $CARAVELA_TOKEN)");
+  f.local = app.add_subcommand(
+      "local",
+      "A whole cluster on this machine: the embedded Kafka broker and a coordinator in\n"
+      "this process, N worker processes; prints the addresses; runs until Ctrl-C.");
+  f.local->add_option("--workers", f.local_workers, "Worker processes")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  f.local->add_option("--listen", f.coordinator.listen, "Coordinator gRPC HOST:PORT (port 0: any)")
+      ->capture_default_str();
+  f.local->add_option("--data-dir", f.local_dir, "Coordinator and worker data")
+      ->capture_default_str();
   f.workers = app.add_subcommand("workers", "List the workers the coordinator knows");
   AddClientOptions(f.workers);
 
@@ -284,6 +347,7 @@ int RunServiceCommands() {
   if (*f.coordinator_cmd) return CoordinatorCommand();
   if (*f.worker_cmd) return WorkerCommand();
   if (*f.workers) return WorkersCommand();
+  if (*f.local) return LocalCommand();
   if (*f.submit || *f.jobs || *f.job || *f.cancel) return ClientCommand();
   return -1;
 }

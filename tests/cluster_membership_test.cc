@@ -105,3 +105,39 @@ TEST(ClusterMembershipTest, DeadWorkersAreDetectedAndPausedOnesRegisterAgain) {
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// `caravela local`: broker and coordinator in one process, N workers as
+// children, all gone after SIGTERM.
+TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
+  TempDir tmp("local", "CARAVELA_KEEP_TEST_DIRS", "caravela local test");
+  const fs::path& dir = tmp.path();
+  ChildProcess local(
+      {CARAVELA_BINARY, "local", "--workers", "2", "--data-dir", (dir / "cluster").string()},
+      dir / "local.log");
+  const std::vector<std::string> got = local.WaitForMatch(
+      R"(caravela local: broker=(\S+) coordinator=(\S+) workers=2)", milliseconds(20000));
+  ASSERT_EQ(got.size(), 3u) << local.Log();
+  const std::string coordinator = got[2];
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto states = States(coordinator);
+        return states.size() == 2 && states.begin()->second == v1::ALIVE &&
+               states.rbegin()->second == v1::ALIVE;
+      },
+      milliseconds(10000)))
+      << local.Log();
+  std::vector<std::string> workers;
+  auto listed = JobClient(coordinator, "").Workers();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const v1::WorkerInfo& w : *listed) workers.push_back(w.address());
+  EXPECT_EQ(local.Stop(SIGTERM), 0) << local.Log();
+  for (const std::string& a : workers) {
+    EXPECT_FALSE(JobClient(a, "", 500).Health().ok()) << "worker " << a << " outlived local";
+  }
+}
+
+}  // namespace
+}  // namespace caravela
