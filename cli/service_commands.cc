@@ -245,6 +245,7 @@ int LocalCommand() {
     std::vector<std::string> args = {"caravela",           "worker",     "--coordinator",
                                      (*c)->grpc_address(), "--data-dir", data};
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid_t pid = -1;

@@ -120,7 +120,7 @@ TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
   const std::vector<std::string> got = local.WaitForMatch(
       R"(caravela local: broker=(\S+) coordinator=(\S+) workers=2)", milliseconds(20000));
   ASSERT_EQ(got.size(), 3u) << local.Log();
-  const std::string coordinator = got[2];
+  const std::string& coordinator = got[2];
   ASSERT_TRUE(Eventually(
       [&] {
         auto states = States(coordinator);
