@@ -292,6 +292,10 @@ void AddServiceCommands(CLI::App& app) {
       ->capture_default_str();
   f.coordinator_cmd->add_option("--token-file", f.token_file,
                                 "Require this bearer token on every call");
+  f.coordinator_cmd->add_option(
+      "--allow-path", f.coordinator.allowed_paths,
+      "An absolute directory submitted jobs may read and write files in (repeatable;\n"
+      "default none: only paths relative to a worker's data directory)");
   f.coordinator_cmd
       ->add_option("--worker-timeout", f.worker_timeout,
                    "A worker without heartbeats for this long is dead (its lease)")

@@ -1338,4 +1338,43 @@ bool ArrivalDriven(const JobSpec& spec) {
   return true;
 }
 
+std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
+                                         const std::vector<std::string>& allowed) {
+  std::vector<SpecError> errors;
+  auto check = [&](const std::string& yaml_path, const std::string& path) {
+    if (path.empty()) return;
+    const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+    if (p.is_relative()) {
+      if (!p.empty() && *p.begin() == "..") {
+        errors.push_back(
+            {yaml_path, absl::StrCat("path ", path, " leaves the worker's data directory")});
+      }
+      return;
+    }
+    for (const std::string& dir : allowed) {
+      const std::filesystem::path d = std::filesystem::path(dir).lexically_normal();
+      const auto rel = p.lexically_relative(d);
+      if (!rel.empty() && *rel.begin() != "..") return;
+    }
+    errors.push_back({yaml_path, absl::StrCat("path ", path,
+                                              " is outside the directories this service allows "
+                                              "(--allow-path); use a path relative to the "
+                                              "worker's data directory or an allowed one")});
+  };
+  for (size_t i = 0; i < spec.sources.size(); ++i) {
+    if (spec.sources[i].kind == SourceSpec::Kind::kFile) {
+      check(absl::StrCat("spec.sources[", i, "].file.path"), spec.sources[i].file.path);
+    }
+  }
+  for (size_t i = 0; i < spec.sinks.size(); ++i) {
+    if (spec.sinks[i].kind == SinkSpec::Kind::kFile) {
+      check(absl::StrCat("spec.sinks[", i, "].file.path"), spec.sinks[i].path);
+    }
+  }
+  check("spec.dead_letter.path", spec.dead_letter_path);
+  const std::string& storage = spec.checkpoint.storage;
+  if (storage.rfind("file://", 0) == 0) check("spec.checkpoint.storage", storage.substr(7));
+  return errors;
+}
+
 }  // namespace caravela

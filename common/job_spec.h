@@ -237,6 +237,14 @@ struct SpecError {
   std::string ToString() const { return path + ": " + message; }
 };
 
+// For a job that arrives over the network (SPEC §8: untrusted input): every
+// file it reads or writes (file sources and sinks, the dead letter, file://
+// checkpoint storage) must be relative without escaping upwards ("..", then
+// it lands in the worker's data dir), or lie under one of `allowed`
+// (absolute directories). One error per offending path, naming its YAML path.
+std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
+                                         const std::vector<std::string>& allowed);
+
 struct ParseResult {
   JobSpec spec;  // meaningful only when errors is empty
   std::vector<SpecError> errors;

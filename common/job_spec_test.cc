@@ -1105,3 +1105,40 @@ spec:
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+TEST(JobSpecTest, PathsOfANetworkJobStayInsideTheAllowedDirectories) {
+  ParseResult r = ParseJobSpec(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: paths}
+spec:
+  sources:
+    - name: a
+      file: {path: in/a.jsonl}
+    - name: b
+      file: {path: /etc/passwd}
+    - name: c
+      file: {path: /srv/data/../../etc/shadow}
+  sinks:
+    - {from: a, file: {path: out/a.jsonl}}
+    - {from: b, file: {path: ../../b.jsonl}}
+    - {from: c, file: {path: /srv/data/out/c.jsonl}}
+  dead_letter: {path: /srv/data-other/dead.jsonl}
+  checkpoint: {interval: 1s, storage: "file:///tmp/x"}
+)");
+  ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
+  std::vector<SpecError> errors = CheckAllowedPaths(r.spec, {"/srv/data/"});
+  std::vector<std::string> paths;
+  for (const SpecError& e : errors) paths.push_back(e.path);
+  EXPECT_THAT(paths, ::testing::ElementsAre("spec.sources[1].file.path",
+                                            "spec.sources[2].file.path", "spec.sinks[1].file.path",
+                                            "spec.dead_letter.path", "spec.checkpoint.storage"));
+  EXPECT_THAT(errors[0].message, ::testing::HasSubstr("--allow-path"));
+  EXPECT_THAT(errors[2].message, ::testing::HasSubstr("leaves the worker's data directory"));
+  EXPECT_TRUE(CheckAllowedPaths(r.spec, {"/"}).size() == 1);  // only the ".." one
+}
+
+}  // namespace
+}  // namespace caravela

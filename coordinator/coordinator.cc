@@ -50,7 +50,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         absl::StrCat("--listen ", options.listen, ": expected HOST:PORT (port 0: any free one)"));
   }
   ASSIGN_OR_RETURN(im.store, JobStore::Open(options.data_dir + "/jobs"));
-  im.jobs = std::make_unique<JobServiceImpl>(im.store.get(), options.token, &im.clock);
+  im.jobs = std::make_unique<JobServiceImpl>(im.store.get(), options.token, &im.clock,
+                                             options.allowed_paths);
   im.workers = std::make_unique<WorkerRegistry>(&im.clock, options.worker_timeout_ms);
   im.worker_service = std::make_unique<WorkerServiceImpl>(im.workers.get(), options.token);
 

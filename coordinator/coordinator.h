@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -21,6 +22,9 @@ struct CoordinatorOptions {
   int max_message_bytes = 4 << 20;
   // A worker without heartbeats for this long is dead (its lease).
   int64_t worker_timeout_ms = 10000;
+  // Absolute directories submitted jobs may name files in (besides paths
+  // relative to a worker's data dir); CheckAllowedPaths.
+  std::vector<std::string> allowed_paths;
 };
 
 class Coordinator {

@@ -25,8 +25,12 @@ std::shared_ptr<spdlog::logger> Log() {
 
 }  // namespace
 
-JobServiceImpl::JobServiceImpl(JobStore* store, std::string token, const Clock* clock)
-    : store_(store), token_(std::move(token)), clock_(clock) {}
+JobServiceImpl::JobServiceImpl(JobStore* store, std::string token, const Clock* clock,
+                               std::vector<std::string> allowed_paths)
+    : store_(store),
+      token_(std::move(token)),
+      clock_(clock),
+      allowed_paths_(std::move(allowed_paths)) {}
 
 grpc::Status JobServiceImpl::Authorize(const grpc::ServerContext& context) const {
   return CheckToken(context, token_);
@@ -43,6 +47,13 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     ve->set_message(e.message);
   }
   if (!parsed.ok()) return grpc::Status::OK;
+  // YAML from the network is untrusted: its files stay where workers allow.
+  for (const SpecError& e : CheckAllowedPaths(parsed.spec, allowed_paths_)) {
+    v1::ValidationError* ve = response->add_errors();
+    ve->set_path(e.path);
+    ve->set_message(e.message);
+  }
+  if (response->errors_size() > 0) return grpc::Status::OK;
   const int parallelism =
       request->parallelism() > 0 ? request->parallelism() : parsed.spec.parallelism;
   // The plan's own checks (Kafka partition counts are checked when it runs).

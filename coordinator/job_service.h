@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "caravela/v1/job.grpc.pb.h"
 #include "common/time_util.h"
@@ -20,7 +21,10 @@ class JobServiceImpl final : public v1::JobService::Service {
  public:
   // `token`: non-empty to require "authorization: Bearer <token>" on every
   // call (UNAUTHENTICATED before anything else). `clock` stamps jobs.
-  JobServiceImpl(JobStore* store, std::string token, const Clock* clock);
+  // `allowed_paths`: absolute directories a job's files may lie in (besides
+  // paths relative to the worker's data dir); see CheckAllowedPaths.
+  JobServiceImpl(JobStore* store, std::string token, const Clock* clock,
+                 std::vector<std::string> allowed_paths = {});
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -42,6 +46,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   JobStore* store_;
   std::string token_;
   const Clock* clock_;
+  std::vector<std::string> allowed_paths_;
   std::mutex mu_;  // serializes read-modify-write of a job
 };
 

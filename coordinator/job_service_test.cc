@@ -125,6 +125,21 @@ TEST_F(JobServiceTest, TokenIsRequiredWhenSet) {
   EXPECT_EQ(*client.Health(), "SERVING");  // probes need no token
 }
 
+TEST_F(JobServiceTest, FilesOutsideTheAllowedPathsAreRefused) {
+  Start("");
+  JobClient client(coordinator_->grpc_address(), "");
+  std::string job = kJob;
+  job.replace(job.find("{from: unique, stdout: {}}"), 26,
+              "{from: unique, file: {path: /etc/cron.d/x}}");
+  auto r = client.Submit(job, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->job_id().empty());
+  ASSERT_EQ(r->errors_size(), 1);
+  EXPECT_EQ(r->errors(0).path(), "spec.sinks[0].file.path");
+  EXPECT_THAT(r->errors(0).message(), HasSubstr("--allow-path"));
+  EXPECT_TRUE(client.List()->empty());
+}
+
 TEST(BearerTest, MatchesOnlyTheExactToken) {
   EXPECT_TRUE(BearerMatches("Bearer abc", "abc"));
   EXPECT_FALSE(BearerMatches("Bearer abd", "abc"));
