@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/time_util.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_store.h"
@@ -73,7 +74,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   im.expirer = std::thread([&im] {
     while (!im.stop.load()) {
       for (const std::string& id : im.workers->ExpireSilent()) {
-        spdlog::warn("worker {} is dead: no heartbeat for {} ms", id, im.options.worker_timeout_ms);
+        SubsystemLogger("coordinator")
+            ->warn("worker {} is dead: no heartbeat for {} ms", id, im.options.worker_timeout_ms);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_state.h"
 #include "spdlog/spdlog.h"
@@ -15,11 +16,7 @@ namespace caravela {
 namespace {
 
 std::shared_ptr<spdlog::logger> Log() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("coordinator");
-    if (!l) l = spdlog::default_logger()->clone("coordinator");
-    return l;
-  }();
+  static const std::shared_ptr<spdlog::logger> log = SubsystemLogger("coordinator");
   return log;
 }
 

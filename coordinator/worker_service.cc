@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/logging.h"
 #include "coordinator/auth.h"
 #include "spdlog/spdlog.h"
 
@@ -19,8 +20,9 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
   }
   response->set_worker_id(registry_->Register(*request));
   response->set_lease_ms(registry_->lease_ms());
-  spdlog::info("worker {} registered ({} slots, {})", response->worker_id(), request->slots(),
-               request->address());
+  SubsystemLogger("coordinator")
+      ->info("worker {} registered ({} slots, {})", response->worker_id(), request->slots(),
+             request->address());
   return grpc::Status::OK;
 }
 

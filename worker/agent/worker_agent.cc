@@ -13,17 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "caravela/v1/worker.grpc.pb.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace caravela {
 namespace {
 
 std::shared_ptr<spdlog::logger> Log() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("agent");
-    if (!l) l = spdlog::default_logger()->clone("agent");
-    return l;
-  }();
+  static const std::shared_ptr<spdlog::logger> log = SubsystemLogger("agent");
   return log;
 }
 

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/failpoint.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 #define XXH_STATIC_LINKING_ONLY
 #include "xxhash.h"
@@ -41,16 +42,7 @@ constexpr std::string_view kSavepointManifest = "savepoint.manifest";
 constexpr size_t kHashChunk = 4 << 20;
 
 std::shared_ptr<spdlog::logger> Log() {
-  static const std::shared_ptr<spdlog::logger> logger = [] {
-    if (auto existing = spdlog::get("checkpoint")) return existing;
-    auto created = spdlog::default_logger()->clone("checkpoint");
-    try {
-      spdlog::register_logger(created);
-    } catch (const spdlog::spdlog_ex&) {
-      if (auto existing = spdlog::get("checkpoint")) return existing;  // lost a race
-    }
-    return created;
-  }();
+  static const std::shared_ptr<spdlog::logger> logger = SubsystemLogger("checkpoint");
   return logger;
 }
 

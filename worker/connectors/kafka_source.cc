@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace caravela {
@@ -50,16 +51,7 @@ int RemainingMs(std::chrono::steady_clock::time_point deadline) {
 }  // namespace
 
 std::shared_ptr<spdlog::logger> KafkaLogger() {
-  static const std::shared_ptr<spdlog::logger> logger = [] {
-    if (auto existing = spdlog::get("kafka")) return existing;
-    auto created = spdlog::default_logger()->clone("kafka");
-    try {
-      spdlog::register_logger(created);
-    } catch (const spdlog::spdlog_ex&) {
-      if (auto existing = spdlog::get("kafka")) return existing;  // lost a race
-    }
-    return created;
-  }();
+  static const std::shared_ptr<spdlog::logger> logger = SubsystemLogger("kafka");
   return logger;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace caravela {
@@ -22,16 +23,7 @@ absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.
 constexpr std::string_view kSinkColumns[] = {"revision", "state", "epoch", "value", "updated_at"};
 
 std::shared_ptr<spdlog::logger> PostgresLogger() {
-  static const std::shared_ptr<spdlog::logger> logger = [] {
-    if (auto existing = spdlog::get("postgres")) return existing;
-    auto created = spdlog::default_logger()->clone("postgres");
-    try {
-      spdlog::register_logger(created);
-    } catch (const spdlog::spdlog_ex&) {
-      if (auto existing = spdlog::get("postgres")) return existing;  // lost a race
-    }
-    return created;
-  }();
+  static const std::shared_ptr<spdlog::logger> logger = SubsystemLogger("postgres");
   return logger;
 }
 

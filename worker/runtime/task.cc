@@ -18,6 +18,7 @@
 #include "common/expr.h"
 #include "common/failpoint.h"
 #include "common/json.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/connectors/file_connectors.h"
@@ -40,11 +41,7 @@
 namespace caravela {
 
 std::shared_ptr<spdlog::logger> RuntimeLogger() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("runtime");
-    if (!l) l = spdlog::default_logger()->clone("runtime");
-    return l;
-  }();
+  static const std::shared_ptr<spdlog::logger> log = SubsystemLogger("runtime");
   return log;
 }
 
