@@ -34,6 +34,7 @@ struct Flags {
   // coordinator
   CoordinatorOptions coordinator;
   std::string token_file;
+  std::string tls_ca;
   // clients
   std::string address;
   std::string job_file;
@@ -138,7 +139,7 @@ int ClientCommand() {
   Flags& f = F();
   std::string token;
   if (!ReadToken(&token)) return 2;
-  JobClient client(Address(), token);
+  JobClient client(Address(), token, 10000, f.tls_ca);
   if (*f.submit) {
     std::ifstream in(f.job_file);
     std::stringstream yaml;
@@ -186,6 +187,7 @@ int WorkerCommand() {
   Flags& f = F();
   if (!ReadToken(&f.worker.token)) return 2;
   f.worker.coordinator = Address();
+  f.worker.tls_ca = f.tls_ca;
   f.worker.on_registered = [&](const std::string& id) {
     std::printf("caravela worker: id=%s coordinator=%s\n", id.c_str(),
                 f.worker.coordinator.c_str());
@@ -207,7 +209,7 @@ int WorkersCommand() {
   Flags& f = F();
   std::string token;
   if (!ReadToken(&token)) return 2;
-  JobClient client(Address(), token);
+  JobClient client(Address(), token, 10000, f.tls_ca);
   absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.Workers();
   if (!workers.ok()) return Fail(workers.status());
   if (f.json) {
@@ -275,6 +277,8 @@ void AddClientOptions(CLI::App* cmd) {
   cmd->add_option("--token-file", F().token_file,
                   "File holding the bearer token (default $CARAVELA_TOKEN)");
   cmd->add_flag("--json", F().json, "Print JSON (proto3 JSON mapping) for scripts");
+  cmd->add_option("--tls-ca", F().tls_ca,
+                  "PEM file of the roots to trust: talk TLS to the coordinator");
 }
 
 }  // namespace
@@ -292,6 +296,9 @@ void AddServiceCommands(CLI::App& app) {
       ->capture_default_str();
   f.coordinator_cmd->add_option("--token-file", f.token_file,
                                 "Require this bearer token on every call");
+  f.coordinator_cmd->add_option("--tls-cert", f.coordinator.tls_cert_file,
+                                "PEM certificate chain: serve TLS (with --tls-key)");
+  f.coordinator_cmd->add_option("--tls-key", f.coordinator.tls_key_file, "PEM private key");
   f.coordinator_cmd->add_option(
       "--allow-path", f.coordinator.allowed_paths,
       "An absolute directory submitted jobs may read and write files in (repeatable;\n"
@@ -317,6 +324,8 @@ void AddServiceCommands(CLI::App& app) {
       ->capture_default_str();
   f.worker_cmd->add_option("--token-file", f.token_file,
                            "File holding the bearer token (default $CARAVELA_TOKEN)");
+  f.worker_cmd->add_option("--tls-ca", f.tls_ca,
+                           "PEM file of the roots to trust: talk TLS to the coordinator");
   f.local = app.add_subcommand(
       "local",
       "A whole cluster on this machine: the embedded Kafka broker and a coordinator in\n"

@@ -16,6 +16,7 @@
 #include "coordinator/job_store.h"
 #include "coordinator/worker_registry.h"
 #include "coordinator/worker_service.h"
+#include "proto/grpc_credentials.h"
 #include "spdlog/spdlog.h"
 
 namespace caravela {
@@ -60,7 +61,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentials(options.tls_cert_file, options.tls_key_file));
+  builder.AddListeningPort(options.listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(im.jobs.get());
   builder.RegisterService(im.worker_service.get());

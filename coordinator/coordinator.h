@@ -25,6 +25,8 @@ struct CoordinatorOptions {
   // Absolute directories submitted jobs may name files in (besides paths
   // relative to a worker's data dir); CheckAllowedPaths.
   std::vector<std::string> allowed_paths;
+  // TLS (PEM files); both empty: plaintext.
+  std::string tls_cert_file, tls_key_file;
 };
 
 class Coordinator {

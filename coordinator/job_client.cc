@@ -7,15 +7,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "proto/grpc_credentials.h"
 
 namespace caravela {
 
-JobClient::JobClient(const std::string& address, std::string token, int timeout_ms)
-    : address_(address),
-      token_(std::move(token)),
-      timeout_ms_(timeout_ms),
-      channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
-      stub_(v1::JobService::NewStub(channel_)) {}
+JobClient::JobClient(const std::string& address, std::string token, int timeout_ms,
+                     const std::string& tls_ca)
+    : address_(address), token_(std::move(token)), timeout_ms_(timeout_ms) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(tls_ca);
+  init_ = credentials.status();
+  channel_ = grpc::CreateChannel(
+      address, credentials.ok() ? *credentials : grpc::InsecureChannelCredentials());
+  stub_ = v1::JobService::NewStub(channel_);
+}
 
 void JobClient::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
@@ -23,6 +28,7 @@ void JobClient::Prepare(grpc::ClientContext* context) const {
 }
 
 absl::Status JobClient::FromGrpc(const grpc::Status& s) const {
+  if (!init_.ok()) return init_;
   if (s.ok()) return absl::OkStatus();
   std::string message = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||

@@ -16,8 +16,10 @@ namespace caravela {
 
 class JobClient {
  public:
-  // `address` HOST:PORT; `token` empty for none.
-  JobClient(const std::string& address, std::string token, int timeout_ms = 10000);
+  // `address` HOST:PORT; `token` empty for none; `tls_ca` a PEM file of the
+  // roots to trust for TLS, empty for plaintext (a bad file fails every call).
+  JobClient(const std::string& address, std::string token, int timeout_ms = 10000,
+            const std::string& tls_ca = "");
 
   absl::StatusOr<v1::SubmitJobResponse> Submit(const std::string& yaml, int parallelism);
   absl::StatusOr<v1::Job> Get(const std::string& id);
@@ -35,6 +37,7 @@ class JobClient {
   std::string address_;
   std::string token_;
   int timeout_ms_;
+  absl::Status init_;  // the TLS setup's error, if any
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> stub_;
 };

@@ -157,3 +157,43 @@ TEST(CoordinatorProcessTest, TokenIsRequiredWhenConfigured) {
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// TLS from certificate files: a client or worker that trusts the
+// coordinator's certificate gets through; a plaintext one does not.
+TEST(CoordinatorProcessTest, TlsWithCertificateFiles) {
+  TempDir tmp("coordinator_tls", "CARAVELA_KEEP_TEST_DIRS", "coordinator TLS test");
+  const fs::path& dir = tmp.path();
+  const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
+  const std::string openssl = absl::StrCat(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=IP:127.0.0.1,DNS:localhost -keyout ",
+      key, " -out ", cert, " > ", (dir / "openssl.log").string(), " 2>&1");
+  ASSERT_EQ(std::system(openssl.c_str()), 0) << ReadFile(dir / "openssl.log");
+  std::ofstream(dir / "job.yaml") << kJob;
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--data-dir",
+                            (dir / "data").string(), "--tls-cert", cert, "--tls-key", key},
+                           dir / "coordinator.log");
+  const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(address.empty()) << coordinator.Log();
+  const std::string at = " --coordinator " + address;
+  Result ok = Cli("submit " + (dir / "job.yaml").string() + " --tls-ca " + cert + at, dir);
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_EQ(ok.out, "revenue-1\n");
+  Result plain = Cli("jobs" + at, dir);  // plaintext against a TLS server
+  EXPECT_EQ(plain.code, 1) << plain.out;
+  Result missing = Cli("jobs --tls-ca " + (dir / "nope.pem").string() + at, dir);
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_THAT(missing.out, HasSubstr("cannot read the TLS CA file"));
+  ChildProcess worker({CARAVELA_BINARY, "worker", "--coordinator", address, "--tls-ca", cert},
+                      dir / "worker.log");
+  EXPECT_FALSE(worker.WaitFor(R"(id=(worker-\S+))", milliseconds(20000)).empty()) << worker.Log();
+  Result workers = Cli("workers --tls-ca " + cert + at, dir);
+  EXPECT_EQ(workers.code, 0) << workers.out;
+  EXPECT_THAT(workers.out, HasSubstr("ALIVE"));
+}
+
+}  // namespace
+}  // namespace caravela

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "caravela/v1/worker.grpc.pb.h"
 #include "common/logging.h"
+#include "proto/grpc_credentials.h"
 #include "spdlog/spdlog.h"
 
 namespace caravela {
@@ -156,8 +157,9 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   }
   im.address = absl::StrCat(options.listen.substr(0, colon), ":", port);
   im.server->GetHealthCheckService()->SetServingStatus(true);
-  im.stub = v1::WorkerService::NewStub(
-      grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials()));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentials(options.tls_ca));
+  im.stub = v1::WorkerService::NewStub(grpc::CreateChannel(options.coordinator, credentials));
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(register_timeout_ms);
   grpc::Status st;
   while (!(st = im.Register()).ok()) {

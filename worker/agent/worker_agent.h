@@ -21,7 +21,8 @@ struct WorkerAgentOptions {
   std::string coordinator;             // HOST:PORT
   std::string listen = "127.0.0.1:0";  // the worker's own gRPC server
   int slots = 1;
-  std::string token;  // bearer token for the coordinator, empty for none
+  std::string token;   // bearer token for the coordinator, empty for none
+  std::string tls_ca;  // PEM roots to reach the coordinator over TLS; empty: plaintext
   // Called (on the heartbeat thread) with each id the worker registers under.
   std::function<void(const std::string& worker_id)> on_registered;
 };
