@@ -116,6 +116,9 @@ absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes, bool trusted =
 // not decode. Call while *pos < message.size().
 absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos,
                                         bool trusted = false);
+// The whole frames of `message` (walking the length prefixes only, without
+// decoding them; a truncated tail is not counted).
+int CountFrames(std::string_view message);
 // Fills `r` (fields, event_time, arrival) from a record frame that
 // DecodeFrame accepted (`packed` may be unaligned).
 void UnpackRecordFrame(const ExchangeFrame& f, Record* r);

@@ -29,26 +29,13 @@ char* WriteVarint(uint64_t v, char* p) {
 
 void PutVarint(uint64_t v, std::string* out) {
   char buf[10];
-  size_t n = 0;
-  while (v >= 0x80) {
-    buf[n++] = static_cast<char>((v & 0x7f) | 0x80);
-    v >>= 7;
-  }
-  buf[n++] = static_cast<char>(v);
-  out->append(buf, n);
+  out->append(buf, static_cast<size_t>(WriteVarint(v, buf) - buf));
 }
 
 uint64_t ZigZag(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }
 int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 1)); }
-
-void PutHeader(ExchangeFrame::Type type, int64_t epoch, int32_t producer, std::string* out) {
-  out->clear();
-  out->push_back(static_cast<char>(type));
-  PutVarint(static_cast<uint64_t>(epoch), out);
-  PutVarint(static_cast<uint32_t>(producer), out);
-}
 
 // Reads frames; every read checks the bounds.
 class Reader {
@@ -74,6 +61,11 @@ class Reader {
     return true;
   }
   std::string_view Rest() const { return in_.substr(pos_); }
+  bool Skip(uint64_t n) {
+    if (n > in_.size() - pos_) return false;
+    pos_ += n;
+    return true;
+  }
   bool AtEnd() const { return pos_ == in_.size(); }
 
  private:
@@ -163,35 +155,32 @@ void AppendFramed(ExchangeFrame::Type type, int64_t epoch, int32_t producer, siz
   body(message);
 }
 
-void PutRecordBody(int32_t input, const Record& r, std::string* out) {
-  PutVarint(static_cast<uint32_t>(input), out);
-  PutVarint(ZigZag(r.event_time), out);
-  PutVarint(ZigZag(r.arrival), out);
-  PutVarint(ZigZag(r.partition), out);
-  PutVarint(ZigZag(r.offset), out);
-  const size_t at = out->size();
-  out->resize(at + r.PackedSize());
-  r.PackTo(out->data() + at);
+// Replaces *out with the frame that Append* wrote into it, without its
+// length prefix.
+template <typename Append>
+void EncodeAlone(std::string* out, const Append& append) {
+  out->clear();
+  append(out);
+  size_t prefix = 0;
+  while (static_cast<uint8_t>((*out)[prefix]) & 0x80) ++prefix;
+  out->erase(0, prefix + 1);
 }
 
 }  // namespace
 
 void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
                        std::string* out) {
-  PutHeader(ExchangeFrame::Type::kRecord, epoch, producer, out);
-  PutRecordBody(input, r, out);
+  EncodeAlone(out, [&](std::string* m) { AppendRecordFrame(epoch, producer, input, r, m); });
 }
 
 void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
                           std::string* out) {
-  PutHeader(ExchangeFrame::Type::kWatermark, epoch, producer, out);
-  PutVarint(ZigZag(watermark), out);
-  out->push_back(idle ? 1 : 0);
+  EncodeAlone(out,
+              [&](std::string* m) { AppendWatermarkFrame(epoch, producer, watermark, idle, m); });
 }
 
 void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out) {
-  PutHeader(ExchangeFrame::Type::kBarrier, epoch, producer, out);
-  PutVarint(static_cast<uint64_t>(checkpoint_id), out);
+  EncodeAlone(out, [&](std::string* m) { AppendBarrierFrame(epoch, producer, checkpoint_id, m); });
 }
 
 void AppendRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
@@ -248,6 +237,13 @@ absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos, b
   const std::string_view frame = in.Rest().substr(0, size);
   *pos = static_cast<size_t>(frame.data() + frame.size() - message.data());
   return DecodeFrame(frame, trusted);
+}
+
+int CountFrames(std::string_view message) {
+  Reader in(message);
+  int frames = 0;
+  for (uint64_t size = 0; !in.AtEnd() && in.Varint(&size) && in.Skip(size);) ++frames;
+  return frames;
 }
 
 absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes, bool trusted) {

@@ -200,12 +200,8 @@ class ExchangeReaderImpl final : public ExchangeReader {
   }
 
   void Hold(Channel& ch, std::string_view tail, int32_t partition, int64_t offset, bool front) {
-    int frames = 0;
-    for (size_t pos = 0; pos < tail.size(); ++frames) {
-      // Already checked as far as its lengths go when it arrived, or valid up
-      // to the next bad frame, which fails when it is replayed.
-      if (!NextFrame(tail, &pos, trusted()).ok()) break;
-    }
+    // A bad frame in the tail fails when it is replayed.
+    const int frames = CountFrames(tail);
     Held h{std::string(tail), std::max(frames, 1), partition, offset};
     held_ += h.frames;
     if (front) {

@@ -213,6 +213,8 @@ TEST(ExchangeCodecTest, MessagesCarryLengthPrefixedFrames) {
     }
   }
   EXPECT_EQ(pos, message.size());
+  EXPECT_EQ(CountFrames(message), 4);
+  EXPECT_EQ(CountFrames(std::string_view(message).substr(0, message.size() - 1)), 3);
   EXPECT_THAT(types, ElementsAre(ExchangeFrame::Type::kRecord, ExchangeFrame::Type::kWatermark,
                                  ExchangeFrame::Type::kBarrier, ExchangeFrame::Type::kRecord));
   // The same frame alone (Encode*) is the message's bytes after the prefix.
