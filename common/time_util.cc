@@ -246,4 +246,10 @@ int64_t SystemClock::NowMs() const {
       .count();
 }
 
+std::string FormatWatermark(int64_t watermark) {
+  if (watermark == kMinTime) return "-inf";
+  if (watermark == kMaxTime) return "+inf";
+  return FormatIso8601(watermark);
+}
+
 }  // namespace caravela

@@ -25,6 +25,8 @@ std::string FormatDuration(int64_t ms);
 std::optional<int64_t> ParseIso8601(std::string_view text);
 // Formats as "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC). Years outside 0..9999 get a sign.
 std::string FormatIso8601(int64_t epoch_ms);
+// A watermark for people: "-inf" (kMinTime), "+inf" (kMaxTime) or ISO-8601.
+std::string FormatWatermark(int64_t watermark);
 void AppendIso8601(int64_t epoch_ms, std::string* out);
 
 // Days since 1970-01-01 for a proleptic Gregorian civil date, and back.

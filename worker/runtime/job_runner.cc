@@ -364,10 +364,7 @@ absl::Status JobRunner::Run() {
                    "watermark=%s (task %s) in per task:%s\n",
                    tasks_.size(), static_cast<long long>(in), static_cast<long long>(records_out()),
                    static_cast<double>(in - last_in) / std::max(secs, 1e-3),
-                   static_cast<long long>(job.completed()),
-                   low == kMinTime   ? "-inf"
-                   : low == kMaxTime ? "+inf"
-                                     : FormatIso8601(low).c_str(),
+                   static_cast<long long>(job.completed()), FormatWatermark(low).c_str(),
                    tasks_[slowest]->name().c_str(), per_task.c_str());
       for (const auto& t : tasks_) {
         const std::string label = absl::StrCat("task=\"", t->name(), "\"");

@@ -469,17 +469,8 @@ absl::Status Task::Impl::FillMerged(SourceNode& src) {
   for (;;) {
     MergeStaged(src);
     if (src.has_pending()) return absl::OkStatus();
-    bool all_done = true;
-    for (size_t p = 0; p < src.staged.size(); ++p) {
-      all_done =
-          all_done && src.staged[p].empty() && src.raw->Backlog(static_cast<int32_t>(p)) == 0;
-    }
-    if (all_done || src.raw->Exhausted()) {
-      // Whatever is staged forms the last steps.
-      bool any = false;
-      for (const SourceNode::Staged& st : src.staged) any = any || !st.empty();
-      if (!any) return absl::OkStatus();
-    }
+    // Every partition delivered all it has: MergeStaged took the last steps.
+    if (src.raw->Exhausted()) return absl::OkStatus();
     ASSIGN_OR_RETURN(int n, src.raw->Poll(options.batch_size, 100, [&](const RawMessage& m) {
       if (m.partition < 0 || m.partition >= static_cast<int32_t>(src.staged.size())) return;
       SourceNode::Staged& st = src.staged[m.partition];
@@ -650,10 +641,7 @@ absl::Status Task::Impl::Dispatch(int node) {
         for (const Record& r : out.main()) RETURN_IF_ERROR(w.Write(e.input, r));
         continue;
       }
-      OperatorNode& on = ops[e.op];
-      on.records_in->Add(static_cast<int64_t>(out.main().size()));
-      RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, e.input, out.main(), on.out));
-      RETURN_IF_ERROR(Dispatch(S() + e.op));
+      RETURN_IF_ERROR(Feed(e.op, e.input, out.main()));
     }
   }
   for (size_t s = 0; s < no.sides.size(); ++s) {
@@ -704,22 +692,32 @@ absl::Status Task::Impl::UpdateWatermarks() {
     }
     node_wm[id] = on.op->OutputWatermark(on.ctx->watermark());
   }
-  // The task's watermark for others to read (progress line, metrics): the
-  // lowest input watermark of its operators, else of its sources.
-  int64_t low = kMaxTime;
+  // For the job's coordinating thread (progress line, metrics).
+  published_watermark.store(LowestWatermark(), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+int64_t Task::Impl::LowestWatermark() const {
+  int64_t wm = kMaxTime;
   bool any_op = false;
-  for (const OperatorNode& on : ops) {
-    if (!on.here) continue;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!ops[i].here) continue;
     any_op = true;
-    low = std::min(low, on.ctx->watermark());
+    wm = std::min(wm, node_wm[S() + i]);
   }
   if (!any_op) {
     for (int i = 0; i < S(); ++i) {
-      if (sources[i].present) low = std::min(low, node_wm[i]);
+      if (sources[i].present) wm = std::min(wm, node_wm[i]);
     }
   }
-  published_watermark.store(low, std::memory_order_relaxed);
-  return absl::OkStatus();
+  return wm;
+}
+
+absl::Status Task::Impl::Feed(int op, int input, const RecordBatch& batch) {
+  OperatorNode& on = ops[op];
+  on.records_in->Add(static_cast<int64_t>(batch.size()));
+  RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, input, batch, on.out));
+  return Dispatch(S() + op);
 }
 
 int64_t Task::Impl::NextTimer() const {
@@ -778,19 +776,7 @@ void Task::Impl::Progress(bool force) {
   const int64_t in = records_in.load(std::memory_order_relaxed);
   const int64_t out = records_out.load(std::memory_order_relaxed);
   double rate = static_cast<double>(in - progress_records_in) / secs;
-  int64_t wm = kMaxTime;
-  bool any_op = false;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (!ops[i].here) continue;
-    any_op = true;
-    wm = std::min(wm, node_wm[S() + i]);
-  }
-  if (!any_op) {
-    for (int i = 0; i < S(); ++i) {
-      if (sources[i].present) wm = std::min(wm, node_wm[i]);
-    }
-  }
-  std::string wm_text = wm == kMinTime ? "-inf" : (wm == kMaxTime ? "+inf" : FormatIso8601(wm));
+  const std::string wm_text = FormatWatermark(LowestWatermark());
   std::string checkpoint_text;
   if (checkpoints != nullptr && last_checkpoint_id > 0) {
     checkpoint_text =

@@ -100,8 +100,9 @@ class Task {
   // Records read from sources and results written to sinks by this task.
   int64_t records_in() const;
   int64_t records_out() const;
-  // The lowest input watermark of the task's operators (of its sources if it
-  // has none); kMinTime before the first. Thread-safe.
+  // The lowest output watermark of the task's operators (of its sources if
+  // it has none), as its progress line shows it; kMinTime before the first.
+  // Thread-safe.
   int64_t watermark() const;
   // The lowest checkpoint id this task's storage has not used (a crashed run
   // may have stored ids the job never completed); 1 without checkpoints.

@@ -293,6 +293,10 @@ struct Task::Impl {
   void MergeStaged(SourceNode& src);
   absl::Status ApplySourceBatch(int src_id, size_t count);
   absl::Status Dispatch(int node);
+  // Applies `batch` to input `input` of operator `op` and dispatches its output.
+  absl::Status Feed(int op, int input, const RecordBatch& batch);
+  // The lowest output watermark of the task's operators, else of its sources.
+  int64_t LowestWatermark() const;
   absl::Status WriteSink(int sink, int node, const Record& r, std::string_view side_name);
   absl::Status UpdateWatermarks();
   absl::Status FireTimers();

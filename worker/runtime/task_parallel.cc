@@ -105,12 +105,10 @@ absl::Status Task::Impl::PollReaders(int timeout_ms, bool* got) {
     ASSIGN_OR_RETURN(int n, rn.reader->Poll(options.batch_size, timeout_ms, &rn.by_input));
     if (n == 0) continue;
     *got = true;
-    OperatorNode& on = ops[rn.op];
     for (size_t in = 0; in < rn.by_input.size(); ++in) {
-      if (rn.by_input[in].empty()) continue;
-      on.records_in->Add(static_cast<int64_t>(rn.by_input[in].size()));
-      RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, static_cast<int>(in), rn.by_input[in], on.out));
-      RETURN_IF_ERROR(Dispatch(S() + rn.op));
+      if (!rn.by_input[in].empty()) {
+        RETURN_IF_ERROR(Feed(rn.op, static_cast<int>(in), rn.by_input[in]));
+      }
     }
   }
   return absl::OkStatus();

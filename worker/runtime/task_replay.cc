@@ -84,7 +84,6 @@ absl::Status Task::Impl::ConsumeReplayInput() {
       for (RecordBatch& b : rn.by_input) b.clear();
       ASSIGN_OR_RETURN(int n, rn.reader->Poll(1 << 20, 0, &rn.by_input));
       if (n == 0) break;
-      OperatorNode& on = ops[rn.op];
       for (size_t in = 0; in < rn.by_input.size(); ++in) {
         RecordBatch& batch = rn.by_input[in];
         if (batch.empty()) continue;
@@ -98,9 +97,7 @@ absl::Status Task::Impl::ConsumeReplayInput() {
         });
         sorted.clear();
         for (size_t i : order) std::swap(sorted.Append(), batch[i]);
-        on.records_in->Add(static_cast<int64_t>(sorted.size()));
-        RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, static_cast<int>(in), sorted, on.out));
-        RETURN_IF_ERROR(Dispatch(S() + rn.op));
+        RETURN_IF_ERROR(Feed(rn.op, static_cast<int>(in), sorted));
       }
     }
   }
