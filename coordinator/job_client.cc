@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "proto/grpc_credentials.h"
+#include "proto/grpc_support.h"
 
 namespace caravela {
 

@@ -37,18 +37,17 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
   if (grpc::Status a = Authorize(*context); !a.ok()) return a;
-  ParseResult parsed = ParseJobSpec(request->yaml());
-  for (const SpecError& e : parsed.errors) {
+  auto add_error = [&](const std::string& path, const std::string& message) {
     v1::ValidationError* ve = response->add_errors();
-    ve->set_path(e.path);
-    ve->set_message(e.message);
-  }
+    ve->set_path(path);
+    ve->set_message(message);
+  };
+  ParseResult parsed = ParseJobSpec(request->yaml());
+  for (const SpecError& e : parsed.errors) add_error(e.path, e.message);
   if (!parsed.ok()) return grpc::Status::OK;
   // YAML from the network is untrusted: its files stay where workers allow.
   for (const SpecError& e : CheckAllowedPaths(parsed.spec, allowed_paths_)) {
-    v1::ValidationError* ve = response->add_errors();
-    ve->set_path(e.path);
-    ve->set_message(e.message);
+    add_error(e.path, e.message);
   }
   if (response->errors_size() > 0) return grpc::Status::OK;
   const int parallelism =
@@ -57,9 +56,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, parallelism);
   if (!plan.ok()) {
     for (absl::string_view line : absl::StrSplit(plan.status().message(), '\n')) {
-      v1::ValidationError* ve = response->add_errors();
-      ve->set_path("spec");
-      ve->set_message(std::string(line));
+      add_error("spec", std::string(line));
     }
     return grpc::Status::OK;
   }

@@ -1,7 +1,6 @@
 #include "worker/agent/worker_agent.h"
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "caravela/v1/worker.grpc.pb.h"
 #include "common/logging.h"
-#include "proto/grpc_credentials.h"
+#include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 
 namespace caravela {
@@ -142,21 +141,10 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   Impl& im = *agent->impl_;
   im.options = options;
   if (options.slots < 1) return absl::InvalidArgumentError("--slots must be at least 1");
-  const size_t colon = options.listen.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen ", options.listen, ": expected HOST:PORT (port 0: any free one)"));
-  }
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
-  im.server = builder.BuildAndStart();
-  if (im.server == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
-  }
-  im.address = absl::StrCat(options.listen.substr(0, colon), ":", port);
-  im.server->GetHealthCheckService()->SetServingStatus(true);
+  ASSIGN_OR_RETURN(GrpcServer server,
+                   StartGrpcServer(options.listen, grpc::InsecureServerCredentials(), {}));
+  im.server = std::move(server.server);
+  im.address = std::move(server.address);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentials(options.tls_ca));
   im.stub = v1::WorkerService::NewStub(grpc::CreateChannel(options.coordinator, credentials));

@@ -1,4 +1,6 @@
-#include "proto/grpc_credentials.h"
+#include "proto/grpc_support.h"
+
+#include <grpcpp/health_check_service_interface.h>
 
 #include <fstream>
 #include <sstream>
@@ -44,6 +46,32 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = *roots;
   return grpc::SslCredentials(options);
+}
+
+absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
+                                           std::shared_ptr<grpc::ServerCredentials> credentials,
+                                           const std::vector<grpc::Service*>& services,
+                                           int max_message_bytes) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", listen, ": expected HOST:PORT (port 0: any free one)"));
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, std::move(credentials), &port);
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  GrpcServer out;
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (in use, or not an address here?)"));
+  }
+  out.address = absl::StrCat(listen.substr(0, colon), ":", port);
+  out.server->GetHealthCheckService()->SetServingStatus(true);
+  return out;
 }
 
 }  // namespace caravela
