@@ -816,6 +816,16 @@ absl::Status Task::Impl::Preload() {
   return Commit(false);
 }
 
+absl::Status Task::Impl::ApplyArrivalStep(int src_id, int64_t t) {
+  const SourceNode& src = sources[src_id];
+  size_t count = 0;
+  while (src.head + count < src.pending.size() && src.pending[src.head + count].arrival == t &&
+         static_cast<int>(count) < options.batch_size) {
+    ++count;
+  }
+  return count == 0 ? absl::OkStatus() : ApplySourceBatch(src_id, count);
+}
+
 absl::Status Task::Impl::RunArrivalMode() {
   for (;;) {
     int best = -1;
@@ -849,14 +859,7 @@ absl::Status Task::Impl::RunArrivalMode() {
       continue;
     }
     manual_clock.Set(t_next);
-    SourceNode& src = sources[best];
-    size_t count = 0;
-    while (src.head + count < src.pending.size() &&
-           src.pending[src.head + count].arrival == t_next &&
-           static_cast<int>(count) < options.batch_size) {
-      ++count;
-    }
-    RETURN_IF_ERROR(ApplySourceBatch(best, count));
+    RETURN_IF_ERROR(ApplyArrivalStep(best, t_next));
     RETURN_IF_ERROR(UpdateWatermarks());
     RETURN_IF_ERROR(FireTimers());
     RETURN_IF_ERROR(Commit(false));

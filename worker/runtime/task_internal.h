@@ -292,6 +292,9 @@ struct Task::Impl {
   // Moves the complete arrival steps of src.staged into src.pending.
   void MergeStaged(SourceNode& src);
   absl::Status ApplySourceBatch(int src_id, size_t count);
+  // Applies the pending records of source `src_id` that arrived at `t` (at
+  // most batch_size; none is a no-op): one step in arrival mode.
+  absl::Status ApplyArrivalStep(int src_id, int64_t t);
   absl::Status Dispatch(int node);
   // Applies `batch` to input `input` of operator `op` and dispatches its output.
   absl::Status Feed(int op, int input, const RecordBatch& batch);

@@ -45,15 +45,7 @@ absl::Status Task::ReplaySweep(ReplayPhase phase, int64_t now, int source) {
   switch (phase) {
     case ReplayPhase::kApply: {
       if (source < 0 || source >= im.S()) break;
-      SourceNode& src = im.sources[source];
-      if (!src.present || !src.has_pending() || src.pending[src.head].arrival != now) break;
-      size_t count = 0;
-      while (src.head + count < src.pending.size() &&
-             src.pending[src.head + count].arrival == now &&
-             static_cast<int>(count) < im.options.batch_size) {
-        ++count;
-      }
-      RETURN_IF_ERROR(im.ApplySourceBatch(source, count));
+      RETURN_IF_ERROR(im.ApplyArrivalStep(source, now));
       break;
     }
     case ReplayPhase::kWatermarks:
