@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -24,6 +25,8 @@
 #include "google/protobuf/util/json_util.h"
 #include "worker/agent/worker_agent.h"
 #include "worker/connectors/embedded_broker.h"
+#include "worker/exchange/exchange.h"
+#include "worker/runtime/job_runner.h"
 
 extern char** environ;  // posix_spawn: the workers inherit the environment
 
@@ -188,6 +191,13 @@ int WorkerCommand() {
   if (!ReadToken(&f.worker.token)) return 2;
   f.worker.coordinator = Address();
   f.worker.tls_ca = f.tls_ca;
+  f.worker.data_dir = f.worker_data_dir;
+  for (const std::string& p : f.worker.allowed_paths) {
+    if (!std::filesystem::path(p).is_absolute()) {
+      std::fprintf(stderr, "error: --allow-path %s: give an absolute directory\n", p.c_str());
+      return 2;
+    }
+  }
   f.worker.on_registered = [&](const std::string& id) {
     std::printf("caravela worker: id=%s coordinator=%s\n", id.c_str(),
                 f.worker.coordinator.c_str());
@@ -239,13 +249,24 @@ int LocalCommand() {
   CoordinatorOptions co;
   co.listen = f.coordinator.listen;
   co.data_dir = f.local_dir + "/coordinator";
+  // Jobs that name no Kafka cluster use this broker; it serves no
+  // CreateTopics to the worker processes, so the exchange topics are
+  // created here.
+  const std::string bootstrap = (*broker)->bootstrap();
+  co.prepare_job = [bootstrap](const JobSpec& spec, const JobPlan& plan) -> absl::Status {
+    if (!JobKafkaBootstrap(spec, "").empty()) return absl::OkStatus();
+    for (const ExchangePlan& ex : plan.exchanges) {
+      RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
+    }
+    return absl::OkStatus();
+  };
   absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(co);
   if (!c.ok()) return Fail(c.status());
   std::vector<pid_t> pids;
   for (int i = 0; i < f.local_workers; ++i) {
     const std::string data = absl::StrCat(f.local_dir, "/worker-", i);
-    std::vector<std::string> args = {"caravela",           "worker",     "--coordinator",
-                                     (*c)->grpc_address(), "--data-dir", data};
+    std::vector<std::string> args = {"caravela",   "worker", "--coordinator", (*c)->grpc_address(),
+                                     "--data-dir", data,     "--bootstrap",   bootstrap};
     std::vector<char*> argv;
     argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
@@ -287,15 +308,20 @@ void AddServiceCommands(CLI::App& app) {
   Flags& f = F();
   f.coordinator_cmd = app.add_subcommand(
       "coordinator",
-      "Run the coordinator: the gRPC JobService over a durable job store, gRPC health\n"
-      "and reflection. Prints one line with its address when ready. (Workers and the\n"
-      "HTTP dashboard arrive with the next slices of the cluster service.)");
+      "Run the coordinator: the gRPC JobService over a durable job store; places the\n"
+      "tasks of submitted jobs on workers, coordinates their checkpoints and restarts\n"
+      "them from the last one when a worker dies; gRPC health and reflection. Prints\n"
+      "one line with its address when ready. (The HTTP dashboard comes later.)");
   f.coordinator_cmd->add_option("--listen", f.coordinator.listen, "gRPC HOST:PORT (port 0: any)")
       ->capture_default_str();
   f.coordinator_cmd->add_option("--data-dir", f.coordinator.data_dir, "Job store directory")
       ->capture_default_str();
   f.coordinator_cmd->add_option("--token-file", f.token_file,
                                 "Require this bearer token on every call");
+  f.coordinator_cmd->add_option(
+      "--storage", f.coordinator.checkpoint_storage,
+      "Checkpoint storage URL every worker reaches, for jobs that name none\n"
+      "(default file://<data-dir>/checkpoints: one machine or a shared volume)");
   f.coordinator_cmd->add_option("--tls-cert", f.coordinator.tls_cert_file,
                                 "PEM certificate chain: serve TLS (with --tls-key)");
   f.coordinator_cmd->add_option("--tls-key", f.coordinator.tls_key_file, "PEM private key");
@@ -310,9 +336,9 @@ void AddServiceCommands(CLI::App& app) {
 
   f.worker_cmd = app.add_subcommand(
       "worker",
-      "Run a worker: registers with the coordinator and heartbeats within its lease\n"
-      "(registering again if it was declared dead); serves gRPC health. Prints its id\n"
-      "and address. (Running assigned tasks arrives with the next slice.)");
+      "Run a worker: registers with the coordinator, heartbeats within its lease and\n"
+      "runs the tasks the coordinator assigns it (one thread each; all of them stop when\n"
+      "the lease is lost); serves gRPC health. Prints its id and address.");
   f.worker_cmd->add_option("--coordinator", f.address,
                            "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR)");
   f.worker_cmd->add_option("--listen", f.worker.listen, "The worker's gRPC HOST:PORT (port 0: any)")
@@ -324,6 +350,12 @@ void AddServiceCommands(CLI::App& app) {
       ->capture_default_str();
   f.worker_cmd->add_option("--token-file", f.token_file,
                            "File holding the bearer token (default $CARAVELA_TOKEN)");
+  f.worker_cmd->add_option("--bootstrap", f.worker.bootstrap,
+                           "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)");
+  f.worker_cmd->add_option(
+      "--allow-path", f.worker.allowed_paths,
+      "An absolute directory jobs may read and write files in (repeatable; default: the\n"
+      "data directory). Relative paths of a job are resolved against <data-dir>/<job id>.");
   f.worker_cmd->add_option("--tls-ca", f.tls_ca,
                            "PEM file of the roots to trust: talk TLS to the coordinator");
   f.local = app.add_subcommand(

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "common/time_util.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_store.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/worker_registry.h"
 #include "coordinator/worker_service.h"
 #include "proto/grpc_support.h"
@@ -26,17 +28,18 @@ struct Coordinator::Impl {
   SystemClock clock;
   std::unique_ptr<JobServiceImpl> jobs;
   std::unique_ptr<WorkerRegistry> workers;
+  std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<WorkerServiceImpl> worker_service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
   std::atomic<bool> stop{false};
-  std::thread expirer;  // declares silent workers dead
+  std::thread ticker;  // Scheduler::Tick every 50 ms
 };
 
 Coordinator::~Coordinator() {
   if (impl_ == nullptr) return;
   impl_->stop = true;
-  if (impl_->expirer.joinable()) impl_->expirer.join();
+  if (impl_->ticker.joinable()) impl_->ticker.join();
   if (impl_->server != nullptr) impl_->server->Shutdown();
 }
 
@@ -46,10 +49,19 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   Impl& im = *c->impl_;
   im.options = options;
   ASSIGN_OR_RETURN(im.store, JobStore::Open(options.data_dir + "/jobs"));
-  im.jobs = std::make_unique<JobServiceImpl>(im.store.get(), options.token, &im.clock,
-                                             options.allowed_paths);
   im.workers = std::make_unique<WorkerRegistry>(&im.clock, options.worker_timeout_ms);
-  im.worker_service = std::make_unique<WorkerServiceImpl>(im.workers.get(), options.token);
+  SchedulerOptions so;
+  so.checkpoint_storage = options.checkpoint_storage;
+  so.prepare_job = options.prepare_job;
+  if (so.checkpoint_storage.empty()) {
+    so.checkpoint_storage =
+        "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
+  }
+  im.scheduler = std::make_unique<Scheduler>(im.store.get(), im.workers.get(), &im.clock, so);
+  im.jobs = std::make_unique<JobServiceImpl>(im.store.get(), options.token, &im.clock,
+                                             options.allowed_paths, im.scheduler.get());
+  im.worker_service =
+      std::make_unique<WorkerServiceImpl>(im.workers.get(), options.token, im.scheduler.get());
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
@@ -59,13 +71,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                                                       options.max_message_bytes));
   im.server = std::move(server.server);
   im.address = std::move(server.address);
-  im.expirer = std::thread([&im] {
+  im.ticker = std::thread([&im] {
     while (!im.stop.load()) {
-      for (const std::string& id : im.workers->ExpireSilent()) {
-        SubsystemLogger("coordinator")
-            ->warn("worker {} is dead: no heartbeat for {} ms", id, im.options.worker_timeout_ms);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      im.scheduler->Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
   return c;

@@ -1,16 +1,20 @@
 // Coordinator: the process `caravela coordinator` runs (SPEC §8 "Services").
-// Today: the gRPC JobService over a durable JobStore in its data dir, the
-// WorkerService (registration, heartbeats, leases; a thread declares silent
-// workers dead), the standard gRPC health service (grpc.health.v1, SERVING
-// once started) and server reflection, so grpc_cli/grpcurl-style tools and
-// Kubernetes gRPC probes work. Assignment of tasks to workers and the HTTP
-// dashboard come with the next slices (coordinator/README.md).
+// The gRPC JobService over a durable JobStore in its data dir, the
+// WorkerService (registration, heartbeats with task reports and
+// assignments, leases), the Scheduler that places tasks on workers and
+// coordinates checkpoints (a thread ticks it), the standard gRPC health
+// service (grpc.health.v1, SERVING once started) and server reflection, so
+// grpc_cli/grpcurl-style tools and Kubernetes gRPC probes work. The HTTP
+// dashboard comes with a later slice (coordinator/README.md).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/job_plan.h"
+#include "common/job_spec.h"
 #include "common/status.h"
 
 namespace caravela {
@@ -25,6 +29,11 @@ struct CoordinatorOptions {
   // Absolute directories submitted jobs may name files in (besides paths
   // relative to a worker's data dir); CheckAllowedPaths.
   std::vector<std::string> allowed_paths;
+  // Checkpoint storage URL every worker reaches, for jobs that name none;
+  // empty: file://<data_dir>/checkpoints (one machine, or a shared volume).
+  std::string checkpoint_storage;
+  // See SchedulerOptions::prepare_job.
+  std::function<absl::Status(const JobSpec&, const JobPlan&)> prepare_job;
   // TLS (PEM files); both empty: plaintext.
   std::string tls_cert_file, tls_key_file;
 };

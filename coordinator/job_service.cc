@@ -23,11 +23,12 @@ std::shared_ptr<spdlog::logger> Log() {
 }  // namespace
 
 JobServiceImpl::JobServiceImpl(JobStore* store, std::string token, const Clock* clock,
-                               std::vector<std::string> allowed_paths)
+                               std::vector<std::string> allowed_paths, Scheduler* scheduler)
     : store_(store),
       token_(std::move(token)),
       clock_(clock),
-      allowed_paths_(std::move(allowed_paths)) {}
+      allowed_paths_(std::move(allowed_paths)),
+      scheduler_(scheduler) {}
 
 grpc::Status JobServiceImpl::Authorize(const grpc::ServerContext& context) const {
   return CheckToken(context, token_);
@@ -72,7 +73,14 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   job.set_updated_at_ms(job.submitted_at_ms());
   job.set_stages(static_cast<int32_t>(plan->stages.size()));
   job.set_exchanges(static_cast<int32_t>(plan->exchanges.size()));
-  if (absl::Status st = store_->Put(job); !st.ok()) return ToGrpc(st);
+  if (absl::Status st = scheduler_ != nullptr ? scheduler_->Submit(job) : store_->Put(job);
+      !st.ok()) {
+    if (absl::IsFailedPrecondition(st)) {
+      add_error("metadata.name", std::string(st.message()));
+      return grpc::Status::OK;
+    }
+    return ToGrpc(st);
+  }
   Log()->info("job {} submitted (parallelism {}, {} tasks in {} stages)", job.id(), parallelism,
               plan->total_tasks(), plan->stages.size());
   response->set_job_id(job.id());
@@ -85,6 +93,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const v1::GetJ
   absl::StatusOr<v1::Job> job = store_->Get(request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   *response = std::move(*job);
+  if (scheduler_ != nullptr) scheduler_->FillLive(response);
   return grpc::Status::OK;
 }
 
@@ -96,6 +105,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
   if (!jobs.ok()) return ToGrpc(jobs.status());
   for (v1::Job& j : *jobs) {
     j.clear_yaml();  // the listing stays small; GetJob has it
+    if (scheduler_ != nullptr) scheduler_->FillLive(&j);
     *response->add_jobs() = std::move(j);
   }
   return grpc::Status::OK;
@@ -104,6 +114,12 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        const v1::CancelJobRequest* request, v1::Job* response) {
   if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  if (scheduler_ != nullptr) {
+    absl::StatusOr<v1::Job> job = scheduler_->Cancel(request->job_id(), "canceled by a user");
+    if (!job.ok()) return ToGrpc(job.status());
+    *response = std::move(*job);
+    return grpc::Status::OK;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<v1::Job> job = store_->Get(request->job_id());
   if (!job.ok()) return ToGrpc(job.status());

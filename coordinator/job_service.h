@@ -1,9 +1,8 @@
 // JobService (proto/caravela/v1/job.proto) over the JobStore: validates
 // submitted YAML with the same parser and planner as `caravela validate` /
-// `caravela plan` and stores valid jobs as SUBMITTED. Scheduling them on
-// workers is the next slice of the cluster issue: until then a job stays
-// SUBMITTED until canceled, and StopJobWithSavepoint / RescaleJob answer
-// UNIMPLEMENTED.
+// `caravela plan` and stores valid jobs as SUBMITTED; the Scheduler runs
+// them on workers and adds the live task statuses to GetJob / ListJobs.
+// StopJobWithSavepoint / RescaleJob answer UNIMPLEMENTED (a later slice).
 #pragma once
 
 #include <memory>
@@ -14,6 +13,7 @@
 #include "caravela/v1/job.grpc.pb.h"
 #include "common/time_util.h"
 #include "coordinator/job_store.h"
+#include "coordinator/scheduler.h"
 
 namespace caravela {
 
@@ -23,8 +23,10 @@ class JobServiceImpl final : public v1::JobService::Service {
   // call (UNAUTHENTICATED before anything else). `clock` stamps jobs.
   // `allowed_paths`: absolute directories a job's files may lie in (besides
   // paths relative to the worker's data dir); see CheckAllowedPaths.
+  // `scheduler` (may be null in tests: jobs are only stored) admits,
+  // cancels and reports live state.
   JobServiceImpl(JobStore* store, std::string token, const Clock* clock,
-                 std::vector<std::string> allowed_paths = {});
+                 std::vector<std::string> allowed_paths = {}, Scheduler* scheduler = nullptr);
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -47,6 +49,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   std::string token_;
   const Clock* clock_;
   std::vector<std::string> allowed_paths_;
+  Scheduler* scheduler_;
   std::mutex mu_;  // serializes read-modify-write of a job
 };
 

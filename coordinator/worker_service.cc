@@ -8,8 +8,9 @@
 
 namespace caravela {
 
-WorkerServiceImpl::WorkerServiceImpl(WorkerRegistry* registry, std::string token)
-    : registry_(registry), token_(std::move(token)) {}
+WorkerServiceImpl::WorkerServiceImpl(WorkerRegistry* registry, std::string token,
+                                     Scheduler* scheduler)
+    : registry_(registry), token_(std::move(token)), scheduler_(scheduler) {}
 
 grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
                                          const v1::RegisterRequest* request,
@@ -32,6 +33,9 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
   if (grpc::Status a = CheckToken(*context, token_); !a.ok()) return a;
   response->set_unknown_worker(!registry_->Heartbeat(*request));
   response->set_lease_ms(registry_->lease_ms());
+  if (!response->unknown_worker() && scheduler_ != nullptr) {
+    scheduler_->OnHeartbeat(*request, response);
+  }
   return grpc::Status::OK;
 }
 

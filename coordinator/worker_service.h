@@ -1,17 +1,21 @@
 // WorkerService (proto/caravela/v1/worker.proto) over the WorkerRegistry:
-// registration, heartbeats (leases), the listing `caravela workers` shows.
+// registration, heartbeats (leases; task reports up, assignments down), the
+// listing `caravela workers` shows.
 #pragma once
 
 #include <string>
 
 #include "caravela/v1/worker.grpc.pb.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/worker_registry.h"
 
 namespace caravela {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  WorkerServiceImpl(WorkerRegistry* registry, std::string token);
+  // `scheduler` (may be null in tests) takes task reports and answers
+  // assignments in heartbeats.
+  WorkerServiceImpl(WorkerRegistry* registry, std::string token, Scheduler* scheduler = nullptr);
 
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override;
@@ -23,6 +27,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
  private:
   WorkerRegistry* registry_;
   std::string token_;
+  Scheduler* scheduler_;
 };
 
 }  // namespace caravela

@@ -6,13 +6,18 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "caravela/v1/worker.grpc.pb.h"
 #include "common/logging.h"
+#include "worker/runtime/job_part.h"
+#include "worker/runtime/metrics.h"
+#include "worker/state/state_backend.h"
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 
@@ -39,6 +44,113 @@ struct WorkerAgent::Impl {
   std::atomic<int> registrations{0};
   std::atomic<bool> stop{false};
   std::thread heartbeats;
+  // Running parts by job id (heartbeat thread only, counted in `tasks`).
+  std::map<std::string, std::unique_ptr<JobPart>> parts;
+  std::map<std::string, int64_t> max_epoch;  // highest epoch run per job
+  std::atomic<int> tasks{0};
+  MetricsRegistry metrics;
+  std::shared_ptr<StateMemoryBudget> budget =
+      NewStateMemoryBudget(kStateBlockCacheBytes, kStateWriteBufferBytes);
+
+  void StopParts(const std::string& why) {
+    for (auto& [id, part] : parts) {
+      Log()->warn("stopping job {} epoch {}: {}", id, part->epoch(), why);
+      part->Stop();
+    }
+    parts.clear();
+    tasks = 0;
+  }
+
+  static v1::TaskPhase ToProto(JobPart::Phase p) {
+    switch (p) {
+      case JobPart::Phase::kPreparing:
+        return v1::TASK_PREPARING;
+      case JobPart::Phase::kReady:
+        return v1::TASK_READY;
+      case JobPart::Phase::kRunning:
+        return v1::TASK_RUNNING;
+      case JobPart::Phase::kDrained:
+        return v1::TASK_DRAINED;
+      case JobPart::Phase::kDone:
+        return v1::TASK_DONE;
+      case JobPart::Phase::kFailed:
+        return v1::TASK_FAILED;
+    }
+    return v1::TASK_PHASE_UNSPECIFIED;
+  }
+
+  void Report(v1::HeartbeatRequest* request) const {
+    int n = 0;
+    for (const auto& [id, part] : parts) {
+      for (const JobPart::TaskState& s : part->States()) {
+        v1::TaskReport* r = request->add_tasks();
+        r->set_job_id(id);
+        r->set_epoch(part->epoch());
+        r->set_task(s.task);
+        r->set_phase(ToProto(s.phase));
+        r->set_stored_checkpoint(s.stored_checkpoint);
+        r->set_next_checkpoint(s.next_checkpoint);
+        r->set_error(s.error);
+        r->set_records_in(s.records_in);
+        r->set_records_out(s.records_out);
+        r->set_watermark_ms(s.watermark_ms);
+        ++n;
+      }
+    }
+    request->set_running_tasks(n);
+  }
+
+  // Runs exactly what `response` assigns.
+  void Apply(const v1::HeartbeatResponse& response) {
+    std::map<std::string, const v1::Assignment*> assigned;
+    for (const v1::Assignment& a : response.assignments()) assigned[a.job_id()] = &a;
+    for (auto it = parts.begin(); it != parts.end();) {
+      auto a = assigned.find(it->first);
+      if (a == assigned.end() || a->second->epoch() != it->second->epoch()) {
+        Log()->info("stopping job {} epoch {}: {}", it->first, it->second->epoch(),
+                    a == assigned.end() ? "no longer assigned here"
+                                        : absl::StrCat("epoch ", a->second->epoch(), " begins"));
+        it->second->Stop();
+        it = parts.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& [id, a] : assigned) {
+      auto it = parts.find(id);
+      if (it == parts.end()) {
+        int64_t& seen = max_epoch[id];
+        if (a->epoch() < seen) {
+          Log()->warn("refusing job {} epoch {}: epoch {} ran here already", id, a->epoch(), seen);
+          continue;
+        }
+        seen = a->epoch();
+        JobPartOptions po;
+        po.job_id = id;
+        po.yaml = a->yaml();
+        po.epoch = a->epoch();
+        po.parallelism = a->parallelism();
+        po.tasks.assign(a->tasks().begin(), a->tasks().end());
+        po.restore_checkpoint = a->restore_checkpoint();
+        po.checkpoint_storage = a->checkpoint_storage();
+        po.allowed_paths = options.allowed_paths;
+        RunOptions ro;
+        ro.data_dir = options.data_dir;
+        ro.embedded_bootstrap = options.bootstrap;
+        ro.state_budget = budget;
+        Log()->info("job {} epoch {}: preparing tasks {} (restore checkpoint {})", id, a->epoch(),
+                    absl::StrJoin(po.tasks, ","), a->restore_checkpoint());
+        it = parts.emplace(id, JobPart::Start(std::move(po), std::move(ro), &metrics)).first;
+      }
+      JobPart& part = *it->second;
+      if (a->start()) part.Run();
+      part.Signal(a->trigger_checkpoint(), a->stop_at_trigger(), a->completed_checkpoint(),
+                  a->finish());
+    }
+    int n = 0;
+    for (const v1::Assignment& a : response.assignments()) n += a.tasks_size();
+    tasks = n;
+  }
 
   void Prepare(grpc::ClientContext* c, int timeout_ms) const {
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
@@ -79,18 +191,21 @@ struct WorkerAgent::Impl {
         lease = lease_ms;
         id = worker_id;
       }
-      const auto period = std::chrono::milliseconds(std::max<int64_t>(lease / 4, 25));
+      const auto period = std::chrono::milliseconds(
+          std::max<int64_t>(std::min<int64_t>(lease / 4, options.heartbeat_ms), 10));
       for (auto until = SteadyClock::now() + period; SteadyClock::now() < until && !stop.load();) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       if (stop.load()) break;
       if (!lease_lost && SteadyClock::now() - last_ok > std::chrono::milliseconds(lease)) {
         // Paused, or cut off: the coordinator has given this id up by now.
         lease_lost = true;
         Log()->warn("no heartbeat got through for {} ms: lease of {} lost", lease, id);
+        StopParts("lease lost");
       }
       v1::HeartbeatRequest request;
       request.set_worker_id(id);
+      Report(&request);
       v1::HeartbeatResponse response;
       grpc::ClientContext context;
       Prepare(&context, static_cast<int>(std::max<int64_t>(lease / 2, 50)));
@@ -98,12 +213,14 @@ struct WorkerAgent::Impl {
       if (st.ok() && !response.unknown_worker()) {
         last_ok = SteadyClock::now();
         lease_lost = false;
+        Apply(response);
         continue;
       }
       if (st.ok() && response.unknown_worker()) {
         // Declared dead (or the coordinator restarted): whatever this id
         // owned is gone; start over under a new one.
         Log()->warn("the coordinator does not know {} any more: registering again", id);
+        StopParts("the coordinator does not know this worker any more");
         if (grpc::Status r = Register(); r.ok()) last_ok = SteadyClock::now();
         continue;
       }
@@ -111,6 +228,7 @@ struct WorkerAgent::Impl {
         lease_lost = true;
         Log()->warn("no heartbeat got through for {} ms: lease of {} lost ({})", lease, id,
                     st.error_message());
+        StopParts("lease lost");
       }
     }
   }
@@ -122,6 +240,7 @@ void WorkerAgent::Stop() {
   if (impl_ == nullptr) return;
   impl_->stop = true;
   if (impl_->heartbeats.joinable()) impl_->heartbeats.join();
+  impl_->StopParts("the worker stops");
   if (impl_->server != nullptr) impl_->server->Shutdown();
 }
 
@@ -133,6 +252,8 @@ std::string WorkerAgent::worker_id() const {
 const std::string& WorkerAgent::address() const { return impl_->address; }
 
 int WorkerAgent::registrations() const { return impl_->registrations.load(); }
+
+int WorkerAgent::task_count() const { return impl_->tasks.load(); }
 
 absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgentOptions& options,
                                                                 int register_timeout_ms) {

@@ -3,15 +3,22 @@
 // heartbeats within the lease the coordinator grants. When the coordinator
 // answers that it does not know the worker (it was declared dead, or the
 // coordinator restarted), the agent registers again under a new id; when no
-// heartbeat got through for a whole lease, the lease is lost (the tasks it
-// will run must stop then: a paused or partitioned worker cannot keep
-// writing). Running assigned tasks is the next slice of the cluster issue.
+// heartbeat got through for a whole lease, the lease is lost and every task
+// stops (a paused or partitioned worker cannot keep writing).
+//
+// Tasks: each heartbeat reports the worker's tasks (worker/runtime/job_part.h)
+// and its answer is the whole assignment: the agent starts a JobPart per
+// assigned (job, epoch), stops parts of another epoch or of jobs no longer
+// assigned, refuses an epoch older than one it ran, lets a part run once the
+// coordinator starts the epoch and forwards the checkpoint signals.
+// Heartbeats come every `heartbeat_ms` (at most a quarter of the lease).
 // Thread-safe accessors; one heartbeat thread.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -23,6 +30,12 @@ struct WorkerAgentOptions {
   int slots = 1;
   std::string token;   // bearer token for the coordinator, empty for none
   std::string tls_ca;  // PEM roots to reach the coordinator over TLS; empty: plaintext
+  std::string data_dir = "caravela-worker";  // task state: <data_dir>/<job id>/task-<n>
+  // Kafka cluster for jobs that name none (exchanges, sources, sinks).
+  std::string bootstrap;
+  // Directories submitted jobs may name files in; empty: the data dir.
+  std::vector<std::string> allowed_paths;
+  int heartbeat_ms = 100;
   // Called (on the heartbeat thread) with each id the worker registers under.
   std::function<void(const std::string& worker_id)> on_registered;
 };
@@ -38,6 +51,8 @@ class WorkerAgent {
   const std::string& address() const;
   // Registrations so far (1 after Start; more after leases were lost).
   int registrations() const;
+  // Tasks this worker holds now (any phase).
+  int task_count() const;
   void Stop();
 
   struct Impl;

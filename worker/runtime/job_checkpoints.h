@@ -55,6 +55,8 @@ class JobCheckpoints {
     return true;
   }
   void Complete(int64_t id) { completed_.store(id); }
+  int64_t stored(int task) const { return stored_[task].load(); }
+  bool drained(int task) const { return drained_[task].load(); }
   void Finish() { finish_.store(true); }
   // First error of any task (the coordinator stops the job).
   absl::Status error() const {

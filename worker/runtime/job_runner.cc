@@ -79,6 +79,18 @@ struct JobRunner::Impl {
 
 JobRunner::~JobRunner() = default;
 
+std::string JobKafkaBootstrap(const JobSpec& spec, const std::string& embedded_bootstrap) {
+  for (const SourceSpec& ss : spec.sources) {
+    if (ss.kind == SourceSpec::Kind::kKafka && !ss.kafka.bootstrap.empty()) {
+      return ss.kafka.bootstrap;
+    }
+  }
+  for (const SinkSpec& ss : spec.sinks) {
+    if (ss.kind == SinkSpec::Kind::kKafka && !ss.bootstrap.empty()) return ss.bootstrap;
+  }
+  return embedded_bootstrap;
+}
+
 absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
                                                        const std::string& embedded_bootstrap) {
   SourcePartitions out;
@@ -148,13 +160,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   const bool kafka_exchange = options.exchange == RunOptions::Exchange::kKafka && !im.replay;
   std::string bootstrap;
   if (kafka_exchange) {
-    for (const SourceSpec& ss : spec.sources) {
-      if (bootstrap.empty() && ss.kind == SourceSpec::Kind::kKafka) bootstrap = ss.kafka.bootstrap;
-    }
-    for (const SinkSpec& ss : spec.sinks) {
-      if (bootstrap.empty() && ss.kind == SinkSpec::Kind::kKafka) bootstrap = ss.bootstrap;
-    }
-    if (bootstrap.empty()) bootstrap = options.embedded_bootstrap;
+    bootstrap = JobKafkaBootstrap(spec, options.embedded_bootstrap);
     if (bootstrap.empty()) {
       ASSIGN_OR_RETURN(im.broker, EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions));
       bootstrap = im.broker->bootstrap();

@@ -66,4 +66,8 @@ class JobRunner {
 absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
                                                        const std::string& embedded_bootstrap);
 
+// The Kafka cluster that carries a job's exchanges: the first bootstrap its
+// sources, then its sinks, name; else `embedded_bootstrap` (may be empty).
+std::string JobKafkaBootstrap(const JobSpec& spec, const std::string& embedded_bootstrap);
+
 }  // namespace caravela

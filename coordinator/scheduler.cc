@@ -1,0 +1,359 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "common/logging.h"
+#include "coordinator/job_state.h"
+#include "spdlog/spdlog.h"
+
+namespace caravela {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() {
+  static const std::shared_ptr<spdlog::logger> log = SubsystemLogger("scheduler");
+  return log;
+}
+
+bool AtLeast(const v1::TaskReport& r, v1::TaskPhase p) {
+  return r.phase() >= p && r.phase() != v1::TASK_FAILED;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(JobStore* store, WorkerRegistry* workers, const Clock* clock,
+                     SchedulerOptions options)
+    : store_(store), workers_(workers), clock_(clock), options_(std::move(options)) {}
+
+void Scheduler::Put(const v1::Job& job) {
+  if (absl::Status st = store_->Put(job); !st.ok()) {
+    Log()->error("job {}: cannot store: {}", job.id(), std::string(st.message()));
+  }
+}
+
+absl::Status Scheduler::Submit(const v1::Job& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(std::vector<v1::Job> all, store_->List());
+  for (const v1::Job& j : all) {
+    if (j.name() == job.name() && !IsFinal(j.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a job named ", job.name(), " is ", JobStateName(j.state()),
+                       " as ", j.id(), " (jobs of one name share exchange topics): cancel it "
+                       "first, or rename this one"));
+    }
+  }
+  return store_->Put(job);
+}
+
+absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(v1::Job job, store_->Get(job_id));
+  RETURN_IF_ERROR(Transition(job, v1::CANCELED, clock_->NowMs(), message));
+  RETURN_IF_ERROR(store_->Put(job));
+  runs_.erase(job_id);
+  failures_.erase(job_id);
+  Log()->info("job {} canceled", job_id);
+  return job;
+}
+
+void Scheduler::Fail(v1::Job& job, const std::string& why) {
+  Log()->error("job {} failed: {}", job.id(), why);
+  if (Transition(job, v1::FAILED, clock_->NowMs(), why).ok()) Put(job);
+  runs_.erase(job.id());
+  failures_.erase(job.id());
+}
+
+bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why) {
+  ParseResult parsed = ParseJobSpec(job.yaml());
+  if (!parsed.ok()) {
+    Fail(job, absl::StrCat(parsed.errors[0].path, ": ", parsed.errors[0].message));
+    return false;
+  }
+  absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, job.parallelism());
+  if (!plan.ok()) {
+    Fail(job, std::string(plan.status().message()));
+    return false;
+  }
+  if (options_.prepare_job) {
+    if (absl::Status st = options_.prepare_job(parsed.spec, *plan); !st.ok()) {
+      Fail(job, std::string(st.message()));
+      return false;
+    }
+  }
+  const int total = plan->total_tasks();
+  int free = 0;
+  for (const auto& [w, n] : free_slots_) free += n;
+  if (free < total) {
+    const std::string wait = absl::StrCat("waiting for workers: ", total, " tasks, ", free,
+                                          " free slots on ", alive_.size(), " live workers");
+    if (job.state() == v1::SUBMITTED) {
+      (void)Transition(job, v1::SCHEDULING, clock_->NowMs(), wait);
+      Put(job);
+    } else if (job.message() != wait) {
+      job.set_message(wait);
+      Put(job);
+    }
+    return false;
+  }
+  // Sticky first: a task keeps a live worker with room; then the least
+  // loaded worker (most free slots, then lowest id) takes each other task.
+  std::vector<std::string> placed(static_cast<size_t>(total));
+  for (int g = 0; g < total && g < job.tasks_size(); ++g) {
+    const std::string& w = job.tasks(g).worker();
+    auto it = free_slots_.find(w);
+    if (it != free_slots_.end() && it->second > 0) {
+      placed[g] = w;
+      --it->second;
+    }
+  }
+  for (int g = 0; g < total; ++g) {
+    if (!placed[g].empty()) continue;
+    auto best = free_slots_.end();
+    for (auto it = free_slots_.begin(); it != free_slots_.end(); ++it) {
+      if (it->second > 0 && (best == free_slots_.end() || it->second > best->second)) best = it;
+    }
+    placed[g] = best->first;
+    --best->second;
+  }
+  // A new epoch, above every epoch of a job of this name.
+  int64_t epoch = job.epoch();
+  for (const v1::Job& j : all) {
+    if (j.name() == job.name()) epoch = std::max(epoch, j.epoch());
+  }
+  ++epoch;
+  JobRun run;
+  run.epoch = epoch;
+  run.yaml = job.yaml();
+  run.parallelism = job.parallelism();
+  run.restore = job.last_checkpoint();
+  run.interval_ms = parsed.spec.checkpoint.interval;
+  job.clear_tasks();
+  int g = 0;
+  for (const StagePlan& st : plan->stages) {
+    for (int i = 0; i < st.tasks; ++i, ++g) {
+      v1::TaskStatus* ts = job.add_tasks();
+      ts->set_stage(st.id);
+      ts->set_index(i);
+      ts->set_worker(placed[g]);
+      ts->set_state("ASSIGNED");
+      TaskSlot slot;
+      slot.worker = placed[g];
+      slot.stage = st.id;
+      slot.index = i;
+      run.tasks.push_back(std::move(slot));
+    }
+  }
+  job.set_epoch(epoch);
+  job.set_stages(static_cast<int32_t>(plan->stages.size()));
+  job.set_exchanges(static_cast<int32_t>(plan->exchanges.size()));
+  if (job.state() == v1::SUBMITTED) (void)Transition(job, v1::SCHEDULING, clock_->NowMs());
+  job.set_message(why);
+  Put(job);
+  runs_[job.id()] = std::move(run);
+  std::map<std::string, int> per_worker;
+  for (const std::string& w : placed) ++per_worker[w];
+  std::string where;
+  for (const auto& [w, n] : per_worker) absl::StrAppend(&where, where.empty() ? "" : ", ", w, ":", n);
+  Log()->info("job {} epoch {}: {} tasks on {} ({}), restoring checkpoint {}{}", job.id(), epoch,
+              total, per_worker.size() == 1 ? "1 worker" : absl::StrCat(per_worker.size(), " workers"),
+              where, job.last_checkpoint(), why.empty() ? "" : absl::StrCat(" — ", why));
+  return true;
+}
+
+void Scheduler::Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why) {
+  Log()->warn("job {} epoch {}: {}; restoring checkpoint {} with a new epoch", job.id(),
+              job.epoch(), why, job.last_checkpoint());
+  // The lost run's slots are free again for this placement.
+  auto it = runs_.find(job.id());
+  if (it != runs_.end()) {
+    for (const TaskSlot& t : it->second.tasks) {
+      auto f = free_slots_.find(t.worker);
+      if (f != free_slots_.end()) ++f->second;
+    }
+    runs_.erase(it);
+  }
+  if (job.state() == v1::RUNNING) (void)Transition(job, v1::RECOVERING, clock_->NowMs(), why);
+  if (!Place(job, all, why)) Put(job);
+}
+
+void Scheduler::Advance(v1::Job& job, JobRun& run) {
+  const int64_t now = clock_->NowMs();
+  auto all_tasks = [&](auto pred) {
+    return std::all_of(run.tasks.begin(), run.tasks.end(),
+                       [&](const TaskSlot& t) { return t.reported && pred(t.report); });
+  };
+  if (!run.started) {
+    if (!all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_READY); })) return;
+    run.started = true;
+    run.next_id = run.restore + 1;
+    for (const TaskSlot& t : run.tasks) {
+      run.next_id = std::max(run.next_id, t.report.next_checkpoint());
+    }
+    run.next_trigger_at = now + run.interval_ms;
+    (void)Transition(job, v1::RUNNING, now, "");
+    job.clear_message();
+    Put(job);
+    Log()->info("job {} epoch {} running: every task is ready", job.id(), run.epoch);
+    return;
+  }
+  if (run.in_flight > 0 &&
+      all_tasks([&](const v1::TaskReport& r) { return r.stored_checkpoint() >= run.in_flight; })) {
+    // The commit point: recorded (synced) before any worker hears of it.
+    job.set_last_checkpoint(run.in_flight);
+    Put(job);
+    run.completed = run.in_flight;
+    failures_.erase(job.id());
+    if (run.stop_at) run.finish = true;
+    Log()->debug("job {} checkpoint {} complete", job.id(), run.in_flight);
+    run.in_flight = 0;
+  }
+  if (run.in_flight == 0 && !run.finishing) {
+    const bool end = all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
+    if (run.interval_ms > 0 && (end || now >= run.next_trigger_at)) {
+      run.in_flight = run.next_id++;
+      run.stop_at = end;
+      run.finishing = end;
+      run.next_trigger_at = now + run.interval_ms;
+    } else if (run.interval_ms <= 0 && end) {
+      run.finish = true;
+      run.finishing = true;
+    }
+  }
+  if (run.finish && all_tasks([](const v1::TaskReport& r) { return r.phase() == v1::TASK_DONE; })) {
+    (void)Transition(job, v1::FINISHED, now, "");
+    Put(job);
+    Log()->info("job {} finished (last checkpoint {})", job.id(), job.last_checkpoint());
+    runs_.erase(job.id());
+    failures_.erase(job.id());
+  }
+}
+
+void Scheduler::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : workers_->ExpireSilent()) {
+    Log()->warn("worker {} is dead: no heartbeat for {} ms", id, workers_->lease_ms());
+  }
+  alive_.clear();
+  free_slots_.clear();
+  for (const v1::WorkerInfo& w : workers_->List()) {
+    if (w.state() != v1::ALIVE) continue;
+    alive_.insert(w.id());
+    free_slots_[w.id()] = w.slots();
+  }
+  for (const auto& [id, run] : runs_) {
+    for (const TaskSlot& t : run.tasks) {
+      auto it = free_slots_.find(t.worker);
+      if (it != free_slots_.end()) --it->second;
+    }
+  }
+  absl::StatusOr<std::vector<v1::Job>> all = store_->List();
+  if (!all.ok()) {
+    Log()->error("cannot list jobs: {}", std::string(all.status().message()));
+    return;
+  }
+  for (v1::Job& job : *all) {
+    if (IsFinal(job.state())) continue;
+    auto it = runs_.find(job.id());
+    if (it == runs_.end()) {
+      // New, waiting for slots, or running before this coordinator started.
+      std::string why = job.message();
+      if (job.state() == v1::RUNNING) {
+        why = "coordinator restarted";
+        (void)Transition(job, v1::RECOVERING, clock_->NowMs(), why);
+      }
+      Place(job, *all, why);
+      continue;
+    }
+    JobRun& run = it->second;
+    std::string lost;
+    for (const TaskSlot& t : run.tasks) {
+      if (alive_.count(t.worker) == 0) {
+        lost = absl::StrCat("worker ", t.worker, " lost");
+        break;
+      }
+    }
+    if (!lost.empty()) {
+      Recover(job, *all, lost);
+      continue;
+    }
+    std::string failed;
+    for (size_t g = 0; g < run.tasks.size(); ++g) {
+      const TaskSlot& t = run.tasks[g];
+      if (!t.reported || t.report.phase() != v1::TASK_FAILED) continue;
+      // The task that failed first, not those it stopped.
+      if (failed.empty() || t.report.error().find("another task") == std::string::npos) {
+        failed = absl::StrCat("task ", g, " on ", t.worker, " failed: ", t.report.error());
+      }
+    }
+    if (!failed.empty()) {
+      if (++failures_[job.id()] > options_.max_restarts) {
+        Fail(job, absl::StrCat(failed, " (", options_.max_restarts,
+                               " restarts without a completed checkpoint)"));
+      } else {
+        Recover(job, *all, failed);
+      }
+      continue;
+    }
+    Advance(job, run);
+  }
+}
+
+void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request,
+                            v1::HeartbeatResponse* response) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string& worker = request.worker_id();
+  for (const v1::TaskReport& r : request.tasks()) {
+    auto it = runs_.find(r.job_id());
+    if (it == runs_.end() || it->second.epoch != r.epoch()) continue;
+    if (r.task() < 0 || r.task() >= static_cast<int>(it->second.tasks.size())) continue;
+    TaskSlot& slot = it->second.tasks[r.task()];
+    if (slot.worker != worker) continue;
+    slot.report = r;
+    slot.reported = true;
+  }
+  for (const auto& [id, run] : runs_) {
+    v1::Assignment* a = nullptr;
+    for (size_t g = 0; g < run.tasks.size(); ++g) {
+      if (run.tasks[g].worker != worker) continue;
+      if (a == nullptr) {
+        a = response->add_assignments();
+        a->set_job_id(id);
+        a->set_epoch(run.epoch);
+        a->set_yaml(run.yaml);
+        a->set_parallelism(run.parallelism);
+        a->set_restore_checkpoint(run.restore);
+        a->set_checkpoint_storage(options_.checkpoint_storage);
+        a->set_start(run.started);
+        a->set_trigger_checkpoint(run.in_flight > 0 ? run.in_flight : run.completed);
+        a->set_stop_at_trigger(run.stop_at);
+        a->set_completed_checkpoint(run.completed);
+        a->set_finish(run.finish);
+      }
+      a->add_tasks(static_cast<int32_t>(g));
+    }
+  }
+}
+
+void Scheduler::FillLive(v1::Job* job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = runs_.find(job->id());
+  if (it == runs_.end()) return;
+  const JobRun& run = it->second;
+  for (int g = 0; g < job->tasks_size() && g < static_cast<int>(run.tasks.size()); ++g) {
+    const TaskSlot& t = run.tasks[g];
+    v1::TaskStatus* ts = job->mutable_tasks(g);
+    ts->set_worker(t.worker);
+    if (!t.reported) continue;
+    ts->set_state(v1::TaskPhase_Name(t.report.phase()));
+    ts->set_watermark_ms(t.report.watermark_ms());
+    ts->set_last_checkpoint(t.report.stored_checkpoint());
+    ts->set_records_in(t.report.records_in());
+    ts->set_records_out(t.report.records_out());
+    ts->set_error(t.report.error());
+  }
+}
+
+}  // namespace caravela

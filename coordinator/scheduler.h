@@ -1,0 +1,125 @@
+// Scheduler: the coordinator's side of running jobs (SPEC §8 "Services"), in
+// one place: it moves jobs through the state machine (job_state.h) after
+// SUBMITTED, places their tasks on workers and coordinates each job's
+// checkpoints, as JobRunner does for the tasks of one process.
+//
+//  * Placement: every task of a job's plan gets a slot on an ALIVE worker;
+//    balanced (the least loaded worker first) and sticky (a task stays on
+//    its worker across epochs while that worker lives and has room). A job
+//    waits in SCHEDULING while the workers lack slots.
+//  * Epochs: each placement is a new epoch of the job (above every epoch any
+//    job of the same name had: they share exchange topics), restoring the
+//    job's last complete checkpoint. Workers run exactly what the latest
+//    heartbeat answer assigns them (worker.proto Assignment).
+//  * Start: once every task of the epoch reports READY (its exchange readers
+//    are open), the epoch starts (RUNNING).
+//  * Checkpoints: every spec.checkpoint.interval the scheduler triggers
+//    checkpoint n; when every task reported n stored, n is recorded in the
+//    job store (synced: the commit point) and announced complete, and sinks
+//    publish it. When every task drained its bounded input, the last
+//    checkpoint stops the job; FINISHED once every task returned.
+//  * Recovery: a dead worker holding tasks of the job, or a failed task,
+//    starts a new epoch from the last complete checkpoint (RECOVERING, then
+//    RUNNING); after `max_restarts` failures in a row without a completed
+//    checkpoint the job is FAILED with the first error.
+//  * A coordinator restart loses the in-memory part: jobs that were running
+//    are placed again with a new epoch from their last complete checkpoint.
+//
+// Threading: thread-safe; Tick() runs on the coordinator's thread, the
+// other calls on gRPC threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "caravela/v1/job.pb.h"
+#include "caravela/v1/worker.pb.h"
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "common/time_util.h"
+#include "coordinator/job_store.h"
+#include "coordinator/worker_registry.h"
+
+namespace caravela {
+
+struct SchedulerOptions {
+  // Checkpoint storage URL (shared by every worker) for jobs naming none.
+  std::string checkpoint_storage;
+  // Failures in a row, without a checkpoint completing between them, before
+  // a job is FAILED.
+  int max_restarts = 3;
+  // Called at each placement before workers hear of it, e.g. to create the
+  // job's exchange topics where workers cannot (`caravela local`: its
+  // embedded broker serves no CreateTopics to other processes). An error
+  // fails the job. Null: the workers create the topics.
+  std::function<absl::Status(const JobSpec&, const JobPlan&)> prepare_job;
+};
+
+class Scheduler {
+ public:
+  Scheduler(JobStore* store, WorkerRegistry* workers, const Clock* clock,
+            SchedulerOptions options);
+
+  // Stores a new job (SUBMITTED); FailedPrecondition if a job of the same
+  // name has not ended (they would share exchange topics).
+  absl::Status Submit(const v1::Job& job);
+  // CANCELED (FailedPrecondition for a job that ended); its workers stop its
+  // tasks at their next heartbeat.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& message);
+  // One round of the rules above; the coordinator calls it every ~50 ms.
+  void Tick();
+  // Takes the worker's task reports and answers its assignments.
+  void OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response);
+  // Fills the live part of `job` (per task: worker, phase, watermark, ...).
+  void FillLive(v1::Job* job) const;
+
+ private:
+  struct TaskSlot {
+    std::string worker;
+    int stage = 0;
+    int index = 0;
+    bool reported = false;
+    v1::TaskReport report;
+  };
+  struct JobRun {
+    int64_t epoch = 0;
+    std::string yaml;
+    int parallelism = 1;
+    int64_t restore = 0;
+    int64_t interval_ms = 0;
+    std::vector<TaskSlot> tasks;
+    bool started = false;
+    int64_t next_id = 1;
+    int64_t in_flight = 0;
+    bool stop_at = false;
+    int64_t next_trigger_at = 0;
+    int64_t completed = 0;
+    bool finishing = false;
+    bool finish = false;
+  };
+
+  // Places the job's tasks for a new epoch (false: not enough slots).
+  bool Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
+  void Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
+  void Advance(v1::Job& job, JobRun& run);
+  void Fail(v1::Job& job, const std::string& why);
+  void Put(const v1::Job& job);
+
+  JobStore* store_;
+  WorkerRegistry* workers_;
+  const Clock* clock_;
+  SchedulerOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, JobRun> runs_;      // by job id
+  std::map<std::string, int> failures_;     // by job id, since the last completed checkpoint
+  std::set<std::string> alive_;             // this round's ALIVE workers
+  std::map<std::string, int> free_slots_;   // this round's free slots per ALIVE worker
+};
+
+}  // namespace caravela

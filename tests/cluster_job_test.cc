@@ -1,0 +1,225 @@
+// Jobs on a cluster of processes (SPEC §8 "Services"): a broker, a
+// coordinator and three worker processes on loopback; a job with two
+// exchanges submitted over gRPC runs as 9 tasks spread over the workers
+// (exchanges through Kafka topics, checkpoints coordinated by the
+// coordinator in shared storage) and its FINAL results equal the
+// single-process answer, also when a worker is SIGKILLed mid-stream (its
+// tasks restart elsewhere from the last complete checkpoint with a new
+// epoch; revisions never go backwards).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/purchase_generator.h"
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "coordinator/job_client.h"
+#include "tests/child_process.h"
+#include "tests/revenue_job.h"
+#include "tests/test_util.h"
+#include "worker/connectors/kafka_test_util.h"
+#include "worker/runtime/pipeline.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+using milliseconds = std::chrono::milliseconds;
+
+constexpr int kParallelism = 3;
+constexpr int kSourcePartitions = 6;
+
+bool Eventually(const std::function<bool()>& pred, milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return true;
+}
+
+class ClusterJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tmp_ = std::make_unique<TempDir>("cluster-job", "CARAVELA_KEEP_TEST_DIRS", "cluster job test");
+    dir_ = tmp_->path();
+    // The embedded broker serves no CreateTopics to other processes: the
+    // input topic and the job's exchange topics are created at its start
+    // (the exchange topics are named after the job, as `caravela plan`
+    // prints them).
+    std::vector<std::string> args = {CARAVELA_BINARY, "broker", "--topic",
+                                     absl::StrCat("purchases:", kSourcePartitions)};
+    ParseResult parsed = ParseJobSpec(Yaml());
+    ASSERT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
+    auto plan = PlanJob(parsed.spec, kParallelism, {{"purchases", kSourcePartitions}});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->exchanges.size(), 2u);
+    for (const ExchangePlan& ex : plan->exchanges) {
+      args.push_back("--topic");
+      args.push_back(absl::StrCat(ex.topic, ":", ex.partitions));
+    }
+    broker_ = std::make_unique<ChildProcess>(args, dir_ / "broker.log");
+    bootstrap_ = broker_->WaitFor(R"(listening on (\S+))", milliseconds(20000));
+    ASSERT_FALSE(bootstrap_.empty()) << broker_->Log();
+
+    bench::PurchaseStreamOptions o;
+    o.seed = 11;
+    o.purchases = 60000;
+    o.span_ms = 6LL * 3600 * 1000;
+    o.retry_fraction = 0.05;
+    o.conflict_fraction = 0.01;
+    o.max_disorder_ms = 4 * 60'000;  // never late: FINAL does not depend on interleaving
+    o.late_upload_fraction = 0.02;   // LATE corrections within the allowed lateness
+    o.late_upload_min_ms = 20 * 60'000;
+    o.late_upload_max_ms = 40 * 60'000;
+    o.countries = 8;
+    o.users = 5000;
+    bench::PurchaseGenerator gen(o);
+    std::vector<KafkaTestRecord> records;
+    std::string line;
+    while (gen.Next(&line)) {
+      KafkaTestRecord r;
+      r.key = gen.last_key();
+      r.value = line;
+      records.push_back(r);
+    }
+    ASSERT_TRUE(ProduceRecords(bootstrap_, "purchases", records, 60000).ok());
+
+    // The single-process answer.
+    ParseResult ref = ParseJobSpec(RevenueJob("reference", (dir_ / "reference").string(), 0));
+    ASSERT_TRUE(ref.ok());
+    RunOptions options;
+    options.data_dir = (dir_ / "reference-data").string();
+    options.embedded_bootstrap = bootstrap_;
+    options.parallelism = 1;
+    auto pipeline = Pipeline::Create(ref.spec, options);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ASSERT_TRUE((*pipeline)->Run().ok());
+    reference_ = FinalResults((dir_ / "reference/out").string());
+    ASSERT_FALSE(reference_.empty());
+
+    coordinator_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0",
+                                 "--data-dir", (dir_ / "coordinator").string(), "--allow-path",
+                                 dir_.string(), "--worker-timeout", "2s"},
+        dir_ / "coordinator.log");
+    address_ = coordinator_->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+    ASSERT_FALSE(address_.empty()) << coordinator_->Log();
+    for (int i = 0; i < 3; ++i) {
+      // 5 slots each: the 9 tasks fit on the two workers left after a kill.
+      workers_.push_back(std::make_unique<ChildProcess>(
+          std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots",
+                                   "5", "--data-dir", (dir_ / absl::StrCat("w", i)).string(),
+                                   "--bootstrap", bootstrap_, "--allow-path", dir_.string()},
+          dir_ / absl::StrCat("worker-", i, ".log")));
+      ids_.push_back(workers_[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
+      ASSERT_FALSE(ids_[i].empty()) << workers_[i]->Log();
+    }
+  }
+
+  std::string Yaml() const {
+    return RevenueJob("cluster-revenue", (dir_ / "cluster").string(), 300);
+  }
+
+  std::string Submit() {
+    auto r = JobClient(address_, "").Submit(Yaml(), kParallelism);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return "";
+    EXPECT_EQ(r->errors_size(), 0) << r->DebugString();
+    return r->job_id();
+  }
+
+  v1::Job Get(const std::string& id) {
+    auto j = JobClient(address_, "").Get(id);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? *j : v1::Job();
+  }
+
+  std::string Logs() const {
+    std::string out = "--- coordinator\n" + coordinator_->Log();
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      absl::StrAppend(&out, "--- worker ", i, "\n", workers_[i]->Log());
+    }
+    return out;
+  }
+
+  std::unique_ptr<TempDir> tmp_;
+  fs::path dir_;
+  std::unique_ptr<ChildProcess> broker_, coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::vector<std::string> ids_;
+  std::string bootstrap_, address_;
+  std::map<std::string, WindowResult> reference_;
+};
+
+TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 1);
+  EXPECT_GT(job.last_checkpoint(), 0);
+  // Every worker ran tasks of it.
+  std::set<std::string> used;
+  for (const v1::TaskStatus& t : job.tasks()) used.insert(t.worker());
+  EXPECT_EQ(used.size(), 3u) << job.DebugString();
+  ExpectSameFinals(reference_, FinalResults((dir_ / "cluster/out").string()));
+}
+
+TEST_F(ClusterJobTest, KilledWorkersTasksMoveAndTheAnswerStaysExact) {
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  // Mid-stream: running, a checkpoint complete, input not drained.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.state() == v1::RUNNING && j.last_checkpoint() >= 1;
+      },
+      milliseconds(60000)))
+      << Get(id).DebugString() << Logs();
+  ASSERT_NE(Get(id).state(), v1::FINISHED) << "the job ended before the kill: more input needed";
+  const auto killed_at = std::chrono::steady_clock::now();
+  workers_[0]->Stop(SIGKILL);
+  // A new epoch on the two live workers, running, writing again.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.epoch() >= 2 && j.state() == v1::RUNNING;
+      },
+      milliseconds(30000)))
+      << Get(id).DebugString() << Logs();
+  const int64_t running_ms = MsSince(killed_at);
+  int64_t output_ms = -1;
+  Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        for (const v1::TaskStatus& t : j.tasks()) {
+          if (t.records_out() > 0) return true;
+        }
+        return j.state() == v1::FINISHED;
+      },
+      milliseconds(30000));
+  output_ms = MsSince(killed_at);
+  std::printf(
+      "cluster failover: worker SIGKILLed; new epoch running after %lld ms, first output of "
+      "the new owners after %lld ms (worker timeout 2000 ms)\n",
+      static_cast<long long>(running_ms), static_cast<long long>(output_ms));
+  for (const v1::TaskStatus& t : Get(id).tasks()) EXPECT_NE(t.worker(), ids_[0]);
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  ExpectSameFinals(reference_, FinalResults((dir_ / "cluster/out").string()));
+}
+
+}  // namespace
+}  // namespace caravela

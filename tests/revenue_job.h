@@ -1,0 +1,110 @@
+// The revenue job the parallel and cluster tests run (purchases keyed by
+// user_id -> dedup by event_id -> hourly revenue by country: two exchanges)
+// and how they read its FINAL results back from the file sink's part files
+// (header-only).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
+#include "common/record.h"
+#include "tests/test_util.h"
+
+namespace caravela {
+
+// purchases keyed by user_id -> dedup by event_id -> hourly revenue by
+// country: two exchanges.
+inline std::string RevenueJob(const std::string& name, const std::string& dir, int64_t checkpoint_ms) {
+  std::string checkpoint =
+      checkpoint_ms > 0 ? absl::StrCat("  checkpoint: {interval: ", checkpoint_ms, "ms}\n") : "";
+  return absl::StrCat(R"(
+apiVersion: caravela/v1
+kind: Job
+metadata: {name: )",
+                      name, R"(}
+spec:
+)",
+                      checkpoint, R"(  sources:
+    - name: purchases
+      kafka: {topic: purchases, bounded: true}
+      key: [user_id]
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 5m, idle_timeout: 1m}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 24h}
+    - name: revenue
+      window:
+        from: unique
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
+        allowed_lateness: 1h
+  sinks:
+    - {from: revenue, file: {path: )",
+                      dir, R"(/out/revenue.jsonl}}
+    - {from: unique.conflicts, file: {path: )",
+                      dir, R"(/out/conflicts.jsonl}}
+    - {from: revenue.too_late, file: {path: )",
+                      dir, R"(/out/too_late.jsonl}}
+  dead_letter: {path: )",
+                      dir, R"(/out/dead-letter.jsonl}
+)");
+}
+
+struct WindowResult {
+  std::string text;  // the FINAL record without its revision
+  int finals = 0;
+};
+
+// Per window key (window_start + country): the FINAL result; checks that
+// revisions of a key only increase within the file that holds it.
+inline std::map<std::string, WindowResult> FinalResults(const std::string& out_dir) {
+  std::map<std::string, WindowResult> results;
+  std::map<std::string, int64_t> last_revision;
+  JsonDecoder decoder;
+  const FieldPath start = FieldPath::Parse("window_start"), country = FieldPath::Parse("country"),
+                  revision = FieldPath::Parse("revision"), state = FieldPath::Parse("state"),
+                  revenue = FieldPath::Parse("revenue"), orders = FieldPath::Parse("orders");
+  for (const std::filesystem::path& file : PartFiles(out_dir, "revenue")) {
+    const std::string name = file.filename().string();
+    for (const std::string& line : ReadLines(file)) {
+      Record r;
+      EXPECT_TRUE(decoder.Decode(line, &r).ok()) << line;
+      std::string key = std::string(r.GetPath(start).s) + "/" + std::string(r.GetPath(country).s);
+      const int64_t rev = r.GetPath(revision).i;
+      auto [it, fresh] = last_revision.emplace(name + key, rev);
+      if (!fresh) {
+        EXPECT_GT(rev, it->second) << "revision went backwards for " << key << " in " << name;
+        it->second = rev;
+      }
+      if (r.GetPath(state).s == "FINAL") {
+        std::string json;
+        r.GetPath(revenue).AppendJson(&json);
+        WindowResult& w = results[key];
+        w.text = absl::StrCat("revenue=", json, " orders=", r.GetPath(orders).i);
+        ++w.finals;
+      }
+    }
+  }
+  return results;
+}
+
+// Every window of `want` has the same single FINAL result in `got`, and
+// `got` has no other window.
+inline void ExpectSameFinals(const std::map<std::string, WindowResult>& want,
+                      const std::map<std::string, WindowResult>& got) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [key, w] : want) {
+    auto it = got.find(key);
+    ASSERT_NE(it, got.end()) << key;
+    EXPECT_EQ(it->second.text, w.text) << key;
+    EXPECT_EQ(it->second.finals, 1) << key;
+  }
+}
+
+}  // namespace caravela

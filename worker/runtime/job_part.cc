@@ -1,0 +1,268 @@
+#include "worker/runtime/job_part.h"
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "spdlog/spdlog.h"
+#include "worker/exchange/exchange.h"
+#include "worker/runtime/job_checkpoints.h"
+#include "worker/runtime/job_runner.h"
+#include "worker/runtime/task.h"
+
+namespace caravela {
+
+const char* JobPartPhaseName(JobPart::Phase p) {
+  switch (p) {
+    case JobPart::Phase::kPreparing:
+      return "PREPARING";
+    case JobPart::Phase::kReady:
+      return "READY";
+    case JobPart::Phase::kRunning:
+      return "RUNNING";
+    case JobPart::Phase::kDrained:
+      return "DRAINED";
+    case JobPart::Phase::kDone:
+      return "DONE";
+    case JobPart::Phase::kFailed:
+      return "FAILED";
+  }
+  return "?";
+}
+
+struct JobPart::Impl {
+  JobPartOptions part;
+  RunOptions options;
+  MetricsRegistry* metrics = nullptr;
+  JobSpec spec;
+  JobPlan plan;  // tasks point into it
+  std::unique_ptr<JobCheckpoints> job;
+  std::vector<std::unique_ptr<Task>> tasks;  // in part.tasks order, once prepared
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TaskState> states;
+  bool prepared = false;
+  bool run = false;
+  bool stop = false;
+  std::thread main;
+
+  ~Impl() {
+    // Tasks go before the plan and the checkpoint signals they point to.
+    tasks.clear();
+  }
+
+  std::string Name() const { return absl::StrCat(part.job_id, " epoch ", part.epoch); }
+
+  void FailAll(const absl::Status& st) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (TaskState& s : states) {
+      s.phase = Phase::kFailed;
+      s.error = std::string(st.message());
+    }
+  }
+
+  absl::Status Prepare() {
+    ParseResult parsed = ParseJobSpec(part.yaml);
+    if (!parsed.ok()) {
+      std::vector<std::string> errors;
+      for (const SpecError& e : parsed.errors) errors.push_back(e.path + ": " + e.message);
+      return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+    }
+    spec = std::move(parsed.spec);
+    // The job from the network may only touch what this worker allows.
+    std::vector<std::string> allowed = part.allowed_paths;
+    if (allowed.empty()) allowed.push_back(std::filesystem::absolute(options.data_dir).string());
+    if (std::vector<SpecError> refused = CheckAllowedPaths(spec, allowed); !refused.empty()) {
+      std::vector<std::string> errors;
+      for (const SpecError& e : refused) errors.push_back(e.path + ": " + e.message);
+      return absl::PermissionDeniedError(
+          absl::StrCat("refused by this worker: ", absl::StrJoin(errors, "; ")));
+    }
+    spec.ResolvePaths(options.data_dir);
+    if (spec.checkpoint.storage.empty()) spec.checkpoint.storage = part.checkpoint_storage;
+    if (!spec.checkpoint.storage.empty()) {
+      // One job instance, one place: a resubmitted job of the same name
+      // starts fresh.
+      absl::StrAppend(&spec.checkpoint.storage, "/", part.job_id);
+    }
+    ASSIGN_OR_RETURN(SourcePartitions partitions,
+                     QuerySourcePartitions(spec, options.embedded_bootstrap));
+    ASSIGN_OR_RETURN(plan, PlanJob(spec, part.parallelism, partitions));
+    const std::string bootstrap = JobKafkaBootstrap(spec, options.embedded_bootstrap);
+    if (!plan.exchanges.empty() && bootstrap.empty()) {
+      return absl::FailedPreconditionError(
+          "the job's exchanges need a Kafka cluster: name one in a source or sink, or start "
+          "the worker with --bootstrap");
+    }
+    for (const ExchangePlan& ex : plan.exchanges) {
+      RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
+    }
+    job = std::make_unique<JobCheckpoints>(plan.total_tasks());
+    if (options.state_budget == nullptr) {
+      options.state_budget = NewStateMemoryBudget(kStateBlockCacheBytes, kStateWriteBufferBytes);
+    }
+    std::vector<std::unique_ptr<Task>> created;
+    for (int g : part.tasks) {
+      TaskPlacement pl;
+      pl.plan = &plan;
+      int first = 0;
+      for (const StagePlan& st : plan.stages) {
+        if (g < first + st.tasks) {
+          pl.stage = st.id;
+          pl.index = g - first;
+          break;
+        }
+        first += st.tasks;
+      }
+      if (g < 0 || g >= plan.total_tasks()) {
+        return absl::InvalidArgumentError(absl::StrCat("task ", g, " is not in the job's plan (",
+                                                       plan.total_tasks(), " tasks)"));
+      }
+      pl.global_id = g;
+      pl.epoch = part.epoch;
+      pl.exchange_bootstrap = bootstrap;
+      pl.flow.assign(plan.exchanges.size(), nullptr);
+      pl.memory.assign(plan.exchanges.size(), nullptr);
+      pl.checkpoints = job.get();
+      pl.source_partitions = partitions;
+      pl.restore_checkpoint = part.restore_checkpoint;
+      auto t = Task::Create(spec, options, std::move(pl), metrics);
+      if (!t.ok()) {
+        return absl::Status(t.status().code(),
+                            absl::StrCat("task ", g, ": ", t.status().message()));
+      }
+      created.push_back(std::move(*t));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    tasks = std::move(created);
+    prepared = true;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      states[i].phase = Phase::kReady;
+      states[i].next_checkpoint = tasks[i]->next_checkpoint_id();
+    }
+    return absl::OkStatus();
+  }
+
+  void Main() {
+    absl::Status st = Prepare();
+    if (!st.ok()) {
+      RuntimeLogger()->error("[job={}] cannot prepare tasks {}: {}", Name(),
+                             absl::StrJoin(part.tasks, ","), std::string(st.message()));
+      FailAll(st);
+      return;
+    }
+    RuntimeLogger()->info("[job={}] tasks {} ready{}", Name(), absl::StrJoin(part.tasks, ","),
+                          part.restore_checkpoint > 0
+                              ? absl::StrCat(" (restored checkpoint ", part.restore_checkpoint, ")")
+                              : std::string());
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return run || stop; });
+      if (stop) return;
+      for (TaskState& s : states) s.phase = Phase::kRunning;
+    }
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      threads.emplace_back([this, i] {
+        absl::Status r = tasks[i]->Run();
+        if (!r.ok()) {
+          bool stopping;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            stopping = stop;
+          }
+          if (!stopping) {
+            RuntimeLogger()->error("[job={}] task {} failed: {}", Name(), part.tasks[i],
+                                   std::string(r.message()));
+          }
+          // The job restarts from its last checkpoint: the others stop too.
+          job->Fail(r);
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        states[i].phase = r.ok() ? Phase::kDone : Phase::kFailed;
+        states[i].error = std::string(r.message());
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+};
+
+std::unique_ptr<JobPart> JobPart::Start(JobPartOptions part, RunOptions options,
+                                        MetricsRegistry* metrics) {
+  std::unique_ptr<JobPart> p(new JobPart());
+  p->impl_ = std::make_unique<Impl>();
+  Impl& im = *p->impl_;
+  options.data_dir = absl::StrCat(options.data_dir, "/", part.job_id);
+  options.exchange = RunOptions::Exchange::kKafka;
+  options.progress_interval_ms = 0;
+  im.options = std::move(options);
+  im.metrics = metrics;
+  for (int g : part.tasks) {
+    TaskState s;
+    s.task = g;
+    im.states.push_back(s);
+  }
+  im.part = std::move(part);
+  im.main = std::thread([&im] { im.Main(); });
+  return p;
+}
+
+JobPart::~JobPart() { Stop(); }
+
+const std::string& JobPart::job_id() const { return impl_->part.job_id; }
+
+int64_t JobPart::epoch() const { return impl_->part.epoch; }
+
+void JobPart::Run() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->run) return;
+    impl_->run = true;
+  }
+  impl_->cv.notify_all();
+}
+
+void JobPart::Signal(int64_t trigger, bool stop_at_trigger, int64_t completed, bool finish) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  JobCheckpoints* job = impl_->prepared ? impl_->job.get() : nullptr;
+  if (job == nullptr) return;
+  if (trigger > job->triggered()) job->Trigger(trigger, stop_at_trigger);
+  if (completed > job->completed()) job->Complete(completed);
+  if (finish && !job->finished()) job->Finish();
+}
+
+std::vector<JobPart::TaskState> JobPart::States() const {
+  const Impl& im = *impl_;
+  std::lock_guard<std::mutex> lock(im.mu);
+  std::vector<TaskState> out = im.states;
+  if (!im.prepared) return out;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int g = out[i].task;
+    out[i].stored_checkpoint = im.job->stored(g);
+    if (out[i].phase == Phase::kRunning && im.job->drained(g)) out[i].phase = Phase::kDrained;
+    out[i].records_in = im.tasks[i]->records_in();
+    out[i].records_out = im.tasks[i]->records_out();
+    out[i].watermark_ms = im.tasks[i]->watermark();
+  }
+  return out;
+}
+
+void JobPart::Stop() {
+  if (impl_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+    if (impl_->prepared) impl_->job->Fail(absl::CancelledError("stopped by the worker"));
+  }
+  impl_->cv.notify_all();
+  if (impl_->main.joinable()) impl_->main.join();
+}
+
+}  // namespace caravela

@@ -1,0 +1,86 @@
+// JobPart: the tasks of one job, at one epoch, that this process runs for a
+// coordinator (SPEC §8 "Services"): the worker side of a distributed job.
+// The coordinator (coordinator/scheduler.h) plays the part JobRunner plays
+// in one process: it assigns tasks, starts them once every task of the epoch
+// is ready, triggers job-wide checkpoints and says when they are complete.
+//
+// Lifecycle, driven by the worker agent from the coordinator's answers:
+//   Start()   parses the job, plans it, creates the exchange topics and the
+//             assigned tasks on a thread of its own (restoring the job's last
+//             complete checkpoint); each task then reports kReady. Exchange
+//             readers are opened here, at the topics' log end, so the job
+//             starts only when every task of the epoch, on every worker, is
+//             ready (nothing of the new epoch is written before).
+//   Run()     lets the tasks run, one thread each.
+//   Signal()  forwards the job-wide checkpoint signals (JobCheckpoints).
+//   Stop()    ends every task now (another epoch, a canceled job, a lost
+//             lease) and waits for them; the destructor stops too.
+// States() is what the heartbeat reports. Exchanges go through Kafka (tasks
+// of a job are in several processes); there is no in-process flow control.
+//
+// Threading: every method is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/runtime/metrics.h"
+#include "worker/runtime/pipeline.h"
+
+namespace caravela {
+
+struct JobPartOptions {
+  std::string job_id;  // the coordinator's id; checkpoints live under <storage>/<job_id>
+  std::string yaml;
+  int64_t epoch = 1;
+  int parallelism = 1;
+  std::vector<int> tasks;  // global task ids of the job's plan
+  int64_t restore_checkpoint = 0;
+  // Shared checkpoint storage URL when the job names none (the job's tasks
+  // run on several machines: the worker's own data dir will not do).
+  std::string checkpoint_storage;
+  // Directories files of the job may lie in (CheckAllowedPaths); relative
+  // paths are resolved against the part's data dir.
+  std::vector<std::string> allowed_paths;
+};
+
+class JobPart {
+ public:
+  enum class Phase { kPreparing, kReady, kRunning, kDrained, kDone, kFailed };
+  struct TaskState {
+    int task = 0;
+    Phase phase = Phase::kPreparing;
+    int64_t stored_checkpoint = 0;
+    int64_t next_checkpoint = 0;
+    std::string error;
+    int64_t records_in = 0;
+    int64_t records_out = 0;
+    int64_t watermark_ms = 0;
+  };
+
+  // `options.data_dir` is the worker's; the part keeps its state under
+  // <data_dir>/<job_id>. `metrics` is shared by every part of the worker.
+  static std::unique_ptr<JobPart> Start(JobPartOptions part, RunOptions options,
+                                        MetricsRegistry* metrics);
+  ~JobPart();
+
+  const std::string& job_id() const;
+  int64_t epoch() const;
+  void Run();
+  void Signal(int64_t trigger, bool stop_at_trigger, int64_t completed, bool finish);
+  std::vector<TaskState> States() const;
+  void Stop();
+
+  struct Impl;
+
+ private:
+  JobPart() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+const char* JobPartPhaseName(JobPart::Phase p);
+
+}  // namespace caravela
