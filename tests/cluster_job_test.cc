@@ -215,7 +215,8 @@ TEST_F(ClusterJobTest, KilledWorkersTasksMoveAndTheAnswerStaysExact) {
       "cluster failover: worker SIGKILLed; new epoch running after %lld ms, first output of "
       "the new owners after %lld ms (worker timeout 2000 ms)\n",
       static_cast<long long>(running_ms), static_cast<long long>(output_ms));
-  for (const v1::TaskStatus& t : Get(id).tasks()) EXPECT_NE(t.worker(), ids_[0]);
+  const v1::Job moved = Get(id);
+  for (const v1::TaskStatus& t : moved.tasks()) EXPECT_NE(t.worker(), ids_[0]);
   ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
       << Get(id).DebugString() << Logs();
   ExpectSameFinals(reference_, FinalResults((dir_ / "cluster/out").string()));
