@@ -219,10 +219,54 @@ absl::Status PostgresSink::Open() {
   }
 
   RETURN_IF_ERROR(Connect());
+  if (!options_.fence_job.empty()) RETURN_IF_ERROR(RaiseFence());
   ASSIGN_OR_RETURN(TableInfo info, ReadTable());
   if (info.exists) RETURN_IF_ERROR(UseTable(info));
   PostgresLogger()->info("{}: connected to \"{}\", table {}", Where(), MaskDsn(options_.dsn),
                          info.exists ? "exists" : "will be created at the first flush");
+  return absl::OkStatus();
+}
+
+// The condition that keeps rows of a fenced writer out (empty without
+// fencing): $job_param, $job_param+1 are the fence's job and target.
+std::string PostgresSink::FenceClause(int job_param, int epoch_param) const {
+  if (options_.fence_job.empty()) return "";
+  return absl::StrCat(" WHERE EXISTS (SELECT 1 FROM caravela_fences f WHERE f.job = $", job_param,
+                      " AND f.target = $", job_param + 1, " AND f.epoch <= $", epoch_param,
+                      "::bigint)");
+}
+
+absl::Status PostgresSink::RaiseFence() {
+  // A concurrent creator can make CREATE TABLE IF NOT EXISTS fail with a
+  // unique violation: the table exists then, which is all that counts.
+  (void)Exec(
+      "CREATE TABLE IF NOT EXISTS caravela_fences (job text NOT NULL, target text NOT NULL, "
+      "epoch bigint NOT NULL, PRIMARY KEY (job, target))",
+      {}, "creating caravela_fences");
+  ASSIGN_OR_RETURN(Result r, Exec("INSERT INTO caravela_fences AS f VALUES ($1, $2, $3::bigint) "
+                                  "ON CONFLICT (job, target) DO UPDATE SET epoch = "
+                                  "GREATEST(f.epoch, excluded.epoch) RETURNING f.epoch",
+                                  {options_.fence_job, table_display_, absl::StrCat(options_.epoch)},
+                                  "raising the epoch fence"));
+  const int64_t fence = PQntuples(r.get()) == 1 ? std::atoll(PQgetvalue(r.get(), 0, 0)) : -1;
+  if (fence > options_.epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": fenced: epoch ", fence, " of job ", options_.fence_job,
+                     " writes this table; this writer has epoch ", options_.epoch));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PostgresSink::CheckFence() {
+  if (options_.fence_job.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(Result r, Exec("SELECT epoch FROM caravela_fences WHERE job = $1 AND target = $2",
+                                  {options_.fence_job, table_display_}, "reading the epoch fence"));
+  const int64_t fence = PQntuples(r.get()) == 1 ? std::atoll(PQgetvalue(r.get(), 0, 0)) : -1;
+  if (fence > options_.epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(), ": fenced: epoch ", fence, " of job ", options_.fence_job,
+                     " took over; rows of epoch ", options_.epoch, " are no longer written"));
+  }
   return absl::OkStatus();
 }
 
@@ -492,7 +536,8 @@ absl::Status PostgresSink::FlushKeyed() {
         ", revision, state, epoch, value) SELECT ", absl::StrJoin(aliases, ", "), ", u.r, u.s, $",
         k + 4, "::bigint, u.v FROM unnest(", absl::StrJoin(arrays, ", "), ", $", k + 1,
         "::bigint[], $", k + 2, "::text[], $", k + 3, "::jsonb[]) AS u(",
-        absl::StrJoin(names, ", "), ", r, s, v) ON CONFLICT (", absl::StrJoin(cols, ", "),
+        absl::StrJoin(names, ", "), ", r, s, v)", FenceClause(k + 5, k + 4),
+        " ON CONFLICT (", absl::StrJoin(cols, ", "),
         ") DO UPDATE SET revision = excluded.revision, state = excluded.state, "
         "epoch = excluded.epoch, value = excluded.value",
         has_updated_at_ ? ", updated_at = now()" : "", " WHERE excluded.revision > cur.revision");
@@ -500,10 +545,14 @@ absl::Status PostgresSink::FlushKeyed() {
   size_t sent = 0;
   absl::Status status;
   std::vector<std::string> params(k + 4);
+  if (!options_.fence_job.empty()) {
+    params.push_back(options_.fence_job);
+    params.push_back(table_display_);
+  }
   while (sent < keyed_.size()) {
     size_t end =
         std::min(keyed_.size(), sent + std::max<size_t>(1, options_.max_rows_per_statement));
-    for (std::string& p : params) p.assign("{");
+    for (size_t c = 0; c < k + 3; ++c) params[c].assign("{");
     for (size_t i = sent; i < end; ++i) {
       const Row& row = keyed_[i];
       const char* sep = i == sent ? "" : ",";
@@ -529,10 +578,15 @@ absl::Status PostgresSink::FlushKeyed() {
       status = r.status();
       break;
     }
-    int64_t applied = std::atoll(PQcmdTuples(r->get()));
+    const int64_t applied = std::atoll(PQcmdTuples(r->get()));
+    const auto n = static_cast<int64_t>(end - sent);
     written_ += applied;
-    rejected_ += static_cast<int64_t>(end - sent) - applied;
+    rejected_ += n - applied;
     sent = end;
+    if (applied < n) {
+      status = CheckFence();
+      if (!status.ok()) break;
+    }
   }
   // Keep what was not sent, for a later Flush.
   keyed_.erase(keyed_.begin(), keyed_.begin() + static_cast<ptrdiff_t>(sent));
@@ -549,10 +603,15 @@ absl::Status PostgresSink::FlushKeyless() {
   const std::string sql =
       absl::StrCat("INSERT INTO ", qtable_,
                    " (revision, state, epoch, value) SELECT u.r, u.s, $4::bigint, u.v FROM "
-                   "unnest($1::bigint[], $2::text[], $3::jsonb[]) AS u(r, s, v)");
+                   "unnest($1::bigint[], $2::text[], $3::jsonb[]) AS u(r, s, v)",
+                   FenceClause(5, 4));
   size_t sent = 0;
   absl::Status status;
   std::vector<std::string> params(4);
+  if (!options_.fence_job.empty()) {
+    params.push_back(options_.fence_job);
+    params.push_back(table_display_);
+  }
   while (sent < keyless_.size()) {
     size_t end =
         std::min(keyless_.size(), sent + std::max<size_t>(1, options_.max_rows_per_statement));
@@ -581,8 +640,14 @@ absl::Status PostgresSink::FlushKeyless() {
       status = r.status();
       break;
     }
-    written_ += static_cast<int64_t>(end - sent);
+    const int64_t applied = std::atoll(PQcmdTuples(r->get()));
+    const auto n = static_cast<int64_t>(end - sent);
+    written_ += applied;
     sent = end;
+    if (applied < n) {
+      status = CheckFence();
+      if (!status.ok()) break;
+    }
   }
   keyless_.erase(keyless_.begin(), keyless_.begin() + static_cast<ptrdiff_t>(sent));
   return status;

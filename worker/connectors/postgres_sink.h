@@ -26,6 +26,15 @@
 // (unnest), so one round trip per chunk. Write flushes by itself once
 // `max_buffered` rows are pending.
 //
+// Fencing (cluster jobs, `fence_job` set): every task's sink registers its
+// epoch in `caravela_fences (job, target, epoch)` (created if missing) at
+// Open, raising the row to the highest epoch seen; each write statement
+// applies only while that row is not above the sink's own epoch, in the same
+// statement. So once a new epoch of the job opened its sinks, a stale worker
+// of an older one (paused, partitioned) lands no row at all, even for keys
+// the new epoch has not written yet; its Flush fails with
+// FailedPrecondition "fenced" and Open refuses an epoch below the fence.
+//
 // Checkpoints: no transaction protocol; PreCommit = Flush. After a recovery the
 // runtime re-delivers results computed after the checkpoint; the guard makes
 // that idempotent (an equal revision is rejected, a replayed run's higher
@@ -67,6 +76,8 @@ struct PostgresSinkOptions {
   std::string dsn;    // libpq "key=value ..." string or postgresql:// URI
   std::string table;  // [schema.]table, unquoted SQL identifiers
   int64_t epoch = 0;  // stored in the epoch column
+  // Non-empty: fence writers of older epochs of this job (see above).
+  std::string fence_job;
   // Named in error messages, e.g. "spec.sinks[0].postgres".
   std::string yaml_path = "postgres sink";
   size_t max_buffered = 20000;
@@ -132,6 +143,13 @@ class PostgresSink : public Sink {
   absl::Status SetKeyColumns(const std::vector<std::string>& names);
   // Fills values_scratch_ in key_columns_ order from the parsed record key.
   absl::Status MapKey();
+  // Registers the epoch in caravela_fences; FailedPrecondition if a newer
+  // epoch of the job is there.
+  absl::Status RaiseFence();
+  // FailedPrecondition if a newer epoch raised the fence (after a statement
+  // applied fewer rows than it sent).
+  absl::Status CheckFence();
+  std::string FenceClause(int job_param, int epoch_param) const;
   absl::Status FlushKeyed();
   absl::Status FlushKeyless();
   // "spec.sinks[0].postgres (table t)" for messages.

@@ -269,6 +269,42 @@ TEST_F(PostgresSinkTest, StaleEpochIsFenced) {
   ASSERT_TRUE(stale->Close().ok());
 }
 
+// Cluster jobs fence by epoch explicitly: once epoch 2 of the job opened its
+// sink, a paused worker of epoch 1 lands nothing, not even keys epoch 2 has
+// not written yet (the revision guard alone would let those through until
+// epoch 2 supersedes them), and its flush says it was fenced.
+TEST_F(PostgresSinkTest, ClusterEpochFenceKeepsAStaleWorkerOut) {
+  PostgresSinkOptions old_options = Options("epoch_fence", /*epoch=*/1);
+  old_options.fence_job = "revenue";
+  auto stale = OpenSink(old_options);
+  ASSERT_TRUE(Put(*stale, "PT", kEpochBase + 1, 100).ok());
+  ASSERT_TRUE(stale->Flush().ok());  // before the new epoch: lands
+
+  PostgresSinkOptions new_options = Options("epoch_fence", /*epoch=*/2);
+  new_options.fence_job = "revenue";
+  auto current = OpenSink(new_options);
+  ASSERT_TRUE(Put(*current, "PT", 2 * kEpochBase + 1, 110).ok());
+  ASSERT_TRUE(current->Flush().ok());
+
+  // The stale worker resumes: a key the new epoch has not written yet.
+  ASSERT_TRUE(Put(*stale, "ES", kEpochBase + 2, 7).ok());
+  absl::Status st = stale->Flush();
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("fenced"));
+  EXPECT_EQ(stale->written(), 1);
+  EXPECT_THAT(Query("SELECT country, epoch, value->>'revenue' FROM epoch_fence ORDER BY 1"),
+              ElementsAre(ElementsAre("PT", "2", "110")));
+  EXPECT_THAT(Query("SELECT job, target, epoch FROM caravela_fences WHERE job = 'revenue'"),
+              ElementsAre(ElementsAre("revenue", "epoch_fence", "2")));
+
+  // A stale writer that opens late is refused at Open.
+  PostgresSink late(old_options);
+  absl::Status opened = late.Open();
+  EXPECT_TRUE(absl::IsFailedPrecondition(opened)) << opened;
+  EXPECT_THAT(opened.message(), HasSubstr("epoch 2 of job revenue"));
+  ASSERT_TRUE(current->Close().ok());
+}
+
 TEST_F(PostgresSinkTest, KeylessRecordsAreAppended) {
   auto sink = OpenSink(Options("keyless", /*epoch=*/3));
   ASSERT_TRUE(sink->Write("", R"({"reason":"late","n":1})").ok());

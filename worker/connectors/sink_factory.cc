@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
       po.dsn = spec.dsn;
       po.table = spec.table;
       po.epoch = ctx.epoch;
+      if (ctx.fence) po.fence_job = ctx.job_name;
       po.yaml_path = absl::StrCat("spec.sinks[", ctx.sink_index, "].postgres");
       return std::make_unique<PostgresSink>(po);
     }

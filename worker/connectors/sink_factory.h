@@ -25,6 +25,9 @@ struct SinkContext {
   int64_t epoch = 0;
   // The job checkpoints: file sinks publish per checkpoint (see FileSink).
   bool checkpointed = false;
+  // The epoch comes from a coordinator (cluster jobs): sinks fence writers of
+  // older epochs of the job (PostgreSQL: caravela_fences).
+  bool fence = false;
 };
 
 // Returns the sink, not yet opened.

@@ -133,6 +133,7 @@ struct JobPart::Impl {
       pl.checkpoints = job.get();
       pl.source_partitions = partitions;
       pl.restore_checkpoint = part.restore_checkpoint;
+      pl.fence_sinks = true;
       auto t = Task::Create(spec, options, std::move(pl), metrics);
       if (!t.ok()) {
         return absl::Status(t.status().code(),

@@ -318,6 +318,7 @@ absl::Status Task::Impl::Build() {
     sc.sink_index = static_cast<int>(sink_index);
     sc.epoch = epoch;
     sc.checkpointed = checkpoints != nullptr;
+    sc.fence = placement.fence_sinks;
     sc.task = parallel() ? placement.global_id : -1;
     ASSIGN_OR_RETURN(sn.sink, MakeSink(ss, sc));
     absl::Status st = sn.sink->Open();

@@ -78,6 +78,8 @@ struct TaskPlacement {
   // Every source has an arrival field: the JobRunner drives the tasks in
   // lockstep (Task::Replay*), each on a ManualClock it sets.
   bool replay = false;
+  // Epochs come from a coordinator (JobPart): sinks fence older epochs.
+  bool fence_sinks = false;
 };
 
 class Task {
