@@ -1,11 +1,13 @@
 // Jobs on a cluster of processes (SPEC §8 "Services"): a broker, a
-// coordinator and three worker processes on loopback; a job with two
-// exchanges submitted over gRPC runs as 9 tasks spread over the workers
-// (exchanges through Kafka topics, checkpoints coordinated by the
-// coordinator in shared storage) and its FINAL results equal the
-// single-process answer, also when a worker is SIGKILLed mid-stream (its
-// tasks restart elsewhere from the last complete checkpoint with a new
-// epoch; revisions never go backwards).
+// coordinator and three worker processes on loopback, a real PostgreSQL; a
+// job with two exchanges submitted over gRPC runs as 9 tasks spread over the
+// workers (exchanges through Kafka topics, checkpoints coordinated by the
+// coordinator in shared storage) and writes files, a Kafka changelog topic
+// and a PostgreSQL table. Its FINAL results equal the single-process answer
+// in all three, also when a worker is SIGKILLed mid-stream (its tasks restart
+// elsewhere from the last complete checkpoint with a new epoch) and when one
+// is SIGSTOPped until its tasks moved and then SIGCONTed (it stops its tasks;
+// the PostgreSQL epoch fence keeps its writes out).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -29,6 +31,7 @@
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/runtime/pipeline.h"
+#include "worker/testing/postgres_server.h"
 
 namespace caravela {
 namespace {
@@ -53,6 +56,9 @@ class ClusterJobTest : public ::testing::Test {
   void SetUp() override {
     tmp_ = std::make_unique<TempDir>("cluster-job", "CARAVELA_KEEP_TEST_DIRS", "cluster job test");
     dir_ = tmp_->path();
+    auto pg = PostgresServer::Start();
+    ASSERT_TRUE(pg.ok()) << pg.status();
+    postgres_ = std::move(*pg);
     // The embedded broker serves no CreateTopics to other processes: the
     // input topic and the job's exchange topics are created at its start
     // (the exchange topics are named after the job, as `caravela plan`
@@ -127,8 +133,45 @@ class ClusterJobTest : public ::testing::Test {
     }
   }
 
+  // The revenue job, also writing its results to a Kafka changelog topic
+  // and a PostgreSQL table.
   std::string Yaml() const {
-    return RevenueJob("cluster-revenue", (dir_ / "cluster").string(), 300);
+    std::string yaml = RevenueJob("cluster-revenue", (dir_ / "cluster").string(), 300);
+    const size_t at = yaml.find("  dead_letter:");
+    yaml.insert(at, absl::StrCat("    - {from: revenue, kafka: {topic: revenue-changelog, mode: "
+                                 "changelog}}\n    - {from: revenue, postgres: {dsn: \"",
+                                 postgres_->Dsn(), "\", table: revenue}}\n"));
+    return yaml;
+  }
+
+  // The single-process answer in the file sink, the changelog topic (the
+  // highest revision per key) and the table (one row per key, FINAL, the
+  // epoch fence at the job's last epoch).
+  void ExpectTheAnswer(const v1::Job& job) {
+    {
+      SCOPED_TRACE("file sink");
+      ExpectSameFinals(reference_, FinalResults((dir_ / "cluster/out").string()));
+    }
+    {
+      SCOPED_TRACE("Kafka changelog");
+      auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
+      ASSERT_TRUE(values.ok()) << values.status();
+      ExpectSameFinals(reference_, HighestFinals(*values));
+    }
+    {
+      SCOPED_TRACE("PostgreSQL");
+      auto rows = postgres_->Query("SELECT value::text FROM revenue");
+      ASSERT_TRUE(rows.ok()) << rows.status();
+      std::vector<std::string> values;
+      for (const auto& r : *rows) values.push_back(r[0]);
+      EXPECT_EQ(values.size(), reference_.size());
+      ExpectSameFinals(reference_, HighestFinals(values));
+      auto fence = postgres_->Query(
+          "SELECT epoch FROM caravela_fences WHERE job = 'cluster-revenue' AND target = 'revenue'");
+      ASSERT_TRUE(fence.ok()) << fence.status();
+      EXPECT_THAT(*fence, ::testing::ElementsAre(::testing::ElementsAre(
+                              std::to_string(job.epoch()))));
+    }
   }
 
   std::string Submit() {
@@ -160,6 +203,7 @@ class ClusterJobTest : public ::testing::Test {
   std::vector<std::string> ids_;
   std::string bootstrap_, address_;
   std::map<std::string, WindowResult> reference_;
+  std::unique_ptr<PostgresServer> postgres_;
 };
 
 TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
@@ -174,7 +218,7 @@ TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   std::set<std::string> used;
   for (const v1::TaskStatus& t : job.tasks()) used.insert(t.worker());
   EXPECT_EQ(used.size(), 3u) << job.DebugString();
-  ExpectSameFinals(reference_, FinalResults((dir_ / "cluster/out").string()));
+  ExpectTheAnswer(job);
 }
 
 TEST_F(ClusterJobTest, KilledWorkersTasksMoveAndTheAnswerStaysExact) {
@@ -219,7 +263,49 @@ TEST_F(ClusterJobTest, KilledWorkersTasksMoveAndTheAnswerStaysExact) {
   for (const v1::TaskStatus& t : moved.tasks()) EXPECT_NE(t.worker(), ids_[0]);
   ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
       << Get(id).DebugString() << Logs();
-  ExpectSameFinals(reference_, FinalResults((dir_ / "cluster/out").string()));
+  ExpectTheAnswer(Get(id));
+}
+
+TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.state() == v1::RUNNING && j.last_checkpoint() >= 1;
+      },
+      milliseconds(60000)))
+      << Get(id).DebugString() << Logs();
+  ASSERT_NE(Get(id).state(), v1::FINISHED) << "the job ended before the pause: more input needed";
+  ::kill(workers_[0]->pid(), SIGSTOP);
+  // Its tasks move: a new epoch runs on the other two workers.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.epoch() >= 2 && (j.state() == v1::RUNNING || j.state() == v1::FINISHED);
+      },
+      milliseconds(30000)))
+      << Get(id).DebugString() << Logs();
+  auto resumed_at = postgres_->Query("SELECT clock_timestamp()::text");
+  ASSERT_TRUE(resumed_at.ok()) << resumed_at.status();
+  ::kill(workers_[0]->pid(), SIGCONT);
+  // It notices that its lease is gone and stops every task.
+  EXPECT_FALSE(workers_[0]
+                   ->WaitFor(R"((stopping job cluster-revenue-1 epoch 1: (lease lost|the coordinator does not know)))",
+                             milliseconds(10000))
+                   .empty())
+      << workers_[0]->Log();
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  for (const v1::TaskStatus& t : job.tasks()) EXPECT_NE(t.worker(), ids_[0]);
+  // No row of an older epoch was written after it resumed.
+  auto stale = postgres_->Query(
+      absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", job.epoch(),
+                   " AND updated_at > '", (*resumed_at)[0][0], "'::timestamptz"));
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  EXPECT_EQ((*stale)[0][0], "0");
+  ExpectTheAnswer(job);
 }
 
 }  // namespace

@@ -94,6 +94,38 @@ inline std::map<std::string, WindowResult> FinalResults(const std::string& out_d
   return results;
 }
 
+// Per window key: the result with the highest revision among `values` (JSON
+// window results from a changelog topic or a table), if that one is FINAL
+// (a key whose highest revision is not FINAL is listed with text "not FINAL").
+inline std::map<std::string, WindowResult> HighestFinals(const std::vector<std::string>& values) {
+  JsonDecoder decoder;
+  const FieldPath start = FieldPath::Parse("window_start"), country = FieldPath::Parse("country"),
+                  revision = FieldPath::Parse("revision"), state = FieldPath::Parse("state"),
+                  revenue = FieldPath::Parse("revenue"), orders = FieldPath::Parse("orders");
+  std::map<std::string, std::pair<int64_t, WindowResult>> best;
+  for (const std::string& v : values) {
+    Record r;
+    EXPECT_TRUE(decoder.Decode(v, &r).ok()) << v;
+    std::string key = std::string(r.GetPath(start).s) + "/" + std::string(r.GetPath(country).s);
+    const int64_t rev = r.GetPath(revision).i;
+    auto [it, fresh] = best.emplace(key, std::make_pair(rev, WindowResult{}));
+    if (!fresh && rev <= it->second.first) continue;
+    it->second.first = rev;
+    WindowResult& w = it->second.second;
+    w.finals = 1;
+    if (r.GetPath(state).s != "FINAL") {
+      w.text = "not FINAL";
+      continue;
+    }
+    std::string json;
+    r.GetPath(revenue).AppendJson(&json);
+    w.text = absl::StrCat("revenue=", json, " orders=", r.GetPath(orders).i);
+  }
+  std::map<std::string, WindowResult> out;
+  for (auto& [key, b] : best) out[key] = std::move(b.second);
+  return out;
+}
+
 // Every window of `want` has the same single FINAL result in `got`, and
 // `got` has no other window.
 inline void ExpectSameFinals(const std::map<std::string, WindowResult>& want,
