@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
   }
   im.scheduler = std::make_unique<Scheduler>(im.store.get(), im.workers.get(), &im.clock, so);
+  RETURN_IF_ERROR(im.scheduler->AdoptStored());
   im.jobs = std::make_unique<JobServiceImpl>(im.store.get(), options.token, &im.clock,
                                              options.allowed_paths, im.scheduler.get());
   im.worker_service =

@@ -179,12 +179,79 @@ void Scheduler::Recover(v1::Job& job, const std::vector<v1::Job>& all, const std
   if (!Place(job, all, why)) Put(job);
 }
 
+bool Scheduler::Adopt(const v1::Job& job) {
+  if (job.epoch() <= 0 || job.tasks_size() == 0) return false;
+  ParseResult parsed = ParseJobSpec(job.yaml());
+  if (!parsed.ok()) return false;
+  JobRun run;
+  run.epoch = job.epoch();
+  run.yaml = job.yaml();
+  run.parallelism = job.parallelism();
+  run.restore = job.last_checkpoint();
+  run.completed = job.last_checkpoint();
+  run.interval_ms = parsed.spec.checkpoint.interval;
+  for (const v1::TaskStatus& t : job.tasks()) {
+    if (t.worker().empty()) return false;
+    TaskSlot slot;
+    slot.worker = t.worker();
+    slot.stage = t.stage();
+    slot.index = t.index();
+    run.tasks.push_back(std::move(slot));
+  }
+  run.adopting = true;
+  run.adopt_until_ms = clock_->NowMs() + workers_->lease_ms();
+  Log()->info("job {} epoch {}: adopting its {} tasks (waiting up to {} ms for their workers)",
+              job.id(), run.epoch, run.tasks.size(), workers_->lease_ms());
+  runs_[job.id()] = std::move(run);
+  return true;
+}
+
+void Scheduler::Resume(v1::Job& job, JobRun& run) {
+  run.adopting = false;
+  const bool all_running = std::all_of(run.tasks.begin(), run.tasks.end(), [](const TaskSlot& t) {
+    return AtLeast(t.report, v1::TASK_RUNNING);
+  });
+  if (!all_running) {
+    // Placed but not started: the usual start once every task is READY.
+    Log()->info("job {} epoch {}: adopted, not started yet", job.id(), run.epoch);
+    return;
+  }
+  const int64_t now = clock_->NowMs();
+  run.started = true;
+  int64_t stored = 0;
+  bool drained = true;
+  for (const TaskSlot& t : run.tasks) {
+    stored = std::max(stored, t.report.stored_checkpoint());
+    drained = drained && AtLeast(t.report, v1::TASK_DRAINED);
+  }
+  // A checkpoint some task stored but the old coordinator never completed:
+  // trigger it again (tasks that stored it wait for its completion).
+  if (stored > run.completed) {
+    run.in_flight = stored;
+    run.stop_at = drained;
+    run.finishing = drained;
+  }
+  run.next_id = std::max(stored, run.completed) + 1;
+  run.next_trigger_at = now + run.interval_ms;
+  if (job.state() != v1::RUNNING) (void)Transition(job, v1::RUNNING, now, "");
+  job.clear_message();
+  Put(job);
+  Log()->info("job {} epoch {}: adopted running on its workers (last checkpoint {}{})", job.id(),
+              run.epoch, run.completed,
+              run.in_flight > 0 ? absl::StrCat(", completing checkpoint ", run.in_flight) : "");
+}
+
 void Scheduler::Advance(v1::Job& job, JobRun& run) {
   const int64_t now = clock_->NowMs();
   auto all_tasks = [&](auto pred) {
     return std::all_of(run.tasks.begin(), run.tasks.end(),
                        [&](const TaskSlot& t) { return t.reported && pred(t.report); });
   };
+  if (run.adopting) {
+    if (!all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_PREPARING); })) return;
+    Resume(job, run);
+    if (run.started) return;
+  }
   if (!run.started) {
     if (!all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_READY); })) return;
     run.started = true;
@@ -231,6 +298,15 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
   }
 }
 
+absl::Status Scheduler::AdoptStored() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(std::vector<v1::Job> all, store_->List());
+  for (const v1::Job& job : all) {
+    if (!IsFinal(job.state()) && job.state() != v1::SUBMITTED) (void)Adopt(job);
+  }
+  return absl::OkStatus();
+}
+
 void Scheduler::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& id : workers_->ExpireSilent()) {
@@ -254,23 +330,25 @@ void Scheduler::Tick() {
     Log()->error("cannot list jobs: {}", std::string(all.status().message()));
     return;
   }
+
   for (v1::Job& job : *all) {
     if (IsFinal(job.state())) continue;
     auto it = runs_.find(job.id());
     if (it == runs_.end()) {
       // New, waiting for slots, or running before this coordinator started.
-      std::string why = job.message();
-      if (job.state() == v1::RUNNING) {
-        why = "coordinator restarted";
-        (void)Transition(job, v1::RECOVERING, clock_->NowMs(), why);
-      }
-      Place(job, *all, why);
+      Place(job, *all, "");
       continue;
     }
     JobRun& run = it->second;
     std::string lost;
+    const bool waiting = run.adopting && clock_->NowMs() < run.adopt_until_ms;
     for (const TaskSlot& t : run.tasks) {
-      if (alive_.count(t.worker) == 0) {
+      if (run.adopting && !waiting && !t.reported) {
+        lost = absl::StrCat("task ", &t - run.tasks.data(), " on ", t.worker,
+                            " not back after the coordinator restarted");
+        break;
+      }
+      if (!waiting && alive_.count(t.worker) == 0) {
         lost = absl::StrCat("worker ", t.worker, " lost");
         break;
       }

@@ -22,8 +22,12 @@
 //    starts a new epoch from the last complete checkpoint (RECOVERING, then
 //    RUNNING); after `max_restarts` failures in a row without a completed
 //    checkpoint the job is FAILED with the first error.
-//  * A coordinator restart loses the in-memory part: jobs that were running
-//    are placed again with a new epoch from their last complete checkpoint.
+//  * Coordinator restart: workers register again under their previous ids
+//    (worker_registry.h) and keep running; the scheduler adopts each job's
+//    stored placement and epoch, waiting up to one lease for every task to
+//    report itself in that epoch, then goes on where the old run was
+//    (re-triggering a checkpoint some tasks had already stored). A job whose
+//    tasks do not all come back in time restarts with a new epoch.
 //
 // Threading: thread-safe; Tick() runs on the coordinator's thread, the
 // other calls on gRPC threads.
@@ -72,6 +76,9 @@ class Scheduler {
   // CANCELED (FailedPrecondition for a job that ended); its workers stop its
   // tasks at their next heartbeat.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& message);
+  // Adopts the jobs an earlier coordinator placed (call once, before serving
+  // heartbeats: an answer without them would stop their tasks).
+  absl::Status AdoptStored();
   // One round of the rules above; the coordinator calls it every ~50 ms.
   void Tick();
   // Takes the worker's task reports and answers its assignments.
@@ -102,11 +109,20 @@ class Scheduler {
     int64_t completed = 0;
     bool finishing = false;
     bool finish = false;
+    // Adopted after a coordinator restart: waiting until adopt_until_ms for
+    // every task to report in this epoch.
+    bool adopting = false;
+    int64_t adopt_until_ms = 0;
   };
 
   // Places the job's tasks for a new epoch (false: not enough slots).
   bool Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   void Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
+  // Rebuilds the run of a job placed by an earlier coordinator (false if it
+  // has no placement to adopt).
+  bool Adopt(const v1::Job& job);
+  // An adopted run whose tasks all reported: resume its checkpoints.
+  void Resume(v1::Job& job, JobRun& run);
   void Advance(v1::Job& job, JobRun& run);
   void Fail(v1::Job& job, const std::string& why);
   void Put(const v1::Job& job);

@@ -1,5 +1,8 @@
 #include "coordinator/worker_registry.h"
 
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace caravela {
@@ -10,7 +13,17 @@ WorkerRegistry::WorkerRegistry(const Clock* clock, int64_t worker_timeout_ms)
 std::string WorkerRegistry::Register(const v1::RegisterRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   v1::WorkerInfo w;
-  w.set_id(absl::StrCat("worker-", next_++));
+  // An id this registry never saw (it was given by an earlier run of the
+  // coordinator) is given back; a known one (alive or dead) never is.
+  int64_t n = 0;
+  const std::string& previous = request.previous_id();
+  if (workers_.count(previous) == 0 && previous.rfind("worker-", 0) == 0 &&
+      absl::SimpleAtoi(previous.substr(7), &n) && n > 0) {
+    w.set_id(previous);
+    next_ = std::max(next_, n + 1);
+  } else {
+    w.set_id(absl::StrCat("worker-", next_++));
+  }
   w.set_address(request.address());
   w.set_host(request.host());
   w.set_slots(request.slots());

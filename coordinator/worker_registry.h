@@ -4,7 +4,9 @@
 // unknown and the worker registers again under a new id, so a paused or
 // partitioned worker never silently resumes what was taken from it. Kept in
 // memory: after a coordinator restart workers find themselves unknown at
-// their next heartbeat and register again. Thread-safe; time from `clock`.
+// their next heartbeat and register again under their previous id, which the
+// new registry never saw and so gives back (the Scheduler then adopts their
+// running tasks). Thread-safe; time from `clock`.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,8 @@ class WorkerRegistry {
   WorkerRegistry(const Clock* clock, int64_t worker_timeout_ms);
 
   int64_t lease_ms() const { return timeout_ms_; }
-  // A new id "worker-<n>" (n counts every registration).
+  // A new id "worker-<n>" (n counts every registration), or the request's
+  // previous_id if this registry never saw it (the coordinator restarted).
   std::string Register(const v1::RegisterRequest& request);
   // False for an unknown or dead worker.
   bool Heartbeat(const v1::HeartbeatRequest& request);

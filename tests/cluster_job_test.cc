@@ -80,7 +80,7 @@ class ClusterJobTest : public ::testing::Test {
 
     bench::PurchaseStreamOptions o;
     o.seed = 11;
-    o.purchases = 60000;
+    o.purchases = 100000;  // ~3.5 MB per partition: within the broker's ~5 MiB
     o.span_ms = 6LL * 3600 * 1000;
     o.retry_fraction = 0.05;
     o.conflict_fraction = 0.01;
@@ -114,12 +114,7 @@ class ClusterJobTest : public ::testing::Test {
     reference_ = FinalResults((dir_ / "reference/out").string());
     ASSERT_FALSE(reference_.empty());
 
-    coordinator_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0",
-                                 "--data-dir", (dir_ / "coordinator").string(), "--allow-path",
-                                 dir_.string(), "--worker-timeout", "2s"},
-        dir_ / "coordinator.log");
-    address_ = coordinator_->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+    StartCoordinator("127.0.0.1:0");
     ASSERT_FALSE(address_.empty()) << coordinator_->Log();
     for (int i = 0; i < 3; ++i) {
       // 5 slots each: the 9 tasks fit on the two workers left after a kill.
@@ -131,6 +126,16 @@ class ClusterJobTest : public ::testing::Test {
       ids_.push_back(workers_[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
       ASSERT_FALSE(ids_[i].empty()) << workers_[i]->Log();
     }
+  }
+
+  // (Re)starts the coordinator on `listen`; sets address_.
+  void StartCoordinator(const std::string& listen) {
+    coordinator_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", listen, "--data-dir",
+                                 (dir_ / "coordinator").string(), "--allow-path", dir_.string(),
+                                 "--worker-timeout", "2s"},
+        dir_ / absl::StrCat("coordinator-", ++coordinator_starts_, ".log"));
+    address_ = coordinator_->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
   }
 
   // The revenue job, also writing its results to a Kafka changelog topic
@@ -189,7 +194,11 @@ class ClusterJobTest : public ::testing::Test {
   }
 
   std::string Logs() const {
-    std::string out = "--- coordinator\n" + coordinator_->Log();
+    std::string out;
+    for (int i = 1; i <= coordinator_starts_; ++i) {
+      absl::StrAppend(&out, "--- coordinator ", i, "\n",
+                      ReadFile(dir_ / absl::StrCat("coordinator-", i, ".log")));
+    }
     for (size_t i = 0; i < workers_.size(); ++i) {
       absl::StrAppend(&out, "--- worker ", i, "\n", workers_[i]->Log());
     }
@@ -202,6 +211,7 @@ class ClusterJobTest : public ::testing::Test {
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::vector<std::string> ids_;
   std::string bootstrap_, address_;
+  int coordinator_starts_ = 0;
   std::map<std::string, WindowResult> reference_;
   std::unique_ptr<PostgresServer> postgres_;
 };
@@ -291,7 +301,7 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   ::kill(workers_[0]->pid(), SIGCONT);
   // It notices that its lease is gone and stops every task.
   EXPECT_FALSE(workers_[0]
-                   ->WaitFor(R"((stopping job cluster-revenue-1 epoch 1: (lease lost|the coordinator does not know)))",
+                   ->WaitFor(R"((stopping job cluster-revenue-1 epoch 1: (lease lost|the coordinator gave this worker up)))",
                              milliseconds(10000))
                    .empty())
       << workers_[0]->Log();
@@ -305,6 +315,66 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
                    " AND updated_at > '", (*resumed_at)[0][0], "'::timestamptz"));
   ASSERT_TRUE(stale.ok()) << stale.status();
   EXPECT_EQ((*stale)[0][0], "0");
+  ExpectTheAnswer(job);
+}
+
+// The coordinator is SIGKILLed mid-stream and restarted on its address: the
+// workers register again under their ids and the job goes on in the same
+// epoch (its tasks are adopted, not restarted). A job cannot finish while
+// its coordinator is down (its last checkpoint needs it), so this holds
+// whatever the timing.
+TEST_F(ClusterJobTest, CoordinatorRestartAdoptsTheRunningJob) {
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.state() == v1::RUNNING && j.last_checkpoint() >= 1;
+      },
+      milliseconds(60000)))
+      << Get(id).DebugString() << Logs();
+  const std::string address = address_;
+  coordinator_->Stop(SIGKILL);
+  std::this_thread::sleep_for(milliseconds(500));
+  StartCoordinator(address);
+  ASSERT_EQ(address_, address) << coordinator_->Log();
+  auto jobs = JobClient(address_, "").List();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].id(), id);
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 1) << "the restart restarted the job instead of adopting it\n" << Logs();
+  EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("adopted running on its workers"));
+  ExpectTheAnswer(job);
+}
+
+// A worker dies while the coordinator is down: the restarted coordinator
+// adopts the job, waits one lease for the lost worker's tasks, then restarts
+// the job from its last complete checkpoint on the workers that came back.
+TEST_F(ClusterJobTest, WorkerLostWhileTheCoordinatorIsDownIsHandledAfterItsRestart) {
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.state() == v1::RUNNING && j.last_checkpoint() >= 1;
+      },
+      milliseconds(60000)))
+      << Get(id).DebugString() << Logs();
+  const std::string address = address_;
+  coordinator_->Stop(SIGKILL);
+  workers_[0]->Stop(SIGKILL);
+  StartCoordinator(address);
+  ASSERT_EQ(address_, address) << coordinator_->Log();
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 2);
+  for (const v1::TaskStatus& t : job.tasks()) EXPECT_NE(t.worker(), ids_[0]);
+  EXPECT_THAT(coordinator_->Log(),
+              ::testing::HasSubstr("on " + ids_[0] + " not back after the coordinator restarted"));
   ExpectTheAnswer(job);
 }
 

@@ -157,8 +157,9 @@ struct WorkerAgent::Impl {
     if (!options.token.empty()) c->AddMetadata("authorization", "Bearer " + options.token);
   }
 
-  grpc::Status Register() {
+  grpc::Status Register(const std::string& previous_id = "") {
     v1::RegisterRequest request;
+    request.set_previous_id(previous_id);
     request.set_address(address);
     request.set_slots(options.slots);
     char host[256] = {0};
@@ -219,9 +220,14 @@ struct WorkerAgent::Impl {
       if (st.ok() && response.unknown_worker()) {
         // Declared dead (or the coordinator restarted): whatever this id
         // owned is gone; start over under a new one.
+        // A restarted coordinator gives the id back and adopts the tasks;
+        // one that declared this worker dead gives a new id: its tasks were
+        // moved, stop them.
         Log()->warn("the coordinator does not know {} any more: registering again", id);
-        StopParts("the coordinator does not know this worker any more");
-        if (grpc::Status r = Register(); r.ok()) last_ok = SteadyClock::now();
+        if (grpc::Status r = Register(id); r.ok()) {
+          last_ok = SteadyClock::now();
+          if (worker_id != id) StopParts("the coordinator gave this worker up");
+        }
         continue;
       }
       if (!lease_lost && SteadyClock::now() - last_ok > std::chrono::milliseconds(lease)) {

@@ -84,6 +84,10 @@ class KafkaSource : public RawSource {
   // they are all delivered (partitions that reach their end are paused).
   // Unavailable if the end offsets cannot be queried.
   absl::Status StopAtCurrentEnd() override;
+  // Commits the assigned partitions' positions to the consumer group named
+  // by the `group.id` in options.config (asynchronously; for others to read
+  // the progress, e.g. exchange flow control; the engine never reads them).
+  absl::Status CommitPositions();
 
   const KafkaSourceOptions& options() const { return options_; }
 

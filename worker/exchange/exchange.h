@@ -248,6 +248,15 @@ struct ExchangeWriterOptions {
   // (ExchangeKeyHash) to pick the partition. Empty paths: partition 0.
   std::vector<std::vector<FieldPath>> keys;
   ExchangeFlowControl* flow = nullptr;  // optional (Kafka)
+  // Kafka, readers in other processes: when non-empty, the consumer group
+  // the readers commit their positions to; the writer waits while more than
+  // `flow_limit_bytes` of its own messages on a partition are beyond the
+  // group's committed offset (what the readers have not read yet).
+  std::string flow_group;
+  int64_t flow_limit_bytes = 1 << 20;
+  // Set by the runtime when the job stops: a writer waiting on readers gives
+  // up (Aborted). May be null.
+  const std::atomic<bool>* cancel = nullptr;
   // A partition's buffered frames are sent once they reach this size (and
   // on markers, barriers, SendBuffered and Flush).
   int64_t batch_bytes = 64 * 1024;
@@ -301,6 +310,9 @@ struct ExchangeReaderOptions {
   // they were read from their source) instead of the exchange's.
   bool origin = false;
   ExchangeFlowControl* flow = nullptr;  // optional (Kafka)
+  // Kafka: when non-empty, the reader commits its positions to this consumer
+  // group (at most every 20 ms) for the writers' flow control.
+  std::string flow_group;
 };
 
 class ExchangeReader {

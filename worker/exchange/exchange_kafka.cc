@@ -1,10 +1,14 @@
 // The Kafka transport (exchange_transport.h): one idempotent librdkafka
 // producer per writer with explicit partitions; a KafkaSource over the owned
-// partitions per reader. Flow control (ExchangeFlowControl) keeps writers
-// within what the broker keeps when both ends share this process.
+// partitions per reader. Flow control keeps writers within what the broker
+// keeps: ExchangeFlowControl when both ends share this process; across
+// processes, the readers' positions committed to a consumer group
+// (`flow_group`), against which each writer counts its own delivered
+// messages.
 #include <librdkafka/rdkafka.h>
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,7 +27,11 @@ namespace {
 class KafkaOut final : public MessageOut {
  public:
   explicit KafkaOut(const ExchangeWriterOptions& options)
-      : topic_(options.topic), producer_(options.producer), flow_(options.flow) {}
+      : topic_(options.topic),
+        producer_(options.producer),
+        flow_(options.flow),
+        group_limit_(options.flow_limit_bytes),
+        cancel_(options.cancel) {}
 
   ~KafkaOut() override {
     // Messages not flushed are dropped (the runtime flushes before a
@@ -31,6 +39,63 @@ class KafkaOut final : public MessageOut {
     // checkpoint).
     if (rkt_ != nullptr) rd_kafka_topic_destroy(rkt_);
     if (rk_ != nullptr) rd_kafka_destroy(rk_);
+    if (group_rk_ != nullptr) {
+      rd_kafka_consumer_close(group_rk_);
+      rd_kafka_destroy(group_rk_);
+    }
+  }
+
+  // Flow control by the readers' committed positions (see the file comment).
+  absl::Status OpenGroup(const ExchangeWriterOptions& o) {
+    ASSIGN_OR_RETURN(KafkaConfPtr conf,
+                     NewKafkaConf({{"bootstrap.servers", o.bootstrap},
+                                   {"client.id", absl::StrCat("caravela-exchange-flow-", o.producer)},
+                                   {"group.id", o.flow_group},
+                                   {"enable.auto.commit", "false"},
+                                   {"allow.auto.create.topics", "false"}}));
+    char err[512];
+    group_rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof(err));
+    if (group_rk_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("kafka flow-control client: ", err));
+    }
+    (void)conf.release();
+    unread_.assign(static_cast<size_t>(o.partitions), 0);
+    committed_.assign(static_cast<size_t>(o.partitions), -1);
+    delivered_.resize(static_cast<size_t>(o.partitions));
+    return absl::OkStatus();
+  }
+
+  // Bytes of this writer's messages on `partition` the readers have not
+  // read: not delivered yet, or at or after the group's committed offset.
+  int64_t GroupOutstanding(int32_t partition) {
+    auto& d = delivered_[partition];
+    while (!d.empty() && d.front().first < committed_[partition]) {
+      unread_[partition] -= d.front().second;
+      d.pop_front();
+    }
+    return unread_[partition];
+  }
+
+  // Waits until the readers caught up enough on `partition`.
+  absl::Status AwaitGroup(int32_t partition, int64_t size) {
+    while (true) {
+      rd_kafka_poll(rk_, 0);
+      RETURN_IF_ERROR(failure_);
+      if (cancel_ != nullptr && cancel_->load()) {
+        return absl::AbortedError(
+            absl::StrCat("exchange writer ", topic_, "[", partition, "]: the job stops"));
+      }
+      rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(1);
+      rd_kafka_topic_partition_list_add(list, topic_.c_str(), partition);
+      const rd_kafka_resp_err_t err = rd_kafka_committed(group_rk_, list, 5000);
+      const int64_t offset = list->elems[0].offset;
+      rd_kafka_topic_partition_list_destroy(list);
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR && offset > committed_[partition]) {
+        committed_[partition] = offset;
+      }
+      if (GroupOutstanding(partition) + size <= group_limit_) return absl::OkStatus();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
   }
 
   absl::Status Open(const ExchangeWriterOptions& o) {
@@ -68,6 +133,7 @@ class KafkaOut final : public MessageOut {
                                                         partitions, " partitions, the writer ",
                                                         "expects ", o.partitions));
     }
+    if (!o.flow_group.empty()) RETURN_IF_ERROR(OpenGroup(o));
     rkt_ = rd_kafka_topic_new(rk_, o.topic.c_str(), nullptr);
     if (rkt_ == nullptr) {
       return absl::InternalError(
@@ -95,6 +161,10 @@ class KafkaOut final : public MessageOut {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     }
+    if (group_rk_ != nullptr && GroupOutstanding(partition) + size > group_limit_ &&
+        GroupOutstanding(partition) > 0) {
+      RETURN_IF_ERROR(AwaitGroup(partition, size));
+    }
     while (true) {
       const int produced =
           rd_kafka_produce(rkt_, partition, RD_KAFKA_MSG_F_COPY, message->data(), message->size(),
@@ -116,6 +186,7 @@ class KafkaOut final : public MessageOut {
       RETURN_IF_ERROR(failure_);
     }
     if (flow_ != nullptr) flow_->Wrote(partition, size);
+    if (group_rk_ != nullptr) unread_[partition] += size;
     rd_kafka_poll(rk_, 0);  // delivery reports (cheap; once per message)
     return failure_;
   }
@@ -134,6 +205,15 @@ class KafkaOut final : public MessageOut {
  private:
   static void DeliveryReport(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m, void* opaque) {
     auto* self = static_cast<KafkaOut*>(opaque);
+    if (self->group_rk_ != nullptr && m->partition >= 0 &&
+        m->partition < static_cast<int32_t>(self->unread_.size())) {
+      const auto size = static_cast<int64_t>(m->len);
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        self->delivered_[m->partition].emplace_back(m->offset, size);
+      } else {
+        self->unread_[m->partition] -= size;  // lost: the job restores anyway
+      }
+    }
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR || !self->failure_.ok()) return;
     // Frames are lost: sticky, the job restores from its last checkpoint.
     self->failure_ = absl::UnavailableError(
@@ -145,6 +225,15 @@ class KafkaOut final : public MessageOut {
   std::string topic_;
   int32_t producer_;
   ExchangeFlowControl* flow_;
+  // Group flow control (group_rk_ set), per partition: bytes produced and
+  // not known read, the delivered (offset, bytes) among them, and the
+  // group's last committed offset seen.
+  rd_kafka_t* group_rk_ = nullptr;
+  int64_t group_limit_;
+  const std::atomic<bool>* cancel_;
+  std::vector<int64_t> unread_;
+  std::vector<std::deque<std::pair<int64_t, int64_t>>> delivered_;
+  std::vector<int64_t> committed_;
   rd_kafka_t* rk_ = nullptr;
   rd_kafka_topic_t* rkt_ = nullptr;
   absl::Status failure_;  // first delivery failure (sticky)
@@ -164,6 +253,10 @@ class KafkaIn final : public MessageIn {
     // after 5 ms instead of the source's 100 (the mock broker answers an
     // empty fetch only when its wait ends, not when data arrives).
     so.config = {{"fetch.wait.max.ms", "5"}};
+    if (!options.flow_group.empty()) {
+      so.config["group.id"] = options.flow_group;
+      commits_ = true;
+    }
     source_ = std::make_unique<KafkaSource>(std::move(so));
   }
 
@@ -171,6 +264,18 @@ class KafkaIn final : public MessageIn {
 
   absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
                            const std::function<void(const RawMessage&)>& f) override {
+    if (commits_) {
+      // The writers' flow control: what this reader has read, often enough.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_commit_ >= std::chrono::milliseconds(20)) {
+        std::vector<int64_t> positions = source_->Positions();
+        if (positions != committed_) {
+          RETURN_IF_ERROR(source_->CommitPositions());
+          committed_ = std::move(positions);
+        }
+        last_commit_ = now;
+      }
+    }
     if (flow_ == nullptr) return source_->Poll(max_messages, timeout_ms, f);
     return source_->Poll(max_messages, timeout_ms, [&](const RawMessage& m) {
       flow_->Read(m.partition, static_cast<int64_t>(m.payload.size()));
@@ -190,6 +295,9 @@ class KafkaIn final : public MessageIn {
   ExchangeFlowControl* flow_;
   std::vector<int32_t> owned_;
   std::unique_ptr<KafkaSource> source_;
+  bool commits_ = false;  // positions go to the flow-control group
+  std::vector<int64_t> committed_;
+  std::chrono::steady_clock::time_point last_commit_;
 };
 
 }  // namespace

@@ -51,6 +51,7 @@ struct JobPart::Impl {
   bool prepared = false;
   bool run = false;
   bool stop = false;
+  std::atomic<bool> cancel{false};  // ends exchange writers' waits
   std::thread main;
 
   ~Impl() {
@@ -134,6 +135,8 @@ struct JobPart::Impl {
       pl.source_partitions = partitions;
       pl.restore_checkpoint = part.restore_checkpoint;
       pl.fence_sinks = true;
+      pl.group_flow = true;
+      pl.cancel = &cancel;
       auto t = Task::Create(spec, options, std::move(pl), metrics);
       if (!t.ok()) {
         return absl::Status(t.status().code(),
@@ -185,6 +188,7 @@ struct JobPart::Impl {
           }
           // The job restarts from its last checkpoint: the others stop too.
           job->Fail(r);
+          cancel = true;
         }
         std::lock_guard<std::mutex> lock(mu);
         states[i].phase = r.ok() ? Phase::kDone : Phase::kFailed;
@@ -260,6 +264,7 @@ void JobPart::Stop() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stop = true;
+    impl_->cancel = true;
     if (impl_->prepared) impl_->job->Fail(absl::CancelledError("stopped by the worker"));
   }
   impl_->cv.notify_all();

@@ -37,6 +37,7 @@
 // metrics registry and JobCheckpoints, which are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -80,6 +81,11 @@ struct TaskPlacement {
   bool replay = false;
   // Epochs come from a coordinator (JobPart): sinks fence older epochs.
   bool fence_sinks = false;
+  // Kafka exchanges whose readers are in other processes: flow control by
+  // the readers' positions committed to a consumer group named after the
+  // topic (ExchangeWriterOptions::flow_group); `cancel` ends a writer's wait.
+  bool group_flow = false;
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class Task {

@@ -50,6 +50,7 @@ absl::Status Task::Impl::OpenExchanges() {
     ro.start = "latest";
     ro.origin = placement.replay;  // replays order records by where they were read
     ro.flow = x < static_cast<int>(placement.flow.size()) ? placement.flow[x] : nullptr;
+    if (placement.group_flow && ro.memory == nullptr) ro.flow_group = ex.topic;
     auto reader = ExchangeReader::Open(ro);
     if (!reader.ok()) {
       return absl::Status(reader.status().code(),
@@ -77,6 +78,10 @@ absl::Status Task::Impl::OpenExchanges() {
     }
     wo.epoch = placement.epoch;
     wo.flow = x < static_cast<int>(placement.flow.size()) ? placement.flow[x] : nullptr;
+    if (placement.group_flow && wo.memory == nullptr) {
+      wo.flow_group = ex.topic;
+      wo.cancel = placement.cancel;
+    }
     const int op = NodeId(ex.operator_name) - S();
     wo.keys.resize(ops[op].inputs.size());
     const int writer_id = static_cast<int>(writers.size());
