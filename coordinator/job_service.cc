@@ -61,6 +61,13 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     }
     return grpc::Status::OK;
   }
+  if (scheduler_ != nullptr) {
+    if (absl::Status st = scheduler_->CheckName(parsed.spec.name); !st.ok()) {
+      if (!absl::IsFailedPrecondition(st)) return ToGrpc(st);
+      add_error("metadata.name", std::string(st.message()));
+      return grpc::Status::OK;
+    }
+  }
   absl::StatusOr<std::string> id = store_->NewId(parsed.spec.name);
   if (!id.ok()) return ToGrpc(id.status());
   v1::Job job;

@@ -74,21 +74,28 @@ TEST_F(JobServiceTest, SubmitGetListCancel) {
   EXPECT_EQ(job->stages(), 2);  // the source's stage, then dedup by event_id
   EXPECT_EQ(job->exchanges(), 1);
   EXPECT_EQ(job->yaml(), kJob);
-  auto rescaled = client.Submit(kJob, 4);
-  ASSERT_TRUE(rescaled.ok());
-  EXPECT_EQ(rescaled->job_id(), "revenue-2");
-  EXPECT_EQ(client.Get("revenue-2")->parallelism(), 4);
-
-  auto jobs = client.List();
-  ASSERT_TRUE(jobs.ok()) << jobs.status();
-  ASSERT_EQ(jobs->size(), 2u);
-  EXPECT_TRUE((*jobs)[0].yaml().empty());  // listings leave the YAML out
+  // One active job per name (they would share exchange topics).
+  auto twin = client.Submit(kJob, 4);
+  ASSERT_TRUE(twin.ok());
+  EXPECT_TRUE(twin->job_id().empty());
+  ASSERT_EQ(twin->errors_size(), 1);
+  EXPECT_EQ(twin->errors(0).path(), "metadata.name");
+  EXPECT_THAT(twin->errors(0).message(), HasSubstr("revenue-1"));
 
   auto canceled = client.Cancel("revenue-1");
   ASSERT_TRUE(canceled.ok()) << canceled.status();
   EXPECT_EQ(canceled->state(), v1::CANCELED);
   absl::Status again = client.Cancel("revenue-1").status();
   EXPECT_TRUE(absl::IsFailedPrecondition(again)) << again;
+
+  auto rescaled = client.Submit(kJob, 4);
+  ASSERT_TRUE(rescaled.ok());
+  EXPECT_EQ(rescaled->job_id(), "revenue-2");
+  EXPECT_EQ(client.Get("revenue-2")->parallelism(), 4);
+  auto jobs = client.List();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_TRUE((*jobs)[0].yaml().empty());  // listings leave the YAML out
   EXPECT_TRUE(absl::IsNotFound(client.Get("revenue-9").status()));
 }
 

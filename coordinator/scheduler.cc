@@ -34,17 +34,27 @@ void Scheduler::Put(const v1::Job& job) {
   }
 }
 
-absl::Status Scheduler::Submit(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+absl::Status Scheduler::CheckNameLocked(const std::string& name) const {
   ASSIGN_OR_RETURN(std::vector<v1::Job> all, store_->List());
   for (const v1::Job& j : all) {
-    if (j.name() == job.name() && !IsFinal(j.state())) {
+    if (j.name() == name && !IsFinal(j.state())) {
       return absl::FailedPreconditionError(
-          absl::StrCat("a job named ", job.name(), " is ", JobStateName(j.state()),
-                       " as ", j.id(), " (jobs of one name share exchange topics): cancel it "
-                       "first, or rename this one"));
+          absl::StrCat("a job named ", name, " is ", JobStateName(j.state()), " as ", j.id(),
+                       " (jobs of one name share exchange topics): cancel it first, or rename "
+                       "this one"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CheckName(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CheckNameLocked(name);
+}
+
+absl::Status Scheduler::Submit(const v1::Job& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckNameLocked(job.name()));
   return store_->Put(job);
 }
 
@@ -291,6 +301,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
   }
   if (run.finish && all_tasks([](const v1::TaskReport& r) { return r.phase() == v1::TASK_DONE; })) {
     (void)Transition(job, v1::FINISHED, now, "");
+    FillTasks(run, &job);  // the tasks' last reports stay with the job
     Put(job);
     Log()->info("job {} finished (last checkpoint {})", job.id(), job.last_checkpoint());
     runs_.erase(job.id());
@@ -418,8 +429,10 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request,
 void Scheduler::FillLive(v1::Job* job) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = runs_.find(job->id());
-  if (it == runs_.end()) return;
-  const JobRun& run = it->second;
+  if (it != runs_.end()) FillTasks(it->second, job);
+}
+
+void Scheduler::FillTasks(const JobRun& run, v1::Job* job) {
   for (int g = 0; g < job->tasks_size() && g < static_cast<int>(run.tasks.size()); ++g) {
     const TaskSlot& t = run.tasks[g];
     v1::TaskStatus* ts = job->mutable_tasks(g);

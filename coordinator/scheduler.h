@@ -73,6 +73,8 @@ class Scheduler {
   // Stores a new job (SUBMITTED); FailedPrecondition if a job of the same
   // name has not ended (they would share exchange topics).
   absl::Status Submit(const v1::Job& job);
+  // Submit's name check alone (before an id is taken).
+  absl::Status CheckName(const std::string& name) const;
   // CANCELED (FailedPrecondition for a job that ended); its workers stop its
   // tasks at their next heartbeat.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& message);
@@ -116,6 +118,7 @@ class Scheduler {
   };
 
   // Places the job's tasks for a new epoch (false: not enough slots).
+  absl::Status CheckNameLocked(const std::string& name) const;
   bool Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   void Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   // Rebuilds the run of a job placed by an earlier coordinator (false if it
@@ -125,6 +128,8 @@ class Scheduler {
   void Resume(v1::Job& job, JobRun& run);
   void Advance(v1::Job& job, JobRun& run);
   void Fail(v1::Job& job, const std::string& why);
+  // The run's task reports into job->tasks (worker, phase, watermark, ...).
+  static void FillTasks(const JobRun& run, v1::Job* job);
   void Put(const v1::Job& job);
 
   JobStore* store_;

@@ -133,7 +133,7 @@ class ClusterJobTest : public ::testing::Test {
     coordinator_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", listen, "--data-dir",
                                  (dir_ / "coordinator").string(), "--allow-path", dir_.string(),
-                                 "--worker-timeout", "2s"},
+                                 "--worker-timeout", worker_timeout_},
         dir_ / absl::StrCat("coordinator-", ++coordinator_starts_, ".log"));
     address_ = coordinator_->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
   }
@@ -212,6 +212,9 @@ class ClusterJobTest : public ::testing::Test {
   std::vector<std::string> ids_;
   std::string bootstrap_, address_;
   int coordinator_starts_ = 0;
+  // The workers' lease: a worker stops its tasks when it cannot reach the
+  // coordinator for this long.
+  std::string worker_timeout_ = "2s";
   std::map<std::string, WindowResult> reference_;
   std::unique_ptr<PostgresServer> postgres_;
 };
@@ -228,6 +231,14 @@ TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   std::set<std::string> used;
   for (const v1::TaskStatus& t : job.tasks()) used.insert(t.worker());
   EXPECT_EQ(used.size(), 3u) << job.DebugString();
+  for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.state(), "TASK_DONE") << t.DebugString();
+  // `caravela job ID`: one row per task with its worker.
+  ChildProcess cli({CARAVELA_BINARY, "job", id, "--coordinator", address_}, dir_ / "job.out");
+  EXPECT_EQ(cli.Stop(0, milliseconds(10000)), 0);
+  const std::string table = cli.Log();
+  EXPECT_THAT(table, ::testing::HasSubstr("FINISHED"));
+  EXPECT_THAT(table, ::testing::HasSubstr("RECORDS_IN"));
+  for (const std::string& w : ids_) EXPECT_THAT(table, ::testing::HasSubstr(w));
   ExpectTheAnswer(job);
 }
 
@@ -318,12 +329,18 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   ExpectTheAnswer(job);
 }
 
+// A lease long enough for a coordinator restart on a loaded 2-core machine.
+class ClusterRestartTest : public ClusterJobTest {
+ protected:
+  ClusterRestartTest() { worker_timeout_ = "6s"; }
+};
+
 // The coordinator is SIGKILLed mid-stream and restarted on its address: the
 // workers register again under their ids and the job goes on in the same
 // epoch (its tasks are adopted, not restarted). A job cannot finish while
 // its coordinator is down (its last checkpoint needs it), so this holds
 // whatever the timing.
-TEST_F(ClusterJobTest, CoordinatorRestartAdoptsTheRunningJob) {
+TEST_F(ClusterRestartTest, CoordinatorRestartAdoptsTheRunningJob) {
   const std::string id = Submit();
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Eventually(

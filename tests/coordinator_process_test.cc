@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -81,10 +83,16 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   Result submit = Cli("submit " + (dir / "job.yaml").string() + " --parallelism 3" + at, dir);
   ASSERT_EQ(submit.code, 0) << submit.out;
   EXPECT_EQ(submit.out, "revenue-1\n");
-  ASSERT_EQ(Cli("submit " + (dir / "job.yaml").string() + at, dir).code, 0);
-  Result canceled = Cli("cancel revenue-2" + at, dir);
+  // One active job per name: a second is refused with the reason.
+  Result twin = Cli("submit " + (dir / "job.yaml").string() + at, dir);
+  EXPECT_EQ(twin.code, 2) << twin.out;
+  EXPECT_THAT(twin.out, HasSubstr("metadata.name"));
+  EXPECT_THAT(twin.out, HasSubstr("revenue-1"));
+  Result canceled = Cli("cancel revenue-1" + at, dir);
   ASSERT_EQ(canceled.code, 0) << canceled.out;
   EXPECT_THAT(canceled.out, HasSubstr("CANCELED"));
+  ASSERT_EQ(Cli("submit " + (dir / "job.yaml").string() + " --parallelism 3" + at, dir).out,
+            "revenue-2\n");
 
   // SIGKILL: what it answered was synced to its store.
   coordinator->Stop(SIGKILL);
@@ -94,13 +102,20 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   Result jobs = Cli("jobs" + at, dir);
   ASSERT_EQ(jobs.code, 0) << jobs.out;
   EXPECT_THAT(jobs.out, HasSubstr("revenue-1"));
-  EXPECT_THAT(jobs.out, HasSubstr("SUBMITTED"));
-  EXPECT_THAT(jobs.out, HasSubstr("revenue-2"));
   EXPECT_THAT(jobs.out, HasSubstr("CANCELED"));
-  Result one = Cli("job revenue-1 --json" + at, dir);
+  EXPECT_THAT(jobs.out, HasSubstr("revenue-2"));
+  // No worker here: it waits for slots, saying so.
+  Result one;
+  for (int i = 0; i < 40; ++i) {  // the scheduler looks every 50 ms
+    one = Cli("job revenue-2 --json" + at, dir);
+    if (one.out.find("SCHEDULING") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   ASSERT_EQ(one.code, 0) << one.out;
   EXPECT_THAT(one.out, HasSubstr(R"("parallelism":3)"));
-  EXPECT_THAT(one.out, HasSubstr(R"("state":"SUBMITTED")"));
+  EXPECT_THAT(one.out, HasSubstr(R"("state":"SCHEDULING")"));
+  EXPECT_THAT(one.out, HasSubstr("waiting for workers"));
+  ASSERT_EQ(Cli("cancel revenue-2" + at, dir).code, 0);
   EXPECT_EQ(Cli("submit " + (dir / "job.yaml").string() + at, dir).out, "revenue-3\n");
 
   Result missing = Cli("job revenue-9" + at, dir);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -47,6 +48,7 @@ struct WorkerAgent::Impl {
   // Running parts by job id (heartbeat thread only, counted in `tasks`).
   std::map<std::string, std::unique_ptr<JobPart>> parts;
   std::map<std::string, int64_t> max_epoch;  // highest epoch run per job
+  std::set<std::pair<std::string, int64_t>> refused;  // logged once each
   std::atomic<int> tasks{0};
   MetricsRegistry metrics;
   std::shared_ptr<StateMemoryBudget> budget =
@@ -119,9 +121,16 @@ struct WorkerAgent::Impl {
     for (const auto& [id, a] : assigned) {
       auto it = parts.find(id);
       if (it == parts.end()) {
+        // An epoch runs at most once here: a part stopped (lease lost) and
+        // built again would restore the checkpoint while the epoch's other
+        // tasks went on without replaying what it lost. The coordinator
+        // restarts the job with a new epoch when the task does not report.
         int64_t& seen = max_epoch[id];
-        if (a->epoch() < seen) {
-          Log()->warn("refusing job {} epoch {}: epoch {} ran here already", id, a->epoch(), seen);
+        if (a->epoch() <= seen) {
+          if (refused.insert({id, a->epoch()}).second) {
+            Log()->warn("refusing job {} epoch {}: epoch {} ran here already", id, a->epoch(),
+                        seen);
+          }
           continue;
         }
         seen = a->epoch();

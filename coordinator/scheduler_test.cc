@@ -1,0 +1,316 @@
+// The Scheduler without processes: a ManualClock, a real JobStore in a temp
+// dir, workers played by heartbeat requests.
+#include "coordinator/scheduler.h"
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_state.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace caravela {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Three stages (source, dedup, window) at parallelism 2: 6 tasks.
+constexpr char kYaml[] = R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: revenue}
+spec:
+  parallelism: 2
+  checkpoint: {interval: 1s}
+  sources:
+    - name: purchases
+      kafka: {topic: purchases, bootstrap: "127.0.0.1:1", bounded: true}
+      key: [user_id]
+      event_time: {field: ts}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 1h}
+    - name: revenue
+      window: {from: unique, tumbling: 1h, group_by: [country], aggregates: [{as: n, count: "*"}]}
+  sinks:
+    - {from: revenue, file: {path: out/revenue.jsonl}}
+)";
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("scheduler_test_", ::getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    auto store = JobStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    Restart();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A new registry and scheduler over the same store (a coordinator restart).
+  void Restart() {
+    registry_ = std::make_unique<WorkerRegistry>(&clock_, 1000);
+    SchedulerOptions o;
+    o.checkpoint_storage = "file:///shared/checkpoints";
+    scheduler_ = std::make_unique<Scheduler>(store_.get(), registry_.get(), &clock_, o);
+    ASSERT_TRUE(scheduler_->AdoptStored().ok());
+  }
+
+  std::string AddWorker(int slots, const std::string& previous = "") {
+    v1::RegisterRequest r;
+    r.set_slots(slots);
+    r.set_previous_id(previous);
+    return registry_->Register(r);
+  }
+
+  std::string Submit() {
+    v1::Job job;
+    job.set_id(absl::StrCat("revenue-", ++jobs_));
+    job.set_name("revenue");
+    job.set_state(v1::SUBMITTED);
+    job.set_parallelism(2);
+    job.set_yaml(kYaml);
+    EXPECT_TRUE(scheduler_->Submit(job).ok());
+    return job.id();
+  }
+
+  v1::Job Get(const std::string& id) {
+    auto j = store_->Get(id);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? *j : v1::Job();
+  }
+
+  // One heartbeat of `worker`: every task it was last assigned reports
+  // `phase` and `stored` (0: keep what it reported). Returns the answer.
+  v1::HeartbeatResponse Beat(const std::string& worker, v1::TaskPhase phase, int64_t stored = -1,
+                             const std::string& error = "") {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(worker);
+    if (last_[worker].assignments_size() == 0) {
+      // Learn the assignment first, as a worker does.
+      EXPECT_TRUE(registry_->Heartbeat(req));
+      scheduler_->OnHeartbeat(req, &last_[worker]);
+    }
+    for (const v1::Assignment& a : last_[worker].assignments()) {
+      for (int t : a.tasks()) {
+        v1::TaskReport* r = req.add_tasks();
+        r->set_job_id(a.job_id());
+        r->set_epoch(a.epoch());
+        r->set_task(t);
+        r->set_phase(phase);
+        r->set_stored_checkpoint(stored >= 0 ? stored : stored_[worker]);
+        r->set_next_checkpoint(1);
+        r->set_error(error);
+      }
+    }
+    if (stored >= 0) stored_[worker] = stored;
+    EXPECT_TRUE(registry_->Heartbeat(req));
+    v1::HeartbeatResponse resp;
+    scheduler_->OnHeartbeat(req, &resp);
+    last_[worker] = resp;
+    return resp;
+  }
+
+  int Tasks(const v1::HeartbeatResponse& r) {
+    int n = 0;
+    for (const v1::Assignment& a : r.assignments()) n += a.tasks_size();
+    return n;
+  }
+
+  std::filesystem::path dir_;
+  ManualClock clock_{1'000'000};
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<std::string, v1::HeartbeatResponse> last_;
+  std::map<std::string, int64_t> stored_;
+  int jobs_ = 0;
+};
+
+TEST_F(SchedulerTest, PlacesStartsCheckpointsAndFinishes) {
+  const std::string a = AddWorker(2);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  // 6 tasks, 2 slots: waiting, and saying why.
+  EXPECT_EQ(Get(id).state(), v1::SCHEDULING);
+  EXPECT_THAT(Get(id).message(), HasSubstr("6 tasks, 2 free slots"));
+  const std::string b = AddWorker(2), c = AddWorker(2);
+  scheduler_->Tick();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 1);
+  ASSERT_EQ(job.tasks_size(), 6);
+  // Balanced: two tasks each.
+  EXPECT_EQ(Tasks(Beat(a, v1::TASK_PREPARING)), 2);
+  EXPECT_EQ(Tasks(Beat(b, v1::TASK_PREPARING)), 2);
+  EXPECT_EQ(Tasks(Beat(c, v1::TASK_PREPARING)), 2);
+  EXPECT_EQ(last_[a].assignments(0).checkpoint_storage(), "file:///shared/checkpoints");
+  EXPECT_FALSE(last_[a].assignments(0).start());
+  // Not started until every task is READY.
+  Beat(a, v1::TASK_READY);
+  Beat(b, v1::TASK_READY);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::SCHEDULING);
+  Beat(c, v1::TASK_READY);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+  EXPECT_TRUE(Beat(a, v1::TASK_RUNNING).assignments(0).start());
+  // Checkpoint 1 after the interval; complete once every task stored it.
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  EXPECT_EQ(Beat(a, v1::TASK_RUNNING, 1).assignments(0).trigger_checkpoint(), 1);
+  Beat(b, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).last_checkpoint(), 0);
+  Beat(c, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).last_checkpoint(), 1);
+  EXPECT_EQ(Beat(a, v1::TASK_RUNNING).assignments(0).completed_checkpoint(), 1);
+  // Drained: the last checkpoint stops the job, then it finishes.
+  for (const std::string& w : {a, b, c}) Beat(w, v1::TASK_DRAINED);
+  scheduler_->Tick();
+  v1::HeartbeatResponse r = Beat(a, v1::TASK_DRAINED, 2);
+  EXPECT_EQ(r.assignments(0).trigger_checkpoint(), 2);
+  EXPECT_TRUE(r.assignments(0).stop_at_trigger());
+  Beat(b, v1::TASK_DRAINED, 2);
+  Beat(c, v1::TASK_DRAINED, 2);
+  scheduler_->Tick();
+  EXPECT_TRUE(Beat(a, v1::TASK_DRAINED).assignments(0).finish());
+  for (const std::string& w : {a, b, c}) Beat(w, v1::TASK_DONE);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::FINISHED);
+  EXPECT_EQ(Get(id).last_checkpoint(), 2);
+  EXPECT_EQ(Tasks(Beat(a, v1::TASK_DONE)), 0);  // nothing assigned any more
+}
+
+TEST_F(SchedulerTest, ALostWorkerMovesItsTasksStickilyWithANewEpoch) {
+  const std::string a = AddWorker(3), b = AddWorker(3), c = AddWorker(3);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  for (const std::string& w : {a, b, c}) Beat(w, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  std::map<int, std::string> before;
+  for (int g = 0; g < 6; ++g) before[g] = Get(id).tasks(g).worker();
+  // c falls silent; a and b keep beating.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(400);
+    Beat(a, v1::TASK_RUNNING);
+    Beat(b, v1::TASK_RUNNING);
+    scheduler_->Tick();
+  }
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 2);
+  EXPECT_EQ(job.state(), v1::RECOVERING);
+  EXPECT_THAT(job.message(), HasSubstr("worker " + c + " lost"));
+  for (int g = 0; g < 6; ++g) {
+    EXPECT_NE(job.tasks(g).worker(), c);
+    // Sticky: tasks of the live workers stayed where they were.
+    if (before[g] != c) EXPECT_EQ(job.tasks(g).worker(), before[g]) << g;
+  }
+  EXPECT_EQ(Beat(a, v1::TASK_RUNNING).assignments(0).epoch(), 2);
+  EXPECT_EQ(Beat(b, v1::TASK_RUNNING).assignments(0).epoch(), 2);
+  Beat(a, v1::TASK_READY);
+  Beat(b, v1::TASK_READY);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+}
+
+TEST_F(SchedulerTest, RepeatedFailuresFailTheJob) {
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  for (int attempt = 1; attempt <= 4; ++attempt) {
+    Beat(a, v1::TASK_PREPARING);
+    Beat(a, v1::TASK_FAILED, -1, "kafka: no such broker");
+    scheduler_->Tick();
+  }
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_THAT(job.message(), HasSubstr("kafka: no such broker"));
+  EXPECT_THAT(job.message(), HasSubstr("3 restarts without a completed checkpoint"));
+}
+
+TEST_F(SchedulerTest, ARestartedCoordinatorAdoptsTheRunningEpoch) {
+  const std::string a = AddWorker(3), b = AddWorker(3);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  for (const std::string& w : {a, b}) Beat(w, v1::TASK_READY);
+  scheduler_->Tick();
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  Beat(a, v1::TASK_RUNNING, 1);
+  Beat(b, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).last_checkpoint(), 1);
+  // Checkpoint 2 triggered; a stored it, then the coordinator died.
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  Beat(a, v1::TASK_RUNNING, 2);
+
+  Restart();
+  // The workers come back under their ids and report epoch 1.
+  EXPECT_EQ(AddWorker(3, a), a);
+  EXPECT_EQ(AddWorker(3, b), b);
+  EXPECT_EQ(Tasks(Beat(a, v1::TASK_RUNNING)), 3);
+  Beat(b, v1::TASK_RUNNING);
+  scheduler_->Tick();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 1);
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  // Checkpoint 2 is triggered again and completes.
+  EXPECT_EQ(Beat(b, v1::TASK_RUNNING, 2).assignments(0).trigger_checkpoint(), 2);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).last_checkpoint(), 2);
+  EXPECT_EQ(Get(id).epoch(), 1);
+}
+
+TEST_F(SchedulerTest, ARestartedCoordinatorRestartsJobsWhoseTasksDoNotComeBack) {
+  const std::string a = AddWorker(3), b = AddWorker(3);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  for (const std::string& w : {a, b}) Beat(w, v1::TASK_READY);
+  scheduler_->Tick();
+  Restart();
+  EXPECT_EQ(AddWorker(6, a), a);  // b never comes back
+  Beat(a, v1::TASK_RUNNING);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).epoch(), 1);  // still waiting for b
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(400);
+    Beat(a, v1::TASK_RUNNING);
+    scheduler_->Tick();
+  }
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 2);
+  EXPECT_THAT(job.message(), HasSubstr("not back after the coordinator restarted"));
+  for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.worker(), a);
+}
+
+TEST_F(SchedulerTest, OneActiveJobPerNameAndCancelStopsTheTasks) {
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  v1::Job twin;
+  twin.set_id("revenue-99");
+  twin.set_name("revenue");
+  twin.set_state(v1::SUBMITTED);
+  twin.set_yaml(kYaml);
+  absl::Status st = scheduler_->Submit(twin);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("share exchange topics"));
+  scheduler_->Tick();
+  EXPECT_EQ(Tasks(Beat(a, v1::TASK_PREPARING)), 6);
+  ASSERT_TRUE(scheduler_->Cancel(id, "by a test").ok());
+  EXPECT_EQ(Tasks(Beat(a, v1::TASK_RUNNING)), 0);
+  EXPECT_EQ(Get(id).state(), v1::CANCELED);
+  // A later job of the name runs above every earlier epoch.
+  const std::string next = Submit();
+  scheduler_->Tick();
+  EXPECT_EQ(Get(next).epoch(), 2);
+}
+
+}  // namespace
+}  // namespace caravela
