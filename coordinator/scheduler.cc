@@ -110,13 +110,21 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   }
   // Sticky first: a task keeps a live worker with room; then the least
   // loaded worker (most free slots, then lowest id) takes each other task.
+  // At most an even share (rounded down) per worker stays where it was; the
+  // rest goes to the workers with the most room, so the spread ends within
+  // one task (which Imbalance() accepts).
+  int with_room = 0;
+  for (const auto& [w, n] : free_slots_) with_room += n > 0 ? 1 : 0;
+  const int cap = std::max(1, total / std::max(with_room, 1));
   std::vector<std::string> placed(static_cast<size_t>(total));
+  std::map<std::string, int> kept;
   for (int g = 0; g < total && g < job.tasks_size(); ++g) {
     const std::string& w = job.tasks(g).worker();
     auto it = free_slots_.find(w);
-    if (it != free_slots_.end() && it->second > 0) {
+    if (it != free_slots_.end() && it->second > 0 && kept[w] < cap) {
       placed[g] = w;
       --it->second;
+      ++kept[w];
     }
   }
   for (int g = 0; g < total; ++g) {
@@ -283,9 +291,21 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     Put(job);
     run.completed = run.in_flight;
     failures_.erase(job.id());
-    if (run.stop_at) run.finish = true;
+    if (run.stop_at && run.handoff.empty()) run.finish = true;
+    if (run.stop_at && !run.handoff.empty()) run.handoff_ready = true;
     Log()->debug("job {} checkpoint {} complete", job.id(), run.in_flight);
     run.in_flight = 0;
+  }
+  if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0) {
+    // Even the load out through a stopping checkpoint.
+    if (std::string why = Imbalance(run); !why.empty()) {
+      run.handoff = why;
+      run.in_flight = run.next_id++;
+      run.stop_at = true;
+      run.finishing = true;
+      Log()->info("job {} epoch {}: {}: stopping at checkpoint {} to move tasks", job.id(),
+                  run.epoch, why, run.in_flight);
+    }
   }
   if (run.in_flight == 0 && !run.finishing) {
     const bool end = all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
@@ -387,7 +407,40 @@ void Scheduler::Tick() {
       continue;
     }
     Advance(job, run);
+    auto again = runs_.find(job.id());
+    if (again != runs_.end() && again->second.handoff_ready) {
+      const std::string why = again->second.handoff;
+      for (const TaskSlot& t : again->second.tasks) {
+        auto f = free_slots_.find(t.worker);
+        if (f != free_slots_.end()) ++f->second;
+      }
+      runs_.erase(again);
+      (void)Transition(job, v1::SCHEDULING, clock_->NowMs(), why);
+      if (!Place(job, *all, why)) Put(job);
+    }
   }
+}
+
+std::string Scheduler::Imbalance(const JobRun& run) const {
+  std::map<std::string, int> mine;
+  for (const TaskSlot& t : run.tasks) ++mine[t.worker];
+  std::string most, fewest;
+  int high = -1, low = 0;
+  for (const std::string& w : alive_) {
+    const int n = mine.count(w) > 0 ? mine.at(w) : 0;
+    auto f = free_slots_.find(w);
+    const bool room = f != free_slots_.end() && f->second > 0;
+    if (n > high) {
+      high = n;
+      most = w;
+    }
+    if (room && (fewest.empty() || n < low)) {
+      low = n;
+      fewest = w;
+    }
+  }
+  if (fewest.empty() || high - low < 2) return "";
+  return absl::StrCat("rebalancing: ", most, " runs ", high, " tasks, ", fewest, " ", low);
 }
 
 void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request,

@@ -111,6 +111,11 @@ class Scheduler {
     int64_t completed = 0;
     bool finishing = false;
     bool finish = false;
+    // Handoff: the checkpoint in flight stops the tasks so that the job can
+    // be placed again from it (a rebalance); `handoff` says why, and
+    // `handoff_ready` is set once that checkpoint completed.
+    std::string handoff;
+    bool handoff_ready = false;
     // Adopted after a coordinator restart: waiting until adopt_until_ms for
     // every task to report in this epoch.
     bool adopting = false;
@@ -124,6 +129,10 @@ class Scheduler {
   // Rebuilds the run of a job placed by an earlier coordinator (false if it
   // has no placement to adopt).
   bool Adopt(const v1::Job& job);
+  // Why the job's tasks should move to even the load out ("" if not): a
+  // live worker with room holds at least two tasks of the job fewer than
+  // another.
+  std::string Imbalance(const JobRun& run) const;
   // An adopted run whose tasks all reported: resume its checkpoints.
   void Resume(v1::Job& job, JobRun& run);
   void Advance(v1::Job& job, JobRun& run);

@@ -219,6 +219,47 @@ TEST_F(SchedulerTest, ALostWorkerMovesItsTasksStickilyWithANewEpoch) {
   EXPECT_EQ(Get(id).state(), v1::RUNNING);
 }
 
+// A worker joins a running job: the tasks stop at a checkpoint and the job
+// is placed again from it, spread within one task.
+TEST_F(SchedulerTest, AJoiningWorkerGetsTasksThroughAStoppingCheckpoint) {
+  const std::string a = AddWorker(5), b = AddWorker(5);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  for (const std::string& w : {a, b}) Beat(w, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).epoch(), 1);  // 3 and 3: balanced
+  const std::string c = AddWorker(5);
+  scheduler_->Tick();
+  // A checkpoint that stops the tasks, triggered at once.
+  v1::HeartbeatResponse r = Beat(a, v1::TASK_RUNNING, 1);
+  ASSERT_EQ(r.assignments_size(), 1);
+  EXPECT_EQ(r.assignments(0).trigger_checkpoint(), 1);
+  EXPECT_TRUE(r.assignments(0).stop_at_trigger());
+  EXPECT_EQ(Tasks(Beat(c, v1::TASK_RUNNING)), 0);
+  Beat(b, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.last_checkpoint(), 1);
+  EXPECT_EQ(job.epoch(), 2);
+  EXPECT_THAT(job.message(), HasSubstr("rebalancing"));
+  std::map<std::string, int> per;
+  for (const v1::TaskStatus& t : job.tasks()) ++per[t.worker()];
+  EXPECT_EQ(per[a], 2);
+  EXPECT_EQ(per[b], 2);
+  EXPECT_EQ(per[c], 2);
+  EXPECT_EQ(Beat(c, v1::TASK_PREPARING).assignments(0).restore_checkpoint(), 1);
+  // Balanced now: no further move. (The first beat still reports epoch 1.)
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string& w : {a, b, c}) Beat(w, v1::TASK_READY);
+  }
+  scheduler_->Tick();
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).epoch(), 2);
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+}
+
 TEST_F(SchedulerTest, RepeatedFailuresFailTheJob) {
   const std::string a = AddWorker(6);
   const std::string id = Submit();

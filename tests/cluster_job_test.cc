@@ -10,6 +10,7 @@
 // the PostgreSQL epoch fence keeps its writes out).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 
 #include <chrono>
 #include <csignal>
@@ -327,6 +328,57 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   ASSERT_TRUE(stale.ok()) << stale.status();
   EXPECT_EQ((*stale)[0][0], "0");
   ExpectTheAnswer(job);
+}
+
+// A fourth worker joins mid-stream: the tasks stop at a checkpoint and the
+// job is placed again from it on all four workers, so nothing is produced
+// twice (one FINAL per window in the changelog too). To join while the job
+// surely runs, the test holds a lock on the PostgreSQL sink's fence table:
+// no checkpoint (the final one included) completes until it lets go.
+TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicates) {
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.state() == v1::RUNNING && j.last_checkpoint() >= 1;
+      },
+      milliseconds(60000)))
+      << Get(id).DebugString() << Logs();
+  PGconn* lock = PQconnectdb(postgres_->Dsn().c_str());
+  ASSERT_EQ(PQstatus(lock), CONNECTION_OK) << PQerrorMessage(lock);
+  PGresult* r = PQexec(lock, "BEGIN; LOCK TABLE caravela_fences IN ACCESS EXCLUSIVE MODE");
+  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(lock);
+  PQclear(r);
+  ASSERT_NE(Get(id).state(), v1::FINISHED);
+  workers_.push_back(std::make_unique<ChildProcess>(
+      std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots",
+                               "5", "--data-dir", (dir_ / "w3").string(), "--bootstrap",
+                               bootstrap_, "--allow-path", dir_.string()},
+      dir_ / "worker-3.log"));
+  const std::string joined = workers_.back()->WaitFor(R"(id=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(joined.empty()) << workers_.back()->Log();
+  std::this_thread::sleep_for(milliseconds(300));  // a few scheduler rounds
+  r = PQexec(lock, "COMMIT");
+  PQclear(r);
+  PQfinish(lock);
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 2) << Logs();
+  std::map<std::string, int> per;
+  for (const v1::TaskStatus& t : job.tasks()) ++per[t.worker()];
+  EXPECT_EQ(per.size(), 4u) << job.DebugString();
+  for (const auto& [w, n] : per) EXPECT_LE(n, 3) << w;
+  EXPECT_GE(per[joined], 2);
+  EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("rebalancing"));
+  ExpectTheAnswer(job);
+  // Nothing produced twice: each window's FINAL once in the changelog.
+  auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
+  ASSERT_TRUE(values.ok()) << values.status();
+  size_t finals = 0;
+  for (const std::string& v : *values) finals += v.find("\"FINAL\"") != std::string::npos;
+  EXPECT_EQ(finals, reference_.size());
 }
 
 // A lease long enough for a coordinator restart on a loaded 2-core machine.
