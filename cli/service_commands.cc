@@ -57,6 +57,7 @@ struct Flags {
   CLI::App* workers = nullptr;
   // local
   int local_workers = 2;
+  int local_slots = 4;
   std::string local_dir = "caravela-local";
   CLI::App* local = nullptr;
 };
@@ -112,7 +113,9 @@ int CoordinatorCommand() {
   f.coordinator.worker_timeout_ms = *timeout;
   absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(f.coordinator);
   if (!c.ok()) return Fail(c.status());
-  std::printf("caravela coordinator: grpc=%s data-dir=%s auth=%s\n", (*c)->grpc_address().c_str(),
+  std::printf("caravela coordinator: grpc=%s http=%s data-dir=%s auth=%s\n",
+              (*c)->grpc_address().c_str(),
+              (*c)->http_address().empty() ? "off" : (*c)->http_address().c_str(),
               f.coordinator.data_dir.c_str(), f.coordinator.token.empty() ? "off" : "token");
   std::fflush(stdout);
   std::signal(SIGINT, OnStop);
@@ -264,6 +267,8 @@ int LocalCommand() {
   CoordinatorOptions co;
   co.listen = f.coordinator.listen;
   co.data_dir = f.local_dir + "/coordinator";
+  co.http_listen = f.coordinator.http_listen;
+  co.allowed_paths = f.coordinator.allowed_paths;
   // Jobs that name no Kafka cluster use this broker; it serves no
   // CreateTopics to the worker processes, so the exchange topics are
   // created here.
@@ -281,7 +286,12 @@ int LocalCommand() {
   for (int i = 0; i < f.local_workers; ++i) {
     const std::string data = absl::StrCat(f.local_dir, "/worker-", i);
     std::vector<std::string> args = {"caravela",   "worker", "--coordinator", (*c)->grpc_address(),
-                                     "--data-dir", data,     "--bootstrap",   bootstrap};
+                                     "--data-dir", data,     "--bootstrap",   bootstrap,
+                                     "--slots",    std::to_string(f.local_slots)};
+    for (const std::string& p : co.allowed_paths) {
+      args.push_back("--allow-path");
+      args.push_back(p);
+    }
     std::vector<char*> argv;
     argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
@@ -294,9 +304,10 @@ int LocalCommand() {
     }
     pids.push_back(pid);
   }
-  std::printf("caravela local: broker=%s coordinator=%s workers=%d data-dir=%s\n",
-              (*broker)->bootstrap().c_str(), (*c)->grpc_address().c_str(), f.local_workers,
-              f.local_dir.c_str());
+  std::printf("caravela local: broker=%s coordinator=%s http=%s workers=%d data-dir=%s\n",
+              (*broker)->bootstrap().c_str(), (*c)->grpc_address().c_str(),
+              (*c)->http_address().empty() ? "off" : (*c)->http_address().c_str(),
+              f.local_workers, f.local_dir.c_str());
   std::fflush(stdout);
   std::signal(SIGINT, OnStop);
   std::signal(SIGTERM, OnStop);
@@ -329,6 +340,9 @@ void AddServiceCommands(CLI::App& app) {
       "one line with its address when ready. (The HTTP dashboard comes later.)");
   f.coordinator_cmd->add_option("--listen", f.coordinator.listen, "gRPC HOST:PORT (port 0: any)")
       ->capture_default_str();
+  f.coordinator_cmd->add_option("--http", f.coordinator.http_listen,
+                                "HTTP HOST:PORT for /healthz and the JSON API under /api/v1/ "
+                                "(port 0: any; default none)");
   f.coordinator_cmd->add_option("--data-dir", f.coordinator.data_dir, "Job store directory")
       ->capture_default_str();
   f.coordinator_cmd->add_option("--token-file", f.token_file,
@@ -382,6 +396,14 @@ void AddServiceCommands(CLI::App& app) {
       ->capture_default_str();
   f.local->add_option("--listen", f.coordinator.listen, "Coordinator gRPC HOST:PORT (port 0: any)")
       ->capture_default_str();
+  f.local->add_option("--slots", f.local_slots, "Tasks each worker can run")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  f.local->add_option("--http", f.coordinator.http_listen,
+                      "Coordinator HTTP HOST:PORT (/healthz, /api/v1/; default none)");
+  f.local->add_option("--allow-path", f.coordinator.allowed_paths,
+                      "An absolute directory jobs may read and write files in (repeatable; "
+                      "default: only each worker's data directory)");
   f.local->add_option("--data-dir", f.local_dir, "Coordinator and worker data")
       ->capture_default_str();
   f.workers = app.add_subcommand("workers", "List the workers the coordinator knows");

@@ -1,19 +1,9 @@
 #include "coordinator/auth.h"
 
+#include "common/http_server.h"
+
 namespace caravela {
 
-bool BearerMatches(std::string_view header, std::string_view token) {
-  constexpr std::string_view kPrefix = "Bearer ";
-  if (token.empty() || header.size() != kPrefix.size() + token.size() ||
-      header.substr(0, kPrefix.size()) != kPrefix) {
-    return false;
-  }
-  unsigned char diff = 0;  // no early exit: the time does not depend on where it differs
-  for (size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(header[kPrefix.size() + i] ^ token[i]);
-  }
-  return diff == 0;
-}
 
 grpc::Status CheckToken(const grpc::ServerContext& context, const std::string& token) {
   if (token.empty()) return grpc::Status::OK;

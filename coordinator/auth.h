@@ -7,12 +7,10 @@
 #include <string>
 #include <string_view>
 
+#include "common/http_server.h"  // BearerMatches
 #include "common/status.h"
 
 namespace caravela {
-
-// Whether `header` is "Bearer <token>", compared in constant time.
-bool BearerMatches(std::string_view header, std::string_view token);
 
 // OK when `token` is empty or the call's "authorization" metadata carries
 // it; UNAUTHENTICATED otherwise (before anything else is done).

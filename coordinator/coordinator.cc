@@ -10,7 +10,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/http_server.h"
 #include "common/logging.h"
+#include "google/protobuf/util/json_util.h"
 #include "common/time_util.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_store.h"
@@ -32,6 +34,7 @@ struct Coordinator::Impl {
   std::unique_ptr<WorkerServiceImpl> worker_service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
+  std::unique_ptr<HttpServer> http;
   std::atomic<bool> stop{false};
   std::thread ticker;  // Scheduler::Tick every 50 ms
 };
@@ -40,7 +43,59 @@ Coordinator::~Coordinator() {
   if (impl_ == nullptr) return;
   impl_->stop = true;
   if (impl_->ticker.joinable()) impl_->ticker.join();
+  if (impl_->http != nullptr) impl_->http->Stop();
   if (impl_->server != nullptr) impl_->server->Shutdown();
+}
+
+namespace {
+
+HttpResponse JsonOf(const google::protobuf::Message& m) {
+  HttpResponse r;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = false;
+  if (!google::protobuf::util::MessageToJsonString(m, &r.body, o).ok()) {
+    return HttpError(500, "cannot encode JSON");
+  }
+  r.body.push_back('\n');
+  return r;
+}
+
+HttpResponse FromStatus(const absl::Status& st) {
+  return HttpError(absl::IsNotFound(st) ? 404 : 500, std::string(st.message()));
+}
+
+}  // namespace
+
+std::vector<HttpRoute> Coordinator::HttpRoutes(Impl& im) {
+  std::vector<HttpRoute> routes;
+  routes.push_back({"/healthz", /*is_public=*/true, [](const std::vector<std::string>&) {
+                      HttpResponse r;
+                      r.body = "{\"status\":\"SERVING\"}\n";
+                      return r;
+                    }});
+  routes.push_back({"/api/v1/jobs", false, [&im](const std::vector<std::string>&) {
+                      absl::StatusOr<std::vector<v1::Job>> jobs = im.store->List();
+                      if (!jobs.ok()) return FromStatus(jobs.status());
+                      v1::ListJobsResponse out;
+                      for (v1::Job& j : *jobs) {
+                        j.clear_yaml();
+                        im.scheduler->FillLive(&j);
+                        *out.add_jobs() = std::move(j);
+                      }
+                      return JsonOf(out);
+                    }});
+  routes.push_back({"/api/v1/jobs/([^/]+)", false, [&im](const std::vector<std::string>& c) {
+                      absl::StatusOr<v1::Job> job = im.store->Get(c[0]);
+                      if (!job.ok()) return FromStatus(job.status());
+                      im.scheduler->FillLive(&*job);
+                      return JsonOf(*job);
+                    }});
+  routes.push_back({"/api/v1/workers", false, [&im](const std::vector<std::string>&) {
+                      v1::ListWorkersResponse out;
+                      for (v1::WorkerInfo& w : im.workers->List()) *out.add_workers() = std::move(w);
+                      return JsonOf(out);
+                    }});
+  return routes;
 }
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
@@ -72,6 +127,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                                                       options.max_message_bytes));
   im.server = std::move(server.server);
   im.address = std::move(server.address);
+  if (!options.http_listen.empty()) {
+    ASSIGN_OR_RETURN(im.http, HttpServer::Start(options.http_listen, options.token, HttpRoutes(im)));
+  }
   im.ticker = std::thread([&im] {
     while (!im.stop.load()) {
       im.scheduler->Tick();
@@ -82,6 +140,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
 }
 
 const std::string& Coordinator::grpc_address() const { return impl_->address; }
+
+std::string Coordinator::http_address() const {
+  return impl_->http != nullptr ? impl_->http->address() : "";
+}
 
 void Coordinator::Wait() { impl_->server->Wait(); }
 

@@ -4,8 +4,10 @@
 // assignments, leases), the Scheduler that places tasks on workers and
 // coordinates checkpoints (a thread ticks it), the standard gRPC health
 // service (grpc.health.v1, SERVING once started) and server reflection, so
-// grpc_cli/grpcurl-style tools and Kubernetes gRPC probes work. The HTTP
-// dashboard comes with a later slice (coordinator/README.md).
+// grpc_cli/grpcurl-style tools and Kubernetes gRPC probes work; optionally
+// HTTP: /healthz and a read-only JSON API (/api/v1/jobs, /api/v1/jobs/ID,
+// /api/v1/workers) behind the same token. The dashboard and /metrics come
+// with the operations issue (coordinator/README.md).
 #pragma once
 
 #include <functional>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/http_server.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
 #include "common/status.h"
@@ -21,6 +24,8 @@ namespace caravela {
 
 struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks a free one
+  // HTTP (JSON API under /api/v1/, /healthz); empty: none. Port 0: any.
+  std::string http_listen;
   std::string data_dir = "caravela-coordinator";
   std::string token;  // non-empty: bearer token required on every service call
   int max_message_bytes = 4 << 20;
@@ -46,6 +51,8 @@ class Coordinator {
   ~Coordinator();
   // "HOST:PORT" with the port actually bound.
   const std::string& grpc_address() const;
+  // The HTTP address actually bound ("" without HTTP).
+  std::string http_address() const;
   // Blocks until Shutdown() (from another thread or a signal watcher).
   void Wait();
   void Shutdown();
@@ -54,6 +61,7 @@ class Coordinator {
 
  private:
   Coordinator() = default;
+  static std::vector<HttpRoute> HttpRoutes(Impl& im);
   std::unique_ptr<Impl> impl_;
 };
 

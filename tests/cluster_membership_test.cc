@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_client.h"
+#include "worker/connectors/kafka_test_util.h"
 #include "tests/child_process.h"
 #include "tests/test_util.h"
 
@@ -118,7 +119,7 @@ TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
       {CARAVELA_BINARY, "local", "--workers", "2", "--data-dir", (dir / "cluster").string()},
       dir / "local.log");
   const std::vector<std::string> got = local.WaitForMatch(
-      R"(caravela local: broker=(\S+) coordinator=(\S+) workers=2)", milliseconds(20000));
+      R"(caravela local: broker=(\S+) coordinator=(\S+) http=\S+ workers=2)", milliseconds(20000));
   ASSERT_EQ(got.size(), 3u) << local.Log();
   const std::string& coordinator = got[2];
   ASSERT_TRUE(Eventually(
@@ -137,6 +138,86 @@ TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
   for (const std::string& a : workers) {
     EXPECT_FALSE(JobClient(a, "", 500).Health().ok()) << "worker " << a << " outlived local";
   }
+}
+
+}  // namespace
+}  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// `caravela local` runs a submitted job end to end: its embedded broker
+// carries the input and the exchanges (the coordinator creates the exchange
+// topics there, since that broker serves no CreateTopics to the workers),
+// two worker processes run the 6 tasks.
+TEST(ClusterMembershipTest, LocalRunsASubmittedJob) {
+  TempDir tmp("local-job", "CARAVELA_KEEP_TEST_DIRS", "caravela local job test");
+  const fs::path& dir = tmp.path();
+  ChildProcess local({CARAVELA_BINARY, "local", "--workers", "2", "--data-dir",
+                      (dir / "cluster").string(), "--allow-path", dir.string(), "--http",
+                      "127.0.0.1:0"},
+                     dir / "local.log");
+  const std::vector<std::string> got = local.WaitForMatch(
+      R"(caravela local: broker=(\S+) coordinator=(\S+) http=(\S+) workers=2)", milliseconds(20000));
+  ASSERT_EQ(got.size(), 4u) << local.Log();
+  const std::string &broker = got[1], &coordinator = got[2];
+  EXPECT_NE(got[3], "off");
+  // Input on a topic the broker auto-creates (4 partitions).
+  std::vector<std::pair<int32_t, std::string>> lines;
+  for (int i = 0; i < 2000; ++i) {
+    lines.emplace_back(i % 4, absl::StrCat(R"({"event_id":"e)", i % 1900, R"(","user_id":"u)", i % 37,
+                                 R"(","country":"c)", i % 5, R"(","amount":1,"ts":)",
+                                 1'700'000'000'000LL + i * 1000, "}"));
+    // (partition i % 4 of the auto-created topic)
+  }
+  ASSERT_TRUE(ProduceLines(broker, "purchases", lines, 30000).ok());
+  const std::string yaml = absl::StrCat(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: local-revenue}
+spec:
+  parallelism: 2
+  checkpoint: {interval: 200ms}
+  sources:
+    - name: purchases
+      kafka: {topic: purchases, bounded: true}
+      event_time: {field: ts, format: epoch_ms}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 1h}
+    - name: revenue
+      window: {from: unique, tumbling: 1h, group_by: [country], aggregates: [{as: orders, count: "*"}]}
+  sinks:
+    - {from: revenue, file: {path: )",
+                                        (dir / "out/revenue.jsonl").string(), R"(}}
+)");
+  JobClient client(coordinator, "");
+  auto submitted = client.Submit(yaml, 0);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  ASSERT_EQ(submitted->errors_size(), 0) << submitted->DebugString();
+  const std::string id = submitted->job_id();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto j = client.Get(id);
+        return j.ok() && (j->state() == v1::FINISHED || j->state() == v1::FAILED);
+      },
+      milliseconds(60000)))
+      << local.Log();
+  auto job = client.Get(id);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->state(), v1::FINISHED) << job->DebugString() << local.Log();
+  // 1900 distinct events, every FINAL count summed.
+  int64_t orders = 0;
+  int finals = 0;
+  for (const std::string& line : ReadParts(dir / "out", "revenue")) {
+    if (line.find(R"("state":"FINAL")") == std::string::npos) continue;
+    ++finals;
+    const size_t at = line.find(R"("orders":)");
+    ASSERT_NE(at, std::string::npos) << line;
+    orders += std::stoll(line.substr(at + 9));
+  }
+  EXPECT_EQ(orders, 1900);
+  EXPECT_GT(finals, 0);
+  EXPECT_EQ(local.Stop(SIGTERM), 0) << local.Log();
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <httplib.h>
+
 #include "absl/strings/str_cat.h"
 #include "tests/child_process.h"
 #include "tests/test_util.h"
@@ -46,7 +48,8 @@ Result Cli(const std::string& args, const fs::path& dir) {
 std::string StartCoordinator(std::unique_ptr<ChildProcess>* c, const fs::path& dir,
                              const std::string& extra = "", const std::string& listen = "0") {
   std::vector<std::string> argv = {CARAVELA_BINARY,       "coordinator", "--listen",
-                                   "127.0.0.1:" + listen, "--data-dir",  (dir / "data").string()};
+                                   "127.0.0.1:" + listen, "--data-dir",  (dir / "data").string(),
+                                   "--http",              "127.0.0.1:0"};
   if (!extra.empty()) {
     argv.push_back("--token-file");
     argv.push_back(extra);
@@ -168,6 +171,40 @@ TEST(CoordinatorProcessTest, TokenIsRequiredWhenConfigured) {
       dir);
   EXPECT_EQ(ok.code, 0) << ok.out;
   EXPECT_EQ(ok.out, "revenue-1\n");
+
+  // HTTP: the same token, 401 before anything else; health stays open for
+  // probes.
+  const std::string http = coordinator->WaitFor(R"(http=(\S+))", milliseconds(1000));
+  ASSERT_FALSE(http.empty()) << coordinator->Log();
+  httplib::Client client("http://" + http);
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  EXPECT_THAT(health->body, HasSubstr("SERVING"));
+  auto anonymous = client.Get("/api/v1/jobs");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr("revenue-1")));
+  auto wrong = client.Get("/api/v1/jobs", {{"Authorization", "Bearer guess"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  const httplib::Headers auth = {{"Authorization", "Bearer s3cret"}};
+  auto jobs = client.Get("/api/v1/jobs", auth);
+  ASSERT_TRUE(jobs);
+  EXPECT_EQ(jobs->status, 200);
+  EXPECT_THAT(jobs->body, HasSubstr(R"("id":"revenue-1")"));
+  EXPECT_EQ(jobs->get_header_value("Content-Type"), "application/json");
+  auto one = client.Get("/api/v1/jobs/revenue-1", auth);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  EXPECT_THAT(one->body, HasSubstr(R"("name":"revenue")"));
+  auto missing = client.Get("/api/v1/jobs/revenue-9", auth);
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_THAT(missing->body, HasSubstr("no job revenue-9"));
+  auto workers = client.Get("/api/v1/workers", auth);
+  ASSERT_TRUE(workers);
+  EXPECT_EQ(workers->status, 200);
 }
 
 }  // namespace
