@@ -174,7 +174,14 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   std::map<std::string, int> per_worker;
   for (const std::string& w : placed) ++per_worker[w];
   std::string where;
-  for (const auto& [w, n] : per_worker) absl::StrAppend(&where, where.empty() ? "" : ", ", w, ":", n);
+  int listed = 0;
+  for (const auto& [w, n] : per_worker) {
+    if (++listed > 8) {
+      absl::StrAppend(&where, ", ...");
+      break;
+    }
+    absl::StrAppend(&where, where.empty() ? "" : ", ", w, ":", n);
+  }
   Log()->info("job {} epoch {}: {} tasks on {} ({}), restoring checkpoint {}{}", job.id(), epoch,
               total, per_worker.size() == 1 ? "1 worker" : absl::StrCat(per_worker.size(), " workers"),
               where, job.last_checkpoint(), why.empty() ? "" : absl::StrCat(" — ", why));

@@ -11,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
 
 namespace caravela {
 namespace {
@@ -222,6 +224,14 @@ absl::Status FileSink::Recover(int64_t checkpoint_id, std::string_view state) {
   }
   const int64_t size = static_cast<int64_t>(std::filesystem::file_size(path_, ec));
   const std::string pending = PendingPath(checkpoint_id);
+  if (local_ && checkpoint_id > 0 && size < after && !std::filesystem::exists(pending, ec)) {
+    SubsystemLogger("file")->warn(
+        "file sink {}: {} bytes here, {} committed by checkpoint {}: the task ran on another "
+        "worker before (its output stays there); going on from here",
+        path_, size, after, checkpoint_id);
+    committed_size_ = size;
+    return absl::OkStatus();
+  }
   if (checkpoint_id > 0 && std::filesystem::exists(pending, ec)) {
     // The crash came between the manifest and the commit: finish the commit.
     if (size < before) {

@@ -56,8 +56,13 @@ class FileSource : public RawSource {
 // uncommitted checkpoint.
 class FileSink : public Sink {
  public:
-  explicit FileSink(std::string path, bool checkpointed = false)
-      : path_(std::move(path)), checkpointed_(checkpointed) {}
+  // `local`: the file lives on this worker's own disk, not on storage every
+  // worker sees (a cluster job's relative path or default dead letter). A
+  // task that moved here from another worker then finds less than its
+  // checkpoint committed (that part stays on the machine that wrote it) and
+  // goes on from what is here, with a warning, instead of failing.
+  explicit FileSink(std::string path, bool checkpointed = false, bool local = false)
+      : path_(std::move(path)), checkpointed_(checkpointed), local_(local) {}
   ~FileSink() override;
   absl::Status Open() override;
   absl::Status WriteRecord(const SinkRecord& r) override;
@@ -78,6 +83,7 @@ class FileSink : public Sink {
 
   std::string path_;
   bool checkpointed_;
+  bool local_;
   static constexpr size_t kBufferBytes = 1 << 20;
   std::unique_ptr<char[]> buffer_;  // file_'s stdio buffer
   std::FILE* file_ = nullptr;

@@ -10,7 +10,9 @@ namespace caravela {
 absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkContext& ctx) {
   switch (spec.kind) {
     case SinkSpec::Kind::kFile:
-      return std::make_unique<FileSink>(spec.path, ctx.checkpointed);
+      return std::make_unique<FileSink>(
+          spec.path, ctx.checkpointed,
+          !ctx.local_dir.empty() && spec.path.rfind(ctx.local_dir + "/", 0) == 0);
     case SinkSpec::Kind::kStdout:
       return std::make_unique<StdoutSink>();
     case SinkSpec::Kind::kKafka: {

@@ -28,6 +28,9 @@ struct SinkContext {
   // The epoch comes from a coordinator (cluster jobs): sinks fence writers of
   // older epochs of the job (PostgreSQL: caravela_fences).
   bool fence = false;
+  // File sinks under this directory live on this worker's own disk (see
+  // FileSink's `local`); empty: none.
+  std::string local_dir;
 };
 
 // Returns the sink, not yet opened.

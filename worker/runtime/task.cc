@@ -319,6 +319,7 @@ absl::Status Task::Impl::Build() {
     sc.epoch = epoch;
     sc.checkpointed = checkpoints != nullptr;
     sc.fence = placement.fence_sinks;
+    if (placement.fence_sinks) sc.local_dir = options.data_dir;
     sc.task = parallel() ? placement.global_id : -1;
     ASSIGN_OR_RETURN(sn.sink, MakeSink(ss, sc));
     absl::Status st = sn.sink->Open();
@@ -364,7 +365,10 @@ absl::Status Task::Impl::Build() {
     SinkNode sn;
     sn.name = "dead-letter";
     sn.dead_letter = true;
-    sn.sink = std::make_unique<FileSink>(path, checkpoints != nullptr);
+    // A cluster task's default dead letter is on its worker's own disk.
+    sn.sink = std::make_unique<FileSink>(
+        path, checkpoints != nullptr,
+        placement.fence_sinks && path.rfind(options.data_dir + "/", 0) == 0);
     RETURN_IF_ERROR(sn.sink->Open());
     sn.written = metrics->Get("dead_letter_records_total");
     dead_letter_sink = static_cast<int>(sinks.size());
