@@ -80,8 +80,8 @@ double CpuSeconds(pid_t pid) {
 int64_t DirBytes(const fs::path& dir) {
   int64_t total = 0;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it->is_regular_file(ec)) total += static_cast<int64_t>(it->file_size(ec));
   }
   return total;
@@ -190,11 +190,11 @@ class Cluster {
     }
     if (!batch.empty() && !flush()) return false;
     const double per_partition = static_cast<double>(bytes) / f_.partitions / (1 << 20);
-    std::printf("input: %" PRId64 " records, %.1f MB, %.1f MiB per partition (produced in %.1f s)%s\n",
-                lines_, static_cast<double>(bytes) / 1e6, per_partition,
-                std::chrono::duration<double>(SteadyClock::now() - t0).count(),
-                per_partition > 4.5 ? " -- near the embedded broker's ~5 MiB: use more --partitions"
-                                    : "");
+    std::printf(
+        "input: %" PRId64 " records, %.1f MB, %.1f MiB per partition (produced in %.1f s)%s\n",
+        lines_, static_cast<double>(bytes) / 1e6, per_partition,
+        std::chrono::duration<double>(SteadyClock::now() - t0).count(),
+        per_partition > 4.5 ? " -- near the embedded broker's ~5 MiB: use more --partitions" : "");
     return true;
   }
 
@@ -271,10 +271,11 @@ int Throughput(const Flags& f) {
     std::printf("  worker %s: %d tasks, %.2f CPU s (%.0f%% of a core)\n", c.ids_[i].c_str(),
                 tasks[c.ids_[i]], cpu, 100 * cpu / secs);
   }
-  std::printf("  workers total %.2f CPU s (%.0f events per CPU ms); coordinator %.2f CPU s; "
-              "broker %.2f CPU s\n",
-              total_cpu, static_cast<double>(c.lines_) / (total_cpu * 1000),
-              CpuSeconds(c.coordinator_->pid()) - coord0, CpuSeconds(c.broker_->pid()) - broker0);
+  std::printf(
+      "  workers total %.2f CPU s (%.0f events per CPU ms); coordinator %.2f CPU s; "
+      "broker %.2f CPU s\n",
+      total_cpu, static_cast<double>(c.lines_) / (total_cpu * 1000),
+      CpuSeconds(c.coordinator_->pid()) - coord0, CpuSeconds(c.broker_->pid()) - broker0);
   return 0;
 }
 
@@ -315,7 +316,8 @@ int Failover(const Flags& f) {
     return 1;
   }
   const double output = std::chrono::duration<double>(SteadyClock::now() - killed).count();
-  std::printf("failover: checkpoint %" PRId64 " holds %.1f MB (all tasks, storage %s); worker "
+  std::printf("failover: checkpoint %" PRId64
+              " holds %.1f MB (all tasks, storage %s); worker "
               "timeout 3 s\n  kill -> new epoch running: %.2f s\n  kill -> first output of the "
               "new owners: %.2f s\n",
               before.last_checkpoint(), static_cast<double>(state_bytes) / 1e6,
@@ -326,14 +328,13 @@ int Failover(const Flags& f) {
 
 int Idle(const Flags& f) {
   fs::path dir(f.dir);
-  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0",
-                            "--data-dir", (dir / "coordinator").string(), "--worker-timeout",
-                            "10s"},
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--data-dir",
+                            (dir / "coordinator").string(), "--worker-timeout", "10s"},
                            dir / "coordinator.log");
   const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
   if (address.empty()) return 1;
-  auto stub = v1::WorkerService::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::WorkerService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   // Fake workers: registered, then a job of fake_workers x slots tasks
   // (two stages of half each) placed on them; every heartbeat reports every
   // task RUNNING, as real workers do every 100 ms.

@@ -64,7 +64,8 @@ struct Cluster {
     std::filesystem::remove_all(dir);
     store = *JobStore::Open(dir.string());
     registry = std::make_unique<WorkerRegistry>(&clock, 3'600'000);
-    scheduler = std::make_unique<Scheduler>(store.get(), registry.get(), &clock, SchedulerOptions{});
+    scheduler =
+        std::make_unique<Scheduler>(store.get(), registry.get(), &clock, SchedulerOptions{});
     for (int i = 0; i < n_workers; ++i) {
       v1::RegisterRequest r;
       r.set_slots(slots);

@@ -285,9 +285,9 @@ int LocalCommand() {
   std::vector<pid_t> pids;
   for (int i = 0; i < f.local_workers; ++i) {
     const std::string data = absl::StrCat(f.local_dir, "/worker-", i);
-    std::vector<std::string> args = {"caravela",   "worker", "--coordinator", (*c)->grpc_address(),
-                                     "--data-dir", data,     "--bootstrap",   bootstrap,
-                                     "--slots",    std::to_string(f.local_slots)};
+    std::vector<std::string> args = {
+        "caravela",    "worker",  "--coordinator", (*c)->grpc_address(),         "--data-dir", data,
+        "--bootstrap", bootstrap, "--slots",       std::to_string(f.local_slots)};
     for (const std::string& p : co.allowed_paths) {
       args.push_back("--allow-path");
       args.push_back(p);
@@ -306,8 +306,8 @@ int LocalCommand() {
   }
   std::printf("caravela local: broker=%s coordinator=%s http=%s workers=%d data-dir=%s\n",
               (*broker)->bootstrap().c_str(), (*c)->grpc_address().c_str(),
-              (*c)->http_address().empty() ? "off" : (*c)->http_address().c_str(),
-              f.local_workers, f.local_dir.c_str());
+              (*c)->http_address().empty() ? "off" : (*c)->http_address().c_str(), f.local_workers,
+              f.local_dir.c_str());
   std::fflush(stdout);
   std::signal(SIGINT, OnStop);
   std::signal(SIGTERM, OnStop);

@@ -58,21 +58,22 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->server_ = std::make_unique<httplib::Server>();
   for (HttpRoute& route : routes) {
-    s->server_->Get(route.pattern, [route, token](const httplib::Request& req,
-                                                   httplib::Response& res) {
-      HttpResponse out;
-      if (!route.is_public && !token.empty() &&
-          !BearerMatches(req.get_header_value("Authorization"), token)) {
-        out = HttpError(401, "missing or wrong bearer token (Authorization: Bearer <token>)");
-        res.set_header("WWW-Authenticate", "Bearer");
-      } else {
-        std::vector<std::string> captures;
-        for (size_t i = 1; i < req.matches.size(); ++i) captures.push_back(req.matches[i].str());
-        out = route.handler(captures);
-      }
-      res.status = out.status;
-      res.set_content(out.body, out.content_type.c_str());
-    });
+    s->server_->Get(
+        route.pattern, [route, token](const httplib::Request& req, httplib::Response& res) {
+          HttpResponse out;
+          if (!route.is_public && !token.empty() &&
+              !BearerMatches(req.get_header_value("Authorization"), token)) {
+            out = HttpError(401, "missing or wrong bearer token (Authorization: Bearer <token>)");
+            res.set_header("WWW-Authenticate", "Bearer");
+          } else {
+            std::vector<std::string> captures;
+            for (size_t i = 1; i < req.matches.size(); ++i)
+              captures.push_back(req.matches[i].str());
+            out = route.handler(captures);
+          }
+          res.status = out.status;
+          res.set_content(out.body, out.content_type.c_str());
+        });
   }
   s->server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

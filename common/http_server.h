@@ -34,7 +34,7 @@ struct HttpResponse {
 };
 
 struct HttpRoute {
-  std::string pattern;  // a regular expression over the path, e.g. "/api/v1/jobs/([^/]+)"
+  std::string pattern;     // a regular expression over the path, e.g. "/api/v1/jobs/([^/]+)"
   bool is_public = false;  // served without the token (health probes)
   // Called with the pattern's capture groups.
   std::function<HttpResponse(const std::vector<std::string>& captures)> handler;

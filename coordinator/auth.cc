@@ -4,7 +4,6 @@
 
 namespace caravela {
 
-
 grpc::Status CheckToken(const grpc::ServerContext& context, const std::string& token) {
   if (token.empty()) return grpc::Status::OK;
   const auto& md = context.client_metadata();

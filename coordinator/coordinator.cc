@@ -12,13 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/http_server.h"
 #include "common/logging.h"
-#include "google/protobuf/util/json_util.h"
 #include "common/time_util.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_store.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_registry.h"
 #include "coordinator/worker_service.h"
+#include "google/protobuf/util/json_util.h"
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 
@@ -92,7 +92,8 @@ std::vector<HttpRoute> Coordinator::HttpRoutes(Impl& im) {
                     }});
   routes.push_back({"/api/v1/workers", false, [&im](const std::vector<std::string>&) {
                       v1::ListWorkersResponse out;
-                      for (v1::WorkerInfo& w : im.workers->List()) *out.add_workers() = std::move(w);
+                      for (v1::WorkerInfo& w : im.workers->List())
+                        *out.add_workers() = std::move(w);
                       return JsonOf(out);
                     }});
   return routes;
@@ -128,7 +129,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   im.server = std::move(server.server);
   im.address = std::move(server.address);
   if (!options.http_listen.empty()) {
-    ASSIGN_OR_RETURN(im.http, HttpServer::Start(options.http_listen, options.token, HttpRoutes(im)));
+    ASSIGN_OR_RETURN(im.http,
+                     HttpServer::Start(options.http_listen, options.token, HttpRoutes(im)));
   }
   im.ticker = std::thread([&im] {
     while (!im.stop.load()) {

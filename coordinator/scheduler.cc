@@ -183,7 +183,8 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
     absl::StrAppend(&where, where.empty() ? "" : ", ", w, ":", n);
   }
   Log()->info("job {} epoch {}: {} tasks on {} ({}), restoring checkpoint {}{}", job.id(), epoch,
-              total, per_worker.size() == 1 ? "1 worker" : absl::StrCat(per_worker.size(), " workers"),
+              total,
+              per_worker.size() == 1 ? "1 worker" : absl::StrCat(per_worker.size(), " workers"),
               where, job.last_checkpoint(), why.empty() ? "" : absl::StrCat(" — ", why));
   return true;
 }
@@ -315,7 +316,8 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     }
   }
   if (run.in_flight == 0 && !run.finishing) {
-    const bool end = all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
+    const bool end =
+        all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
     if (run.interval_ms > 0 && (end || now >= run.next_trigger_at)) {
       run.in_flight = run.next_id++;
       run.stop_at = end;
@@ -450,8 +452,7 @@ std::string Scheduler::Imbalance(const JobRun& run) const {
   return absl::StrCat("rebalancing: ", most, " runs ", high, " tasks, ", fewest, " ", low);
 }
 
-void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request,
-                            v1::HeartbeatResponse* response) {
+void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string& worker = request.worker_id();
   for (const v1::TaskReport& r : request.tasks()) {

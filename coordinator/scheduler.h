@@ -67,8 +67,7 @@ struct SchedulerOptions {
 
 class Scheduler {
  public:
-  Scheduler(JobStore* store, WorkerRegistry* workers, const Clock* clock,
-            SchedulerOptions options);
+  Scheduler(JobStore* store, WorkerRegistry* workers, const Clock* clock, SchedulerOptions options);
 
   // Stores a new job (SUBMITTED); FailedPrecondition if a job of the same
   // name has not ended (they would share exchange topics).
@@ -146,10 +145,10 @@ class Scheduler {
   const Clock* clock_;
   SchedulerOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, JobRun> runs_;      // by job id
-  std::map<std::string, int> failures_;     // by job id, since the last completed checkpoint
-  std::set<std::string> alive_;             // this round's ALIVE workers
-  std::map<std::string, int> free_slots_;   // this round's free slots per ALIVE worker
+  std::map<std::string, JobRun> runs_;     // by job id
+  std::map<std::string, int> failures_;    // by job id, since the last completed checkpoint
+  std::set<std::string> alive_;            // this round's ALIVE workers
+  std::map<std::string, int> free_slots_;  // this round's free slots per ALIVE worker
 };
 
 }  // namespace caravela

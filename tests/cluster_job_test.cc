@@ -13,10 +13,10 @@
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -33,9 +33,9 @@
 #include "common/time_util.h"
 #include "coordinator/job_client.h"
 #include "tests/child_process.h"
+#include "tests/kill_loop_util.h"  // Differences
 #include "tests/revenue_job.h"
 #include "tests/test_util.h"
-#include "tests/kill_loop_util.h"  // Differences
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/testing/postgres_server.h"
@@ -70,12 +70,10 @@ class ClusterJobTest : public ::testing::Test {
     // input topic and the job's exchange topics are created at its start
     // (the exchange topics are named after the job, as `caravela plan`
     // prints them).
-    std::vector<std::string> args = {CARAVELA_BINARY,
-                                     "broker",
-                                     "--topic",
-                                     absl::StrCat("purchases:", kSourcePartitions),
-                                     "--topic",
-                                     absl::StrCat("shipments:", kSourcePartitions)};
+    std::vector<std::string> args = {
+        CARAVELA_BINARY, "broker",
+        "--topic",       absl::StrCat("purchases:", kSourcePartitions),
+        "--topic",       absl::StrCat("shipments:", kSourcePartitions)};
     ParseResult parsed = ParseJobSpec(Yaml());
     ASSERT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
     auto plan = PlanJob(parsed.spec, kParallelism,
@@ -230,7 +228,8 @@ class ClusterJobTest : public ::testing::Test {
       std::vector<std::string> shipped = ReadParts(dir_ / "cluster/out", "shipped");
       std::sort(shipped.begin(), shipped.end());
       EXPECT_EQ(shipped.size(), reference_shipped_.size());
-      EXPECT_TRUE(shipped == reference_shipped_) << Differences(shipped, reference_shipped_, "in the cluster");
+      EXPECT_TRUE(shipped == reference_shipped_)
+          << Differences(shipped, reference_shipped_, "in the cluster");
     }
     {
       SCOPED_TRACE("Kafka changelog");
@@ -249,8 +248,8 @@ class ClusterJobTest : public ::testing::Test {
       auto fence = postgres_->Query(
           "SELECT epoch FROM caravela_fences WHERE job = 'cluster-revenue' AND target = 'revenue'");
       ASSERT_TRUE(fence.ok()) << fence.status();
-      EXPECT_THAT(*fence, ::testing::ElementsAre(::testing::ElementsAre(
-                              std::to_string(job.epoch()))));
+      EXPECT_THAT(*fence,
+                  ::testing::ElementsAre(::testing::ElementsAre(std::to_string(job.epoch()))));
     }
   }
 
@@ -387,19 +386,21 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   ASSERT_TRUE(resumed_at.ok()) << resumed_at.status();
   ::kill(workers_[0]->pid(), SIGCONT);
   // It notices that its lease is gone and stops every task.
-  EXPECT_FALSE(workers_[0]
-                   ->WaitFor(R"((stopping job cluster-revenue-1 epoch 1: (lease lost|the coordinator gave this worker up)))",
-                             milliseconds(10000))
-                   .empty())
+  EXPECT_FALSE(
+      workers_[0]
+          ->WaitFor(
+              R"((stopping job cluster-revenue-1 epoch 1: (lease lost|the coordinator gave this worker up)))",
+              milliseconds(10000))
+          .empty())
       << workers_[0]->Log();
   ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
       << Get(id).DebugString() << Logs();
   const v1::Job job = Get(id);
   for (const v1::TaskStatus& t : job.tasks()) EXPECT_NE(t.worker(), ids_[0]);
   // No row of an older epoch was written after it resumed.
-  auto stale = postgres_->Query(
-      absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", job.epoch(),
-                   " AND updated_at > '", (*resumed_at)[0][0], "'::timestamptz"));
+  auto stale =
+      postgres_->Query(absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", job.epoch(),
+                                    " AND updated_at > '", (*resumed_at)[0][0], "'::timestamptz"));
   ASSERT_TRUE(stale.ok()) << stale.status();
   EXPECT_EQ((*stale)[0][0], "0");
   ExpectTheAnswer(job);
@@ -427,9 +428,9 @@ TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicate
   PQclear(r);
   ASSERT_NE(Get(id).state(), v1::FINISHED);
   workers_.push_back(std::make_unique<ChildProcess>(
-      std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots",
-                               "8", "--data-dir", (dir_ / "w3").string(), "--bootstrap",
-                               bootstrap_, "--allow-path", dir_.string()},
+      std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots", "8",
+                               "--data-dir", (dir_ / "w3").string(), "--bootstrap", bootstrap_,
+                               "--allow-path", dir_.string()},
       dir_ / "worker-3.log"));
   const std::string joined = workers_.back()->WaitFor(R"(id=(\S+))", milliseconds(20000));
   ASSERT_FALSE(joined.empty()) << workers_.back()->Log();

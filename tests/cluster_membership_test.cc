@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/job_client.h"
-#include "worker/connectors/kafka_test_util.h"
 #include "tests/child_process.h"
 #include "tests/test_util.h"
+#include "worker/connectors/kafka_test_util.h"
 
 namespace caravela {
 namespace {
@@ -153,21 +153,23 @@ namespace {
 TEST(ClusterMembershipTest, LocalRunsASubmittedJob) {
   TempDir tmp("local-job", "CARAVELA_KEEP_TEST_DIRS", "caravela local job test");
   const fs::path& dir = tmp.path();
-  ChildProcess local({CARAVELA_BINARY, "local", "--workers", "2", "--data-dir",
-                      (dir / "cluster").string(), "--allow-path", dir.string(), "--http",
-                      "127.0.0.1:0"},
-                     dir / "local.log");
-  const std::vector<std::string> got = local.WaitForMatch(
-      R"(caravela local: broker=(\S+) coordinator=(\S+) http=(\S+) workers=2)", milliseconds(20000));
+  ChildProcess local(
+      {CARAVELA_BINARY, "local", "--workers", "2", "--data-dir", (dir / "cluster").string(),
+       "--allow-path", dir.string(), "--http", "127.0.0.1:0"},
+      dir / "local.log");
+  const std::vector<std::string> got =
+      local.WaitForMatch(R"(caravela local: broker=(\S+) coordinator=(\S+) http=(\S+) workers=2)",
+                         milliseconds(20000));
   ASSERT_EQ(got.size(), 4u) << local.Log();
   const std::string &broker = got[1], &coordinator = got[2];
   EXPECT_NE(got[3], "off");
   // Input on a topic the broker auto-creates (4 partitions).
   std::vector<std::pair<int32_t, std::string>> lines;
   for (int i = 0; i < 2000; ++i) {
-    lines.emplace_back(i % 4, absl::StrCat(R"({"event_id":"e)", i % 1900, R"(","user_id":"u)", i % 37,
-                                 R"(","country":"c)", i % 5, R"(","amount":1,"ts":)",
-                                 1'700'000'000'000LL + i * 1000, "}"));
+    lines.emplace_back(i % 4,
+                       absl::StrCat(R"({"event_id":"e)", i % 1900, R"(","user_id":"u)", i % 37,
+                                    R"(","country":"c)", i % 5, R"(","amount":1,"ts":)",
+                                    1'700'000'000'000LL + i * 1000, "}"));
     // (partition i % 4 of the auto-created topic)
   }
   ASSERT_TRUE(ProduceLines(broker, "purchases", lines, 30000).ok());

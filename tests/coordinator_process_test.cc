@@ -5,19 +5,18 @@
 // with a token, calls without it are refused (exit 3).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <httplib.h>
 
 #include "absl/strings/str_cat.h"
 #include "tests/child_process.h"
@@ -47,9 +46,9 @@ Result Cli(const std::string& args, const fs::path& dir) {
 // did not print one).
 std::string StartCoordinator(std::unique_ptr<ChildProcess>* c, const fs::path& dir,
                              const std::string& extra = "", const std::string& listen = "0") {
-  std::vector<std::string> argv = {CARAVELA_BINARY,       "coordinator", "--listen",
-                                   "127.0.0.1:" + listen, "--data-dir",  (dir / "data").string(),
-                                   "--http",              "127.0.0.1:0"};
+  std::vector<std::string> argv = {
+      CARAVELA_BINARY, "coordinator",           "--listen", "127.0.0.1:" + listen,
+      "--data-dir",    (dir / "data").string(), "--http",   "127.0.0.1:0"};
   if (!extra.empty()) {
     argv.push_back("--token-file");
     argv.push_back(extra);

@@ -18,7 +18,8 @@ namespace caravela {
 
 // purchases keyed by user_id -> dedup by event_id -> hourly revenue by
 // country: two exchanges.
-inline std::string RevenueJob(const std::string& name, const std::string& dir, int64_t checkpoint_ms) {
+inline std::string RevenueJob(const std::string& name, const std::string& dir,
+                              int64_t checkpoint_ms) {
   std::string checkpoint =
       checkpoint_ms > 0 ? absl::StrCat("  checkpoint: {interval: ", checkpoint_ms, "ms}\n") : "";
   return absl::StrCat(R"(
@@ -129,7 +130,7 @@ inline std::map<std::string, WindowResult> HighestFinals(const std::vector<std::
 // Every window of `want` has the same single FINAL result in `got`, and
 // `got` has no other window.
 inline void ExpectSameFinals(const std::map<std::string, WindowResult>& want,
-                      const std::map<std::string, WindowResult>& got) {
+                             const std::map<std::string, WindowResult>& got) {
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [key, w] : want) {
     auto it = got.find(key);

@@ -7,8 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <set>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -16,11 +16,11 @@
 #include "absl/strings/str_join.h"
 #include "caravela/v1/worker.grpc.pb.h"
 #include "common/logging.h"
+#include "proto/grpc_support.h"
+#include "spdlog/spdlog.h"
 #include "worker/runtime/job_part.h"
 #include "worker/runtime/metrics.h"
 #include "worker/state/state_backend.h"
-#include "proto/grpc_support.h"
-#include "spdlog/spdlog.h"
 
 namespace caravela {
 namespace {
@@ -47,7 +47,7 @@ struct WorkerAgent::Impl {
   std::thread heartbeats;
   // Running parts by job id (heartbeat thread only, counted in `tasks`).
   std::map<std::string, std::unique_ptr<JobPart>> parts;
-  std::map<std::string, int64_t> max_epoch;  // highest epoch run per job
+  std::map<std::string, int64_t> max_epoch;           // highest epoch run per job
   std::set<std::pair<std::string, int64_t>> refused;  // logged once each
   std::atomic<int> tasks{0};
   MetricsRegistry metrics;

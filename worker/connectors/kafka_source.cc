@@ -382,8 +382,8 @@ absl::Status KafkaSource::CommitPositions() {
       list->cnt > 0 ? rd_kafka_commit(rk_, list, /*async=*/1) : RD_KAFKA_RESP_ERR_NO_ERROR;
   rd_kafka_topic_partition_list_destroy(list);
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    return absl::UnavailableError(absl::StrCat("kafka ", options_.topic,
-                                               ": committing positions: ", rd_kafka_err2str(err)));
+    return absl::UnavailableError(
+        absl::StrCat("kafka ", options_.topic, ": committing positions: ", rd_kafka_err2str(err)));
   }
   return absl::OkStatus();
 }

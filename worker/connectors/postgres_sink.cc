@@ -243,11 +243,12 @@ absl::Status PostgresSink::RaiseFence() {
       "CREATE TABLE IF NOT EXISTS caravela_fences (job text NOT NULL, target text NOT NULL, "
       "epoch bigint NOT NULL, PRIMARY KEY (job, target))",
       {}, "creating caravela_fences");
-  ASSIGN_OR_RETURN(Result r, Exec("INSERT INTO caravela_fences AS f VALUES ($1, $2, $3::bigint) "
-                                  "ON CONFLICT (job, target) DO UPDATE SET epoch = "
-                                  "GREATEST(f.epoch, excluded.epoch) RETURNING f.epoch",
-                                  {options_.fence_job, table_display_, absl::StrCat(options_.epoch)},
-                                  "raising the epoch fence"));
+  ASSIGN_OR_RETURN(Result r,
+                   Exec("INSERT INTO caravela_fences AS f VALUES ($1, $2, $3::bigint) "
+                        "ON CONFLICT (job, target) DO UPDATE SET epoch = "
+                        "GREATEST(f.epoch, excluded.epoch) RETURNING f.epoch",
+                        {options_.fence_job, table_display_, absl::StrCat(options_.epoch)},
+                        "raising the epoch fence"));
   const int64_t fence = PQntuples(r.get()) == 1 ? std::atoll(PQgetvalue(r.get(), 0, 0)) : -1;
   if (fence > options_.epoch) {
     return absl::FailedPreconditionError(
@@ -259,8 +260,9 @@ absl::Status PostgresSink::RaiseFence() {
 
 absl::Status PostgresSink::CheckFence() {
   if (options_.fence_job.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(Result r, Exec("SELECT epoch FROM caravela_fences WHERE job = $1 AND target = $2",
-                                  {options_.fence_job, table_display_}, "reading the epoch fence"));
+  ASSIGN_OR_RETURN(Result r,
+                   Exec("SELECT epoch FROM caravela_fences WHERE job = $1 AND target = $2",
+                        {options_.fence_job, table_display_}, "reading the epoch fence"));
   const int64_t fence = PQntuples(r.get()) == 1 ? std::atoll(PQgetvalue(r.get(), 0, 0)) : -1;
   if (fence > options_.epoch) {
     return absl::FailedPreconditionError(
@@ -536,8 +538,8 @@ absl::Status PostgresSink::FlushKeyed() {
         ", revision, state, epoch, value) SELECT ", absl::StrJoin(aliases, ", "), ", u.r, u.s, $",
         k + 4, "::bigint, u.v FROM unnest(", absl::StrJoin(arrays, ", "), ", $", k + 1,
         "::bigint[], $", k + 2, "::text[], $", k + 3, "::jsonb[]) AS u(",
-        absl::StrJoin(names, ", "), ", r, s, v)", FenceClause(k + 5, k + 4),
-        " ON CONFLICT (", absl::StrJoin(cols, ", "),
+        absl::StrJoin(names, ", "), ", r, s, v)", FenceClause(k + 5, k + 4), " ON CONFLICT (",
+        absl::StrJoin(cols, ", "),
         ") DO UPDATE SET revision = excluded.revision, state = excluded.state, "
         "epoch = excluded.epoch, value = excluded.value",
         has_updated_at_ ? ", updated_at = now()" : "", " WHERE excluded.revision > cur.revision");

@@ -47,12 +47,13 @@ class KafkaOut final : public MessageOut {
 
   // Flow control by the readers' committed positions (see the file comment).
   absl::Status OpenGroup(const ExchangeWriterOptions& o) {
-    ASSIGN_OR_RETURN(KafkaConfPtr conf,
-                     NewKafkaConf({{"bootstrap.servers", o.bootstrap},
-                                   {"client.id", absl::StrCat("caravela-exchange-flow-", o.producer)},
-                                   {"group.id", o.flow_group},
-                                   {"enable.auto.commit", "false"},
-                                   {"allow.auto.create.topics", "false"}}));
+    ASSIGN_OR_RETURN(
+        KafkaConfPtr conf,
+        NewKafkaConf({{"bootstrap.servers", o.bootstrap},
+                      {"client.id", absl::StrCat("caravela-exchange-flow-", o.producer)},
+                      {"group.id", o.flow_group},
+                      {"enable.auto.commit", "false"},
+                      {"allow.auto.create.topics", "false"}}));
     char err[512];
     group_rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof(err));
     if (group_rk_ == nullptr) {

@@ -123,8 +123,8 @@ struct JobPart::Impl {
         first += st.tasks;
       }
       if (g < 0 || g >= plan.total_tasks()) {
-        return absl::InvalidArgumentError(absl::StrCat("task ", g, " is not in the job's plan (",
-                                                       plan.total_tasks(), " tasks)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("task ", g, " is not in the job's plan (", plan.total_tasks(), " tasks)"));
       }
       pl.global_id = g;
       pl.epoch = part.epoch;
