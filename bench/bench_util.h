@@ -35,6 +35,26 @@ inline std::string HourlyRevenueSideSinks(const std::string& out_dir) {
          "  dead_letter: {path: " + out_dir + "/dead-letter.jsonl}\n";
 }
 
+// A job of two stages (a Kafka source keyed by user_id, dedup by event_id)
+// of `parallelism` tasks each, for benches that only need tasks to place
+// (the coordinator's): its broker is never reached.
+inline std::string TwoStageJobYaml(const std::string& name, int parallelism) {
+  return "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: " + name +
+         "}\nspec:\n  parallelism: " + std::to_string(parallelism) + R"(
+  checkpoint: {interval: 10s}
+  sources:
+    - name: purchases
+      kafka: {topic: purchases, bootstrap: "127.0.0.1:1"}
+      key: [user_id]
+      event_time: {field: ts}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 1h}
+  sinks:
+    - {from: unique, file: {path: out/unique.jsonl}}
+)";
+}
+
 // "--name=value" and "--name value" flags; bare "--name" is "true".
 // Positional arguments are stored under "" (the last one wins).
 class Flags {

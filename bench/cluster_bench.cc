@@ -1,8 +1,9 @@
 // The cluster as processes on this machine (issue: cluster service): a
 // `caravela broker`, a `caravela coordinator` and N `caravela worker`
 // processes; the benchmark submits the exchange job (purchases keyed by
-// user_id -> dedup by event_id -> hourly revenue by country, two exchanges)
-// and reports what it measured:
+// user_id -> dedup by event_id -> hourly revenue by country, two exchanges,
+// tests/revenue_job.h, checkpoints every second) and reports what it
+// measured:
 //
 //   throughput  events/s from the epoch's start to FINISHED, and CPU seconds
 //               per worker process and of the coordinator;
@@ -36,13 +37,16 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "bench/purchase_generator.h"
 #include "caravela/v1/worker.grpc.pb.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
+#include "coordinator/fake_worker.h"
 #include "coordinator/job_client.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/child_process.h"
+#include "tests/revenue_job.h"
 #include "worker/connectors/kafka_test_util.h"
 
 namespace caravela {
@@ -85,37 +89,6 @@ int64_t DirBytes(const fs::path& dir) {
     if (it->is_regular_file(ec)) total += static_cast<int64_t>(it->file_size(ec));
   }
   return total;
-}
-
-std::string JobYaml(const fs::path& out, const std::string& dedup_retention) {
-  return absl::StrCat(R"(apiVersion: caravela/v1
-kind: Job
-metadata: {name: bench-revenue}
-spec:
-  checkpoint: {interval: 1s}
-  sources:
-    - name: purchases
-      kafka: {topic: purchases, bounded: true}
-      key: [user_id]
-      event_time: {field: event_time, format: iso8601}
-      watermark: {max_out_of_orderness: 5m, idle_timeout: 1m}
-  operators:
-    - name: unique
-      dedup: {from: purchases, id: event_id, retention: )",
-                      dedup_retention, R"(}
-    - name: revenue
-      window:
-        from: unique
-        tumbling: 1h
-        group_by: [country]
-        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
-        allowed_lateness: 1h
-  sinks:
-    - {from: revenue, file: {path: )",
-                      (out / "revenue.jsonl").string(), R"(}}
-    - {from: unique.conflicts, file: {path: )",
-                      (out / "conflicts.jsonl").string(), R"(}}
-)");
 }
 
 class Cluster {
@@ -244,7 +217,7 @@ class Cluster {
 int Throughput(const Flags& f) {
   Cluster c(f);
   const int slots = (9 + f.workers - 1) / f.workers;
-  const std::string yaml = JobYaml(fs::path(f.dir) / "out", "24h");
+  const std::string yaml = RevenueJob("bench-revenue", f.dir, 1000);
   if (!c.Start(f.workers, std::max(slots, (c.tasks_ + f.workers - 1) / f.workers), yaml)) return 1;
   const std::string id = c.Submit(yaml);
   if (id.empty()) return 1;
@@ -282,7 +255,7 @@ int Throughput(const Flags& f) {
 int Failover(const Flags& f) {
   Cluster c(f);
   // Long dedup retention: every event id stays in the state.
-  const std::string yaml = JobYaml(fs::path(f.dir) / "out", "30d");
+  const std::string yaml = RevenueJob("bench-revenue", f.dir, 1000, "30d");
   if (!c.Start(3, 9, yaml)) return 1;
   const std::string id = c.Submit(yaml);
   if (id.empty()) return 1;
@@ -348,23 +321,8 @@ int Idle(const Flags& f) {
     ids.push_back(resp.worker_id());
   }
   const int tasks = f.fake_workers * f.slots;
-  const std::string yaml = absl::StrCat(R"(apiVersion: caravela/v1
-kind: Job
-metadata: {name: idle}
-spec:
-  checkpoint: {interval: 10s}
-  sources:
-    - name: purchases
-      kafka: {topic: purchases, bootstrap: "127.0.0.1:1"}
-      key: [user_id]
-      event_time: {field: ts}
-  operators:
-    - name: unique
-      dedup: {from: purchases, id: event_id, retention: 1h}
-  sinks:
-    - {from: unique, file: {path: out/unique.jsonl}}
-)");
-  auto submitted = JobClient(address, "").Submit(yaml, tasks / 2);
+  const std::string yaml = bench::TwoStageJobYaml("idle", tasks / 2);
+  auto submitted = JobClient(address, "").Submit(yaml, 0);
   if (!submitted.ok() || submitted->job_id().empty()) return 1;
   std::map<std::string, v1::HeartbeatRequest> beats;
   auto beat_all = [&](v1::TaskPhase phase) {
@@ -376,15 +334,7 @@ spec:
       grpc::ClientContext ctx;
       if (!stub->Heartbeat(&ctx, req, &resp).ok()) continue;
       req.clear_tasks();
-      for (const v1::Assignment& a : resp.assignments()) {
-        for (int t : a.tasks()) {
-          v1::TaskReport* r = req.add_tasks();
-          r->set_job_id(a.job_id());
-          r->set_epoch(a.epoch());
-          r->set_task(t);
-          r->set_phase(phase);
-        }
-      }
+      ReportAssigned(resp, phase, &req);
     }
   };
   for (int i = 0; i < 10; ++i) {

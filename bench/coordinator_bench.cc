@@ -19,33 +19,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
+#include "coordinator/fake_worker.h"
 #include "coordinator/scheduler.h"
 
 namespace caravela {
 namespace {
-
-// Two stages (source, dedup) of `parallelism` tasks each.
-std::string Yaml(const std::string& name, int parallelism) {
-  return absl::StrCat(R"(apiVersion: caravela/v1
-kind: Job
-metadata: {name: )",
-                      name, R"(}
-spec:
-  parallelism: )",
-                      parallelism, R"(
-  checkpoint: {interval: 10s}
-  sources:
-    - name: purchases
-      kafka: {topic: purchases, bootstrap: "127.0.0.1:1"}
-      key: [user_id]
-      event_time: {field: ts}
-  operators:
-    - name: unique
-      dedup: {from: purchases, id: event_id, retention: 1h}
-  sinks:
-    - {from: unique, file: {path: out/unique.jsonl}}
-)");
-}
 
 // A coordinator with `workers` x `slots` tasks running, every task READY
 // and started.
@@ -78,7 +57,7 @@ struct Cluster {
       job.set_id(*store->NewId(job.name()));
       job.set_state(v1::SUBMITTED);
       job.set_parallelism(50);
-      job.set_yaml(Yaml(job.name(), 50));
+      job.set_yaml(bench::TwoStageJobYaml(job.name(), 50));
       (void)scheduler->Submit(job);
     }
     scheduler->Tick();
@@ -103,18 +82,7 @@ struct Cluster {
     scheduler->OnHeartbeat(req, &resp);
     // The next beat reports what this answer assigned.
     req.clear_tasks();
-    int n = 0;
-    for (const v1::Assignment& a : resp.assignments()) {
-      for (int t : a.tasks()) {
-        v1::TaskReport* r = req.add_tasks();
-        r->set_job_id(a.job_id());
-        r->set_epoch(a.epoch());
-        r->set_task(t);
-        r->set_phase(phase);
-        ++n;
-      }
-    }
-    return n;
+    return ReportAssigned(resp, phase, &req);
   }
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/fake_worker.h"
 #include "coordinator/job_state.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -95,17 +96,10 @@ class SchedulerTest : public ::testing::Test {
       EXPECT_TRUE(registry_->Heartbeat(req));
       scheduler_->OnHeartbeat(req, &last_[worker]);
     }
-    for (const v1::Assignment& a : last_[worker].assignments()) {
-      for (int t : a.tasks()) {
-        v1::TaskReport* r = req.add_tasks();
-        r->set_job_id(a.job_id());
-        r->set_epoch(a.epoch());
-        r->set_task(t);
-        r->set_phase(phase);
-        r->set_stored_checkpoint(stored >= 0 ? stored : stored_[worker]);
-        r->set_next_checkpoint(1);
-        r->set_error(error);
-      }
+    ReportAssigned(last_[worker], phase, &req, stored >= 0 ? stored : stored_[worker]);
+    for (v1::TaskReport& r : *req.mutable_tasks()) {
+      r.set_next_checkpoint(1);
+      r.set_error(error);
     }
     if (stored >= 0) stored_[worker] = stored;
     EXPECT_TRUE(registry_->Heartbeat(req));

@@ -1,7 +1,8 @@
 // A child process for the integration tests that run the caravela binary as
 // its own process and kill it (the kill loops; header-only): ChildProcess
 // (fork + execv, no shell, stdout and stderr in a log file; wait with a
-// deadline, exit code, stop with a signal, wait for a log line), and MsSince.
+// deadline, exit code, stop with a signal, wait for a log line), MsSince and
+// Eventually.
 #pragma once
 
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -26,6 +28,16 @@ namespace caravela {
 inline int64_t MsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
       .count();
+}
+
+// Polls `pred` every 20 ms until it holds (true) or `timeout` passed.
+inline bool Eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 // A child process (execv, no shell) with stdout and stderr in a file. The

@@ -38,16 +38,6 @@ std::map<std::string, v1::WorkerState> States(const std::string& coordinator) {
   return out;
 }
 
-// Polls until `pred` holds or `timeout` passed.
-bool Eventually(const std::function<bool()>& pred, milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return true;
-}
-
 TEST(ClusterMembershipTest, DeadWorkersAreDetectedAndPausedOnesRegisterAgain) {
   TempDir tmp("cluster", "CARAVELA_KEEP_TEST_DIRS", "cluster membership test");
   const fs::path& dir = tmp.path();

@@ -19,7 +19,7 @@ namespace caravela {
 // purchases keyed by user_id -> dedup by event_id -> hourly revenue by
 // country: two exchanges.
 inline std::string RevenueJob(const std::string& name, const std::string& dir,
-                              int64_t checkpoint_ms) {
+                              int64_t checkpoint_ms, const std::string& dedup_retention = "24h") {
   std::string checkpoint =
       checkpoint_ms > 0 ? absl::StrCat("  checkpoint: {interval: ", checkpoint_ms, "ms}\n") : "";
   return absl::StrCat(R"(
@@ -37,7 +37,8 @@ spec:
       watermark: {max_out_of_orderness: 5m, idle_timeout: 1m}
   operators:
     - name: unique
-      dedup: {from: purchases, id: event_id, retention: 24h}
+      dedup: {from: purchases, id: event_id, retention: )",
+                      dedup_retention, R"(}
     - name: revenue
       window:
         from: unique
