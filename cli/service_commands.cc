@@ -189,13 +189,14 @@ int ClientCommand() {
   if (*f.job && job->tasks_size() > 0) {
     // Per task: where it runs and how far it is (live from heartbeats).
     std::printf("last checkpoint %lld\n", static_cast<long long>(job->last_checkpoint()));
-    std::printf("%5s %5s %5s  %-12s %-15s %12s %12s %10s  %s\n", "TASK", "STAGE", "INDEX", "WORKER",
-                "STATE", "RECORDS_IN", "RECORDS_OUT", "CHECKPOINT", "WATERMARK");
+    std::printf("%5s %5s %5s  %-12s %-15s %12s %12s %10s %10s  %s\n", "TASK", "STAGE", "INDEX",
+                "WORKER", "STATE", "RECORDS_IN", "RECORDS_OUT", "LAG", "CHECKPOINT", "WATERMARK");
     for (int g = 0; g < job->tasks_size(); ++g) {
       const v1::TaskStatus& t = job->tasks(g);
-      std::printf("%5d %5d %5d  %-12s %-15s %12lld %12lld %10lld  %s%s%s\n", g, t.stage(),
+      std::printf("%5d %5d %5d  %-12s %-15s %12lld %12lld %10lld %10lld  %s%s%s\n", g, t.stage(),
                   t.index(), t.worker().c_str(), t.state().c_str(),
                   static_cast<long long>(t.records_in()), static_cast<long long>(t.records_out()),
+                  static_cast<long long>(t.consumer_lag()),
                   static_cast<long long>(t.last_checkpoint()),
                   t.state() == "ASSIGNED" ? "" : FormatWatermark(t.watermark_ms()).c_str(),
                   t.error().empty() ? "" : "  ", t.error().c_str());

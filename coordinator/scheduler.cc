@@ -501,6 +501,7 @@ void Scheduler::FillTasks(const JobRun& run, v1::Job* job) {
     if (!t.reported) continue;
     ts->set_state(v1::TaskPhase_Name(t.report.phase()));
     ts->set_watermark_ms(t.report.watermark_ms());
+    ts->set_consumer_lag(t.report.consumer_lag());
     ts->set_last_checkpoint(t.report.stored_checkpoint());
     ts->set_records_in(t.report.records_in());
     ts->set_records_out(t.report.records_out());

@@ -303,9 +303,21 @@ class ClusterJobTest : public ::testing::Test {
 TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   const std::string id = Submit();
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+  // The tasks report their consumer lag while they read.
+  int64_t max_lag = 0;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        int64_t lag = 0;
+        for (const v1::TaskStatus& t : j.tasks()) lag += t.consumer_lag();
+        max_lag = std::max(max_lag, lag);
+        return j.state() == v1::FINISHED;
+      },
+      milliseconds(120000)))
       << Get(id).DebugString() << Logs();
+  EXPECT_GT(max_lag, 0);
   const v1::Job job = Get(id);
+  for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.consumer_lag(), 0) << t.DebugString();
   EXPECT_EQ(job.epoch(), 1);
   EXPECT_GT(job.last_checkpoint(), 0);
   // Every worker ran tasks of it.

@@ -96,6 +96,7 @@ struct WorkerAgent::Impl {
         r->set_records_in(s.records_in);
         r->set_records_out(s.records_out);
         r->set_watermark_ms(s.watermark_ms);
+        r->set_consumer_lag(s.consumer_lag);
         ++n;
       }
     }

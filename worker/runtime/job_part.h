@@ -59,6 +59,7 @@ class JobPart {
     int64_t records_in = 0;
     int64_t records_out = 0;
     int64_t watermark_ms = 0;
+    int64_t consumer_lag = 0;
   };
 
   // `options.data_dir` is the worker's; the part keeps its state under

@@ -67,6 +67,7 @@ int64_t Task::next_checkpoint_id() const {
   return impl_->checkpoints == nullptr ? 1 : impl_->checkpoints->next_checkpoint_id();
 }
 int64_t Task::records_out() const { return impl_->records_out.load(std::memory_order_relaxed); }
+int64_t Task::consumer_lag() const { return impl_->published_lag.load(std::memory_order_relaxed); }
 
 absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptions options,
                                                    TaskPlacement placement,
@@ -663,9 +664,14 @@ absl::Status Task::Impl::Dispatch(int node) {
 
 absl::Status Task::Impl::UpdateWatermarks() {
   const int64_t now = clock->NowMs();
+  int64_t lag = 0;
   for (int i = 0; i < S(); ++i) {
     SourceNode& src = sources[i];
     if (!src.present) continue;
+    if (src.spec->kind == SourceSpec::Kind::kKafka && !arrival_mode) {
+      // Consumer lag: records after the position, up to the last high watermark seen.
+      for (int p = 0; p < src.raw->PartitionCount(); ++p) lag += src.raw->Backlog(p);
+    }
     if (!src.spec->event_time.has_value()) {
       node_wm[i] = kMaxTime;  // table sources do not hold back event time
       continue;
@@ -673,6 +679,7 @@ absl::Status Task::Impl::UpdateWatermarks() {
     node_wm[i] = src.wm->Update(now, [&](int p) { return Backlog(src, p); });
     node_idle[i] = src.wm->idle() ? 1 : 0;
   }
+  published_lag.store(lag, std::memory_order_relaxed);
   for (size_t i = 0; i < ops.size(); ++i) {
     OperatorNode& on = ops[i];
     if (!on.here) continue;

@@ -112,6 +112,9 @@ class Task {
   // it has none), as its progress line shows it; kMinTime before the first.
   // Thread-safe.
   int64_t watermark() const;
+  // Records of its Kafka source partitions not read yet (high watermark last
+  // seen minus position), as of its last step. Thread-safe.
+  int64_t consumer_lag() const;
   // The lowest checkpoint id this task's storage has not used (a crashed run
   // may have stored ids the job never completed); 1 without checkpoints.
   int64_t next_checkpoint_id() const;

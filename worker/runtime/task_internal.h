@@ -198,6 +198,7 @@ struct Task::Impl {
   // Read by the job's coordinating thread (progress): relaxed atomics.
   std::atomic<int64_t> records_in{0};
   std::atomic<int64_t> published_watermark{kMinTime};  // UpdateWatermarks
+  std::atomic<int64_t> published_lag{0};  // UpdateWatermarks: records behind on the sources
   std::atomic<int64_t> records_out{0};
   int64_t invalid_total = 0;
   std::chrono::steady_clock::time_point started, last_progress, last_flush, last_state_flush;
