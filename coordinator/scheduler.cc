@@ -285,6 +285,9 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     for (const TaskSlot& t : run.tasks) {
       run.next_id = std::max(run.next_id, t.report.next_checkpoint());
     }
+    // Never an id an earlier epoch triggered: a paused task of it may still
+    // store that checkpoint when it resumes, and must not overwrite ours.
+    run.next_id = std::max(run.next_id, next_ids_[job.id()]);
     run.next_trigger_at = now + run.interval_ms;
     (void)Transition(job, v1::RUNNING, now, "");
     job.clear_message();
@@ -309,6 +312,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     if (std::string why = Imbalance(run); !why.empty()) {
       run.handoff = why;
       run.in_flight = run.next_id++;
+      next_ids_[job.id()] = run.next_id;
       run.stop_at = true;
       run.finishing = true;
       Log()->info("job {} epoch {}: {}: stopping at checkpoint {} to move tasks", job.id(),
@@ -320,6 +324,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
         all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
     if (run.interval_ms > 0 && (end || now >= run.next_trigger_at)) {
       run.in_flight = run.next_id++;
+      next_ids_[job.id()] = run.next_id;
       run.stop_at = end;
       run.finishing = end;
       run.next_trigger_at = now + run.interval_ms;

@@ -145,10 +145,11 @@ class Scheduler {
   const Clock* clock_;
   SchedulerOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, JobRun> runs_;     // by job id
-  std::map<std::string, int> failures_;    // by job id, since the last completed checkpoint
-  std::set<std::string> alive_;            // this round's ALIVE workers
-  std::map<std::string, int> free_slots_;  // this round's free slots per ALIVE worker
+  std::map<std::string, JobRun> runs_;       // by job id
+  std::map<std::string, int> failures_;      // by job id, since the last completed checkpoint
+  std::map<std::string, int64_t> next_ids_;  // by job id: above every checkpoint id triggered
+  std::set<std::string> alive_;              // this round's ALIVE workers
+  std::map<std::string, int> free_slots_;    // this round's free slots per ALIVE worker
 };
 
 }  // namespace caravela

@@ -38,13 +38,17 @@ inline std::vector<std::string> ReadLines(const std::filesystem::path& p) {
 }
 
 // The files in `dir` (which must exist) whose name starts with `stem`, except
-// pending ones: a file sink's file and its per-task part files.
+// pending ones and epoch fences (`.fence`, cluster jobs): a file sink's file
+// and its per-task part files.
 inline std::vector<std::filesystem::path> PartFiles(const std::filesystem::path& dir,
                                                     const std::string& stem) {
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(stem, 0) != 0 || name.find("pending") != std::string::npos) continue;
+    if (name.rfind(stem, 0) != 0 || name.find("pending") != std::string::npos ||
+        e.path().extension() == ".fence") {
+      continue;
+    }
     files.push_back(e.path());
   }
   return files;

@@ -61,8 +61,20 @@ class FileSink : public Sink {
   // task that moved here from another worker then finds less than its
   // checkpoint committed (that part stays on the machine that wrote it) and
   // goes on from what is here, with a warning, instead of failing.
-  explicit FileSink(std::string path, bool checkpointed = false, bool local = false)
-      : path_(std::move(path)), checkpointed_(checkpointed), local_(local) {}
+  //
+  // `fence_epoch` >= 0 (cluster jobs): writers of older epochs are fenced. The
+  // file `<path>.fence` holds the highest epoch that opened the sink; Open
+  // raises it, and PreCommit, Commit and Recover check it while holding an
+  // exclusive flock on it, so once a new epoch's task opened the sink a
+  // stale one (a paused worker) can neither publish nor rename anything
+  // (FailedPrecondition "fenced"). Its uncommitted lines go to a file of its
+  // own, `<path>.pending-e<epoch>`.
+  explicit FileSink(std::string path, bool checkpointed = false, bool local = false,
+                    int64_t fence_epoch = -1)
+      : path_(std::move(path)),
+        checkpointed_(checkpointed),
+        local_(local),
+        fence_epoch_(fence_epoch) {}
   ~FileSink() override;
   absl::Status Open() override;
   absl::Status WriteRecord(const SinkRecord& r) override;
@@ -84,6 +96,11 @@ class FileSink : public Sink {
   std::string path_;
   bool checkpointed_;
   bool local_;
+  int64_t fence_epoch_;
+  // Locks `<path>.fence` (the lock lives as long as the returned fd; -1
+  // without fencing); raises it to fence_epoch_ if `raise`; FailedPrecondition
+  // if a newer epoch holds it.
+  absl::StatusOr<int> LockFence(bool raise);
   static constexpr size_t kBufferBytes = 1 << 20;
   std::unique_ptr<char[]> buffer_;  // file_'s stdio buffer
   std::FILE* file_ = nullptr;

@@ -12,7 +12,8 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
     case SinkSpec::Kind::kFile:
       return std::make_unique<FileSink>(
           spec.path, ctx.checkpointed,
-          !ctx.local_dir.empty() && spec.path.rfind(ctx.local_dir + "/", 0) == 0);
+          !ctx.local_dir.empty() && spec.path.rfind(ctx.local_dir + "/", 0) == 0,
+          ctx.fence ? ctx.epoch : -1);
     case SinkSpec::Kind::kStdout:
       return std::make_unique<StdoutSink>();
     case SinkSpec::Kind::kKafka: {

@@ -369,7 +369,8 @@ absl::Status Task::Impl::Build() {
     // A cluster task's default dead letter is on its worker's own disk.
     sn.sink = std::make_unique<FileSink>(
         path, checkpoints != nullptr,
-        placement.fence_sinks && path.rfind(options.data_dir + "/", 0) == 0);
+        placement.fence_sinks && path.rfind(options.data_dir + "/", 0) == 0,
+        placement.fence_sinks ? epoch : -1);
     RETURN_IF_ERROR(sn.sink->Open());
     sn.written = metrics->Get("dead_letter_records_total");
     dead_letter_sink = static_cast<int>(sinks.size());
