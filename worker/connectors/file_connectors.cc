@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -136,9 +138,21 @@ absl::StatusOr<int> FileSink::LockFence(bool raise) {
   const std::string fence = path_ + ".fence";
   const int fd = ::open(fence.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot open the epoch fence", fence);
-  if (::flock(fd, LOCK_EX) != 0) {
-    ::close(fd);
-    return Errno("cannot lock the epoch fence", fence);
+  // Held only around a rename or an append; a holder that does not let go
+  // within 10 s is a paused process (a worker of an older epoch stopped in
+  // the middle of a commit): fail clearly rather than wait forever.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() > deadline) {
+      const int err = errno;
+      ::close(fd);
+      return absl::UnavailableError(absl::StrCat(
+          "file sink ", path_, ": cannot lock the epoch fence ", fence, ": ",
+          err == EWOULDBLOCK ? "held for 10 s by another writer (a paused worker of an older "
+                               "epoch in the middle of a commit?)"
+                             : std::strerror(err)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   char buf[32] = {0};
   const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);

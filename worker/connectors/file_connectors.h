@@ -68,7 +68,9 @@ class FileSink : public Sink {
   // exclusive flock on it, so once a new epoch's task opened the sink a
   // stale one (a paused worker) can neither publish nor rename anything
   // (FailedPrecondition "fenced"). Its uncommitted lines go to a file of its
-  // own, `<path>.pending-e<epoch>`.
+  // own, `<path>.pending-e<epoch>`. The lock is held only around a rename or
+  // an append; one held for 10 s (a writer paused in the middle of a commit)
+  // fails the call with Unavailable, and the job retries.
   explicit FileSink(std::string path, bool checkpointed = false, bool local = false,
                     int64_t fence_epoch = -1)
       : path_(std::move(path)),
