@@ -44,9 +44,8 @@ void HttpServer::Stop() {
   if (thread_ != nullptr && thread_->t.joinable()) thread_->t.join();
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
-                                                              const std::string& token,
-                                                              std::vector<HttpRoute> routes) {
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const std::string& listen, const std::string& token, const std::vector<HttpRoute>& routes) {
   const size_t colon = listen.rfind(':');
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
@@ -57,7 +56,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   const std::string host = listen.substr(0, colon);
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->server_ = std::make_unique<httplib::Server>();
-  for (HttpRoute& route : routes) {
+  for (const HttpRoute& route : routes) {
     s->server_->Get(
         route.pattern, [route, token](const httplib::Request& req, httplib::Response& res) {
           HttpResponse out;

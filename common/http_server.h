@@ -48,7 +48,7 @@ class HttpServer {
   // Unavailable if the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& listen,
                                                            const std::string& token,
-                                                           std::vector<HttpRoute> routes);
+                                                           const std::vector<HttpRoute>& routes);
   ~HttpServer();
   // "HOST:PORT" with the port actually bound.
   const std::string& address() const { return address_; }

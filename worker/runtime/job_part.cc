@@ -73,6 +73,7 @@ struct JobPart::Impl {
     ParseResult parsed = ParseJobSpec(part.yaml);
     if (!parsed.ok()) {
       std::vector<std::string> errors;
+      errors.reserve(parsed.errors.size());
       for (const SpecError& e : parsed.errors) errors.push_back(e.path + ": " + e.message);
       return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
     }
@@ -82,6 +83,7 @@ struct JobPart::Impl {
     if (allowed.empty()) allowed.push_back(std::filesystem::absolute(options.data_dir).string());
     if (std::vector<SpecError> refused = CheckAllowedPaths(spec, allowed); !refused.empty()) {
       std::vector<std::string> errors;
+      errors.reserve(refused.size());
       for (const SpecError& e : refused) errors.push_back(e.path + ": " + e.message);
       return absl::PermissionDeniedError(
           absl::StrCat("refused by this worker: ", absl::StrJoin(errors, "; ")));
