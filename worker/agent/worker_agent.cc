@@ -19,7 +19,7 @@
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 #include "worker/runtime/job_part.h"
-#include "worker/runtime/metrics.h"
+#include "common/metrics.h"
 #include "worker/state/state_backend.h"
 
 namespace caravela {

@@ -19,7 +19,7 @@
 #include "common/record.h"
 #include "common/status.h"
 #include "common/time_util.h"
-#include "worker/runtime/metrics.h"
+#include "common/metrics.h"
 #include "worker/state/state_backend.h"
 
 namespace caravela {

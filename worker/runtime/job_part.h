@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "worker/runtime/metrics.h"
+#include "common/metrics.h"
 #include "worker/runtime/pipeline.h"
 
 namespace caravela {

@@ -24,7 +24,7 @@
 #include "common/job_plan.h"
 #include "common/job_spec.h"
 #include "common/status.h"
-#include "worker/runtime/metrics.h"
+#include "common/metrics.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/runtime/task.h"
 

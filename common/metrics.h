@@ -1,5 +1,6 @@
-// Metrics registry: named counters and gauges with labels, kept per job. The
-// runtime and operators increment them; a later /metrics endpoint and the
+// Metrics registry: named counters and gauges with labels, kept per job (in
+// common/: operators, the task runtime and the services all count into it,
+// so it sits below them). The runtime and operators increment them; a later /metrics endpoint and the
 // dashboard export them (Prometheus text format: `ToPrometheusText`).
 //
 // Threading: counters are relaxed atomics; registration takes a mutex.

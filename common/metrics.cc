@@ -1,4 +1,4 @@
-#include "worker/runtime/metrics.h"
+#include "common/metrics.h"
 
 namespace caravela {
 namespace {
