@@ -13,8 +13,10 @@
 #include "absl/strings/str_split.h"
 #include "cli/demo.h"
 #include "cli/service_commands.h"
+#include "common/http_server.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
+#include "common/metrics.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/runtime/pipeline.h"
@@ -42,6 +44,7 @@ struct RunFlags {
   bool print_metrics = false;
   int parallelism = 0;  // 0: spec.parallelism
   std::string exchange = "memory";
+  std::string http;  // HOST:PORT for /metrics and /healthz; empty: none
 };
 
 int RunJob(const std::string& file, const RunFlags& flags) {
@@ -77,6 +80,24 @@ int RunJob(const std::string& file, const RunFlags& flags) {
     }
   }
 
+  // Up before the pipeline, which may wait for its topics: /metrics is
+  // empty until the job's registry exists.
+  std::unique_ptr<caravela::HttpServer> http;
+  static std::atomic<caravela::MetricsRegistry*> registry{nullptr};
+  if (!flags.http.empty()) {
+    auto server = caravela::HttpServer::Start(
+        flags.http, "", {caravela::HealthRoute(), caravela::MetricsRoute([] {
+                           caravela::MetricsRegistry* m = registry.load();
+                           return m == nullptr ? std::string() : m->ToPrometheusText("caravela_");
+                         })});
+    if (!server.ok()) {
+      std::fprintf(stderr, "error: --http: %s\n", std::string(server.status().message()).c_str());
+      return 2;
+    }
+    http = std::move(*server);
+    std::fprintf(stderr, "[caravela] http=%s (/metrics, /healthz)\n", http->address().c_str());
+  }
+
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   auto pipeline = caravela::Pipeline::Create(spec, options);
@@ -84,7 +105,9 @@ int RunJob(const std::string& file, const RunFlags& flags) {
     std::fprintf(stderr, "error: %s\n", std::string(pipeline.status().message()).c_str());
     return 1;
   }
+  registry.store(&(*pipeline)->metrics());
   absl::Status st = (*pipeline)->Run();
+  registry.store(nullptr);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
     return 1;
@@ -157,6 +180,9 @@ int main(int argc, char** argv) {
                   "on the job's Kafka cluster, or the embedded broker, as a cluster does)")
       ->check(CLI::IsMember({"memory", "kafka"}));
   run->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
+  run->add_option("--http", run_flags.http,
+                  "Serve /metrics (Prometheus text) and /healthz on HOST:PORT while it runs\n"
+                  "(port 0: any; the address is printed on stderr)");
   run->add_flag("--print-metrics", run_flags.print_metrics,
                 "Print the metrics registry (Prometheus text) to stdout at the end");
 

@@ -224,7 +224,9 @@ int WorkerCommand() {
   };
   absl::StatusOr<std::unique_ptr<WorkerAgent>> agent = WorkerAgent::Start(f.worker);
   if (!agent.ok()) return Fail(agent.status());
-  std::printf("caravela worker: grpc=%s slots=%d data-dir=%s\n", (*agent)->address().c_str(),
+  std::printf("caravela worker: grpc=%s http=%s slots=%d data-dir=%s\n",
+              (*agent)->address().c_str(),
+              (*agent)->http_address().empty() ? "off" : (*agent)->http_address().c_str(),
               f.worker.slots, f.worker_data_dir.c_str());
   std::fflush(stdout);
   std::signal(SIGINT, OnStop);
@@ -380,6 +382,9 @@ void AddServiceCommands(CLI::App& app) {
       ->capture_default_str();
   f.worker_cmd->add_option("--token-file", f.token_file,
                            "File holding the bearer token (default $CARAVELA_TOKEN)");
+  f.worker_cmd->add_option(
+      "--http", f.worker.http_listen,
+      "HOST:PORT for /metrics (its tasks' counters) and /healthz (port 0: any)");
   f.worker_cmd->add_option("--bootstrap", f.worker.bootstrap,
                            "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)");
   f.worker_cmd->add_option(

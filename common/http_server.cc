@@ -33,6 +33,23 @@ HttpResponse HttpError(int status, std::string_view message) {
   return r;
 }
 
+HttpRoute MetricsRoute(std::function<std::string()> text) {
+  return {"/metrics", false, [text = std::move(text)](const std::vector<std::string>&) {
+            HttpResponse r;
+            r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+            r.body = text();
+            return r;
+          }};
+}
+
+HttpRoute HealthRoute() {
+  return {"/healthz", true, [](const std::vector<std::string>&) {
+            HttpResponse r;
+            r.body = "{\"status\":\"SERVING\"}\n";
+            return r;
+          }};
+}
+
 struct HttpServer::Thread {
   std::thread t;
 };

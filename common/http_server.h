@@ -65,4 +65,9 @@ class HttpServer {
 // A JSON error body: {"error": "..."}.
 HttpResponse HttpError(int status, std::string_view message);
 
+// GET /metrics: `text()` in the Prometheus text exposition format 0.0.4.
+HttpRoute MetricsRoute(std::function<std::string()> text);
+// GET /healthz (public, for probes): {"status":"SERVING"}.
+HttpRoute HealthRoute();
+
 }  // namespace caravela

@@ -1,7 +1,7 @@
 // Metrics registry: named counters and gauges with labels, kept per job (in
 // common/: operators, the task runtime and the services all count into it,
-// so it sits below them). The runtime and operators increment them; a later /metrics endpoint and the
-// dashboard export them (Prometheus text format: `ToPrometheusText`).
+// so it sits below them). The runtime and operators increment them; a later /metrics endpoint and
+// the dashboard export them (Prometheus text format: `ToPrometheusText`).
 //
 // Threading: counters are relaxed atomics; registration takes a mutex.
 #pragma once
@@ -33,7 +33,11 @@ class MetricsRegistry {
   Counter* Get(const std::string& name, const std::string& labels = "");
   // Value of a counter, 0 if absent.
   int64_t Value(const std::string& name, const std::string& labels = "") const;
-  std::string ToPrometheusText() const;
+  // Prometheus text exposition format (0.0.4): per metric family `# HELP`
+  // and `# TYPE` (counter for names ending in `_total`, else gauge), then its
+  // series, every name with `prefix`. Names counted in milliseconds (`_ms`)
+  // are exported in seconds, the base unit (`_seconds`, value / 1000).
+  std::string ToPrometheusText(const std::string& prefix = "") const;
   // name{labels} -> value, sorted.
   std::map<std::string, int64_t> Snapshot() const;
 

@@ -12,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/http_server.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/time_util.h"
 #include "coordinator/job_service.h"
+#include "coordinator/job_state.h"
 #include "coordinator/job_store.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_registry.h"
@@ -35,6 +37,7 @@ struct Coordinator::Impl {
   std::unique_ptr<grpc::Server> server;
   std::string address;
   std::unique_ptr<HttpServer> http;
+  MetricsRegistry metrics;  // the coordinator's counters (/metrics)
   std::atomic<bool> stop{false};
   std::thread ticker;  // Scheduler::Tick every 50 ms
 };
@@ -66,13 +69,35 @@ HttpResponse FromStatus(const absl::Status& st) {
 
 }  // namespace
 
+// Gauges of what the coordinator holds now, then its counters.
+std::string Coordinator::CoordinatorMetrics(Impl& im) {
+  MetricsRegistry now;
+  for (int s = v1::SUBMITTED; s <= v1::FAILED; ++s) {
+    now.Get("coordinator_jobs",
+            absl::StrCat("state=\"", JobStateName(static_cast<JobState>(s)), "\""));
+  }
+  if (absl::StatusOr<std::vector<v1::Job>> jobs = im.store->List(); jobs.ok()) {
+    for (const v1::Job& j : *jobs) {
+      now.Get("coordinator_jobs", absl::StrCat("state=\"", JobStateName(j.state()), "\""))->Add();
+    }
+  }
+  now.Get("coordinator_workers", "state=\"ALIVE\"");
+  now.Get("coordinator_workers", "state=\"DEAD\"");
+  for (const v1::WorkerInfo& w : im.workers->List()) {
+    now.Get("coordinator_workers", absl::StrCat("state=\"", v1::WorkerState_Name(w.state()), "\""))
+        ->Add();
+    if (w.state() == v1::ALIVE) {
+      now.Get("coordinator_worker_slots")->Add(w.slots());
+      now.Get("coordinator_worker_tasks")->Add(w.running_tasks());
+    }
+  }
+  return now.ToPrometheusText("caravela_") + im.metrics.ToPrometheusText("caravela_");
+}
+
 std::vector<HttpRoute> Coordinator::HttpRoutes(Impl& im) {
   std::vector<HttpRoute> routes;
-  routes.push_back({"/healthz", /*is_public=*/true, [](const std::vector<std::string>&) {
-                      HttpResponse r;
-                      r.body = "{\"status\":\"SERVING\"}\n";
-                      return r;
-                    }});
+  routes.push_back(HealthRoute());
+  routes.push_back(MetricsRoute([&im] { return CoordinatorMetrics(im); }));
   routes.push_back({"/api/v1/jobs", false, [&im](const std::vector<std::string>&) {
                       absl::StatusOr<std::vector<v1::Job>> jobs = im.store->List();
                       if (!jobs.ok()) return FromStatus(jobs.status());
@@ -109,6 +134,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   SchedulerOptions so;
   so.checkpoint_storage = options.checkpoint_storage;
   so.prepare_job = options.prepare_job;
+  so.metrics = &im.metrics;
   if (so.checkpoint_storage.empty()) {
     so.checkpoint_storage =
         "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
@@ -117,8 +143,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   RETURN_IF_ERROR(im.scheduler->AdoptStored());
   im.jobs = std::make_unique<JobServiceImpl>(im.store.get(), options.token, &im.clock,
                                              options.allowed_paths, im.scheduler.get());
-  im.worker_service =
-      std::make_unique<WorkerServiceImpl>(im.workers.get(), options.token, im.scheduler.get());
+  im.worker_service = std::make_unique<WorkerServiceImpl>(im.workers.get(), options.token,
+                                                          im.scheduler.get(), &im.metrics);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,

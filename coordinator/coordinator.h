@@ -62,6 +62,7 @@ class Coordinator {
  private:
   Coordinator() = default;
   static std::vector<HttpRoute> HttpRoutes(Impl& im);
+  static std::string CoordinatorMetrics(Impl& im);
   std::unique_ptr<Impl> impl_;
 };
 

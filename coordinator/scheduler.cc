@@ -171,6 +171,7 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   job.set_message(why);
   Put(job);
   runs_[job.id()] = std::move(run);
+  Count("scheduler_epochs_total");
   std::map<std::string, int> per_worker;
   for (const std::string& w : placed) ++per_worker[w];
   std::string where;
@@ -189,7 +190,12 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   return true;
 }
 
+void Scheduler::Count(const char* name) {
+  if (options_.metrics != nullptr) options_.metrics->Get(name)->Add();
+}
+
 void Scheduler::Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why) {
+  Count("scheduler_recoveries_total");
   Log()->warn("job {} epoch {}: {}; restoring checkpoint {} with a new epoch", job.id(),
               job.epoch(), why, job.last_checkpoint());
   // The lost run's slots are free again for this placement.
@@ -302,6 +308,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     Put(job);
     run.completed = run.in_flight;
     failures_.erase(job.id());
+    Count("scheduler_checkpoints_total");
     if (run.stop_at && run.handoff.empty()) run.finish = true;
     if (run.stop_at && !run.handoff.empty()) run.handoff_ready = true;
     Log()->debug("job {} checkpoint {} complete", job.id(), run.in_flight);

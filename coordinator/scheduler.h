@@ -45,6 +45,7 @@
 #include "caravela/v1/worker.pb.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "common/time_util.h"
 #include "coordinator/job_store.h"
@@ -63,6 +64,9 @@ struct SchedulerOptions {
   // embedded broker serves no CreateTopics to other processes). An error
   // fails the job. Null: the workers create the topics.
   std::function<absl::Status(const JobSpec&, const JobPlan&)> prepare_job;
+  // Counters (scheduler_epochs_total, scheduler_recoveries_total,
+  // scheduler_checkpoints_total); may be null.
+  MetricsRegistry* metrics = nullptr;
 };
 
 class Scheduler {
@@ -139,6 +143,7 @@ class Scheduler {
   // The run's task reports into job->tasks (worker, phase, watermark, ...).
   static void FillTasks(const JobRun& run, v1::Job* job);
   void Put(const v1::Job& job);
+  void Count(const char* name);
 
   JobStore* store_;
   WorkerRegistry* workers_;

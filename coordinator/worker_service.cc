@@ -9,8 +9,13 @@
 namespace caravela {
 
 WorkerServiceImpl::WorkerServiceImpl(WorkerRegistry* registry, std::string token,
-                                     Scheduler* scheduler)
-    : registry_(registry), token_(std::move(token)), scheduler_(scheduler) {}
+                                     Scheduler* scheduler, MetricsRegistry* metrics)
+    : registry_(registry), token_(std::move(token)), scheduler_(scheduler) {
+  if (metrics != nullptr) {
+    heartbeats_ = metrics->Get("coordinator_heartbeats_total");
+    registrations_ = metrics->Get("coordinator_registrations_total");
+  }
+}
 
 grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
                                          const v1::RegisterRequest* request,
@@ -20,6 +25,7 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a worker needs at least 1 slot");
   }
   response->set_worker_id(registry_->Register(*request));
+  if (registrations_ != nullptr) registrations_->Add();
   response->set_lease_ms(registry_->lease_ms());
   SubsystemLogger("coordinator")
       ->info("worker {} registered ({} slots, {})", response->worker_id(), request->slots(),
@@ -32,6 +38,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
                                           v1::HeartbeatResponse* response) {
   if (grpc::Status a = CheckToken(*context, token_); !a.ok()) return a;
   response->set_unknown_worker(!registry_->Heartbeat(*request));
+  if (heartbeats_ != nullptr) heartbeats_->Add();
   response->set_lease_ms(registry_->lease_ms());
   if (!response->unknown_worker() && scheduler_ != nullptr) {
     scheduler_->OnHeartbeat(*request, response);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "caravela/v1/worker.grpc.pb.h"
+#include "common/metrics.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_registry.h"
 
@@ -15,7 +16,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
   // `scheduler` (may be null in tests) takes task reports and answers
   // assignments in heartbeats.
-  WorkerServiceImpl(WorkerRegistry* registry, std::string token, Scheduler* scheduler = nullptr);
+  WorkerServiceImpl(WorkerRegistry* registry, std::string token, Scheduler* scheduler = nullptr,
+                    MetricsRegistry* metrics = nullptr);
 
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override;
@@ -28,6 +30,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   WorkerRegistry* registry_;
   std::string token_;
   Scheduler* scheduler_;
+  Counter* heartbeats_ = nullptr;     // coordinator_heartbeats_total
+  Counter* registrations_ = nullptr;  // coordinator_registrations_total
 };
 
 }  // namespace caravela

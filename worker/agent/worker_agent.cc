@@ -15,11 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "caravela/v1/worker.grpc.pb.h"
+#include "common/http_server.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 #include "worker/runtime/job_part.h"
-#include "common/metrics.h"
 #include "worker/state/state_backend.h"
 
 namespace caravela {
@@ -51,6 +52,7 @@ struct WorkerAgent::Impl {
   std::set<std::pair<std::string, int64_t>> refused;  // logged once each
   std::atomic<int> tasks{0};
   MetricsRegistry metrics;
+  std::unique_ptr<HttpServer> http;
   std::shared_ptr<StateMemoryBudget> budget =
       NewStateMemoryBudget(kStateBlockCacheBytes, kStateWriteBufferBytes);
 
@@ -258,6 +260,7 @@ void WorkerAgent::Stop() {
   if (impl_->heartbeats.joinable()) impl_->heartbeats.join();
   impl_->StopParts("the worker stops");
   if (impl_->server != nullptr) impl_->server->Shutdown();
+  if (impl_->http != nullptr) impl_->http->Stop();
 }
 
 std::string WorkerAgent::worker_id() const {
@@ -266,6 +269,10 @@ std::string WorkerAgent::worker_id() const {
 }
 
 const std::string& WorkerAgent::address() const { return impl_->address; }
+
+std::string WorkerAgent::http_address() const {
+  return impl_->http != nullptr ? impl_->http->address() : "";
+}
 
 int WorkerAgent::registrations() const { return impl_->registrations.load(); }
 
@@ -285,6 +292,14 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentials(options.tls_ca));
   im.stub = v1::WorkerService::NewStub(grpc::CreateChannel(options.coordinator, credentials));
+  if (!options.http_listen.empty()) {
+    Impl* impl = &im;
+    ASSIGN_OR_RETURN(im.http,
+                     HttpServer::Start(options.http_listen, options.token,
+                                       {HealthRoute(), MetricsRoute([impl] {
+                                          return impl->metrics.ToPrometheusText("caravela_");
+                                        })}));
+  }
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(register_timeout_ms);
   grpc::Status st;
   while (!(st = im.Register()).ok()) {

@@ -36,6 +36,8 @@ struct WorkerAgentOptions {
   // Directories submitted jobs may name files in; empty: the data dir.
   std::vector<std::string> allowed_paths;
   int heartbeat_ms = 100;
+  // HOST:PORT for /metrics (its tasks' counters) and /healthz; empty: none.
+  std::string http_listen;
   // Called (on the heartbeat thread) with each id the worker registers under.
   std::function<void(const std::string& worker_id)> on_registered;
 };
@@ -49,6 +51,8 @@ class WorkerAgent {
   ~WorkerAgent();
   std::string worker_id() const;
   const std::string& address() const;
+  // The HTTP address actually bound ("" without HTTP).
+  std::string http_address() const;
   // Registrations so far (1 after Start; more after leases were lost).
   int registrations() const;
   // Tasks this worker holds now (any phase).

@@ -1,0 +1,134 @@
+// /metrics over HTTP (SPEC §9; the operations issue's first slice): `caravela
+// run --http`, the coordinator and a worker serve the Prometheus text format,
+// checked with the real `promtool check metrics` (Debian's prometheus
+// package), and /healthz for probes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/child_process.h"
+#include "tests/test_util.h"
+#include "worker/connectors/kafka_test_util.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using milliseconds = std::chrono::milliseconds;
+
+std::string Get(const std::string& address, const std::string& path) {
+  httplib::Client client("http://" + address);
+  auto r = client.Get(path.c_str());
+  if (!r || r->status != 200) return "";
+  return r->body;
+}
+
+// `promtool check metrics` on `text`: its exit code and output.
+std::pair<int, std::string> Promtool(const std::string& text, const fs::path& dir) {
+  const fs::path in = dir / "metrics.txt", out = dir / "promtool.out";
+  std::ofstream(in) << text;
+  const std::string cmd =
+      absl::StrCat("promtool check metrics < ", in.string(), " > ", out.string(), " 2>&1");
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ReadFile(out)};
+}
+
+bool HavePromtool() { return std::system("command -v promtool > /dev/null 2>&1") == 0; }
+
+TEST(MetricsHttpTest, RunServesPrometheusMetricsWhileItRuns) {
+  ASSERT_TRUE(HavePromtool()) << "promtool is missing: run scripts/install-deps (prometheus)";
+  TempDir tmp("metrics-run", "CARAVELA_KEEP_TEST_DIRS", "metrics test");
+  const fs::path& dir = tmp.path();
+  std::ofstream(dir / "job.yaml") << R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: metrics-demo}
+spec:
+  sources:
+    - name: purchases
+      kafka: {topic: purchases}
+      event_time: {field: ts, format: epoch_ms}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 1h}
+  sinks:
+    - {from: unique, file: {path: out/unique.jsonl}}
+)";
+  ChildProcess run({CARAVELA_BINARY, "run", (dir / "job.yaml").string(), "--data-dir",
+                    (dir / "data").string(), "--http", "127.0.0.1:0", "-q"},
+                   dir / "run.log");
+  const std::string http = run.WaitFor(R"(http=(\S+))", milliseconds(20000));
+  const std::string broker = run.WaitFor(R"(bootstrap (\S+))", milliseconds(20000));
+  ASSERT_FALSE(http.empty() || broker.empty()) << run.Log();
+  EXPECT_THAT(Get(http, "/healthz"), HasSubstr("SERVING"));
+  std::vector<std::pair<int32_t, std::string>> lines;
+  for (int i = 0; i < 5; ++i) {
+    lines.emplace_back(-1, absl::StrCat(R"({"event_id":"e)", i % 3, R"(","ts":1700000000000})"));
+  }
+  ASSERT_TRUE(ProduceLines(broker, "purchases", lines, 30000).ok());
+  std::string text;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        text = Get(http, "/metrics");
+        return text.find(R"(caravela_dedup_passed_total{op="unique"} 3)") != std::string::npos;
+      },
+      milliseconds(20000)))
+      << text << run.Log();
+  EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_duplicates_total{op="unique"} 2)"));
+  EXPECT_THAT(text, HasSubstr("# TYPE caravela_records_in_total counter"));
+  // Counted in ms, exported in seconds.
+  EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_retention_seconds{op="unique"} 3600.000)"));
+  const auto [rc, lint] = Promtool(text, dir);
+  EXPECT_EQ(rc, 0) << lint << text;
+  EXPECT_EQ(run.Stop(SIGTERM), 0) << run.Log();
+}
+
+TEST(MetricsHttpTest, CoordinatorAndWorkerServePrometheusMetrics) {
+  ASSERT_TRUE(HavePromtool()) << "promtool is missing: run scripts/install-deps (prometheus)";
+  TempDir tmp("metrics-cluster", "CARAVELA_KEEP_TEST_DIRS", "metrics test");
+  const fs::path& dir = tmp.path();
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--http",
+                            "127.0.0.1:0", "--data-dir", (dir / "coord").string()},
+                           dir / "coordinator.log");
+  const std::vector<std::string> c =
+      coordinator.WaitForMatch(R"(grpc=(\S+) http=(\S+))", milliseconds(20000));
+  ASSERT_EQ(c.size(), 3u) << coordinator.Log();
+  ChildProcess worker({CARAVELA_BINARY, "worker", "--coordinator", c[1], "--http", "127.0.0.1:0",
+                       "--data-dir", (dir / "w").string()},
+                      dir / "worker.log");
+  const std::string worker_http = worker.WaitFor(R"(grpc=\S+ http=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(worker_http.empty()) << worker.Log();
+  std::string text;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        text = Get(c[2], "/metrics");
+        return text.find(R"(caravela_coordinator_workers{state="ALIVE"} 1)") != std::string::npos;
+      },
+      milliseconds(10000)))
+      << text;
+  EXPECT_THAT(text, HasSubstr(R"(caravela_coordinator_jobs{state="RUNNING"} 0)"));
+  EXPECT_THAT(text, HasSubstr("caravela_coordinator_worker_slots 1"));
+  EXPECT_THAT(text, HasSubstr("# TYPE caravela_coordinator_heartbeats_total counter"));
+  auto [rc, lint] = Promtool(text, dir);
+  EXPECT_EQ(rc, 0) << lint << text;
+  EXPECT_THAT(Get(worker_http, "/healthz"), HasSubstr("SERVING"));
+  httplib::Client client("http://" + worker_http);
+  auto m = client.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  std::tie(rc, lint) = Promtool(m->body, dir);
+  EXPECT_EQ(rc, 0) << lint << m->body;
+}
+
+}  // namespace
+}  // namespace caravela
