@@ -124,11 +124,13 @@ class ClusterJobTest : public ::testing::Test {
       shipments[t].push_back(std::move(sr));
     }
     ASSERT_TRUE(ProduceRecords(bootstrap_, "purchases", records, 60000).ok());
+    produced_["purchases"] = static_cast<int64_t>(records.size());
     std::vector<KafkaTestRecord> ordered;
     for (auto& [t, v] : shipments) {
       for (KafkaTestRecord& r : v) ordered.push_back(std::move(r));
     }
     ASSERT_TRUE(ProduceRecords(bootstrap_, "shipments", ordered, 60000).ok());
+    produced_["shipments"] = static_cast<int64_t>(ordered.size());
 
     // The single-process answer.
     ParseResult ref = ParseJobSpec(JobYaml("reference", dir_ / "reference", 0, false));
@@ -297,6 +299,7 @@ class ClusterJobTest : public ::testing::Test {
   std::string worker_timeout_ = "2s";
   std::map<std::string, WindowResult> reference_;
   std::vector<std::string> reference_shipped_;  // the join's output, sorted
+  std::map<std::string, int64_t> produced_;     // records per input topic
   std::unique_ptr<PostgresServer> postgres_;
 };
 
@@ -318,6 +321,16 @@ TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   EXPECT_GT(max_lag, 0);
   const v1::Job job = Get(id);
   for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.consumer_lag(), 0) << t.DebugString();
+  // The last checkpoint's source offsets are in the job's consumer group,
+  // where lag tools look: everything read.
+  for (const auto& [topic, n] : produced_) {
+    auto committed =
+        CommittedOffsets(bootstrap_, "caravela-cluster-revenue", topic, kSourcePartitions);
+    ASSERT_TRUE(committed.ok()) << committed.status();
+    int64_t total = 0;
+    for (int64_t o : *committed) total += std::max<int64_t>(o, 0);
+    EXPECT_EQ(total, n) << topic;
+  }
   EXPECT_EQ(job.epoch(), 1);
   EXPECT_GT(job.last_checkpoint(), 0);
   // Every worker ran tasks of it.

@@ -1,11 +1,13 @@
 // /metrics over HTTP (SPEC §9; the operations issue's first slice): `caravela
 // run --http`, the coordinator and a worker serve the Prometheus text format,
 // checked with the real `promtool check metrics` (Debian's prometheus
-// package), and /healthz for probes.
+// package), and /healthz for probes; a job's source offsets reach its
+// consumer group after each checkpoint.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -54,6 +56,7 @@ TEST(MetricsHttpTest, RunServesPrometheusMetricsWhileItRuns) {
 kind: Job
 metadata: {name: metrics-demo}
 spec:
+  checkpoint: {interval: 200ms}
   sources:
     - name: purchases
       kafka: {topic: purchases}
@@ -90,6 +93,18 @@ spec:
   EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_retention_seconds{op="unique"} 3600.000)"));
   const auto [rc, lint] = Promtool(text, dir);
   EXPECT_EQ(rc, 0) << lint << text;
+  // After each checkpoint its source offsets go to the consumer group
+  // caravela-<job>, where lag tools read them: all 5 records.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto committed = CommittedOffsets(broker, "caravela-metrics-demo", "purchases", 4);
+        int64_t total = 0;
+        if (committed.ok()) {
+          for (int64_t o : *committed) total += std::max<int64_t>(o, 0);
+        }
+        return total == 5;
+      },
+      milliseconds(10000)));
   EXPECT_EQ(run.Stop(SIGTERM), 0) << run.Log();
 }
 

@@ -370,13 +370,13 @@ int64_t KafkaSource::Backlog(int32_t partition) const {
   return std::max<int64_t>(high - positions_[partition], 0);
 }
 
-absl::Status KafkaSource::CommitPositions() {
+absl::Status KafkaSource::CommitOffsets(const std::vector<int64_t>& next_offsets) {
   if (rk_ == nullptr) return absl::FailedPreconditionError("kafka source not open");
   rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(4);
-  for (size_t p = 0; p < positions_.size(); ++p) {
-    if (!owned_[p] || positions_[p] < 0) continue;
+  for (size_t p = 0; p < next_offsets.size() && p < owned_.size(); ++p) {
+    if (!owned_[p] || next_offsets[p] < 0) continue;
     rd_kafka_topic_partition_list_add(list, options_.topic.c_str(), static_cast<int32_t>(p))
-        ->offset = positions_[p];
+        ->offset = next_offsets[p];
   }
   const rd_kafka_resp_err_t err =
       list->cnt > 0 ? rd_kafka_commit(rk_, list, /*async=*/1) : RD_KAFKA_RESP_ERR_NO_ERROR;

@@ -1,6 +1,7 @@
 // Kafka source: reads every partition of one topic (or a chosen subset) with
 // explicit partition assignment. Offsets are owned by the engine (checkpoints), never by a
-// consumer group: no group rebalancing, no offset commits.
+// consumer group: no group rebalancing; offsets are only committed to a group
+// for monitoring (CommitOffsets, e.g. after each completed checkpoint).
 //
 // Also declares the small helpers shared by the Kafka connectors (logger,
 // client configuration), see "Shared by the Kafka connectors" below.
@@ -87,7 +88,10 @@ class KafkaSource : public RawSource {
   // Commits the assigned partitions' positions to the consumer group named
   // by the `group.id` in options.config (asynchronously; for others to read
   // the progress, e.g. exchange flow control; the engine never reads them).
-  absl::Status CommitPositions();
+  absl::Status CommitPositions() { return CommitOffsets(positions_); }
+  // The same for explicit next offsets (a checkpoint's), assigned partitions
+  // only.
+  absl::Status CommitOffsets(const std::vector<int64_t>& next_offsets) override;
 
   const KafkaSourceOptions& options() const { return options_; }
 

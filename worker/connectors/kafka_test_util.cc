@@ -153,4 +153,31 @@ absl::StatusOr<std::vector<std::string>> ConsumeAllValues(const std::string& boo
   return values;
 }
 
+absl::StatusOr<std::vector<int64_t>> CommittedOffsets(const std::string& bootstrap,
+                                                      const std::string& group,
+                                                      const std::string& topic, int partitions) {
+  ASSIGN_OR_RETURN(KafkaConfPtr conf, NewKafkaConf({{"bootstrap.servers", bootstrap},
+                                                    {"group.id", group},
+                                                    {"enable.auto.commit", "false"}}));
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof(err));
+  if (rk == nullptr) return absl::InvalidArgumentError(err);
+  (void)conf.release();
+  rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions);
+  for (int p = 0; p < partitions; ++p) rd_kafka_topic_partition_list_add(list, topic.c_str(), p);
+  const rd_kafka_resp_err_t e = rd_kafka_committed(rk, list, 10000);
+  std::vector<int64_t> out;
+  for (int p = 0; p < list->cnt; ++p) {
+    out.push_back(list->elems[p].offset < 0 ? -1 : list->elems[p].offset);
+  }
+  rd_kafka_topic_partition_list_destroy(list);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return absl::UnavailableError(
+        absl::StrCat("committed offsets of ", group, ": ", rd_kafka_err2str(e)));
+  }
+  return out;
+}
+
 }  // namespace caravela

@@ -47,6 +47,12 @@ absl::StatusOr<std::vector<KafkaConsumedRecord>> ConsumeAll(const std::string& b
                                                             const std::string& topic,
                                                             int timeout_ms = 10000);
 
+// The offsets consumer group `group` committed for partitions 0..partitions-1
+// of `topic` (-1: none), as lag tools read them.
+absl::StatusOr<std::vector<int64_t>> CommittedOffsets(const std::string& bootstrap,
+                                                      const std::string& group,
+                                                      const std::string& topic, int partitions);
+
 // ConsumeAll(), values only.
 absl::StatusOr<std::vector<std::string>> ConsumeAllValues(const std::string& bootstrap,
                                                           const std::string& topic,

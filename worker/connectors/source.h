@@ -49,6 +49,13 @@ class RawSource {
   virtual absl::Status StopAtCurrentEnd() {
     return absl::UnimplementedError("this source cannot stop at its current end");
   }
+  // Publishes `next_offsets` (per partition, -1: skip) where standard tools
+  // read a consumer's progress (Kafka: the consumer group's committed
+  // offsets), for lag monitoring only: the engine restores from its own
+  // checkpoints. No-op by default.
+  virtual absl::Status CommitOffsets(const std::vector<int64_t>& /*next_offsets*/) {
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace caravela

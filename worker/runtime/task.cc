@@ -124,6 +124,9 @@ absl::StatusOr<std::unique_ptr<RawSource>> Task::Impl::OpenRawSource(
     ko.start = ss.kafka.start;
     ko.start_offsets = start_offsets;
     ko.partitions = owned;
+    // Progress after each completed checkpoint goes to this group, where
+    // kcat, Burrow and kafka-consumer-groups read consumer lag.
+    ko.config["group.id"] = "caravela-" + spec.name;
     raw = std::make_unique<KafkaSource>(ko);
     st = raw->Open();
     if (st.ok() && ss.kafka.bounded) st = raw->StopAtCurrentEnd();
@@ -990,6 +993,16 @@ std::string Task::Impl::SpecHash() const {
   return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
 }
 
+void Task::Impl::CommitSourceOffsets(int64_t id) {
+  for (SourceNode& src : sources) {
+    if (!src.present || src.checkpointed_id != id) continue;
+    // Monitoring only: a failure is logged, never fatal.
+    if (absl::Status st = src.raw->CommitOffsets(src.checkpointed); !st.ok()) {
+      Log()->warn("[job={}] source {}: {}", spec.name, src.spec->name, std::string(st.message()));
+    }
+  }
+}
+
 absl::Status Task::Impl::OpenCheckpoints() {
   const bool periodic = spec.checkpoint.interval > 0;
   if (parallel()) {
@@ -1200,6 +1213,8 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
   auto& extra = *m.mutable_extra();
   for (SourceNode& src : sources) {
     if (!src.present) continue;
+    src.checkpointed = src.applied;
+    src.checkpointed_id = id;
     auto* sc = m.add_sources();
     sc->set_name(src.spec->name);
     for (size_t p = 0; p < src.applied.size(); ++p) {
@@ -1249,6 +1264,7 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
   if (!parallel()) {
     for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Commit(id));
     Failpoint("checkpoint.after_sink_commit");
+    if (savepoint_dir.empty()) CommitSourceOffsets(id);
   }
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)

@@ -75,6 +75,10 @@ struct SourceNode {
   // time of the last applied record (checkpoints: prefetched records are
   // read again after a restore, so neither may include them).
   std::vector<int64_t> applied;
+  // `applied` as of the last checkpoint this task stored, and its id: what
+  // CommitSourceOffsets publishes once that checkpoint is complete.
+  std::vector<int64_t> checkpointed;
+  int64_t checkpointed_id = 0;
   int64_t applied_arrival = kMinTime;
   Output out{1};
   Counter* in = nullptr;
@@ -280,6 +284,9 @@ struct Task::Impl {
   absl::Status ApplyManifest(const CheckpointManifest& m);
   // `id` 0: the manager's next id (standalone); parallel jobs pass the job's.
   absl::Status TakeCheckpoint(const std::string& savepoint_dir, int64_t id = 0);
+  // Publishes the source offsets of checkpoint `id`, now complete, to the
+  // job's consumer group `caravela-<job>` (lag tools read them there).
+  void CommitSourceOffsets(int64_t id);
   absl::Status MaybeCheckpoint();
   std::string SpecHash() const;
   // Decodes `m` into `into`/`invalid`; `last_arrival` is the arrival clock

@@ -151,6 +151,7 @@ absl::Status Task::Impl::ServeCheckpoints() {
     for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Commit(done));
     committed_id = done;
     Failpoint("checkpoint.after_sink_commit");
+    CommitSourceOffsets(done);
   }
   // Store a triggered checkpoint once every exchange input is aligned on it.
   const int64_t n = job->triggered();
