@@ -476,6 +476,10 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
     slot.report = r;
     slot.reported = true;
   }
+  // The job's YAML only goes to a worker that does not run the epoch yet
+  // (it reported none of its tasks): it is what most of an answer weighs.
+  std::set<std::pair<std::string, int64_t>> running;
+  for (const v1::TaskReport& r : request.tasks()) running.emplace(r.job_id(), r.epoch());
   for (const auto& [id, run] : runs_) {
     v1::Assignment* a = nullptr;
     for (size_t g = 0; g < run.tasks.size(); ++g) {
@@ -484,7 +488,7 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
         a = response->add_assignments();
         a->set_job_id(id);
         a->set_epoch(run.epoch);
-        a->set_yaml(run.yaml);
+        if (running.count({id, run.epoch}) == 0) a->set_yaml(run.yaml);
         a->set_parallelism(run.parallelism);
         a->set_restore_checkpoint(run.restore);
         a->set_checkpoint_storage(options_.checkpoint_storage);

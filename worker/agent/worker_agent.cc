@@ -123,6 +123,8 @@ struct WorkerAgent::Impl {
     }
     for (const auto& [id, a] : assigned) {
       auto it = parts.find(id);
+      // The YAML comes only while no task of the epoch is reported here.
+      if (it == parts.end() && a->yaml().empty()) continue;
       if (it == parts.end()) {
         // An epoch runs at most once here: a part stopped (lease lost) and
         // built again would restore the checkpoint while the epoch's other
