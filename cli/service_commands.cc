@@ -22,7 +22,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/job_client.h"
 #include "coordinator/job_state.h"
-#include "google/protobuf/util/json_util.h"
+#include "proto/grpc_support.h"
 #include "worker/agent/worker_agent.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/exchange/exchange.h"
@@ -93,14 +93,6 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
-std::string Json(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
-}
-
 int CoordinatorCommand() {
   Flags& f = F();
   if (!ReadToken(&f.coordinator.token)) return 2;
@@ -153,7 +145,7 @@ int ClientCommand() {
     absl::StatusOr<v1::SubmitJobResponse> r = client.Submit(yaml.str(), f.parallelism);
     if (!r.ok()) return Fail(r.status());
     if (f.json) {
-      std::printf("%s\n", Json(*r).c_str());
+      std::printf("%s\n", ProtoJson(*r).c_str());
     } else if (r->job_id().empty()) {
       std::fprintf(stderr, "%s: %d error%s\n", f.job_file.c_str(), r->errors_size(),
                    r->errors_size() == 1 ? "" : "s");
@@ -171,7 +163,7 @@ int ClientCommand() {
     if (f.json) {
       v1::ListJobsResponse r;
       for (const v1::Job& j : *jobs) *r.add_jobs() = j;
-      std::printf("%s\n", Json(r).c_str());
+      std::printf("%s\n", ProtoJson(r).c_str());
       return 0;
     }
     std::printf("%-28s %-11s %11s %6s %5s  %s\n", "JOB", "STATE", "PARALLELISM", "STAGES", "EPOCH",
@@ -182,7 +174,7 @@ int ClientCommand() {
   absl::StatusOr<v1::Job> job = *f.job ? client.Get(f.job_id) : client.Cancel(f.job_id);
   if (!job.ok()) return Fail(job.status());
   if (f.json) {
-    std::printf("%s\n", Json(*job).c_str());
+    std::printf("%s\n", ProtoJson(*job).c_str());
     return 0;
   }
   PrintJobRow(*job);
@@ -246,7 +238,7 @@ int WorkersCommand() {
   if (f.json) {
     v1::ListWorkersResponse r;
     for (const v1::WorkerInfo& w : *workers) *r.add_workers() = w;
-    std::printf("%s\n", Json(r).c_str());
+    std::printf("%s\n", ProtoJson(r).c_str());
     return 0;
   }
   std::printf("%-12s %-6s %5s %5s  %-22s %s\n", "WORKER", "STATE", "SLOTS", "TASKS", "ADDRESS",

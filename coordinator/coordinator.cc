@@ -20,7 +20,6 @@
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_registry.h"
 #include "coordinator/worker_service.h"
-#include "google/protobuf/util/json_util.h"
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 
@@ -54,12 +53,7 @@ namespace {
 
 HttpResponse JsonOf(const google::protobuf::Message& m) {
   HttpResponse r;
-  google::protobuf::util::JsonPrintOptions o;
-  o.preserve_proto_field_names = false;
-  if (!google::protobuf::util::MessageToJsonString(m, &r.body, o).ok()) {
-    return HttpError(500, "cannot encode JSON");
-  }
-  r.body.push_back('\n');
+  r.body = ProtoJson(m, /*proto_names=*/false) + "\n";
   return r;
 }
 

@@ -198,7 +198,12 @@ void Scheduler::Recover(v1::Job& job, const std::vector<v1::Job>& all, const std
   Count("scheduler_recoveries_total");
   Log()->warn("job {} epoch {}: {}; restoring checkpoint {} with a new epoch", job.id(),
               job.epoch(), why, job.last_checkpoint());
-  // The lost run's slots are free again for this placement.
+  Replace(job, all, v1::RECOVERING, why);
+}
+
+void Scheduler::Replace(v1::Job& job, const std::vector<v1::Job>& all, v1::JobState from_running,
+                        const std::string& why) {
+  // The old run's slots are free again for this placement.
   auto it = runs_.find(job.id());
   if (it != runs_.end()) {
     for (const TaskSlot& t : it->second.tasks) {
@@ -207,7 +212,7 @@ void Scheduler::Recover(v1::Job& job, const std::vector<v1::Job>& all, const std
     }
     runs_.erase(it);
   }
-  if (job.state() == v1::RUNNING) (void)Transition(job, v1::RECOVERING, clock_->NowMs(), why);
+  if (job.state() == v1::RUNNING) (void)Transition(job, from_running, clock_->NowMs(), why);
   if (!Place(job, all, why)) Put(job);
 }
 
@@ -431,13 +436,7 @@ void Scheduler::Tick() {
     auto again = runs_.find(job.id());
     if (again != runs_.end() && again->second.handoff_ready) {
       const std::string why = again->second.handoff;
-      for (const TaskSlot& t : again->second.tasks) {
-        auto f = free_slots_.find(t.worker);
-        if (f != free_slots_.end()) ++f->second;
-      }
-      runs_.erase(again);
-      (void)Transition(job, v1::SCHEDULING, clock_->NowMs(), why);
-      if (!Place(job, *all, why)) Put(job);
+      Replace(job, *all, v1::SCHEDULING, why);
     }
   }
 }

@@ -129,6 +129,11 @@ class Scheduler {
   absl::Status CheckNameLocked(const std::string& name) const;
   bool Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   void Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
+  // Ends the job's run (its slots free again) and places it anew: a RUNNING
+  // job goes to `from_running` first (RECOVERING after a loss, SCHEDULING
+  // for a rebalance).
+  void Replace(v1::Job& job, const std::vector<v1::Job>& all, v1::JobState from_running,
+               const std::string& why);
   // Rebuilds the run of a job placed by an earlier coordinator (false if it
   // has no placement to adopt).
   bool Adopt(const v1::Job& job);

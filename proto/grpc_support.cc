@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace caravela {
 namespace {
@@ -71,6 +72,14 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   }
   out.address = absl::StrCat(listen.substr(0, colon), ":", port);
   out.server->GetHealthCheckService()->SetServingStatus(true);
+  return out;
+}
+
+std::string ProtoJson(const google::protobuf::Message& m, bool proto_names) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = proto_names;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
   return out;
 }
 

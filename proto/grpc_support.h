@@ -4,6 +4,7 @@
 // loopback and tests; errors name the file that could not be read.
 #pragma once
 
+#include <google/protobuf/message.h>
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
@@ -24,6 +25,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 // insecure when `ca_file` is empty.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const std::string& ca_file);
+
+// `m` in the proto3 JSON mapping: with the .proto's field names
+// (snake_case, the CLI's --json) or, `proto_names` false, lowerCamelCase (the
+// coordinator's HTTP API).
+std::string ProtoJson(const google::protobuf::Message& m, bool proto_names = true);
 
 // A started server and the address it is bound to ("HOST:PORT" with the
 // port actually chosen).

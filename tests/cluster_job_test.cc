@@ -79,19 +79,8 @@ class ClusterJobTest : public ::testing::Test {
     bootstrap_ = broker_->WaitFor(R"(listening on (\S+))", milliseconds(20000));
     ASSERT_FALSE(bootstrap_.empty()) << broker_->Log();
 
-    bench::PurchaseStreamOptions o;
-    o.seed = 11;
-    o.purchases = 100000;  // ~3.5 MB per partition: within the broker's ~5 MiB
-    o.span_ms = 6LL * 3600 * 1000;
-    o.retry_fraction = 0.05;
-    o.conflict_fraction = 0.01;
-    o.max_disorder_ms = 4 * 60'000;  // never late: FINAL does not depend on interleaving
-    o.late_upload_fraction = 0.02;   // LATE corrections within the allowed lateness
-    o.late_upload_min_ms = 20 * 60'000;
-    o.late_upload_max_ms = 40 * 60'000;
-    o.countries = 8;
-    o.users = 5000;
-    bench::PurchaseGenerator gen(o);
+    // ~3.5 MB per partition: within the broker's ~5 MiB.
+    bench::PurchaseGenerator gen(RevenueStream(/*seed=*/11, /*purchases=*/100000));
     std::vector<KafkaTestRecord> records;
     std::string line;
     // Shipments: for 4 purchases in 5 (by event id), 0-50 minutes after the

@@ -43,24 +43,7 @@ class ParallelJobTest : public ::testing::Test {
     ASSERT_TRUE(b.ok()) << b.status();
     broker_ = std::move(*b);
     ASSERT_TRUE(broker_->CreateTopic("purchases", 4).ok());
-    bench::PurchaseStreamOptions o;
-    o.seed = 7;
-    o.purchases = 20000;
-    o.span_ms = 6LL * 3600 * 1000;
-    o.retry_fraction = 0.05;
-    o.conflict_fraction = 0.01;
-    o.max_disorder_ms = 4 * 60'000;  // < max_out_of_orderness: never late
-    // Late uploads within the lateness (1 h): LATE corrections, never too
-    // late, whatever the interleaving of partitions (a record `d` behind its
-    // partition's max is at least `d` behind the watermark, which waits for
-    // the slowest partition). Whether a record is too late depends on that
-    // interleaving, so FINAL results are only comparable without such records.
-    o.late_upload_fraction = 0.02;
-    o.late_upload_min_ms = 20 * 60'000;
-    o.late_upload_max_ms = 40 * 60'000;
-    o.countries = 8;
-    o.users = 5000;
-    bench::PurchaseGenerator gen(o);
+    bench::PurchaseGenerator gen(RevenueStream(/*seed=*/7, /*purchases=*/20000));
     std::vector<KafkaTestRecord> records;
     std::string line;
     while (gen.Next(&line)) {

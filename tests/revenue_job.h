@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "bench/purchase_generator.h"
 #include "common/json.h"
 #include "common/record.h"
 #include "tests/test_util.h"
@@ -18,6 +19,29 @@ namespace caravela {
 
 // purchases keyed by user_id -> dedup by event_id -> hourly revenue by
 // country: two exchanges.
+// The purchase stream both tests feed it: retries, conflicts, disorder within
+// the watermark's 5 minutes (never late), and 2 % late uploads 20-40 minutes
+// late: LATE corrections within the allowed lateness (1 h), never too late,
+// whatever the interleaving of partitions (a record `d` behind its
+// partition's max is at least `d` behind the watermark, which waits for the
+// slowest partition). Whether a record is too late depends on that
+// interleaving, so FINAL results are only comparable without such records.
+inline bench::PurchaseStreamOptions RevenueStream(uint64_t seed, int64_t purchases) {
+  bench::PurchaseStreamOptions o;
+  o.seed = seed;
+  o.purchases = purchases;
+  o.span_ms = 6LL * 3600 * 1000;
+  o.retry_fraction = 0.05;
+  o.conflict_fraction = 0.01;
+  o.max_disorder_ms = 4 * 60'000;
+  o.late_upload_fraction = 0.02;
+  o.late_upload_min_ms = 20 * 60'000;
+  o.late_upload_max_ms = 40 * 60'000;
+  o.countries = 8;
+  o.users = 5000;
+  return o;
+}
+
 inline std::string RevenueJob(const std::string& name, const std::string& dir,
                               int64_t checkpoint_ms, const std::string& dedup_retention = "24h") {
   std::string checkpoint =

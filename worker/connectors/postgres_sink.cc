@@ -249,6 +249,10 @@ absl::Status PostgresSink::RaiseFence() {
                         "GREATEST(f.epoch, excluded.epoch) RETURNING f.epoch",
                         {options_.fence_job, table_display_, absl::StrCat(options_.epoch)},
                         "raising the epoch fence"));
+  return FencedBy(r);
+}
+
+absl::Status PostgresSink::FencedBy(const Result& r) const {
   const int64_t fence = PQntuples(r.get()) == 1 ? std::atoll(PQgetvalue(r.get(), 0, 0)) : -1;
   if (fence > options_.epoch) {
     return absl::FailedPreconditionError(
@@ -263,13 +267,7 @@ absl::Status PostgresSink::CheckFence() {
   ASSIGN_OR_RETURN(Result r,
                    Exec("SELECT epoch FROM caravela_fences WHERE job = $1 AND target = $2",
                         {options_.fence_job, table_display_}, "reading the epoch fence"));
-  const int64_t fence = PQntuples(r.get()) == 1 ? std::atoll(PQgetvalue(r.get(), 0, 0)) : -1;
-  if (fence > options_.epoch) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), ": fenced: epoch ", fence, " of job ", options_.fence_job,
-                     " took over; rows of epoch ", options_.epoch, " are no longer written"));
-  }
-  return absl::OkStatus();
+  return FencedBy(r);
 }
 
 absl::StatusOr<PostgresSink::TableInfo> PostgresSink::ReadTable() {

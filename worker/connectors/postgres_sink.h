@@ -150,6 +150,8 @@ class PostgresSink : public Sink {
   // applied fewer rows than it sent).
   absl::Status CheckFence();
   std::string FenceClause(int job_param, int epoch_param) const;
+  // FailedPrecondition if the fence epoch in `r` (one row) is above ours.
+  absl::Status FencedBy(const Result& r) const;
   absl::Status FlushKeyed();
   absl::Status FlushKeyless();
   // "spec.sinks[0].postgres (table t)" for messages.

@@ -18,24 +18,6 @@
 
 namespace caravela {
 
-const char* JobPartPhaseName(JobPart::Phase p) {
-  switch (p) {
-    case JobPart::Phase::kPreparing:
-      return "PREPARING";
-    case JobPart::Phase::kReady:
-      return "READY";
-    case JobPart::Phase::kRunning:
-      return "RUNNING";
-    case JobPart::Phase::kDrained:
-      return "DRAINED";
-    case JobPart::Phase::kDone:
-      return "DONE";
-    case JobPart::Phase::kFailed:
-      return "FAILED";
-  }
-  return "?";
-}
-
 struct JobPart::Impl {
   JobPartOptions part;
   RunOptions options;

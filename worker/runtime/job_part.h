@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
 #include "common/metrics.h"
+#include "common/status.h"
 #include "worker/runtime/pipeline.h"
 
 namespace caravela {
@@ -81,7 +81,5 @@ class JobPart {
   JobPart() = default;
   std::unique_ptr<Impl> impl_;
 };
-
-const char* JobPartPhaseName(JobPart::Phase p);
 
 }  // namespace caravela
