@@ -255,18 +255,24 @@ void Scheduler::Resume(v1::Job& job, JobRun& run) {
   }
   const int64_t now = clock_->NowMs();
   run.started = true;
-  int64_t stored = 0;
-  bool drained = true;
+  int64_t stored = 0, stop = 0;
   for (const TaskSlot& t : run.tasks) {
     stored = std::max(stored, t.report.stored_checkpoint());
-    drained = drained && AtLeast(t.report, v1::TASK_DRAINED);
+    stop = std::max(stop, t.report.stop_checkpoint());
   }
   // A checkpoint some task stored but the old coordinator never completed:
-  // trigger it again (tasks that stored it wait for its completion).
+  // trigger it again (tasks that stored it wait for its completion), as the
+  // stopping one only if it was triggered so: a periodic checkpoint stored
+  // before the input drained does not hold what came after.
   if (stored > run.completed) {
     run.in_flight = stored;
-    run.stop_at = drained;
-    run.finishing = drained;
+    run.stop_at = stop == stored;
+    run.finishing = run.stop_at;
+  } else if (stop > 0 && stop == run.completed) {
+    // The stopping checkpoint completed but the tasks never heard "finish".
+    run.stop_at = true;
+    run.finishing = true;
+    run.finish = true;
   }
   run.next_id = std::max(stored, run.completed) + 1;
   run.next_trigger_at = now + run.interval_ms;

@@ -303,6 +303,44 @@ TEST_F(SchedulerTest, ARestartedCoordinatorAdoptsTheRunningEpoch) {
   EXPECT_EQ(Get(id).epoch(), 1);
 }
 
+// The old coordinator triggered a periodic checkpoint 2 and some tasks stored
+// it before the input drained; it died, and by the restart every task is
+// drained. Checkpoint 2 does not hold what came after it: it completes as a
+// periodic one, and the stopping checkpoint is 3 (the bug a CI run found:
+// output after 2 was never published).
+TEST_F(SchedulerTest, AnAdoptedPeriodicCheckpointDoesNotEndTheJob) {
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  Beat(a, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).last_checkpoint(), 1);
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  Beat(a, v1::TASK_RUNNING, 2);  // 2 triggered (not stopping) and stored
+
+  Restart();
+  EXPECT_EQ(AddWorker(6, a), a);
+  Beat(a, v1::TASK_DRAINED, 2);
+  scheduler_->Tick();
+  v1::HeartbeatResponse r = Beat(a, v1::TASK_DRAINED, 2);
+  EXPECT_EQ(r.assignments(0).trigger_checkpoint(), 2);
+  EXPECT_FALSE(r.assignments(0).stop_at_trigger());
+  scheduler_->Tick();  // 2 complete; everything drained: 3 stops the job
+  EXPECT_EQ(Get(id).last_checkpoint(), 2);
+  r = Beat(a, v1::TASK_DRAINED, 2);
+  EXPECT_FALSE(r.assignments(0).finish());
+  EXPECT_EQ(r.assignments(0).trigger_checkpoint(), 3);
+  EXPECT_TRUE(r.assignments(0).stop_at_trigger());
+  Beat(a, v1::TASK_DRAINED, 3);
+  scheduler_->Tick();
+  EXPECT_TRUE(Beat(a, v1::TASK_DRAINED).assignments(0).finish());
+}
+
 TEST_F(SchedulerTest, ARestartedCoordinatorRestartsJobsWhoseTasksDoNotComeBack) {
   const std::string a = AddWorker(3), b = AddWorker(3);
   const std::string id = Submit();

@@ -99,6 +99,7 @@ struct WorkerAgent::Impl {
         r->set_records_out(s.records_out);
         r->set_watermark_ms(s.watermark_ms);
         r->set_consumer_lag(s.consumer_lag);
+        r->set_stop_checkpoint(s.stop_checkpoint);
         ++n;
       }
     }

@@ -69,6 +69,8 @@ class JobCheckpoints {
   int64_t triggered() const { return triggered_.load(); }
   // True if checkpoint `id` ends the job.
   bool stops_at(int64_t id) const { return id != 0 && stop_at_.load() == id; }
+  // The id of the stopping checkpoint triggered, 0 if none.
+  int64_t stop_at() const { return stop_at_.load(); }
   void Stored(int task, int64_t id) { stored_[task].store(id); }
   int64_t completed() const { return completed_.load(); }
   // The task read all its input and propagated it (bounded inputs ended).

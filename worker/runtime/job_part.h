@@ -60,6 +60,7 @@ class JobPart {
     int64_t records_out = 0;
     int64_t watermark_ms = 0;
     int64_t consumer_lag = 0;
+    int64_t stop_checkpoint = 0;  // the stopping checkpoint triggered here, 0: none
   };
 
   // `options.data_dir` is the worker's; the part keeps its state under
