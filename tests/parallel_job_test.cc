@@ -400,11 +400,11 @@ using CrashCase = std::tuple<const char*, const char*>;
 class ParallelCrashTest : public ParallelJobTest, public ::testing::WithParamInterface<CrashCase> {
  protected:
   // Runs the binary; returns its exit code (128 + signal when killed).
-  int RunBinary(const std::string& dir, const std::string& failpoint) {
+  int RunBinary(const std::string& dir, const std::string& failpoint, int parallelism = 3) {
     std::string cmd = absl::StrCat(failpoint.empty() ? "" : "CARAVELA_FAILPOINT=" + failpoint + " ",
-                                   CARAVELA_BINARY, " run -q --parallelism 3 --exchange ",
-                                   std::get<1>(GetParam()), " --data-dir ", dir, "/data ", dir,
-                                   "/job.yaml >> ", dir, "/run.log 2>&1");
+                                   CARAVELA_BINARY, " run -q --parallelism ", parallelism,
+                                   " --exchange ", std::get<1>(GetParam()), " --data-dir ", dir,
+                                   "/data ", dir, "/job.yaml >> ", dir, "/run.log 2>&1");
     const int rc = std::system(cmd.c_str());
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
   }
@@ -418,8 +418,10 @@ class ParallelCrashTest : public ParallelJobTest, public ::testing::WithParamInt
         yaml.find(from), from.size(),
         "kafka: {topic: purchases, bounded: true, bootstrap: \"" + broker_->bootstrap() + "\"}");
     std::ofstream(dir + "/job.yaml") << yaml;
+    // (4 partitions: a rescaled run may have up to 4 tasks per stage; the
+    // first `tasks` partitions are used.)
     for (const char* op : {"unique", "revenue"}) {
-      EXPECT_TRUE(broker_->CreateTopic(absl::StrCat("caravela.", name, ".", op), 3).ok());
+      EXPECT_TRUE(broker_->CreateTopic(absl::StrCat("caravela.", name, ".", op), 4).ok());
     }
     return dir;
   }
@@ -452,6 +454,42 @@ TEST_P(ParallelCrashTest, KilledRunConvergesToTheUninterruptedResult) {
   EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(),
             ReadParts(ref + "/out", "conflicts").size());
 }
+
+// Rescaling (SPEC §8): a run at parallelism 3 is killed after checkpoints
+// completed; the next run has parallelism 2 (or 4), restores the checkpoint
+// taken with 3 tasks (each new task gathering its source partitions and keys
+// from the old tasks) and converges to the uninterrupted run's FINAL
+// results, with no window FINAL twice and no revision going backwards.
+class RescaleTest : public ParallelCrashTest {};
+
+TEST_P(RescaleTest, KilledRunResumesWithAnotherParallelism) {
+  const int to = std::atoi(std::get<0>(GetParam()));
+  const std::string via = std::get<1>(GetParam());
+  const std::string base = absl::StrCat(::testing::TempDir(), "/rescale_", ::getpid());
+  const std::string ref = Prepare(absl::StrCat("rescale-ref-", to, "-", via),
+                                  absl::StrCat(base, "/ref-", to, "-", via));
+  ASSERT_EQ(RunBinary(ref, ""), 0) << Log(ref);
+  const auto want = FinalResults(ref + "/out");
+  ASSERT_FALSE(want.empty());
+
+  const std::string dir = Prepare(absl::StrCat("rescale-", to, "-", via),
+                                  absl::StrCat(base, "/", to, "-", via));
+  ASSERT_EQ(RunBinary(dir, "checkpoint.after_sink_commit:12"), 128 + SIGKILL) << Log(dir);
+  ASSERT_EQ(RunBinary(dir, "", to), 0) << Log(dir);
+  EXPECT_THAT(Log(dir), ::testing::HasSubstr(absl::StrCat("rescaling to ", to))) << Log(dir);
+  EXPECT_THAT(Log(dir), ::testing::HasSubstr("gathered its keys")) << Log(dir);
+  ExpectSameFinals(want, FinalResults(dir + "/out"));
+  EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(),
+            ReadParts(ref + "/out", "conflicts").size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tasks, RescaleTest,
+                         ::testing::Combine(::testing::Values("2", "4"),
+                                            ::testing::Values("memory", "kafka")),
+                         [](const ::testing::TestParamInfo<CrashCase>& info) {
+                           return absl::StrCat("To", std::get<0>(info.param), "_",
+                                               std::get<1>(info.param));
+                         });
 
 std::string CrashCaseName(const ::testing::TestParamInfo<CrashCase>& info) {
   std::string name = absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));

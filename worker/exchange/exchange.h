@@ -132,7 +132,8 @@ int32_t ExchangePartition(const Record& r, const std::vector<FieldPath>& key, in
 
 // Creates `topic` with `partitions` partitions on `bootstrap` if it does not
 // exist (Kafka Admin API); FailedPrecondition naming the topic and both
-// counts if it exists with another partition count; Unavailable if the
+// counts if it exists with fewer partitions (more are fine: the first
+// `partitions` are used, so a job rescaled to fewer tasks keeps its topics); Unavailable if the
 // cluster cannot be reached or the creation fails. The embedded broker
 // (librdkafka's mock cluster) serves no CreateTopics: if it runs in this
 // process the topic is created through it (CreateTopicOnEmbeddedBroker); one

@@ -124,15 +124,17 @@ class KafkaOut final : public MessageOut {
     if (rk_ == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka producer: ", err));
     (void)conf.release();  // owned by rk_ now
 
-    // The topic must exist (EnsureExchangeTopic) with the expected count:
+    // The topic must exist (EnsureExchangeTopic) with at least the count:
     // list all topics first, since naming a missing topic auto-creates it on
     // the mock cluster (with the wrong count).
     ASSIGN_OR_RETURN(int partitions, AwaitTopicPartitions(rk_, o.bootstrap, o.topic,
                                                           /*name_topic=*/false, 10000));
-    if (partitions != o.partitions) {
+    // More partitions than the consuming stage's tasks are fine (a job
+    // rescaled to fewer tasks): the writer uses the first o.partitions.
+    if (partitions < o.partitions) {
       return absl::FailedPreconditionError(absl::StrCat("exchange topic ", o.topic, " has ",
                                                         partitions, " partitions, the writer ",
-                                                        "expects ", o.partitions));
+                                                        "needs ", o.partitions));
     }
     if (!o.flow_group.empty()) RETURN_IF_ERROR(OpenGroup(o));
     rkt_ = rd_kafka_topic_new(rk_, o.topic.c_str(), nullptr);

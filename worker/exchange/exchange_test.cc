@@ -385,19 +385,21 @@ TEST_P(KafkaExchangeTest, EnsureExchangeTopicCreatesAndChecksTheCount) {
     EXPECT_EQ(source.PartitionCount(), 3);
   }
   ASSERT_OK(EnsureExchangeTopic(bootstrap(), "caravela.j.ensure", 3));  // exists: fine
+  // More partitions than needed serve too (a job rescaled to fewer tasks).
+  ASSERT_OK(EnsureExchangeTopic(bootstrap(), "caravela.j.ensure", 2));
   absl::Status wrong = EnsureExchangeTopic(bootstrap(), "caravela.j.ensure", 5);
   EXPECT_TRUE(absl::IsFailedPrecondition(wrong)) << wrong;
   EXPECT_THAT(wrong.message(), HasSubstr("caravela.j.ensure"));
-  EXPECT_THAT(wrong.message(), HasSubstr("exists with 3 partitions, but 5 are needed"));
+  EXPECT_THAT(wrong.message(), HasSubstr("exists with 3 partitions, but 5 are needed (add partitions"));
 
   // Made by someone else (here: the broker itself, with a count != 4).
   ASSERT_OK(broker_->CreateTopic("caravela.j.premade", 2));
   EXPECT_OK(EnsureExchangeTopic(bootstrap(), "caravela.j.premade", 2));
   EXPECT_TRUE(
-      absl::IsFailedPrecondition(EnsureExchangeTopic(bootstrap(), "caravela.j.premade", 1)));
+      absl::IsFailedPrecondition(EnsureExchangeTopic(bootstrap(), "caravela.j.premade", 3)));
 
   EXPECT_TRUE(absl::IsInvalidArgument(EnsureExchangeTopic(bootstrap(), "caravela.j.zero", 0)));
-  // A writer refuses a topic whose count it does not expect.
+  // A writer refuses a topic with fewer partitions than it needs.
   ExchangeWriterOptions o;
   o.bootstrap = bootstrap();
   o.topic = "caravela.j.ensure";

@@ -56,11 +56,15 @@ absl::StatusOr<std::optional<int>> ExistingPartitions(rd_kafka_t* rk, const std:
   return partitions;
 }
 
+// A topic with more partitions than the consuming stage has tasks serves it:
+// writers use partitions [0, want) only (a job rescaled to fewer tasks keeps
+// its topics).
 absl::Status CheckCount(const std::string& topic, int want, int have) {
-  if (want == have) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("exchange topic ", topic, " exists with ", have, " partitions, but ", want,
-                   " are needed (delete it or choose another job name)"));
+  if (have >= want) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "exchange topic ", topic, " exists with ", have, " partitions, but ", want,
+      " are needed (add partitions, e.g. kafka-topics --alter --partitions ", want,
+      ", or delete it)"));
 }
 
 // CreateTopics through the Admin API; the result error code of the topic.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "common/key_encoding.h"
 #include "worker/state/key_codec.h"
 // Inlined: the fingerprint hashes many short byte strings per record.
 #define XXH_INLINE_ALL
@@ -105,14 +106,13 @@ size_t ScalarNodeBytes(const Record& r, uint32_t node, char* out, size_t cap) {
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 
-// Ids are equal when their JSON texts are: strings hash their raw bytes (in
-// their own seed domain, so no escaping pass), other values their JSON text.
-constexpr uint64_t kStringIdSeed = 0x5bd1e9955bd1e995ULL;
+// Ids are equal when their key encodings are (common/key_encoding.h:
+// numbers by value, so 1 and 1.0 are one id; "1" and 1 are two). The hash is
+// ExchangeKeyHash of the id, the hash that routes the id to its task, so a
+// rescale can tell from the stored hash which task now owns an id.
 uint64_t IdHash(const Value& id, std::string* scratch) {
-  if (id.type == ValueType::kString)
-    return XXH3_64bits_withSeed(id.s.data(), id.s.size(), kStringIdSeed);
   scratch->clear();
-  id.AppendJson(scratch);
+  AppendKeyField(id, scratch);
   return XXH3_64bits(scratch->data(), scratch->size());
 }
 
@@ -339,6 +339,35 @@ absl::Status DedupOperator::Open(OperatorContext& ctx) {
     }
     if (!any || static_cast<int32_t>(seq - seq_) >= 0) seq_ = seq + 1;
     any = true;
+    return true;
+  }));
+  return bad;
+}
+
+absl::Status DedupOperator::AdoptState(OperatorContext& from, OperatorContext& to,
+                                       const KeyOwner& owner) {
+  ASSIGN_OR_RETURN(StateTable * old_ids, from.OpenTable("ids"));
+  ASSIGN_OR_RETURN(StateTable * ids, to.OpenTable("ids"));
+  absl::Status bad;
+  std::string kept;
+  char key[12];
+  RETURN_IF_ERROR(old_ids->Scan("", "", [&](std::string_view k, std::string_view value) {
+    int64_t bucket;
+    uint32_t seq;
+    if (!ParseKey(k, &bucket, &seq) || value.size() % kEntrySize != 0) {
+      bad = absl::DataLossError("corrupt dedup state in " + from.name());
+      return false;
+    }
+    kept.clear();
+    for (size_t i = 0; i < value.size() / kEntrySize; ++i) {
+      if (owner.OwnsHash(ReadEntry(value, i).hash)) {
+        kept.append(value.data() + i * kEntrySize, kEntrySize);  // stays sorted
+      }
+    }
+    if (kept.empty()) return true;
+    // Blob sequences of different old tasks collide: number them anew.
+    MakeKey(bucket, adopt_seq_++, key);
+    ids->Put(std::string_view(key, sizeof key), kept);
     return true;
   }));
   return bad;

@@ -57,6 +57,10 @@ class DedupOperator : public Operator {
 
   std::vector<std::string> SideOutputs() const override { return {"conflicts", "too_late"}; }
   absl::Status Open(OperatorContext& ctx) override;
+  // Keeps the entries of ids the owner gives to this task (the stored hash
+  // is the routing hash), in blobs of their own.
+  absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
+                          const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                             Output& out) override;
   absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;
@@ -78,6 +82,7 @@ class DedupOperator : public Operator {
   StateTable* ids_ = nullptr;
   std::unique_ptr<IdIndex> index_;
   uint32_t seq_ = 0;  // sequence of the blobs the current batch writes
+  uint32_t adopt_seq_ = 0;  // sequence of the next blob AdoptState writes
   // Every blob whose bucket starts before this is deleted (kMinTime after Open).
   int64_t expired_before_;
   Counter* passed_ = nullptr;

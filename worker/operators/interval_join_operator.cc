@@ -162,6 +162,30 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::Status IntervalJoinOperator::AdoptState(OperatorContext& from, OperatorContext& to,
+                                              const KeyOwner& owner) {
+  for (int side : {kLeft, kRight}) {
+    ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(kSideNames[side]));
+    ASSIGN_OR_RETURN(StateTable * table, to.OpenTable(kSideNames[side]));
+    bool corrupt = false;
+    std::string scratch;
+    RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
+      if (value.empty() || !decoder_.Decode(value.substr(1), &scratch_).ok()) {
+        corrupt = true;
+        return false;
+      }
+      if (owner.Owns(scratch_, side, &scratch)) table->Put(key, value);
+      return true;
+    }));
+    if (corrupt) {
+      return absl::DataLossError("corrupt join state in " + from.name() + "/" + kSideNames[side]);
+    }
+  }
+  ASSIGN_OR_RETURN(StateTable * old_meta, from.OpenTable("meta"));
+  ASSIGN_OR_RETURN(StateTable * meta, to.OpenTable("meta"));
+  return JoinSequence::AdoptMax(old_meta, meta, to.name());
+}
+
 absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
                                                 const RecordBatch& batch, Output& out) {
   if (input != kLeft && input != kRight) {

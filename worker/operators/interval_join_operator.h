@@ -88,6 +88,10 @@ class IntervalJoinOperator : public Operator {
   std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
   ~IntervalJoinOperator() override { DropAllRows(); }
   absl::Status Open(OperatorContext& ctx) override;
+  // Copies the rows (with their matched flags) whose join key the owner
+  // gives to this task.
+  absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
+                          const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                             Output& out) override;
   absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;

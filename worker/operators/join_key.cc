@@ -41,6 +41,14 @@ absl::Status JoinSequence::Load(StateTable* meta, const std::string& where) {
   return absl::OkStatus();
 }
 
+absl::Status JoinSequence::AdoptMax(StateTable* from, StateTable* to, const std::string& where) {
+  JoinSequence a, b;
+  RETURN_IF_ERROR(a.Load(from, where));
+  RETURN_IF_ERROR(b.Load(to, where));
+  if (a.next_ > b.next_) to->Put("seq", EncodeBigEndian64(static_cast<int64_t>(a.next_)));
+  return absl::OkStatus();
+}
+
 void JoinSequence::Flush(StateTable* meta) {
   if (!dirty_) return;
   meta->Put("seq", EncodeBigEndian64(static_cast<int64_t>(next_)));

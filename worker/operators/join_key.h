@@ -44,6 +44,9 @@ class JoinSequence {
   }
   // Writes the counter if it changed since the last Load/Flush.
   void Flush(StateTable* meta);
+  // Rescaling: raises `to`'s counter to `from`'s if that is higher (rows
+  // adopted from several old tasks keep unique sequence numbers per key).
+  static absl::Status AdoptMax(StateTable* from, StateTable* to, const std::string& where);
 
  private:
   uint64_t next_ = 0;

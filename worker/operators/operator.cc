@@ -1,6 +1,22 @@
 #include "worker/operators/operator.h"
 
+#include "common/job_plan.h"
+#include "common/key_encoding.h"
+#include "xxhash.h"
+
 namespace caravela {
+
+bool KeyOwner::Owns(const Record& r, int input, std::string* scratch) const {
+  if (tasks <= 1) return true;
+  const std::vector<FieldPath>& key = keys[static_cast<size_t>(input)];
+  return OwnsHash(ExchangeKeyHash(r, key, scratch));
+}
+
+uint64_t KeyOwner::HashValues(const std::vector<Value>& values, std::string* scratch) {
+  scratch->clear();
+  for (const Value& v : values) AppendKeyField(v, scratch);
+  return XXH3_64bits(scratch->data(), scratch->size());
+}
 
 void BuildSideRecord(const OperatorContext& ctx, const Record& r, std::string_view reason,
                      Record* side) {

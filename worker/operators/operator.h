@@ -117,6 +117,25 @@ class OperatorContext {
   int64_t epoch_ = 0;
 };
 
+// Which keys a task owns after a rescale (SPEC §8 "Tasks and keys"): a key
+// belongs to task `index` of `tasks` when ExchangeKeyHash over the fields
+// that partition the operator's input (`keys[input]`, paths on the input
+// records, in the exchange's order) modulo `tasks` is `index` -- the task its
+// records are routed to from now on.
+struct KeyOwner {
+  std::vector<std::vector<FieldPath>> keys;  // per operator input
+  int tasks = 1;
+  int index = 0;
+  bool OwnsHash(uint64_t hash) const {
+    return tasks <= 1 || hash % static_cast<uint64_t>(tasks) == static_cast<uint64_t>(index);
+  }
+  // Whether `r`, a record of input `input`, belongs to this task.
+  bool Owns(const Record& r, int input, std::string* scratch) const;
+  // Hash of key values in the exchange's order (what ExchangeKeyHash gives
+  // for a record holding them).
+  static uint64_t HashValues(const std::vector<Value>& values, std::string* scratch);
+};
+
 // Fills `side` with the standard side-output record for `r`:
 // {"operator", "reason", "event_time", "watermark", "record"}.
 void BuildSideRecord(const OperatorContext& ctx, const Record& r, std::string_view reason,
@@ -156,6 +175,16 @@ class Operator {
   // window bounds. Empty: inherit from the input.
   virtual std::vector<std::string> OutputKeyFields() const { return {}; }
   virtual absl::Status Close(OperatorContext& ctx, Output& out) { return absl::OkStatus(); }
+  // Rescaling (SPEC §8): a job restored with another task count moves each
+  // key's state to the task that now owns it. Called before Open(), once per
+  // task of the old layout: copies into `to`'s tables what `from` (this
+  // operator's tables in that old task's checkpoint, read-only) holds for
+  // the keys `owner` gives to this task. Operators without state keep the
+  // default; state that cannot move returns Unimplemented naming why.
+  virtual absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
+                                  const KeyOwner& owner) {
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace caravela

@@ -106,6 +106,48 @@ size_t TemporalJoinOperator::version_count() const {
   return n;
 }
 
+absl::Status LookupJoinOperator::AdoptState(OperatorContext& from, OperatorContext& to,
+                                            const KeyOwner& owner) {
+  return absl::UnimplementedError(absl::StrCat(
+      "lookup_join ", to.name(),
+      ": its broadcast table cannot move between task counts yet; run the job with its "
+      "previous parallelism, or start it from scratch"));
+}
+
+absl::Status TemporalJoinOperator::AdoptState(OperatorContext& from, OperatorContext& to,
+                                              const KeyOwner& owner) {
+  JsonDecoder dec;
+  Record row;
+  std::string scratch;
+  absl::Status error;
+  for (const char* name : {"versions", "pending"}) {
+    const bool versions = name[0] == 'v';
+    ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(name));
+    ASSIGN_OR_RETURN(StateTable * table, to.OpenTable(name));
+    RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
+      error = dec.Decode(value, &row);
+      if (!error.ok()) return false;
+      if (!owner.Owns(row, versions ? 1 : 0, &scratch)) return true;
+      if (versions) {
+        table->Put(key, value);
+        return true;
+      }
+      // Pending records: time + sequence; sequences of old tasks collide.
+      int64_t t = 0;
+      if (!ReadBigEndian64(&key, &t)) {
+        error = absl::DataLossError("corrupt temporal join state in " + from.name());
+        return false;
+      }
+      std::string k = EncodeBigEndian64(t);
+      AppendBigEndian64(&k, adopt_seq_++);
+      table->Put(k, value);
+      return true;
+    }));
+    RETURN_IF_ERROR(error);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TemporalJoinOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(versions_table_, ctx.OpenTable("versions"));
   ASSIGN_OR_RETURN(pending_table_, ctx.OpenTable("pending"));

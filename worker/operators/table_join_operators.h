@@ -41,6 +41,10 @@ class LookupJoinOperator : public Operator {
   LookupJoinOperator(TableJoinSpec spec, std::string table_name);
 
   absl::Status Open(OperatorContext& ctx) override;
+  // Unimplemented: the table is broadcast, and its rows belong with the
+  // table source's offsets of the task they come from.
+  absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
+                          const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                             Output& out) override;
   size_t table_size() const { return rows_.size(); }
@@ -60,6 +64,9 @@ class TemporalJoinOperator : public Operator {
 
   std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
   absl::Status Open(OperatorContext& ctx) override;
+  // Copies the versions and waiting stream records of owned keys.
+  absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
+                          const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                             Output& out) override;
   absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;
@@ -76,6 +83,7 @@ class TemporalJoinOperator : public Operator {
   std::string table_name_;
   StateTable* versions_table_ = nullptr;
   StateTable* pending_table_ = nullptr;
+  int64_t adopt_seq_ = 0;  // sequence of the next pending record AdoptState writes
   // key -> (version time -> row)
   absl::flat_hash_map<std::string, std::map<int64_t, Record>> versions_;
   std::map<std::pair<int64_t, int64_t>, Pending> pending_;  // (time, seq)

@@ -94,6 +94,40 @@ void WindowJoinOperator::SortGroups(const Window& w, bool matched_only) {
             [&](uint32_t a, uint32_t b) { return w.groups[a].key < w.groups[b].key; });
 }
 
+absl::Status WindowJoinOperator::AdoptState(OperatorContext& from, OperatorContext& to,
+                                            const KeyOwner& owner) {
+  bool corrupt = false;
+  std::string scratch;
+  for (int side : {kLeft, kRight}) {
+    ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(side == kLeft ? "left" : "right"));
+    ASSIGN_OR_RETURN(StateTable * table, to.OpenTable(side == kLeft ? "left" : "right"));
+    RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
+      if (!decoder_.Decode(value, &scratch_).ok()) {
+        corrupt = true;
+        return false;
+      }
+      if (owner.Owns(scratch_, side, &scratch)) table->Put(key, value);
+      return true;
+    }));
+  }
+  ASSIGN_OR_RETURN(StateTable * old_windows, from.OpenTable("windows"));
+  ASSIGN_OR_RETURN(StateTable * windows, to.OpenTable("windows"));
+  std::string have;
+  RETURN_IF_ERROR(old_windows->Scan("", "", [&](std::string_view key, std::string_view value) {
+    if (value.empty()) {
+      corrupt = true;
+      return false;
+    }
+    absl::StatusOr<bool> found = windows->Get(key, &have);
+    if (!found.ok() || !*found || value[0] == 'o') windows->Put(key, value);
+    return true;
+  }));
+  if (corrupt) return absl::DataLossError("corrupt window join state in " + from.name());
+  ASSIGN_OR_RETURN(StateTable * old_meta, from.OpenTable("meta"));
+  ASSIGN_OR_RETURN(StateTable * meta, to.OpenTable("meta"));
+  return JoinSequence::AdoptMax(old_meta, meta, to.name());
+}
+
 absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(tables_[kLeft], ctx.OpenWriteBehindTable("left"));
   ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenWriteBehindTable("right"));

@@ -68,6 +68,10 @@ class WindowJoinOperator : public Operator {
 
   std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
   absl::Status Open(OperatorContext& ctx) override;
+  // Copies the rows of owned join keys; a window stays open if any old task
+  // had it open (its rows are still to be joined).
+  absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
+                          const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                             Output& out) override;
   absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;

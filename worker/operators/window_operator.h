@@ -47,6 +47,10 @@ class WindowOperator : public Operator {
   std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
   std::vector<std::string> OutputKeyFields() const override;
   absl::Status Open(OperatorContext& ctx) override;
+  // Copies the windows whose group the owner gives to this task (their
+  // revisions and flags with them).
+  absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
+                          const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                             Output& out) override;
   absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;

@@ -66,6 +66,7 @@ struct JobRunner::Impl {
   std::string record_key;
   int64_t epoch = 0;
   int64_t restore_id = 0;
+  int restore_parallelism = 0;  // the restored checkpoint's, if another (a rescale)
   std::unique_ptr<JobCheckpoints> job;
   std::vector<std::unique_ptr<ExchangeFlowControl>> flows;
   std::vector<std::unique_ptr<MemoryExchange>> memory;
@@ -192,14 +193,17 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
         return absl::DataLossError(
             absl::StrCat("corrupt job checkpoint record ", url, "/", im.record_key));
       }
-      if (rec.tasks != total_tasks || rec.parallelism != im.parallelism) {
+      if (rec.parallelism != im.parallelism) {
+        // A rescale: every task gathers its partitions and keys from the
+        // tasks of the checkpoint's layout (worker/runtime/task_rescale.cc).
+        im.restore_parallelism = rec.parallelism;
+        Log()->info("[job={}] checkpoint {} was taken with parallelism {}: rescaling to {}",
+                    spec.name, rec.checkpoint, rec.parallelism, im.parallelism);
+      } else if (rec.tasks != total_tasks) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "checkpoint ", rec.checkpoint, " of job ", spec.name, " was taken with parallelism ",
-            rec.parallelism, " (", rec.tasks, " tasks); this run has parallelism ", im.parallelism,
-            " (", total_tasks,
-            " tasks). Changing it needs a rescale, which is not supported yet: run with "
-            "--parallelism ",
-            rec.parallelism, ", or start from scratch with another --data-dir"));
+            "checkpoint ", rec.checkpoint, " of job ", spec.name, " was taken with ", rec.tasks,
+            " tasks; the same parallelism now plans ", total_tasks,
+            " (a source's partition count changed?): start from scratch with another --data-dir"));
       }
       im.restore_id = rec.checkpoint;
     }
@@ -242,6 +246,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       pl.checkpoints = im.job.get();
       pl.source_partitions = partitions;
       pl.restore_checkpoint = im.restore_id;
+      pl.restore_parallelism = im.restore_parallelism;
       pl.replay = im.replay;
       auto t = Task::Create(spec, task_options, std::move(pl), metrics);
       if (!t.ok()) {

@@ -137,6 +137,29 @@ absl::StatusOr<std::unique_ptr<RawSource>> Task::Impl::OpenRawSource(
   return raw;
 }
 
+absl::StatusOr<std::unique_ptr<Sink>> Task::Impl::OpenTaskSink(size_t sink_index, int index,
+                                                               int global_id) {
+  SinkSpec ss = spec.sinks[sink_index];
+  if (parallel() && stage->tasks > 1 && ss.kind == SinkSpec::Kind::kFile) {
+    ss.path = PartFilePath(ss.path, index);
+  }
+  SinkContext sc;
+  sc.job_name = spec.name;
+  sc.embedded_bootstrap = options.embedded_bootstrap;
+  sc.sink_index = static_cast<int>(sink_index);
+  sc.epoch = epoch;
+  sc.checkpointed = checkpoints != nullptr;
+  sc.fence = placement.fence_sinks;
+  if (placement.fence_sinks) sc.local_dir = options.data_dir;
+  sc.task = parallel() ? global_id : -1;
+  ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, MakeSink(ss, sc));
+  absl::Status st = sink->Open();
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("sink for ", ss.from, ": ", st.message()));
+  }
+  return sink;
+}
+
 absl::Status Task::Impl::Build() {
   // Processing time: arrival-driven iff every source has an arrival_field.
   arrival_mode = ArrivalDriven(spec);
@@ -307,29 +330,14 @@ absl::Status Task::Impl::Build() {
 
   // Sinks: a sink runs in the stage of the node it reads.
   for (size_t sink_index = 0; sink_index < spec.sinks.size(); ++sink_index) {
-    SinkSpec ss = spec.sinks[sink_index];
+    const SinkSpec& ss = spec.sinks[sink_index];
     std::string_view from_node = ss.from;
     if (NodeId(from_node) < 0) from_node = from_node.substr(0, from_node.rfind('.'));
     if (!NodeHere(NodeId(from_node))) continue;
-    if (parallel() && stage->tasks > 1 && ss.kind == SinkSpec::Kind::kFile) {
-      ss.path = PartFilePath(ss.path, placement.index);
-    }
     SinkNode sn;
     sn.name = ss.from;
-    SinkContext sc;
-    sc.job_name = spec.name;
-    sc.embedded_bootstrap = options.embedded_bootstrap;
-    sc.sink_index = static_cast<int>(sink_index);
-    sc.epoch = epoch;
-    sc.checkpointed = checkpoints != nullptr;
-    sc.fence = placement.fence_sinks;
-    if (placement.fence_sinks) sc.local_dir = options.data_dir;
-    sc.task = parallel() ? placement.global_id : -1;
-    ASSIGN_OR_RETURN(sn.sink, MakeSink(ss, sc));
-    absl::Status st = sn.sink->Open();
-    if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("sink for ", ss.from, ": ", st.message()));
-    }
+    sn.spec_index = static_cast<int>(sink_index);
+    ASSIGN_OR_RETURN(sn.sink, OpenTaskSink(sink_index, placement.index, placement.global_id));
     sn.written = metrics->Get("sink_records_total", absl::StrCat("from=\"", ss.from, "\""));
     int sink_id = static_cast<int>(sinks.size());
     sinks.push_back(std::move(sn));
@@ -1058,6 +1066,10 @@ absl::Status Task::Impl::Restore() {
   if (checkpoints == nullptr) return absl::OkStatus();
   std::optional<CheckpointManifest> m;
   if (parallel()) {
+    if (placement.restore_checkpoint > 0 && Rescaled()) {
+      stored_id = committed_id = placement.restore_checkpoint;
+      return RestoreRescaled();
+    }
     if (placement.restore_checkpoint > 0) {
       ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(placement.restore_checkpoint));
       if (!m.has_value() || m->checkpoint_id() != placement.restore_checkpoint) {

@@ -74,8 +74,11 @@ struct TaskPlacement {
   JobCheckpoints* checkpoints = nullptr;  // null: standalone
   // Partition counts of the Kafka sources the task's stage reads.
   SourcePartitions source_partitions;
-  // The job checkpoint to restore (0: none, a fresh start).
+  // The job checkpoint to restore (0: none, a fresh start), and the
+  // parallelism it was taken with (0: this plan's). Another parallelism is a
+  // rescale: each task gathers its partitions and keys from the old tasks.
   int64_t restore_checkpoint = 0;
+  int restore_parallelism = 0;
   // Every source has an arrival field: the JobRunner drives the tasks in
   // lockstep (Task::Replay*), each on a ManualClock it sets.
   bool replay = false;

@@ -127,6 +127,7 @@ struct WriterNode {
 
 struct SinkNode {
   std::string name;
+  int spec_index = -1;  // into spec.sinks; -1: the dead letter
   std::unique_ptr<Sink> sink;
   Counter* written = nullptr;
   bool dead_letter = false;
@@ -253,6 +254,9 @@ struct Task::Impl {
   Output& OutputOf(int node) { return node < S() ? sources[node].out : ops[node - S()].out; }
 
   absl::Status Build();
+  // Makes and opens sink `sink_index` as task `index` (global id
+  // `global_id`) of this task's stage writes it (its part file).
+  absl::StatusOr<std::unique_ptr<Sink>> OpenTaskSink(size_t sink_index, int index, int global_id);
   absl::StatusOr<std::unique_ptr<RawSource>> OpenRawSource(
       const SourceSpec& ss, const std::vector<int32_t>& owned,
       const std::map<int32_t, int64_t>& start_offsets);
@@ -282,6 +286,15 @@ struct Task::Impl {
   absl::Status OpenCheckpoints();
   absl::Status Restore();
   absl::Status ApplyManifest(const CheckpointManifest& m);
+  // Parallel jobs restored with another parallelism than the checkpoint's
+  // (task_rescale.cc): gathers this task's share of the old tasks' state.
+  bool Rescaled() const {
+    return parallel() && placement.restore_parallelism > 0 &&
+           placement.restore_parallelism != placement.plan->parallelism;
+  }
+  absl::Status RestoreRescaled();
+  // Per input of operator `on`: the key paths that route its records.
+  absl::StatusOr<std::vector<std::vector<FieldPath>>> RescaleKeys(const OperatorNode& on) const;
   // `id` 0: the manager's next id (standalone); parallel jobs pass the job's.
   absl::Status TakeCheckpoint(const std::string& savepoint_dir, int64_t id = 0);
   // Publishes the source offsets of checkpoint `id`, now complete, to the

@@ -110,4 +110,28 @@ bool SourceWatermark::Import(std::string_view text) {
   return true;
 }
 
+std::optional<std::string> SourceWatermark::MergeExports(
+    const std::vector<std::string>& exports) {
+  if (exports.empty()) return std::nullopt;
+  const size_t n = exports.size();
+  std::vector<std::vector<std::string>> groups;
+  int64_t current = kMaxTime;
+  size_t parts = 0;
+  for (const std::string& e : exports) {
+    groups.push_back(absl::StrSplit(e, ';'));
+    std::vector<std::string> head = absl::StrSplit(groups.back()[0], ' ');
+    int64_t c = 0;
+    if (head.size() != 2 || !absl::SimpleAtoi(head[0], &c)) return std::nullopt;
+    current = std::min(current, c);
+    parts = std::max(parts, groups.back().size() - 1);
+  }
+  std::string out = absl::StrCat(current, " 0");
+  for (size_t p = 0; p < parts; ++p) {
+    const std::vector<std::string>& g = groups[p % n];
+    // A partition its old owner never saw: nothing seen yet.
+    absl::StrAppend(&out, ";", p + 1 < g.size() ? g[p + 1] : absl::StrCat(kMinTime, " 0 0 0"));
+  }
+  return out;
+}
+
 }  // namespace caravela

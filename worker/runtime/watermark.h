@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+#include <vector>
+
 #include "common/job_spec.h"
 #include "common/time_util.h"
 
@@ -74,6 +77,11 @@ class SourceWatermark {
   // malformed text and then leaves the state unchanged.
   std::string Export() const;
   bool Import(std::string_view text);
+  // Rescaling: the state of a task whose partitions come from old tasks
+  // (`exports[j]` by old task j of N, which owned p % N == j): partition p
+  // from exports[p % N], the watermark the minimum of theirs. nullopt if one
+  // is malformed.
+  static std::optional<std::string> MergeExports(const std::vector<std::string>& exports);
 
  private:
   struct Part {

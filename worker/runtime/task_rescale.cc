@@ -1,0 +1,249 @@
+// Rescaling (SPEC §8 "Tasks and keys"): a parallel job restored from a
+// checkpoint taken with another parallelism. The plan's shape does not
+// depend on the parallelism (common/job_plan.h), so stage s of the old plan
+// is stage s of the new one; only task counts differ. Task i of N' tasks
+// gathers its share from the old tasks 0..N-1 of its stage:
+//
+//  * source partitions p with p % N' == i, each with the offset and the
+//    watermark state of its old owner (p % N);
+//  * operator state: every old task's checkpoint is restored into a scratch
+//    backend and each operator copies the keys now routed to task i
+//    (Operator::AdoptState with a KeyOwner over the exchange key that feeds
+//    it); operator watermarks start at the minimum over the old tasks;
+//  * sinks: task i continues old task i's sink (its part file, its commit
+//    state); a task with no old counterpart starts its sinks fresh.
+//
+// Exchange records are not state: a new epoch's readers start at the log end
+// and its producers re-send from the restored source offsets (SPEC §8).
+// A stage whose keys follow a Kafka source's own partitioner (a keyed source
+// forwarded into a stateful operator) cannot move keys between task counts:
+// only the producer knows which key went to which partition.
+#include <filesystem>
+#include <functional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "common/job_plan.h"
+#include "worker/checkpoint/checkpoint_manager.h"
+#include "worker/runtime/task_internal.h"
+#include "worker/runtime/watermark.h"
+#include "worker/state/state_backend.h"
+
+namespace caravela {
+
+absl::StatusOr<std::vector<std::vector<FieldPath>>> Task::Impl::RescaleKeys(
+    const OperatorNode& on) const {
+  // True if the records operator `op` emits are partitioned by an exchange
+  // of this stage (directly or through forwarded operators).
+  std::function<bool(int)> fed_by_exchange = [&](int op) {
+    const OperatorNode& n = ops[static_cast<size_t>(op)];
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.input_reader[i] >= 0) return true;
+      if (n.inputs[i] >= S() && fed_by_exchange(n.inputs[i] - S())) return true;
+    }
+    return false;
+  };
+  std::vector<std::vector<FieldPath>> keys(on.inputs.size());
+  for (size_t i = 0; i < on.inputs.size(); ++i) {
+    if (const ExchangePlan* ex = placement.plan->ExchangeFor(on.spec->name, static_cast<int>(i))) {
+      for (const ExchangePlan::Input& in : ex->inputs) {
+        if (in.input == static_cast<int>(i)) keys[i] = in.key;
+      }
+      continue;
+    }
+    const int from = on.inputs[i];
+    const bool forwarded_exchange = from >= S() && fed_by_exchange(from - S());
+    if (!forwarded_exchange || stage->key.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "operator ", on.spec->name, " keeps state partitioned by ",
+          from < S() ? absl::StrCat("Kafka source ", sources[from].spec->name,
+                                    "'s own partitioner")
+                     : std::string("no exchange key"),
+          ": its keys cannot move to another task count. Run the job with its previous "
+          "parallelism, or start it from scratch"));
+    }
+    for (const std::string& name : stage->key) keys[i].push_back(FieldPath::Parse(name));
+  }
+  return keys;
+}
+
+absl::Status Task::Impl::RestoreRescaled() {
+  const int64_t id = placement.restore_checkpoint;
+  ASSIGN_OR_RETURN(JobPlan old_plan,
+                   PlanJob(spec, placement.restore_parallelism, placement.source_partitions));
+  const JobPlan& plan = *placement.plan;
+  if (old_plan.stages.size() != plan.stages.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", id, " of job ", spec.name, ": the plan at parallelism ",
+        placement.restore_parallelism, " has ", old_plan.stages.size(), " stages, this one ",
+        plan.stages.size()));
+  }
+  const int s = placement.stage;
+  const int n_old = old_plan.stages[s].tasks;
+  const int n_new = stage->tasks;
+  int first_old = 0;
+  for (int k = 0; k < s; ++k) first_old += old_plan.stages[k].tasks;
+
+  // The old tasks' parts of checkpoint `id`: all of them when the task count
+  // changed, else only the one this task continues.
+  std::string url = spec.checkpoint.storage;
+  if (url.empty()) {
+    url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
+  }
+  const std::string scratch = absl::StrCat(options.data_dir, "/task-", placement.global_id,
+                                           "/rescale");
+  std::vector<int> olds;
+  if (n_old == n_new) {
+    olds.push_back(placement.index);
+  } else {
+    for (int j = 0; j < n_old; ++j) olds.push_back(j);
+  }
+  std::vector<std::unique_ptr<CheckpointManager>> managers(static_cast<size_t>(n_old));
+  std::vector<CheckpointManifest> manifests(static_cast<size_t>(n_old));
+  for (int j : olds) {
+    ASSIGN_OR_RETURN(managers[j],
+                     CheckpointManager::Open(url, spec.name, first_old + j,
+                                             absl::StrCat(scratch, "/old-", j), 1));
+    ASSIGN_OR_RETURN(std::optional<CheckpointManifest> m, managers[j]->LatestUpTo(id));
+    if (!m.has_value() || m->checkpoint_id() != id) {
+      return absl::DataLossError(absl::StrCat(
+          "job ", spec.name, ": checkpoint ", id, " is complete job-wide but the part of task ",
+          first_old + j, " (stage ", s, " task ", j, " of ", n_old, ") is missing from ", url));
+    }
+    if (!m->spec_hash().empty() && m->spec_hash() != spec_hash) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", id, " of job ", spec.name,
+          " was taken by a different job graph (sources, operators or sinks changed)"));
+    }
+    manifests[j] = std::move(*m);
+  }
+
+  if (n_old == n_new) {
+    // Same task count (a one-task stage): the old task's state as it is.
+    const CheckpointManifest& m = manifests[placement.index];
+    RETURN_IF_ERROR(managers[placement.index]->RestoreState(m, *state).status());
+    RETURN_IF_ERROR(ApplyManifest(m));
+    RuntimeLogger()->info("[job={}] stage {} task {}: restored checkpoint {} of task {} (parallelism {} -> {})",
+                spec.name, s, placement.index, id, first_old + placement.index,
+                placement.restore_parallelism, plan.parallelism);
+    return absl::OkStatus();
+  }
+
+  // The manifest this task restores: its partitions' offsets and watermarks
+  // from their old owners, the minimum operator watermarks, and the sinks of
+  // the old task it continues.
+  CheckpointManifest merged;
+  merged.set_checkpoint_id(id);
+  merged.set_job_name(spec.name);
+  merged.set_epoch(manifests[0].epoch());
+  for (const SourceNode& src : sources) {
+    if (!src.present) continue;
+    auto* sc = merged.add_sources();
+    sc->set_name(src.spec->name);
+    std::vector<std::string> exports(static_cast<size_t>(n_old));
+    for (int j = 0; j < n_old; ++j) {
+      for (const auto& old : manifests[j].sources()) {
+        if (old.name() != src.spec->name) continue;
+        for (const auto& pc : old.partitions()) {
+          if (pc.partition() % n_old == j && pc.partition() % n_new == placement.index) {
+            *sc->add_partitions() = pc;
+          }
+        }
+      }
+      auto it = manifests[j].extra().find("wm/" + src.spec->name);
+      if (it != manifests[j].extra().end()) exports[j] = it->second;
+    }
+    if (std::optional<std::string> wm = SourceWatermark::MergeExports(exports)) {
+      (*merged.mutable_extra())["wm/" + src.spec->name] = *wm;
+    }
+  }
+  for (const OperatorNode& on : ops) {
+    if (!on.here) continue;
+    int64_t w = kMaxTime;
+    for (int j = 0; j < n_old; ++j) {
+      for (const auto& oc : manifests[j].operators()) {
+        int64_t v = 0;
+        if (oc.name() == on.spec->name && absl::SimpleAtoi(oc.state(), &v)) w = std::min(w, v);
+      }
+    }
+    auto* oc = merged.add_operators();
+    oc->set_name(on.spec->name);
+    oc->set_state(std::to_string(w == kMaxTime ? kMinTime : w));
+  }
+  if (placement.index < n_old) {
+    for (const auto& sc : manifests[placement.index].sinks()) *merged.add_sinks() = sc;
+  } else {
+    // No old task wrote this task's part files: a fresh start for its sinks.
+    for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Recover(0, ""));
+  }
+  // Old tasks without a successor (fewer tasks now): their sinks still owe
+  // the output of checkpoint `id` if it was complete but not yet published
+  // everywhere. Task j % N' finishes their commit (Sink::Recover redoes it).
+  for (int j = n_new; j < n_old; ++j) {
+    if (j % n_new != placement.index) continue;
+    for (const auto& sc : manifests[j].sinks()) {
+      if (sc.index() < 0 || sc.index() >= static_cast<int>(sinks.size()) ||
+          sinks[sc.index()].spec_index < 0) {
+        continue;
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<Sink> old_sink,
+                       OpenTaskSink(static_cast<size_t>(sinks[sc.index()].spec_index), j,
+                                    first_old + j));
+      absl::Status st = old_sink->Recover(id, sc.state());
+      if (st.ok()) st = old_sink->Close();
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("sink for ", sinks[sc.index()].name,
+                                                    " of old task ", j, ": recovering checkpoint ",
+                                                    id, ": ", st.message()));
+      }
+    }
+  }
+
+  // Operator state: every old task's checkpoint in a scratch backend, each
+  // operator keeping the keys now routed here.
+  std::vector<std::pair<OperatorNode*, KeyOwner>> owners;
+  for (OperatorNode& on : ops) {
+    if (!on.here) continue;
+    KeyOwner owner;
+    owner.tasks = n_new;
+    owner.index = placement.index;
+    ASSIGN_OR_RETURN(owner.keys, RescaleKeys(on));
+    owners.emplace_back(&on, std::move(owner));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int j = 0; j < n_old; ++j) {
+    const std::string dir = absl::StrCat(scratch, "/state-", j);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    ASSIGN_OR_RETURN(std::unique_ptr<StateBackend> old_state,
+                     OpenRocksDbBackend(dir, options.state_budget));
+    RETURN_IF_ERROR(managers[j]->RestoreState(manifests[j], *old_state).status());
+    for (auto& [on, owner] : owners) {
+      OperatorContext from(on->spec->name, old_state.get(), metrics, clock);
+      absl::Status st = on->op->AdoptState(from, *on->ctx, owner);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("rescaling checkpoint ", id, " from ", n_old,
+                                                    " to ", n_new, " tasks: ", st.message()));
+      }
+    }
+    RETURN_IF_ERROR(state->Commit());
+    old_state.reset();
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+  RETURN_IF_ERROR(ApplyManifest(merged));
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  metrics->Get("rescale_restores_total")->Add();
+  RuntimeLogger()->info(
+      "[job={}] stage {} task {}: gathered its keys of checkpoint {} from {} tasks in {} ms "
+      "(parallelism {} -> {})",
+      spec.name, s, placement.index, id, n_old, ms, placement.restore_parallelism,
+      plan.parallelism);
+  return absl::OkStatus();
+}
+
+}  // namespace caravela
