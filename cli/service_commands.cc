@@ -49,6 +49,8 @@ struct Flags {
   CLI::App* jobs = nullptr;
   CLI::App* job = nullptr;
   CLI::App* cancel = nullptr;
+  CLI::App* rescale = nullptr;
+  int rescale_to = 0;
   // workers
   std::string worker_timeout = "10s";
   WorkerAgentOptions worker;
@@ -171,7 +173,9 @@ int ClientCommand() {
     for (const v1::Job& j : *jobs) PrintJobRow(j);
     return 0;
   }
-  absl::StatusOr<v1::Job> job = *f.job ? client.Get(f.job_id) : client.Cancel(f.job_id);
+  absl::StatusOr<v1::Job> job = *f.job      ? client.Get(f.job_id)
+                                : *f.rescale ? client.Rescale(f.job_id, f.rescale_to)
+                                             : client.Cancel(f.job_id);
   if (!job.ok()) return Fail(job.status());
   if (f.json) {
     std::printf("%s\n", ProtoJson(*job).c_str());
@@ -421,6 +425,15 @@ void AddServiceCommands(CLI::App& app) {
   f.cancel = app.add_subcommand("cancel", "Cancel a job");
   f.cancel->add_option("id", f.job_id, "Job id")->required();
   AddClientOptions(f.cancel);
+  f.rescale = app.add_subcommand(
+      "rescale",
+      "Change a running job's tasks per stage: it stops at a checkpoint and resumes with N "
+      "tasks, each taking its keys' state from the old tasks");
+  f.rescale->add_option("id", f.job_id, "Job id")->required();
+  f.rescale->add_option("parallelism", f.rescale_to, "New tasks per stage")
+      ->required()
+      ->check(CLI::Range(1, 1024));
+  AddClientOptions(f.rescale);
 }
 
 int RunServiceCommands() {
@@ -429,7 +442,7 @@ int RunServiceCommands() {
   if (*f.worker_cmd) return WorkerCommand();
   if (*f.workers) return WorkersCommand();
   if (*f.local) return LocalCommand();
-  if (*f.submit || *f.jobs || *f.job || *f.cancel) return ClientCommand();
+  if (*f.submit || *f.jobs || *f.job || *f.cancel || *f.rescale) return ClientCommand();
   return -1;
 }
 

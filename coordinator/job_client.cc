@@ -78,6 +78,17 @@ absl::StatusOr<v1::Job> JobClient::Cancel(const std::string& id) {
   return job;
 }
 
+absl::StatusOr<v1::Job> JobClient::Rescale(const std::string& id, int parallelism) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::RescaleJobRequest request;
+  request.set_job_id(id);
+  request.set_parallelism(parallelism);
+  v1::Job job;
+  RETURN_IF_ERROR(FromGrpc(stub_->RescaleJob(&context, request, &job)));
+  return job;
+}
+
 absl::StatusOr<std::vector<v1::WorkerInfo>> JobClient::Workers() {
   auto workers = v1::WorkerService::NewStub(channel_);
   grpc::ClientContext context;

@@ -25,6 +25,7 @@ class JobClient {
   absl::StatusOr<v1::Job> Get(const std::string& id);
   absl::StatusOr<std::vector<v1::Job>> List();
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  absl::StatusOr<v1::Job> Rescale(const std::string& id, int parallelism);
   // WorkerService.ListWorkers.
   absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
   // grpc.health.v1 Check of the whole server: "SERVING", "NOT_SERVING", ...

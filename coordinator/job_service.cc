@@ -149,11 +149,17 @@ grpc::Status JobServiceImpl::StopJobWithSavepoint(grpc::ServerContext* context,
 }
 
 grpc::Status JobServiceImpl::RescaleJob(grpc::ServerContext* context,
-                                        const v1::RescaleJobRequest* /*request*/,
-                                        v1::Job* /*response*/) {
+                                        const v1::RescaleJobRequest* request,
+                                        v1::Job* response) {
   if (grpc::Status a = Authorize(*context); !a.ok()) return a;
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "rescaling submitted jobs needs workers, which are not built yet");
+  if (scheduler_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
+  }
+  absl::StatusOr<v1::Job> job = scheduler_->Rescale(request->job_id(), request->parallelism());
+  if (!job.ok()) return ToGrpc(job.status());
+  *response = std::move(*job);
+  scheduler_->FillLive(response);
+  return grpc::Status::OK;
 }
 
 }  // namespace caravela

@@ -2,7 +2,8 @@
 // submitted YAML with the same parser and planner as `caravela validate` /
 // `caravela plan` and stores valid jobs as SUBMITTED; the Scheduler runs
 // them on workers and adds the live task statuses to GetJob / ListJobs.
-// StopJobWithSavepoint / RescaleJob answer UNIMPLEMENTED (a later slice).
+// RescaleJob goes through the scheduler (a stopping checkpoint, then a new
+// placement); StopJobWithSavepoint answers UNIMPLEMENTED (a later slice).
 #pragma once
 
 #include <memory>

@@ -69,6 +69,35 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
   return job;
 }
 
+absl::StatusOr<v1::Job> Scheduler::Rescale(const std::string& job_id, int parallelism) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(v1::Job job, store_->Get(job_id));
+  if (parallelism < 1 || parallelism > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallelism must be 1..1024, got ", parallelism));
+  }
+  if (job.state() != v1::RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ",
+                                                      v1::JobState_Name(job.state()),
+                                                      ": only a RUNNING job can be rescaled"));
+  }
+  ParseResult parsed = ParseJobSpec(job.yaml());
+  if (!parsed.ok()) return absl::FailedPreconditionError("the job's YAML no longer parses");
+  if (parsed.spec.checkpoint.interval <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " has no spec.checkpoint: a rescale moves state through a checkpoint"));
+  }
+  if (absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, parallelism); !plan.ok()) {
+    return absl::FailedPreconditionError(std::string(plan.status().message()));
+  }
+  if (parallelism == job.parallelism()) return job;  // nothing to do
+  job.set_rescale_to(parallelism);
+  RETURN_IF_ERROR(store_->Put(job));
+  Log()->info("job {}: rescale from {} to {} tasks per stage requested", job_id,
+              job.parallelism(), parallelism);
+  return job;
+}
+
 void Scheduler::Fail(v1::Job& job, const std::string& why) {
   Log()->error("job {} failed: {}", job.id(), why);
   if (Transition(job, v1::FAILED, clock_->NowMs(), why).ok()) Put(job);
@@ -147,6 +176,8 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   run.yaml = job.yaml();
   run.parallelism = job.parallelism();
   run.restore = job.last_checkpoint();
+  run.restore_parallelism =
+      job.checkpoint_parallelism() > 0 ? job.checkpoint_parallelism() : job.parallelism();
   run.interval_ms = parsed.spec.checkpoint.interval;
   job.clear_tasks();
   int g = 0;
@@ -316,6 +347,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
       all_tasks([&](const v1::TaskReport& r) { return r.stored_checkpoint() >= run.in_flight; })) {
     // The commit point: recorded (synced) before any worker hears of it.
     job.set_last_checkpoint(run.in_flight);
+    job.set_checkpoint_parallelism(run.parallelism);
     Put(job);
     run.completed = run.in_flight;
     failures_.erase(job.id());
@@ -326,8 +358,12 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     run.in_flight = 0;
   }
   if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0) {
-    // Even the load out through a stopping checkpoint.
-    if (std::string why = Imbalance(run); !why.empty()) {
+    // A rescale, or evening the load out, through a stopping checkpoint.
+    std::string why = job.rescale_to() > 0
+                          ? absl::StrCat("rescale from ", run.parallelism, " to ",
+                                         job.rescale_to(), " tasks per stage")
+                          : Imbalance(run);
+    if (!why.empty()) {
       run.handoff = why;
       run.in_flight = run.next_id++;
       next_ids_[job.id()] = run.next_id;
@@ -442,6 +478,10 @@ void Scheduler::Tick() {
     auto again = runs_.find(job.id());
     if (again != runs_.end() && again->second.handoff_ready) {
       const std::string why = again->second.handoff;
+      if (job.rescale_to() > 0) {
+        job.set_parallelism(job.rescale_to());
+        job.set_rescale_to(0);
+      }
       Replace(job, *all, v1::SCHEDULING, why);
     }
   }
@@ -496,6 +536,9 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
         if (running.count({id, run.epoch}) == 0) a->set_yaml(run.yaml);
         a->set_parallelism(run.parallelism);
         a->set_restore_checkpoint(run.restore);
+        if (run.restore > 0 && run.restore_parallelism != run.parallelism) {
+          a->set_restore_parallelism(run.restore_parallelism);
+        }
         a->set_checkpoint_storage(options_.checkpoint_storage);
         a->set_start(run.started);
         a->set_trigger_checkpoint(run.in_flight > 0 ? run.in_flight : run.completed);

@@ -81,6 +81,12 @@ class Scheduler {
   // CANCELED (FailedPrecondition for a job that ended); its workers stop its
   // tasks at their next heartbeat.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& message);
+  // Moves a RUNNING job to `parallelism` tasks per stage: it stops at a
+  // checkpoint and is placed again, each new task gathering its keys from
+  // the old tasks' state (worker/runtime/task_rescale.cc).
+  // FailedPrecondition for a job that is not running, has no checkpoints or
+  // cannot be planned with that parallelism.
+  absl::StatusOr<v1::Job> Rescale(const std::string& job_id, int parallelism);
   // Adopts the jobs an earlier coordinator placed (call once, before serving
   // heartbeats: an answer without them would stop their tasks).
   absl::Status AdoptStored();
@@ -104,6 +110,7 @@ class Scheduler {
     std::string yaml;
     int parallelism = 1;
     int64_t restore = 0;
+    int restore_parallelism = 0;  // the parallelism `restore` was taken with
     int64_t interval_ms = 0;
     std::vector<TaskSlot> tasks;
     bool started = false;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -39,6 +40,23 @@ inline bool Eventually(const std::function<bool()>& pred, std::chrono::milliseco
   }
   return true;
 }
+
+// What a CLI run gave: its exit code and output.
+struct CliResult {
+  int code = -1;
+  std::string out;  // stdout and stderr
+};
+
+#ifdef CARAVELA_BINARY
+// Runs the caravela CLI with `args` (a shell command line) to the end; its
+// output goes through `dir`/cli.log.
+inline CliResult Cli(const std::string& args, const std::filesystem::path& dir) {
+  const std::filesystem::path log = dir / "cli.log";
+  const std::string cmd = std::string(CARAVELA_BINARY) + " " + args + " > " + log.string() + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), ReadFile(log)};
+}
+#endif
 
 // A child process (execv, no shell) with stdout and stderr in a file. The
 // destructor kills and reaps it if it is still running.

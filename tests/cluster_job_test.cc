@@ -456,6 +456,46 @@ TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicate
   EXPECT_EQ(finals, reference_.size());
 }
 
+// `caravela rescale` (SPEC §8): the job stops at a checkpoint and runs on with
+// 2 tasks per stage, each new task gathering its source partitions and keys
+// from the 3 old ones; the answer stays exact in every sink and no window is
+// FINAL twice. (The fence table is locked meanwhile, so the job cannot
+// finish before the rescale.)
+TEST_F(ClusterJobTest, RescaleFromThreeToTwoTasksGivesTheSameAnswer) {
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(&id));
+  PGconn* lock = PQconnectdb(postgres_->Dsn().c_str());
+  ASSERT_EQ(PQstatus(lock), CONNECTION_OK) << PQerrorMessage(lock);
+  PGresult* r = PQexec(lock, "BEGIN; LOCK TABLE caravela_fences IN ACCESS EXCLUSIVE MODE");
+  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(lock);
+  PQclear(r);
+  ASSERT_NE(Get(id).state(), v1::FINISHED);
+  const CliResult bad = Cli(absl::StrCat("rescale ", id, " 0 --coordinator ", address_), dir_);
+  EXPECT_NE(bad.code, 0) << bad.out;
+  const CliResult rescale = Cli(absl::StrCat("rescale ", id, " 2 --coordinator ", address_), dir_);
+  EXPECT_EQ(rescale.code, 0) << rescale.out;
+  EXPECT_THAT(rescale.out, ::testing::HasSubstr(id));
+  std::this_thread::sleep_for(milliseconds(300));
+  r = PQexec(lock, "COMMIT");
+  PQclear(r);
+  PQfinish(lock);
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.parallelism(), 2);
+  EXPECT_EQ(job.epoch(), 2) << Logs();
+  EXPECT_EQ(job.checkpoint_parallelism(), 2);
+  EXPECT_EQ(job.tasks_size(), 10);  // 5 stages of 2 tasks
+  EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("rescale from 3 to 2"));
+  EXPECT_THAT(Logs(), ::testing::HasSubstr("gathered its keys"));
+  ExpectTheAnswer(job);
+  auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
+  ASSERT_TRUE(values.ok()) << values.status();
+  size_t finals = 0;
+  for (const std::string& v : *values) finals += v.find("\"FINAL\"") != std::string::npos;
+  EXPECT_EQ(finals, reference_.size());
+}
+
 // A lease long enough for a coordinator restart on a loaded 2-core machine.
 class ClusterRestartTest : public ClusterJobTest {
  protected:

@@ -29,19 +29,6 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using milliseconds = std::chrono::milliseconds;
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
-
-// Runs the caravela CLI with `args` (a shell command line) to the end.
-Result Cli(const std::string& args, const fs::path& dir) {
-  const fs::path log = dir / "cli.log";
-  const std::string cmd = absl::StrCat(CARAVELA_BINARY, " ", args, " > ", log.string(), " 2>&1");
-  const int rc = std::system(cmd.c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), ReadFile(log)};
-}
-
 // Starts a coordinator on `data` and returns its gRPC address ("" if it
 // did not print one).
 std::string StartCoordinator(std::unique_ptr<ChildProcess>* c, const fs::path& dir,
@@ -82,15 +69,15 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   ASSERT_FALSE(address.empty()) << coordinator->Log();
   const std::string at = " --coordinator " + address;
 
-  Result submit = Cli("submit " + (dir / "job.yaml").string() + " --parallelism 3" + at, dir);
+  CliResult submit = Cli("submit " + (dir / "job.yaml").string() + " --parallelism 3" + at, dir);
   ASSERT_EQ(submit.code, 0) << submit.out;
   EXPECT_EQ(submit.out, "revenue-1\n");
   // One active job per name: a second is refused with the reason.
-  Result twin = Cli("submit " + (dir / "job.yaml").string() + at, dir);
+  CliResult twin = Cli("submit " + (dir / "job.yaml").string() + at, dir);
   EXPECT_EQ(twin.code, 2) << twin.out;
   EXPECT_THAT(twin.out, HasSubstr("metadata.name"));
   EXPECT_THAT(twin.out, HasSubstr("revenue-1"));
-  Result canceled = Cli("cancel revenue-1" + at, dir);
+  CliResult canceled = Cli("cancel revenue-1" + at, dir);
   ASSERT_EQ(canceled.code, 0) << canceled.out;
   EXPECT_THAT(canceled.out, HasSubstr("CANCELED"));
   ASSERT_EQ(Cli("submit " + (dir / "job.yaml").string() + " --parallelism 3" + at, dir).out,
@@ -101,13 +88,13 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   const std::string port = address.substr(address.rfind(':') + 1);
   const std::string again = StartCoordinator(&coordinator, dir, "", port);
   ASSERT_EQ(again, address) << coordinator->Log();
-  Result jobs = Cli("jobs" + at, dir);
+  CliResult jobs = Cli("jobs" + at, dir);
   ASSERT_EQ(jobs.code, 0) << jobs.out;
   EXPECT_THAT(jobs.out, HasSubstr("revenue-1"));
   EXPECT_THAT(jobs.out, HasSubstr("CANCELED"));
   EXPECT_THAT(jobs.out, HasSubstr("revenue-2"));
   // No worker here: it waits for slots, saying so.
-  Result one;
+  CliResult one;
   for (int i = 0; i < 40; ++i) {  // the scheduler looks every 50 ms
     one = Cli("job revenue-2 --json" + at, dir);
     if (one.out.find("SCHEDULING") != std::string::npos) break;
@@ -120,10 +107,10 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   ASSERT_EQ(Cli("cancel revenue-2" + at, dir).code, 0);
   EXPECT_EQ(Cli("submit " + (dir / "job.yaml").string() + at, dir).out, "revenue-3\n");
 
-  Result missing = Cli("job revenue-9" + at, dir);
+  CliResult missing = Cli("job revenue-9" + at, dir);
   EXPECT_EQ(missing.code, 1);
   EXPECT_THAT(missing.out, HasSubstr("no job revenue-9"));
-  Result twice = Cli("cancel revenue-2" + at, dir);
+  CliResult twice = Cli("cancel revenue-2" + at, dir);
   EXPECT_EQ(twice.code, 1);
   EXPECT_THAT(twice.out, HasSubstr("is CANCELED: it cannot go to CANCELED"));
 
@@ -133,7 +120,7 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   bad.replace(bad.find("topic: purchases"), 16, "topic: 7");
   bad.replace(bad.find("{topic: 7}"), 10, "{topik: purchases}");
   std::ofstream(dir / "bad.yaml") << bad;
-  Result invalid = Cli("submit " + (dir / "bad.yaml").string() + at, dir);
+  CliResult invalid = Cli("submit " + (dir / "bad.yaml").string() + at, dir);
   EXPECT_EQ(invalid.code, 2) << invalid.out;
   EXPECT_THAT(invalid.out, HasSubstr("spec.sources[0].kafka"));
   EXPECT_THAT(invalid.out, HasSubstr("spec.operators[0].dedup.retention"));
@@ -141,7 +128,7 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
 
   // Nobody there: a clear error.
   coordinator->Stop(SIGTERM);
-  Result down = Cli("jobs" + at, dir);
+  CliResult down = Cli("jobs" + at, dir);
   EXPECT_EQ(down.code, 1);
   EXPECT_THAT(down.out, HasSubstr("cannot reach the coordinator at " + address));
 }
@@ -157,7 +144,7 @@ TEST(CoordinatorProcessTest, TokenIsRequiredWhenConfigured) {
   ASSERT_FALSE(address.empty()) << coordinator->Log();
   EXPECT_THAT(coordinator->Log(), HasSubstr("auth=token"));
   const std::string at = " --coordinator " + address;
-  Result none = Cli("jobs" + at, dir);
+  CliResult none = Cli("jobs" + at, dir);
   EXPECT_EQ(none.code, 3) << none.out;
   EXPECT_THAT(none.out, HasSubstr("bearer token"));
   EXPECT_EQ(Cli("submit " + (dir / "job.yaml").string() + " --token-file " +
@@ -165,7 +152,7 @@ TEST(CoordinatorProcessTest, TokenIsRequiredWhenConfigured) {
                 dir)
                 .code,
             3);
-  Result ok = Cli(
+  CliResult ok = Cli(
       "submit " + (dir / "job.yaml").string() + " --token-file " + (dir / "token").string() + at,
       dir);
   EXPECT_EQ(ok.code, 0) << ok.out;
@@ -230,18 +217,18 @@ TEST(CoordinatorProcessTest, TlsWithCertificateFiles) {
   const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
   ASSERT_FALSE(address.empty()) << coordinator.Log();
   const std::string at = " --coordinator " + address;
-  Result ok = Cli("submit " + (dir / "job.yaml").string() + " --tls-ca " + cert + at, dir);
+  CliResult ok = Cli("submit " + (dir / "job.yaml").string() + " --tls-ca " + cert + at, dir);
   EXPECT_EQ(ok.code, 0) << ok.out;
   EXPECT_EQ(ok.out, "revenue-1\n");
-  Result plain = Cli("jobs" + at, dir);  // plaintext against a TLS server
+  CliResult plain = Cli("jobs" + at, dir);  // plaintext against a TLS server
   EXPECT_EQ(plain.code, 1) << plain.out;
-  Result missing = Cli("jobs --tls-ca " + (dir / "nope.pem").string() + at, dir);
+  CliResult missing = Cli("jobs --tls-ca " + (dir / "nope.pem").string() + at, dir);
   EXPECT_EQ(missing.code, 1);
   EXPECT_THAT(missing.out, HasSubstr("cannot read the TLS CA file"));
   ChildProcess worker({CARAVELA_BINARY, "worker", "--coordinator", address, "--tls-ca", cert},
                       dir / "worker.log");
   EXPECT_FALSE(worker.WaitFor(R"(id=(worker-\S+))", milliseconds(20000)).empty()) << worker.Log();
-  Result workers = Cli("workers --tls-ca " + cert + at, dir);
+  CliResult workers = Cli("workers --tls-ca " + cert + at, dir);
   EXPECT_EQ(workers.code, 0) << workers.out;
   EXPECT_THAT(workers.out, HasSubstr("ALIVE"));
 }

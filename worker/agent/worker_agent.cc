@@ -147,6 +147,7 @@ struct WorkerAgent::Impl {
         po.parallelism = a->parallelism();
         po.tasks.assign(a->tasks().begin(), a->tasks().end());
         po.restore_checkpoint = a->restore_checkpoint();
+        po.restore_parallelism = a->restore_parallelism();
         po.checkpoint_storage = a->checkpoint_storage();
         po.allowed_paths = options.allowed_paths;
         RunOptions ro;

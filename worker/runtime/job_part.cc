@@ -118,6 +118,7 @@ struct JobPart::Impl {
       pl.checkpoints = job.get();
       pl.source_partitions = partitions;
       pl.restore_checkpoint = part.restore_checkpoint;
+      pl.restore_parallelism = part.restore_parallelism;
       pl.fence_sinks = true;
       pl.group_flow = true;
       pl.cancel = &cancel;

@@ -39,6 +39,7 @@ struct JobPartOptions {
   int parallelism = 1;
   std::vector<int> tasks;  // global task ids of the job's plan
   int64_t restore_checkpoint = 0;
+  int restore_parallelism = 0;  // the checkpoint's, if not `parallelism` (a rescale)
   // Shared checkpoint storage URL when the job names none (the job's tasks
   // run on several machines: the worker's own data dir will not do).
   std::string checkpoint_storage;

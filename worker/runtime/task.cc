@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<Sink>> Task::Impl::OpenTaskSink(size_t sink_index
                                                                int global_id) {
   SinkSpec ss = spec.sinks[sink_index];
   if (parallel() && stage->tasks > 1 && ss.kind == SinkSpec::Kind::kFile) {
-    ss.path = PartFilePath(ss.path, index);
+    ss.path = PartFilePath(ss.path, std::to_string(index));
   }
   SinkContext sc;
   sc.job_name = spec.name;
@@ -157,6 +157,24 @@ absl::StatusOr<std::unique_ptr<Sink>> Task::Impl::OpenTaskSink(size_t sink_index
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("sink for ", ss.from, ": ", st.message()));
   }
+  return sink;
+}
+
+absl::StatusOr<std::unique_ptr<Sink>> Task::Impl::OpenDeadLetter(int index) {
+  std::string path = spec.dead_letter_path.empty() ? options.data_dir + "/dead-letter.jsonl"
+                                                   : spec.dead_letter_path;
+  // One dead-letter file per task: dead-letter.part-s<stage>-<index>.jsonl
+  // (by stage and index, like the other sinks' part files, so a rescaled
+  // task continues the file of the old task with its index).
+  if (parallel() && placement.plan->total_tasks() > 1) {
+    path = PartFilePath(path, absl::StrCat("s", placement.stage, "-", index));
+  }
+  // A cluster task's default dead letter is on its worker's own disk.
+  auto sink = std::make_unique<FileSink>(
+      path, checkpoints != nullptr,
+      placement.fence_sinks && path.rfind(options.data_dir + "/", 0) == 0,
+      placement.fence_sinks ? epoch : -1);
+  RETURN_IF_ERROR(sink->Open());
   return sink;
 }
 
@@ -368,21 +386,10 @@ absl::Status Task::Impl::Build() {
     }
   }
   if (need_dead_letter) {
-    std::string path = spec.dead_letter_path.empty() ? options.data_dir + "/dead-letter.jsonl"
-                                                     : spec.dead_letter_path;
-    // One dead-letter file per task: dead-letter.part-<task>.jsonl.
-    if (parallel() && placement.plan->total_tasks() > 1) {
-      path = PartFilePath(path, placement.global_id);
-    }
     SinkNode sn;
     sn.name = "dead-letter";
     sn.dead_letter = true;
-    // A cluster task's default dead letter is on its worker's own disk.
-    sn.sink = std::make_unique<FileSink>(
-        path, checkpoints != nullptr,
-        placement.fence_sinks && path.rfind(options.data_dir + "/", 0) == 0,
-        placement.fence_sinks ? epoch : -1);
-    RETURN_IF_ERROR(sn.sink->Open());
+    ASSIGN_OR_RETURN(sn.sink, OpenDeadLetter(placement.index));
     sn.written = metrics->Get("dead_letter_records_total");
     dead_letter_sink = static_cast<int>(sinks.size());
     sinks.push_back(std::move(sn));

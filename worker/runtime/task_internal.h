@@ -152,7 +152,7 @@ InputsWatermark MinOverActiveInputs(size_t n, WatermarkOf watermark_of, IdleOf i
 
 // "out/revenue.jsonl" -> "out/revenue.part-2.jsonl" (a part file per task of
 // a parallel job; see docs/semantics.md "Parallel jobs").
-inline std::string PartFilePath(const std::string& path, int part) {
+inline std::string PartFilePath(const std::string& path, const std::string& part) {
   std::filesystem::path p(path);
   std::string stem = p.stem().string();
   std::string ext = p.extension().string();
@@ -257,6 +257,8 @@ struct Task::Impl {
   // Makes and opens sink `sink_index` as task `index` (global id
   // `global_id`) of this task's stage writes it (its part file).
   absl::StatusOr<std::unique_ptr<Sink>> OpenTaskSink(size_t sink_index, int index, int global_id);
+  // The dead letter of task `index` of this task's stage, opened.
+  absl::StatusOr<std::unique_ptr<Sink>> OpenDeadLetter(int index);
   absl::StatusOr<std::unique_ptr<RawSource>> OpenRawSource(
       const SourceSpec& ss, const std::vector<int32_t>& owned,
       const std::map<int32_t, int64_t>& start_offsets);

@@ -183,13 +183,13 @@ absl::Status Task::Impl::RestoreRescaled() {
   for (int j = n_new; j < n_old; ++j) {
     if (j % n_new != placement.index) continue;
     for (const auto& sc : manifests[j].sinks()) {
-      if (sc.index() < 0 || sc.index() >= static_cast<int>(sinks.size()) ||
-          sinks[sc.index()].spec_index < 0) {
-        continue;
-      }
-      ASSIGN_OR_RETURN(std::unique_ptr<Sink> old_sink,
-                       OpenTaskSink(static_cast<size_t>(sinks[sc.index()].spec_index), j,
-                                    first_old + j));
+      if (sc.index() < 0 || sc.index() >= static_cast<int>(sinks.size())) continue;
+      const SinkNode& sn = sinks[sc.index()];
+      absl::StatusOr<std::unique_ptr<Sink>> opened =
+          sn.dead_letter ? OpenDeadLetter(j)
+                         : OpenTaskSink(static_cast<size_t>(sn.spec_index), j, first_old + j);
+      RETURN_IF_ERROR(opened.status());
+      std::unique_ptr<Sink> old_sink = std::move(*opened);
       absl::Status st = old_sink->Recover(id, sc.state());
       if (st.ok()) st = old_sink->Close();
       if (!st.ok()) {
