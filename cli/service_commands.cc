@@ -173,7 +173,7 @@ int ClientCommand() {
     for (const v1::Job& j : *jobs) PrintJobRow(j);
     return 0;
   }
-  absl::StatusOr<v1::Job> job = *f.job      ? client.Get(f.job_id)
+  absl::StatusOr<v1::Job> job = *f.job       ? client.Get(f.job_id)
                                 : *f.rescale ? client.Rescale(f.job_id, f.rescale_to)
                                              : client.Cancel(f.job_id);
   if (!job.ok()) return Fail(job.status());

@@ -149,8 +149,7 @@ grpc::Status JobServiceImpl::StopJobWithSavepoint(grpc::ServerContext* context,
 }
 
 grpc::Status JobServiceImpl::RescaleJob(grpc::ServerContext* context,
-                                        const v1::RescaleJobRequest* request,
-                                        v1::Job* response) {
+                                        const v1::RescaleJobRequest* request, v1::Job* response) {
   if (grpc::Status a = Authorize(*context); !a.ok()) return a;
   if (scheduler_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");

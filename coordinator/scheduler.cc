@@ -93,8 +93,8 @@ absl::StatusOr<v1::Job> Scheduler::Rescale(const std::string& job_id, int parall
   if (parallelism == job.parallelism()) return job;  // nothing to do
   job.set_rescale_to(parallelism);
   RETURN_IF_ERROR(store_->Put(job));
-  Log()->info("job {}: rescale from {} to {} tasks per stage requested", job_id,
-              job.parallelism(), parallelism);
+  Log()->info("job {}: rescale from {} to {} tasks per stage requested", job_id, job.parallelism(),
+              parallelism);
   return job;
 }
 
@@ -359,10 +359,9 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
   }
   if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0) {
     // A rescale, or evening the load out, through a stopping checkpoint.
-    std::string why = job.rescale_to() > 0
-                          ? absl::StrCat("rescale from ", run.parallelism, " to ",
-                                         job.rescale_to(), " tasks per stage")
-                          : Imbalance(run);
+    std::string why = job.rescale_to() > 0 ? absl::StrCat("rescale from ", run.parallelism, " to ",
+                                                          job.rescale_to(), " tasks per stage")
+                                           : Imbalance(run);
     if (!why.empty()) {
       run.handoff = why;
       run.in_flight = run.next_id++;

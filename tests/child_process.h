@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <regex>
@@ -52,7 +52,8 @@ struct CliResult {
 // output goes through `dir`/cli.log.
 inline CliResult Cli(const std::string& args, const std::filesystem::path& dir) {
   const std::filesystem::path log = dir / "cli.log";
-  const std::string cmd = std::string(CARAVELA_BINARY) + " " + args + " > " + log.string() + " 2>&1";
+  const std::string cmd =
+      std::string(CARAVELA_BINARY) + " " + args + " > " + log.string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), ReadFile(log)};
 }

@@ -40,10 +40,11 @@ std::vector<std::string> ReadLines(const fs::path& path) {
   return lines;
 }
 
-// Per output stem (the sink's file name without a `.part-<i>` suffix): the
-// sorted lines of every file under `dir` (recursively).
+// Per output stem (the sink's file name without a `.part-<i>` suffix, or a
+// dead letter's `.part-s<stage>-<i>`): the sorted lines of every file under
+// `dir` (recursively).
 std::map<std::string, std::vector<std::string>> Outputs(const fs::path& dir) {
-  static const std::regex part(R"(\.part-[0-9]+(\.[a-z]+)$)");
+  static const std::regex part(R"(\.part-(?:s[0-9]+-)?[0-9]+(\.[a-z]+)$)");
   std::map<std::string, std::vector<std::string>> out;
   if (!fs::exists(dir)) return out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {

@@ -472,8 +472,8 @@ TEST_P(RescaleTest, KilledRunResumesWithAnotherParallelism) {
   const auto want = FinalResults(ref + "/out");
   ASSERT_FALSE(want.empty());
 
-  const std::string dir = Prepare(absl::StrCat("rescale-", to, "-", via),
-                                  absl::StrCat(base, "/", to, "-", via));
+  const std::string dir =
+      Prepare(absl::StrCat("rescale-", to, "-", via), absl::StrCat(base, "/", to, "-", via));
   ASSERT_EQ(RunBinary(dir, "checkpoint.after_sink_commit:12"), 128 + SIGKILL) << Log(dir);
   ASSERT_EQ(RunBinary(dir, "", to), 0) << Log(dir);
   EXPECT_THAT(Log(dir), ::testing::HasSubstr(absl::StrCat("rescaling to ", to))) << Log(dir);

@@ -390,7 +390,8 @@ TEST_P(KafkaExchangeTest, EnsureExchangeTopicCreatesAndChecksTheCount) {
   absl::Status wrong = EnsureExchangeTopic(bootstrap(), "caravela.j.ensure", 5);
   EXPECT_TRUE(absl::IsFailedPrecondition(wrong)) << wrong;
   EXPECT_THAT(wrong.message(), HasSubstr("caravela.j.ensure"));
-  EXPECT_THAT(wrong.message(), HasSubstr("exists with 3 partitions, but 5 are needed (add partitions"));
+  EXPECT_THAT(wrong.message(),
+              HasSubstr("exists with 3 partitions, but 5 are needed (add partitions"));
 
   // Made by someone else (here: the broker itself, with a count != 4).
   ASSERT_OK(broker_->CreateTopic("caravela.j.premade", 2));

@@ -61,10 +61,10 @@ absl::StatusOr<std::optional<int>> ExistingPartitions(rd_kafka_t* rk, const std:
 // its topics).
 absl::Status CheckCount(const std::string& topic, int want, int have) {
   if (have >= want) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "exchange topic ", topic, " exists with ", have, " partitions, but ", want,
-      " are needed (add partitions, e.g. kafka-topics --alter --partitions ", want,
-      ", or delete it)"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("exchange topic ", topic, " exists with ", have, " partitions, but ", want,
+                   " are needed (add partitions, e.g. kafka-topics --alter --partitions ", want,
+                   ", or delete it)"));
 }
 
 // CreateTopics through the Admin API; the result error code of the topic.

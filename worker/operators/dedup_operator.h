@@ -81,7 +81,7 @@ class DedupOperator : public Operator {
   std::string exclude_field_;
   StateTable* ids_ = nullptr;
   std::unique_ptr<IdIndex> index_;
-  uint32_t seq_ = 0;  // sequence of the blobs the current batch writes
+  uint32_t seq_ = 0;        // sequence of the blobs the current batch writes
   uint32_t adopt_seq_ = 0;  // sequence of the next blob AdoptState writes
   // Every blob whose bucket starts before this is deleted (kMinTime after Open).
   int64_t expired_before_;

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/record.h"
 #include "common/status.h"
 #include "common/time_util.h"
-#include "common/metrics.h"
 #include "worker/state/state_backend.h"
 
 namespace caravela {

@@ -123,8 +123,8 @@ TEST(RescaleTest, WindowsMoveWithTheirGroupAndKeepTheirRevisions) {
   const char* countries[] = {"PT", "ES", "FR", "DE", "IT", "NL", "BE", "PL"};
   std::vector<std::pair<std::string, int64_t>> records;
   for (int i = 0; i < 64; ++i) {
-    records.emplace_back(absl::StrCat(R"({"country":")", countries[i % 8], R"(","city":"c)",
-                                      i % 3, R"(","amount":)", i, "}"),
+    records.emplace_back(absl::StrCat(R"({"country":")", countries[i % 8], R"(","city":"c)", i % 3,
+                                      R"(","amount":)", i, "}"),
                          kDay + (i % 2) * kHour + i * kMin % kHour);
   }
   // The reference: one task sees everything, the hour 0 windows fire, then
@@ -154,7 +154,8 @@ TEST(RescaleTest, WindowsMoveWithTheirGroupAndKeepTheirRevisions) {
   std::unique_ptr<WindowOperator> ops[2];
   std::unique_ptr<OperatorHarness> tasks[2];
   Split<WindowOperator>(old, {{FieldPath::Parse("country")}}, make, ops, tasks, kDay + kHour);
-  for (const auto& r : late) ASSERT_OK(tasks[TaskOf(r.first, "country")]->ProcessJson(r.first, r.second));
+  for (const auto& r : late)
+    ASSERT_OK(tasks[TaskOf(r.first, "country")]->ProcessJson(r.first, r.second));
   for (auto& t : tasks) {
     ASSERT_OK(t->AdvanceWatermark(kMaxTime));
     for (std::string& s : t->TakeOutput()) out.push_back(std::move(s));
@@ -210,8 +211,8 @@ TEST(RescaleTest, IntervalJoinRowsMoveWithTheirKey) {
   Split<IntervalJoinOperator>(old, {{FieldPath::Parse("k")}, {FieldPath::Parse("k")}}, make, ops,
                               tasks, kMinTime);
   for (const auto& r : right) {
-    ASSERT_OK(tasks[TaskOf(r.first, "k")]->ProcessJson(r.first, r.second,
-                                                      IntervalJoinOperator::kRight));
+    ASSERT_OK(
+        tasks[TaskOf(r.first, "k")]->ProcessJson(r.first, r.second, IntervalJoinOperator::kRight));
   }
   std::vector<std::string> out;
   for (auto& t : tasks) {

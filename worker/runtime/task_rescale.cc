@@ -23,8 +23,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
 #include "common/job_plan.h"
+#include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/runtime/task_internal.h"
 #include "worker/runtime/watermark.h"
@@ -57,8 +57,7 @@ absl::StatusOr<std::vector<std::vector<FieldPath>>> Task::Impl::RescaleKeys(
     if (!forwarded_exchange || stage->key.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "operator ", on.spec->name, " keeps state partitioned by ",
-          from < S() ? absl::StrCat("Kafka source ", sources[from].spec->name,
-                                    "'s own partitioner")
+          from < S() ? absl::StrCat("Kafka source ", sources[from].spec->name, "'s own partitioner")
                      : std::string("no exchange key"),
           ": its keys cannot move to another task count. Run the job with its previous "
           "parallelism, or start it from scratch"));
@@ -74,10 +73,10 @@ absl::Status Task::Impl::RestoreRescaled() {
                    PlanJob(spec, placement.restore_parallelism, placement.source_partitions));
   const JobPlan& plan = *placement.plan;
   if (old_plan.stages.size() != plan.stages.size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", id, " of job ", spec.name, ": the plan at parallelism ",
-        placement.restore_parallelism, " has ", old_plan.stages.size(), " stages, this one ",
-        plan.stages.size()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", id, " of job ", spec.name, ": the plan at parallelism ",
+                     placement.restore_parallelism, " has ", old_plan.stages.size(),
+                     " stages, this one ", plan.stages.size()));
   }
   const int s = placement.stage;
   const int n_old = old_plan.stages[s].tasks;
@@ -91,8 +90,8 @@ absl::Status Task::Impl::RestoreRescaled() {
   if (url.empty()) {
     url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
   }
-  const std::string scratch = absl::StrCat(options.data_dir, "/task-", placement.global_id,
-                                           "/rescale");
+  const std::string scratch =
+      absl::StrCat(options.data_dir, "/task-", placement.global_id, "/rescale");
   std::vector<int> olds;
   if (n_old == n_new) {
     olds.push_back(placement.index);
@@ -102,9 +101,8 @@ absl::Status Task::Impl::RestoreRescaled() {
   std::vector<std::unique_ptr<CheckpointManager>> managers(static_cast<size_t>(n_old));
   std::vector<CheckpointManifest> manifests(static_cast<size_t>(n_old));
   for (int j : olds) {
-    ASSIGN_OR_RETURN(managers[j],
-                     CheckpointManager::Open(url, spec.name, first_old + j,
-                                             absl::StrCat(scratch, "/old-", j), 1));
+    ASSIGN_OR_RETURN(managers[j], CheckpointManager::Open(url, spec.name, first_old + j,
+                                                          absl::StrCat(scratch, "/old-", j), 1));
     ASSIGN_OR_RETURN(std::optional<CheckpointManifest> m, managers[j]->LatestUpTo(id));
     if (!m.has_value() || m->checkpoint_id() != id) {
       return absl::DataLossError(absl::StrCat(
@@ -124,9 +122,10 @@ absl::Status Task::Impl::RestoreRescaled() {
     const CheckpointManifest& m = manifests[placement.index];
     RETURN_IF_ERROR(managers[placement.index]->RestoreState(m, *state).status());
     RETURN_IF_ERROR(ApplyManifest(m));
-    RuntimeLogger()->info("[job={}] stage {} task {}: restored checkpoint {} of task {} (parallelism {} -> {})",
-                spec.name, s, placement.index, id, first_old + placement.index,
-                placement.restore_parallelism, plan.parallelism);
+    RuntimeLogger()->info(
+        "[job={}] stage {} task {}: restored checkpoint {} of task {} (parallelism {} -> {})",
+        spec.name, s, placement.index, id, first_old + placement.index,
+        placement.restore_parallelism, plan.parallelism);
     return absl::OkStatus();
   }
 
@@ -193,9 +192,9 @@ absl::Status Task::Impl::RestoreRescaled() {
       absl::Status st = old_sink->Recover(id, sc.state());
       if (st.ok()) st = old_sink->Close();
       if (!st.ok()) {
-        return absl::Status(st.code(), absl::StrCat("sink for ", sinks[sc.index()].name,
-                                                    " of old task ", j, ": recovering checkpoint ",
-                                                    id, ": ", st.message()));
+        return absl::Status(st.code(),
+                            absl::StrCat("sink for ", sinks[sc.index()].name, " of old task ", j,
+                                         ": recovering checkpoint ", id, ": ", st.message()));
       }
     }
   }

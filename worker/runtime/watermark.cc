@@ -110,8 +110,7 @@ bool SourceWatermark::Import(std::string_view text) {
   return true;
 }
 
-std::optional<std::string> SourceWatermark::MergeExports(
-    const std::vector<std::string>& exports) {
+std::optional<std::string> SourceWatermark::MergeExports(const std::vector<std::string>& exports) {
   if (exports.empty()) return std::nullopt;
   const size_t n = exports.size();
   std::vector<std::vector<std::string>> groups;

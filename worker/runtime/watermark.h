@@ -15,10 +15,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <string>
-#include <vector>
-
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/job_spec.h"
