@@ -258,6 +258,35 @@ class ClusterJobTest : public ::testing::Test {
     ASSERT_NE(Get(*id).state(), v1::FINISHED) << "the job ended too early: more input needed";
   }
 
+  // Holds the PostgreSQL fence table locked (until UnlockFences): the job's
+  // sink cannot write, nor a new epoch's sink open, so the job cannot end
+  // meanwhile whatever the timing.
+  void LockFences(PGconn** lock) {
+    *lock = PQconnectdb(postgres_->Dsn().c_str());
+    ASSERT_EQ(PQstatus(*lock), CONNECTION_OK) << PQerrorMessage(*lock);
+    PGresult* r = PQexec(*lock, "BEGIN; LOCK TABLE caravela_fences IN ACCESS EXCLUSIVE MODE");
+    ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(*lock);
+    PQclear(r);
+  }
+  // SubmitAndRunToACheckpoint, then LockFences: the job holds mid-stream.
+  void SubmitAndHoldMidStream(std::string* id, PGconn** lock) {
+    ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(id));
+    ASSERT_NO_FATAL_FAILURE(LockFences(lock));
+    ASSERT_NE(Get(*id).state(), v1::FINISHED);
+  }
+  // Nothing produced twice: each window's FINAL once in the changelog.
+  void ExpectEachFinalOnceInTheChangelog() {
+    auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
+    ASSERT_TRUE(values.ok()) << values.status();
+    size_t finals = 0;
+    for (const std::string& v : *values) finals += v.find("\"FINAL\"") != std::string::npos;
+    EXPECT_EQ(finals, reference_.size());
+  }
+  static void UnlockFences(PGconn* lock) {
+    PQclear(PQexec(lock, "COMMIT"));
+    PQfinish(lock);
+  }
+
   v1::Job Get(const std::string& id) {
     auto j = JobClient(address_, "").Get(id);
     EXPECT_TRUE(j.ok()) << j.status();
@@ -418,13 +447,8 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
 // no checkpoint (the final one included) completes until it lets go.
 TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicates) {
   std::string id;
-  ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(&id));
-  PGconn* lock = PQconnectdb(postgres_->Dsn().c_str());
-  ASSERT_EQ(PQstatus(lock), CONNECTION_OK) << PQerrorMessage(lock);
-  PGresult* r = PQexec(lock, "BEGIN; LOCK TABLE caravela_fences IN ACCESS EXCLUSIVE MODE");
-  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(lock);
-  PQclear(r);
-  ASSERT_NE(Get(id).state(), v1::FINISHED);
+  PGconn* lock = nullptr;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndHoldMidStream(&id, &lock));
   workers_.push_back(std::make_unique<ChildProcess>(
       std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots", "8",
                                "--data-dir", (dir_ / "w3").string(), "--bootstrap", bootstrap_,
@@ -433,9 +457,7 @@ TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicate
   const std::string joined = workers_.back()->WaitFor(R"(id=(\S+))", milliseconds(20000));
   ASSERT_FALSE(joined.empty()) << workers_.back()->Log();
   std::this_thread::sleep_for(milliseconds(300));  // a few scheduler rounds
-  r = PQexec(lock, "COMMIT");
-  PQclear(r);
-  PQfinish(lock);
+  UnlockFences(lock);
   ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
       << Get(id).DebugString() << Logs();
   const v1::Job job = Get(id);
@@ -448,12 +470,7 @@ TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicate
   EXPECT_GE(per[joined], job.tasks_size() / 4);
   EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("rebalancing"));
   ExpectTheAnswer(job);
-  // Nothing produced twice: each window's FINAL once in the changelog.
-  auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
-  ASSERT_TRUE(values.ok()) << values.status();
-  size_t finals = 0;
-  for (const std::string& v : *values) finals += v.find("\"FINAL\"") != std::string::npos;
-  EXPECT_EQ(finals, reference_.size());
+  ExpectEachFinalOnceInTheChangelog();
 }
 
 // `caravela rescale` (SPEC §8): the job stops at a checkpoint and runs on with
@@ -463,22 +480,15 @@ TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicate
 // finish before the rescale.)
 TEST_F(ClusterJobTest, RescaleFromThreeToTwoTasksGivesTheSameAnswer) {
   std::string id;
-  ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(&id));
-  PGconn* lock = PQconnectdb(postgres_->Dsn().c_str());
-  ASSERT_EQ(PQstatus(lock), CONNECTION_OK) << PQerrorMessage(lock);
-  PGresult* r = PQexec(lock, "BEGIN; LOCK TABLE caravela_fences IN ACCESS EXCLUSIVE MODE");
-  ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(lock);
-  PQclear(r);
-  ASSERT_NE(Get(id).state(), v1::FINISHED);
+  PGconn* lock = nullptr;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndHoldMidStream(&id, &lock));
   const CliResult bad = Cli(absl::StrCat("rescale ", id, " 0 --coordinator ", address_), dir_);
   EXPECT_NE(bad.code, 0) << bad.out;
   const CliResult rescale = Cli(absl::StrCat("rescale ", id, " 2 --coordinator ", address_), dir_);
   EXPECT_EQ(rescale.code, 0) << rescale.out;
   EXPECT_THAT(rescale.out, ::testing::HasSubstr(id));
   std::this_thread::sleep_for(milliseconds(300));
-  r = PQexec(lock, "COMMIT");
-  PQclear(r);
-  PQfinish(lock);
+  UnlockFences(lock);
   ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
       << Get(id).DebugString() << Logs();
   const v1::Job job = Get(id);
@@ -489,11 +499,7 @@ TEST_F(ClusterJobTest, RescaleFromThreeToTwoTasksGivesTheSameAnswer) {
   EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("rescale from 3 to 2"));
   EXPECT_THAT(Logs(), ::testing::HasSubstr("gathered its keys"));
   ExpectTheAnswer(job);
-  auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
-  ASSERT_TRUE(values.ok()) << values.status();
-  size_t finals = 0;
-  for (const std::string& v : *values) finals += v.find("\"FINAL\"") != std::string::npos;
-  EXPECT_EQ(finals, reference_.size());
+  ExpectEachFinalOnceInTheChangelog();
 }
 
 // A lease long enough for a coordinator restart on a loaded 2-core machine.
