@@ -172,10 +172,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   // Epoch and the job's last complete checkpoint.
   const int total_tasks = r->plan_.total_tasks();
   if (spec.checkpoint.interval > 0) {
-    std::string url = spec.checkpoint.storage;
-    if (url.empty()) {
-      url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
-    }
+    const std::string url = CheckpointStorageUrl(spec, options.data_dir);
     ASSIGN_OR_RETURN(im.storage, OpenCheckpointStorage(url));
     const std::string prefix = spec.name + "/";
     ASSIGN_OR_RETURN(std::optional<int64_t> job_epoch, ReadEpoch(*im.storage, prefix + "epoch"));

@@ -45,6 +45,11 @@ std::shared_ptr<spdlog::logger> RuntimeLogger() {
   return log;
 }
 
+std::string CheckpointStorageUrl(const JobSpec& spec, const std::string& data_dir) {
+  if (!spec.checkpoint.storage.empty()) return spec.checkpoint.storage;
+  return "file://" + std::filesystem::absolute(data_dir + "/checkpoints").string();
+}
+
 namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return RuntimeLogger(); }
@@ -1025,10 +1030,7 @@ absl::Status Task::Impl::OpenCheckpoints() {
     // stores its own state under <job>/task-<id>/.
     epoch = placement.epoch;
     if (!periodic) return absl::OkStatus();
-    std::string url = spec.checkpoint.storage;
-    if (url.empty()) {
-      url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
-    }
+    const std::string url = CheckpointStorageUrl(spec, options.data_dir);
     const std::string dir = absl::StrCat(options.data_dir, "/task-", placement.global_id);
     // One more than `retain`: the newest task checkpoint may not be complete
     // job-wide yet, and the job's last complete one must survive its GC.
@@ -1044,10 +1046,7 @@ absl::Status Task::Impl::OpenCheckpoints() {
   if (!periodic && options.from_savepoint.empty() && options.savepoint_on_stop.empty()) {
     return absl::OkStatus();
   }
-  std::string url = spec.checkpoint.storage;
-  if (url.empty()) {
-    url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
-  }
+  const std::string url = CheckpointStorageUrl(spec, options.data_dir);
   ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Open(url, spec.name, kTaskId,
                                                         options.data_dir + "/checkpoint-scratch",
                                                         std::max(1, spec.checkpoint.retain)));
@@ -1113,13 +1112,7 @@ absl::Status Task::Impl::Restore() {
     for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Recover(0, ""));
     return absl::OkStatus();
   }
-  if (!m->spec_hash().empty() && m->spec_hash() != spec_hash) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", m->checkpoint_id(), " of job ", spec.name,
-        " was taken by a different job graph (sources, operators or sinks changed): its state "
-        "cannot be restored into this one. Start from scratch with another --data-dir (or "
-        "checkpoint storage), or run the job version that wrote it."));
-  }
+  RETURN_IF_ERROR(CheckSameGraph(*m));
   const auto t0 = std::chrono::steady_clock::now();
   if (!options.from_savepoint.empty()) {
     ASSIGN_OR_RETURN(CheckpointManifest sp,
@@ -1138,6 +1131,15 @@ absl::Status Task::Impl::Restore() {
               options.from_savepoint.empty() ? "checkpoint" : "savepoint", m->checkpoint_id(),
               m->epoch(), ms, epoch);
   return absl::OkStatus();
+}
+
+absl::Status Task::Impl::CheckSameGraph(const CheckpointManifest& m) const {
+  if (m.spec_hash().empty() || m.spec_hash() == spec_hash) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint ", m.checkpoint_id(), " of job ", spec.name,
+      " was taken by a different job graph (sources, operators or sinks changed): its state "
+      "cannot be restored into this one. Start from scratch with another --data-dir (or "
+      "checkpoint storage), or run the job version that wrote it."));
 }
 
 absl::Status Task::Impl::ApplyManifest(const CheckpointManifest& m) {

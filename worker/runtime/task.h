@@ -152,6 +152,10 @@ class Task {
 // The "runtime" subsystem logger (created on first use; thread-safe).
 std::shared_ptr<spdlog::logger> RuntimeLogger();
 
+// Where a job's checkpoints go: spec.checkpoint.storage, else
+// file://<data dir>/checkpoints (absolute).
+std::string CheckpointStorageUrl(const JobSpec& spec, const std::string& data_dir);
+
 // "records in: N, results out: M" and the side-output counters of `metrics`.
 std::string JobSummary(const MetricsRegistry& metrics, int64_t records_in, int64_t records_out);
 

@@ -288,6 +288,8 @@ struct Task::Impl {
   absl::Status OpenCheckpoints();
   absl::Status Restore();
   absl::Status ApplyManifest(const CheckpointManifest& m);
+  // FailedPrecondition if `m` was taken by another job graph (spec_hash).
+  absl::Status CheckSameGraph(const CheckpointManifest& m) const;
   // Parallel jobs restored with another parallelism than the checkpoint's
   // (task_rescale.cc): gathers this task's share of the old tasks' state.
   bool Rescaled() const {

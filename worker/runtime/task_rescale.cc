@@ -86,10 +86,7 @@ absl::Status Task::Impl::RestoreRescaled() {
 
   // The old tasks' parts of checkpoint `id`: all of them when the task count
   // changed, else only the one this task continues.
-  std::string url = spec.checkpoint.storage;
-  if (url.empty()) {
-    url = "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();
-  }
+  const std::string& url = checkpoints->storage().url();
   const std::string scratch =
       absl::StrCat(options.data_dir, "/task-", placement.global_id, "/rescale");
   std::vector<int> olds;
@@ -109,11 +106,7 @@ absl::Status Task::Impl::RestoreRescaled() {
           "job ", spec.name, ": checkpoint ", id, " is complete job-wide but the part of task ",
           first_old + j, " (stage ", s, " task ", j, " of ", n_old, ") is missing from ", url));
     }
-    if (!m->spec_hash().empty() && m->spec_hash() != spec_hash) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", id, " of job ", spec.name,
-          " was taken by a different job graph (sources, operators or sinks changed)"));
-    }
+    RETURN_IF_ERROR(CheckSameGraph(*m));
     manifests[j] = std::move(*m);
   }
 
@@ -193,7 +186,7 @@ absl::Status Task::Impl::RestoreRescaled() {
       if (st.ok()) st = old_sink->Close();
       if (!st.ok()) {
         return absl::Status(st.code(),
-                            absl::StrCat("sink for ", sinks[sc.index()].name, " of old task ", j,
+                            absl::StrCat("sink for ", sn.name, " of old task ", j,
                                          ": recovering checkpoint ", id, ": ", st.message()));
       }
     }
