@@ -51,6 +51,10 @@ struct Flags {
   CLI::App* cancel = nullptr;
   CLI::App* rescale = nullptr;
   int rescale_to = 0;
+  CLI::App* savepoint = nullptr;
+  std::string savepoint_dir;
+  std::string from_savepoint;
+  std::string wait = "10m";
   // workers
   std::string worker_timeout = "10s";
   WorkerAgentOptions worker;
@@ -135,16 +139,58 @@ void PrintJobRow(const v1::Job& j) {
               j.parallelism(), j.stages(), static_cast<long long>(j.epoch()), j.message().c_str());
 }
 
+// `caravela savepoint ID DIR`: asks for the stop, then waits until the job
+// ended with its savepoint (exit 0) or went on without one (exit 1).
+int SavepointCommand(JobClient& client) {
+  Flags& f = F();
+  const std::optional<int64_t> wait = ParseDuration(f.wait);
+  if (!wait.has_value() || *wait < 0) {
+    std::fprintf(stderr, "error: --wait %s: expected a duration such as 10m\n", f.wait.c_str());
+    return 2;
+  }
+  absl::StatusOr<v1::Job> job = client.StopWithSavepoint(f.job_id, f.savepoint_dir);
+  if (!job.ok()) return Fail(job.status());
+  const std::string dir = job->savepoint_to();
+  if (!f.json) {
+    std::fprintf(stderr, "job %s: stopping at its next checkpoint, then writing it to %s\n",
+                 f.job_id.c_str(), dir.c_str());
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(*wait);
+  while (job->savepoint_to() == dir && !IsFinal(job->state())) {
+    if (std::chrono::steady_clock::now() >= until) {
+      std::fprintf(stderr,
+                   "error: job %s has not finished its savepoint after %s (%s); it goes on: "
+                   "watch `caravela job %s`\n",
+                   f.job_id.c_str(), f.wait.c_str(), job->message().c_str(), f.job_id.c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    job = client.Get(f.job_id);
+    if (!job.ok()) return Fail(job.status());
+  }
+  if (f.json) std::printf("%s\n", ProtoJson(*job).c_str());
+  if (job->state() == v1::FINISHED && job->savepoint() == dir) {
+    if (!f.json) std::printf("%s\n", dir.c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "error: job %s is %s without the savepoint: %s\n", f.job_id.c_str(),
+               JobStateName(job->state()).c_str(), job->message().c_str());
+  return 1;
+}
+
 int ClientCommand() {
   Flags& f = F();
   std::string token;
   if (!ReadToken(&token)) return 2;
-  JobClient client(Address(), token, 10000, f.tls_ca);
+  // Importing a savepoint copies its state before the answer.
+  JobClient client(Address(), token, f.from_savepoint.empty() ? 10000 : 600000, f.tls_ca);
+  if (*f.savepoint) return SavepointCommand(client);
   if (*f.submit) {
     std::ifstream in(f.job_file);
     std::stringstream yaml;
     yaml << in.rdbuf();
-    absl::StatusOr<v1::SubmitJobResponse> r = client.Submit(yaml.str(), f.parallelism);
+    absl::StatusOr<v1::SubmitJobResponse> r =
+        client.Submit(yaml.str(), f.parallelism, f.from_savepoint);
     if (!r.ok()) return Fail(r.status());
     if (f.json) {
       std::printf("%s\n", ProtoJson(*r).c_str());
@@ -416,6 +462,9 @@ void AddServiceCommands(CLI::App& app) {
   f.submit->add_option("job", f.job_file, "Job YAML")->required()->check(CLI::ExistingFile);
   f.submit->add_option("--parallelism", f.parallelism, "Tasks per stage (default: the spec's)")
       ->check(CLI::Range(1, 1 << 20));
+  f.submit->add_option("--from-savepoint", f.from_savepoint,
+                       "Start from this savepoint (a directory on the coordinator, as given to "
+                       "`caravela savepoint`); any parallelism");
   AddClientOptions(f.submit);
   f.jobs = app.add_subcommand("jobs", "List the coordinator's jobs");
   AddClientOptions(f.jobs);
@@ -434,6 +483,20 @@ void AddServiceCommands(CLI::App& app) {
       ->required()
       ->check(CLI::Range(1, 1024));
   AddClientOptions(f.rescale);
+  f.savepoint = app.add_subcommand(
+      "savepoint",
+      "Stop a running job with a savepoint: its next checkpoint is its last (sinks publish it) "
+      "and is copied to DIR; waits until written and prints DIR (exit 1: no savepoint, the "
+      "job goes on). Start it again with `caravela submit JOB.yaml --from-savepoint DIR`");
+  f.savepoint->add_option("id", f.job_id, "Job id")->required();
+  f.savepoint
+      ->add_option("dir", f.savepoint_dir,
+                   "Directory on the coordinator's filesystem: a name (under its "
+                   "<data-dir>/savepoints) or an absolute path under an --allow-path")
+      ->required();
+  f.savepoint->add_option("--wait", f.wait, "How long to wait for the savepoint")
+      ->capture_default_str();
+  AddClientOptions(f.savepoint);
 }
 
 int RunServiceCommands() {
@@ -442,7 +505,9 @@ int RunServiceCommands() {
   if (*f.worker_cmd) return WorkerCommand();
   if (*f.workers) return WorkersCommand();
   if (*f.local) return LocalCommand();
-  if (*f.submit || *f.jobs || *f.job || *f.cancel || *f.rescale) return ClientCommand();
+  if (*f.submit || *f.jobs || *f.job || *f.cancel || *f.rescale || *f.savepoint) {
+    return ClientCommand();
+  }
   return -1;
 }
 

@@ -23,9 +23,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/expr.h"
 #include "common/time_util.h"
+#include "xxhash.h"
 #include "yaml-cpp/yaml.h"
 
 namespace caravela {
@@ -1338,6 +1340,16 @@ bool ArrivalDriven(const JobSpec& spec) {
   return true;
 }
 
+bool PathUnder(const std::string& path, const std::vector<std::string>& dirs) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  for (const std::string& dir : dirs) {
+    const std::filesystem::path d = std::filesystem::path(dir).lexically_normal();
+    const auto rel = p.lexically_relative(d);
+    if (!rel.empty() && *rel.begin() != "..") return true;
+  }
+  return false;
+}
+
 std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
                                          const std::vector<std::string>& allowed) {
   std::vector<SpecError> errors;
@@ -1351,11 +1363,7 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
       }
       return;
     }
-    for (const std::string& dir : allowed) {
-      const std::filesystem::path d = std::filesystem::path(dir).lexically_normal();
-      const auto rel = p.lexically_relative(d);
-      if (!rel.empty() && *rel.begin() != "..") return;
-    }
+    if (PathUnder(path, allowed)) return;
     errors.push_back({yaml_path, absl::StrCat("path ", path,
                                               " is outside the directories this service allows "
                                               "(--allow-path); use a path relative to the "
@@ -1375,6 +1383,21 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
   const std::string& storage = spec.checkpoint.storage;
   if (storage.rfind("file://", 0) == 0) check("spec.checkpoint.storage", storage.substr(7));
   return errors;
+}
+
+std::string JobGraphHash(const JobSpec& spec) {
+  std::string text;
+  for (const SourceSpec& ss : spec.sources) {
+    absl::StrAppend(&text, "source ", ss.name, " ", static_cast<int>(ss.kind), "\n");
+  }
+  for (const OperatorSpec& os : spec.operators) {
+    absl::StrAppend(&text, "operator ", os.name, " ", static_cast<int>(os.kind), "\n");
+  }
+  for (const SinkSpec& ss : spec.sinks) {
+    absl::StrAppend(&text, "sink ", ss.from, " ", static_cast<int>(ss.kind), "\n");
+  }
+  // xxh3 is stable across processes and releases (absl::Hash is seeded per process).
+  return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
 }
 
 }  // namespace caravela

@@ -244,6 +244,14 @@ struct SpecError {
 // (absolute directories). One error per offending path, naming its YAML path.
 std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
                                          const std::vector<std::string>& allowed);
+// True if absolute `path` lies inside one of `dirs` (lexically: "..", "."
+// and repeated slashes resolved; symlinks are not followed).
+bool PathUnder(const std::string& path, const std::vector<std::string>& dirs);
+
+// The job graph's hash: source, operator and sink names and kinds (16 hex
+// digits, xxh3; stable across processes and releases). Checkpoints carry it:
+// state of one graph cannot be restored into another.
+std::string JobGraphHash(const JobSpec& spec);
 
 struct ParseResult {
   JobSpec spec;  // meaningful only when errors is empty

@@ -135,8 +135,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   }
   im.scheduler = std::make_unique<Scheduler>(im.store.get(), im.workers.get(), &im.clock, so);
   RETURN_IF_ERROR(im.scheduler->AdoptStored());
-  im.jobs = std::make_unique<JobServiceImpl>(im.store.get(), options.token, &im.clock,
-                                             options.allowed_paths, im.scheduler.get());
+  im.jobs = std::make_unique<JobServiceImpl>(
+      im.store.get(), options.token, &im.clock, options.allowed_paths, im.scheduler.get(),
+      std::filesystem::absolute(options.data_dir + "/savepoints").lexically_normal().string());
   im.worker_service = std::make_unique<WorkerServiceImpl>(im.workers.get(), options.token,
                                                           im.scheduler.get(), &im.metrics);
 

@@ -39,12 +39,14 @@ absl::Status JobClient::FromGrpc(const grpc::Status& s) const {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), message);
 }
 
-absl::StatusOr<v1::SubmitJobResponse> JobClient::Submit(const std::string& yaml, int parallelism) {
+absl::StatusOr<v1::SubmitJobResponse> JobClient::Submit(const std::string& yaml, int parallelism,
+                                                        const std::string& from_savepoint) {
   grpc::ClientContext context;
   Prepare(&context);
   v1::SubmitJobRequest request;
   request.set_yaml(yaml);
   request.set_parallelism(parallelism);
+  request.set_from_savepoint(from_savepoint);
   v1::SubmitJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub_->SubmitJob(&context, request, &response)));
   return response;
@@ -86,6 +88,18 @@ absl::StatusOr<v1::Job> JobClient::Rescale(const std::string& id, int parallelis
   request.set_parallelism(parallelism);
   v1::Job job;
   RETURN_IF_ERROR(FromGrpc(stub_->RescaleJob(&context, request, &job)));
+  return job;
+}
+
+absl::StatusOr<v1::Job> JobClient::StopWithSavepoint(const std::string& id,
+                                                     const std::string& dir) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::StopJobWithSavepointRequest request;
+  request.set_job_id(id);
+  request.set_savepoint_dir(dir);
+  v1::Job job;
+  RETURN_IF_ERROR(FromGrpc(stub_->StopJobWithSavepoint(&context, request, &job)));
   return job;
 }
 

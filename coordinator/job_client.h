@@ -21,11 +21,14 @@ class JobClient {
   JobClient(const std::string& address, std::string token, int timeout_ms = 10000,
             const std::string& tls_ca = "");
 
-  absl::StatusOr<v1::SubmitJobResponse> Submit(const std::string& yaml, int parallelism);
+  // `from_savepoint`: a savepoint directory on the coordinator ("" none).
+  absl::StatusOr<v1::SubmitJobResponse> Submit(const std::string& yaml, int parallelism,
+                                               const std::string& from_savepoint = "");
   absl::StatusOr<v1::Job> Get(const std::string& id);
   absl::StatusOr<std::vector<v1::Job>> List();
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
   absl::StatusOr<v1::Job> Rescale(const std::string& id, int parallelism);
+  absl::StatusOr<v1::Job> StopWithSavepoint(const std::string& id, const std::string& dir);
   // WorkerService.ListWorkers.
   absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
   // grpc.health.v1 Check of the whole server: "SERVING", "NOT_SERVING", ...

@@ -1,8 +1,10 @@
 #include "coordinator/job_service.h"
 
+#include <filesystem>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_plan.h"
@@ -11,6 +13,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/job_state.h"
 #include "spdlog/spdlog.h"
+#include "worker/checkpoint/job_savepoint.h"
 
 namespace caravela {
 namespace {
@@ -23,12 +26,88 @@ std::shared_ptr<spdlog::logger> Log() {
 }  // namespace
 
 JobServiceImpl::JobServiceImpl(JobStore* store, std::string token, const Clock* clock,
-                               std::vector<std::string> allowed_paths, Scheduler* scheduler)
+                               std::vector<std::string> allowed_paths, Scheduler* scheduler,
+                               std::string savepoint_root)
     : store_(store),
       token_(std::move(token)),
       clock_(clock),
       allowed_paths_(std::move(allowed_paths)),
-      scheduler_(scheduler) {}
+      scheduler_(scheduler),
+      savepoint_root_(std::move(savepoint_root)) {}
+
+absl::StatusOr<std::string> JobServiceImpl::SavepointPath(const std::string& requested) const {
+  std::string path = requested;
+  if (absl::StartsWith(path, "file://")) path = path.substr(7);
+  if (path.empty()) return absl::InvalidArgumentError("no savepoint directory given");
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (p.is_relative()) {
+    if (savepoint_root_.empty() || *p.begin() == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "savepoint directory ", requested,
+          ": give an absolute path under an allowed one, or a name relative to the "
+          "coordinator's savepoint directory (no \"..\")"));
+    }
+    return (std::filesystem::path(savepoint_root_) / p).lexically_normal().string();
+  }
+  std::vector<std::string> allowed = allowed_paths_;
+  if (!savepoint_root_.empty()) allowed.push_back(savepoint_root_);
+  if (!PathUnder(p.string(), allowed)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "savepoint directory ", requested,
+        " is outside the directories this coordinator allows (--allow-path",
+        savepoint_root_.empty() ? "" : absl::StrCat(", or ", savepoint_root_), ")"));
+  }
+  return p.string();
+}
+
+grpc::Status JobServiceImpl::FromSavepoint(const std::string& requested, const JobSpec& spec,
+                                           v1::SubmitJobResponse* response, v1::Job* job) {
+  auto add_error = [&](const std::string& path, const std::string& message) {
+    v1::ValidationError* ve = response->add_errors();
+    ve->set_path(path);
+    ve->set_message(message);
+  };
+  absl::StatusOr<std::string> dir = SavepointPath(requested);
+  if (!dir.ok()) {
+    add_error("from_savepoint", std::string(dir.status().message()));
+    return grpc::Status::OK;
+  }
+  absl::StatusOr<JobSavepoint> sp = ReadJobSavepoint(*dir);
+  if (!sp.ok()) {
+    add_error("from_savepoint", std::string(sp.status().message()));
+    return grpc::Status::OK;
+  }
+  if (sp->job_name() != spec.name) {
+    add_error("metadata.name",
+              absl::StrCat("the savepoint in ", *dir, " is of job ", sp->job_name(),
+                           ": a job starts only from its own savepoints (the same name)"));
+  }
+  if (!sp->spec_hash().empty() && sp->spec_hash() != JobGraphHash(spec)) {
+    add_error("spec", absl::StrCat("the savepoint in ", *dir,
+                                   " was taken of another job graph (sources, operators or "
+                                   "sinks changed): its state cannot be restored into this one"));
+  }
+  if (spec.checkpoint.interval <= 0) {
+    add_error("spec.checkpoint",
+              "a job started from a savepoint needs spec.checkpoint (its state is restored "
+              "like a checkpoint's)");
+  }
+  if (response->errors_size() > 0) return grpc::Status::OK;
+  if (scheduler_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
+  }
+  const std::string storage = scheduler_->CheckpointStorageFor(spec);
+  if (absl::Status st = ImportJobSavepoint(*dir, *sp, storage); !st.ok()) {
+    return ToGrpc(absl::Status(st.code(), absl::StrCat("importing the savepoint in ", *dir,
+                                                       " into ", storage, ": ", st.message())));
+  }
+  job->set_last_checkpoint(sp->checkpoint_id());
+  job->set_checkpoint_parallelism(sp->parallelism());
+  // Above the epochs the savepoint's job wrote with: its revisions supersede.
+  job->set_epoch(sp->epoch());
+  job->set_savepoint(*dir);
+  return grpc::Status::OK;
+}
 
 grpc::Status JobServiceImpl::Authorize(const grpc::ServerContext& context) const {
   return CheckToken(context, token_);
@@ -68,9 +147,13 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
       return grpc::Status::OK;
     }
   }
+  v1::Job job;
+  if (!request->from_savepoint().empty()) {
+    grpc::Status st = FromSavepoint(request->from_savepoint(), parsed.spec, response, &job);
+    if (!st.ok() || response->errors_size() > 0) return st;
+  }
   absl::StatusOr<std::string> id = store_->NewId(parsed.spec.name);
   if (!id.ok()) return ToGrpc(id.status());
-  v1::Job job;
   job.set_id(*id);
   job.set_name(parsed.spec.name);
   job.set_state(v1::SUBMITTED);
@@ -88,8 +171,10 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     }
     return ToGrpc(st);
   }
-  Log()->info("job {} submitted (parallelism {}, {} tasks in {} stages)", job.id(), parallelism,
-              plan->total_tasks(), plan->stages.size());
+  Log()->info("job {} submitted (parallelism {}, {} tasks in {} stages){}", job.id(), parallelism,
+              plan->total_tasks(), plan->stages.size(),
+              job.savepoint().empty() ? ""
+                                      : absl::StrCat(", from the savepoint in ", job.savepoint()));
   response->set_job_id(job.id());
   return grpc::Status::OK;
 }
@@ -141,11 +226,19 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
 }
 
 grpc::Status JobServiceImpl::StopJobWithSavepoint(grpc::ServerContext* context,
-                                                  const v1::StopJobWithSavepointRequest* /*req*/,
-                                                  v1::Job* /*response*/) {
+                                                  const v1::StopJobWithSavepointRequest* request,
+                                                  v1::Job* response) {
   if (grpc::Status a = Authorize(*context); !a.ok()) return a;
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "savepoints of submitted jobs need workers, which are not built yet");
+  if (scheduler_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
+  }
+  absl::StatusOr<std::string> dir = SavepointPath(request->savepoint_dir());
+  if (!dir.ok()) return ToGrpc(dir.status());
+  absl::StatusOr<v1::Job> job = scheduler_->StopWithSavepoint(request->job_id(), *dir);
+  if (!job.ok()) return ToGrpc(job.status());
+  *response = std::move(*job);
+  scheduler_->FillLive(response);
+  return grpc::Status::OK;
 }
 
 grpc::Status JobServiceImpl::RescaleJob(grpc::ServerContext* context,

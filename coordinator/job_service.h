@@ -2,8 +2,10 @@
 // submitted YAML with the same parser and planner as `caravela validate` /
 // `caravela plan` and stores valid jobs as SUBMITTED; the Scheduler runs
 // them on workers and adds the live task statuses to GetJob / ListJobs.
-// RescaleJob goes through the scheduler (a stopping checkpoint, then a new
-// placement); StopJobWithSavepoint answers UNIMPLEMENTED (a later slice).
+// RescaleJob and StopJobWithSavepoint go through the scheduler (a stopping
+// checkpoint, then a new placement or a copy to the savepoint directory);
+// SubmitJob with from_savepoint imports the savepoint into the job's
+// checkpoint storage first (worker/checkpoint/job_savepoint.h).
 #pragma once
 
 #include <memory>
@@ -25,9 +27,13 @@ class JobServiceImpl final : public v1::JobService::Service {
   // `allowed_paths`: absolute directories a job's files may lie in (besides
   // paths relative to the worker's data dir); see CheckAllowedPaths.
   // `scheduler` (may be null in tests: jobs are only stored) admits,
-  // cancels and reports live state.
+  // cancels and reports live state. `savepoint_root`: where savepoint
+  // directories named by a relative path go (the coordinator's
+  // <data-dir>/savepoints); absolute ones must lie under it or an allowed
+  // path. Empty: only absolute, allowed ones.
   JobServiceImpl(JobStore* store, std::string token, const Clock* clock,
-                 std::vector<std::string> allowed_paths = {}, Scheduler* scheduler = nullptr);
+                 std::vector<std::string> allowed_paths = {}, Scheduler* scheduler = nullptr,
+                 std::string savepoint_root = "");
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -45,12 +51,20 @@ class JobServiceImpl final : public v1::JobService::Service {
 
  private:
   grpc::Status Authorize(const grpc::ServerContext& context) const;
+  // The absolute directory a request's savepoint path names, or why it may
+  // not be used (InvalidArgument, PermissionDenied).
+  absl::StatusOr<std::string> SavepointPath(const std::string& requested) const;
+  // Checks the savepoint at `dir` fits the job and imports it into the job's
+  // checkpoint storage; validation errors go to `response`.
+  grpc::Status FromSavepoint(const std::string& dir, const JobSpec& spec,
+                             v1::SubmitJobResponse* response, v1::Job* job);
 
   JobStore* store_;
   std::string token_;
   const Clock* clock_;
   std::vector<std::string> allowed_paths_;
   Scheduler* scheduler_;
+  std::string savepoint_root_;
   std::mutex mu_;  // serializes read-modify-write of a job
 };
 

@@ -1,6 +1,7 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -90,12 +91,94 @@ absl::StatusOr<v1::Job> Scheduler::Rescale(const std::string& job_id, int parall
   if (absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, parallelism); !plan.ok()) {
     return absl::FailedPreconditionError(std::string(plan.status().message()));
   }
+  if (!job.savepoint_to().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is stopping with a savepoint to ", job.savepoint_to(),
+        ": submit it again from the savepoint with --parallelism instead"));
+  }
   if (parallelism == job.parallelism()) return job;  // nothing to do
   job.set_rescale_to(parallelism);
   RETURN_IF_ERROR(store_->Put(job));
   Log()->info("job {}: rescale from {} to {} tasks per stage requested", job_id, job.parallelism(),
               parallelism);
   return job;
+}
+
+absl::StatusOr<v1::Job> Scheduler::StopWithSavepoint(const std::string& job_id,
+                                                     const std::string& dir) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(v1::Job job, store_->Get(job_id));
+  if (job.state() != v1::RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job.state()),
+                     ": only a RUNNING job can stop with a savepoint"));
+  }
+  if (!job.savepoint_to().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is already stopping with a savepoint to ", job.savepoint_to()));
+  }
+  if (job.rescale_to() > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is being rescaled to ", job.rescale_to(), ": try again when it runs"));
+  }
+  ParseResult parsed = ParseJobSpec(job.yaml());
+  if (!parsed.ok()) return absl::FailedPreconditionError("the job's YAML no longer parses");
+  if (parsed.spec.checkpoint.interval <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " has no spec.checkpoint: a savepoint is a copy of a checkpoint"));
+  }
+  job.set_savepoint_to(dir);
+  RETURN_IF_ERROR(store_->Put(job));
+  Log()->info("job {}: stop with a savepoint to {} requested", job_id, dir);
+  return job;
+}
+
+std::string Scheduler::CheckpointStorageFor(const JobSpec& spec) const {
+  return spec.checkpoint.storage.empty() ? options_.checkpoint_storage : spec.checkpoint.storage;
+}
+
+void Scheduler::StartSavepoint(v1::Job& job, const JobRun& run) {
+  ParseResult parsed = ParseJobSpec(job.yaml());
+  JobCheckpointRef ref;
+  ref.storage_url = CheckpointStorageFor(parsed.spec);
+  ref.job_name = job.name();
+  ref.job_id = job.id();
+  ref.tasks = static_cast<int>(run.tasks.size());
+  ref.parallelism = run.parallelism;
+  ref.checkpoint_id = job.last_checkpoint();
+  auto write = options_.write_savepoint;
+  if (!write) write = WriteJobSavepoint;
+  savepoints_[job.id()] = std::async(std::launch::async, write, ref, job.savepoint_to());
+  FillTasks(run, &job);
+  job.set_message(absl::StrCat("writing a savepoint of checkpoint ", ref.checkpoint_id, " to ",
+                               job.savepoint_to()));
+  Put(job);
+  Log()->info("job {}: tasks stopped at checkpoint {}; {}", job.id(), ref.checkpoint_id,
+              job.message());
+  runs_.erase(job.id());
+  failures_.erase(job.id());
+}
+
+void Scheduler::EndSavepoint(v1::Job& job, const std::vector<v1::Job>& all,
+                             const absl::StatusOr<JobSavepoint>& written) {
+  const std::string dir = job.savepoint_to();
+  job.clear_savepoint_to();
+  if (written.ok()) {
+    job.set_savepoint(dir);
+    (void)Transition(job, v1::FINISHED, clock_->NowMs(),
+                     absl::StrCat("stopped with a savepoint in ", dir, " (checkpoint ",
+                                  written->checkpoint_id(), ", ", written->files(), " files, ",
+                                  written->bytes(), " bytes)"));
+    Put(job);
+    Log()->info("job {}: {}", job.id(), job.message());
+    return;
+  }
+  // The checkpoint is still in storage: the job goes on from it.
+  const std::string why =
+      absl::StrCat("the savepoint to ", dir, " failed (", written.status().message(),
+                   "); running on from checkpoint ", job.last_checkpoint());
+  Log()->error("job {}: {}", job.id(), why);
+  Replace(job, all, v1::SCHEDULING, why);
 }
 
 void Scheduler::Fail(v1::Job& job, const std::string& why) {
@@ -357,6 +440,16 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     Log()->debug("job {} checkpoint {} complete", job.id(), run.in_flight);
     run.in_flight = 0;
   }
+  if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0 &&
+      !job.savepoint_to().empty()) {
+    // The job's last checkpoint, copied to the savepoint once complete.
+    run.in_flight = run.next_id++;
+    next_ids_[job.id()] = run.next_id;
+    run.stop_at = true;
+    run.finishing = true;
+    Log()->info("job {} epoch {}: stopping at checkpoint {} for a savepoint to {}", job.id(),
+                run.epoch, run.in_flight, job.savepoint_to());
+  }
   if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0) {
     // A rescale, or evening the load out, through a stopping checkpoint.
     std::string why = job.rescale_to() > 0 ? absl::StrCat("rescale from ", run.parallelism, " to ",
@@ -387,6 +480,10 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     }
   }
   if (run.finish && all_tasks([](const v1::TaskReport& r) { return r.phase() == v1::TASK_DONE; })) {
+    if (!job.savepoint_to().empty() && job.last_checkpoint() > 0) {
+      StartSavepoint(job, run);
+      return;
+    }
     (void)Transition(job, v1::FINISHED, now, "");
     FillTasks(run, &job);  // the tasks' last reports stay with the job
     Put(job);
@@ -430,6 +527,13 @@ void Scheduler::Tick() {
   }
 
   for (v1::Job& job : *all) {
+    if (auto sp = savepoints_.find(job.id()); sp != savepoints_.end()) {
+      if (sp->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+      const absl::StatusOr<JobSavepoint> written = sp->second.get();
+      savepoints_.erase(sp);
+      if (!IsFinal(job.state())) EndSavepoint(job, *all, written);
+      continue;
+    }
     if (IsFinal(job.state())) continue;
     auto it = runs_.find(job.id());
     if (it == runs_.end()) {

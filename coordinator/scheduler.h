@@ -22,6 +22,10 @@
 //    starts a new epoch from the last complete checkpoint (RECOVERING, then
 //    RUNNING); after `max_restarts` failures in a row without a completed
 //    checkpoint the job is FAILED with the first error.
+//  * Savepoints: StopWithSavepoint makes the next checkpoint the job's
+//    last (sinks publish it, tasks return); it is then copied to the
+//    savepoint directory on a thread of its own, and the job is FINISHED
+//    once the copy is written (or placed again if it cannot be).
 //  * Coordinator restart: workers register again under their previous ids
 //    (worker_registry.h) and keep running; the scheduler adopts each job's
 //    stored placement and epoch, waiting up to one lease for every task to
@@ -35,6 +39,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -50,6 +55,7 @@
 #include "common/time_util.h"
 #include "coordinator/job_store.h"
 #include "coordinator/worker_registry.h"
+#include "worker/checkpoint/job_savepoint.h"
 
 namespace caravela {
 
@@ -64,6 +70,10 @@ struct SchedulerOptions {
   // embedded broker serves no CreateTopics to other processes). An error
   // fails the job. Null: the workers create the topics.
   std::function<absl::Status(const JobSpec&, const JobPlan&)> prepare_job;
+  // Writes a savepoint of a job's complete checkpoint to a directory, on a
+  // thread of the scheduler's own. Null: WriteJobSavepoint.
+  std::function<absl::StatusOr<JobSavepoint>(const JobCheckpointRef&, const std::string& dir)>
+      write_savepoint;
   // Counters (scheduler_epochs_total, scheduler_recoveries_total,
   // scheduler_checkpoints_total); may be null.
   MetricsRegistry* metrics = nullptr;
@@ -87,6 +97,14 @@ class Scheduler {
   // FailedPrecondition for a job that is not running, has no checkpoints or
   // cannot be planned with that parallelism.
   absl::StatusOr<v1::Job> Rescale(const std::string& job_id, int parallelism);
+  // Stops a RUNNING job with a savepoint in `dir` (absolute; the caller
+  // checked it is allowed): Job.savepoint_to is set at once; see the class
+  // comment. FailedPrecondition for a job that is not running, has no
+  // checkpoints, or is being rescaled or saved already.
+  absl::StatusOr<v1::Job> StopWithSavepoint(const std::string& job_id, const std::string& dir);
+  // The checkpoint storage URL of a job with this spec (its own, else the
+  // scheduler's default).
+  std::string CheckpointStorageFor(const JobSpec& spec) const;
   // Adopts the jobs an earlier coordinator placed (call once, before serving
   // heartbeats: an answer without them would stop their tasks).
   absl::Status AdoptStored();
@@ -152,6 +170,11 @@ class Scheduler {
   void Resume(v1::Job& job, JobRun& run);
   void Advance(v1::Job& job, JobRun& run);
   void Fail(v1::Job& job, const std::string& why);
+  // The run ended at its last checkpoint for a savepoint: copies it on a
+  // thread; Tick() ends the job when the copy is written.
+  void StartSavepoint(v1::Job& job, const JobRun& run);
+  void EndSavepoint(v1::Job& job, const std::vector<v1::Job>& all,
+                    const absl::StatusOr<JobSavepoint>& written);
   // The run's task reports into job->tasks (worker, phase, watermark, ...).
   static void FillTasks(const JobRun& run, v1::Job* job);
   void Put(const v1::Job& job);
@@ -165,6 +188,8 @@ class Scheduler {
   std::map<std::string, JobRun> runs_;       // by job id
   std::map<std::string, int> failures_;      // by job id, since the last completed checkpoint
   std::map<std::string, int64_t> next_ids_;  // by job id: above every checkpoint id triggered
+  // Savepoints being written, by job id (their jobs have no run meanwhile).
+  std::map<std::string, std::future<absl::StatusOr<JobSavepoint>>> savepoints_;
   std::set<std::string> alive_;              // this round's ALIVE workers
   std::map<std::string, int> free_slots_;    // this round's free slots per ALIVE worker
 };

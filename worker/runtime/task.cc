@@ -996,22 +996,7 @@ constexpr int kTaskId = 0;  // one task per job in-process (the cluster assigns 
 
 }  // namespace
 
-std::string Task::Impl::SpecHash() const {
-  // The job graph the state belongs to: source, operator and sink names and
-  // kinds. A checkpoint of another graph cannot be restored into this one.
-  std::string text;
-  for (const SourceSpec& ss : spec.sources) {
-    absl::StrAppend(&text, "source ", ss.name, " ", static_cast<int>(ss.kind), "\n");
-  }
-  for (const OperatorSpec& os : spec.operators) {
-    absl::StrAppend(&text, "operator ", os.name, " ", static_cast<int>(os.kind), "\n");
-  }
-  for (const SinkSpec& ss : spec.sinks) {
-    absl::StrAppend(&text, "sink ", ss.from, " ", static_cast<int>(ss.kind), "\n");
-  }
-  // xxh3 is stable across processes and releases (absl::Hash is seeded per process).
-  return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
-}
+std::string Task::Impl::SpecHash() const { return JobGraphHash(spec); }
 
 void Task::Impl::CommitSourceOffsets(int64_t id) {
   for (SourceNode& src : sources) {
