@@ -96,7 +96,8 @@ grpc::Status JobServiceImpl::FromSavepoint(const std::string& requested, const J
   if (scheduler_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
   }
-  const std::string storage = scheduler_->CheckpointStorageFor(spec);
+  const std::string storage =
+      JobInstanceStorage(scheduler_->CheckpointStorageFor(spec), job->id());
   if (absl::Status st = ImportJobSavepoint(*dir, *sp, storage); !st.ok()) {
     return ToGrpc(absl::Status(st.code(), absl::StrCat("importing the savepoint in ", *dir,
                                                        " into ", storage, ": ", st.message())));
@@ -147,13 +148,14 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
       return grpc::Status::OK;
     }
   }
+  absl::StatusOr<std::string> id = store_->NewId(parsed.spec.name);
+  if (!id.ok()) return ToGrpc(id.status());
   v1::Job job;
+  job.set_id(*id);
   if (!request->from_savepoint().empty()) {
     grpc::Status st = FromSavepoint(request->from_savepoint(), parsed.spec, response, &job);
     if (!st.ok() || response->errors_size() > 0) return st;
   }
-  absl::StatusOr<std::string> id = store_->NewId(parsed.spec.name);
-  if (!id.ok()) return ToGrpc(id.status());
   job.set_id(*id);
   job.set_name(parsed.spec.name);
   job.set_state(v1::SUBMITTED);

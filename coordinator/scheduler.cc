@@ -140,7 +140,7 @@ std::string Scheduler::CheckpointStorageFor(const JobSpec& spec) const {
 void Scheduler::StartSavepoint(v1::Job& job, const JobRun& run) {
   ParseResult parsed = ParseJobSpec(job.yaml());
   JobCheckpointRef ref;
-  ref.storage_url = CheckpointStorageFor(parsed.spec);
+  ref.storage_url = JobInstanceStorage(CheckpointStorageFor(parsed.spec), job.id());
   ref.job_name = job.name();
   ref.job_id = job.id();
   ref.tasks = static_cast<int>(run.tasks.size());

@@ -2,9 +2,14 @@
 // dir, workers played by heartbeat requests.
 #include "coordinator/scheduler.h"
 
+#include <chrono>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/fake_worker.h"
@@ -57,6 +62,15 @@ class SchedulerTest : public ::testing::Test {
     registry_ = std::make_unique<WorkerRegistry>(&clock_, 1000);
     SchedulerOptions o;
     o.checkpoint_storage = "file:///shared/checkpoints";
+    o.write_savepoint = [this](const JobCheckpointRef& ref,
+                               const std::string& dir) -> absl::StatusOr<JobSavepoint> {
+      std::lock_guard<std::mutex> lock(saved_mu_);
+      saved_.push_back({ref, dir});
+      if (!savepoint_error_.ok()) return savepoint_error_;
+      JobSavepoint sp;
+      sp.set_checkpoint_id(ref.checkpoint_id);
+      return sp;
+    };
     scheduler_ = std::make_unique<Scheduler>(store_.get(), registry_.get(), &clock_, o);
     ASSERT_TRUE(scheduler_->AdoptStored().ok());
   }
@@ -123,6 +137,23 @@ class SchedulerTest : public ::testing::Test {
   std::map<std::string, v1::HeartbeatResponse> last_;
   std::map<std::string, int64_t> stored_;
   int jobs_ = 0;
+  // What the scheduler asked the savepoint writer for, and its answer.
+  std::mutex saved_mu_;
+  std::vector<std::pair<JobCheckpointRef, std::string>> saved_;
+  absl::Status savepoint_error_;
+
+  // Ticks until the savepoint writer's thread is done and seen.
+  void TickUntilSaved(const std::string& id, size_t writes) {
+    for (int i = 0; i < 200; ++i) {
+      scheduler_->Tick();
+      {
+        std::lock_guard<std::mutex> lock(saved_mu_);
+        if (saved_.size() >= writes && Get(id).savepoint_to().empty()) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ADD_FAILURE() << "the savepoint of " << id << " was not written";
+  }
 };
 
 TEST_F(SchedulerTest, PlacesStartsCheckpointsAndFinishes) {
@@ -383,6 +414,81 @@ TEST_F(SchedulerTest, OneActiveJobPerNameAndCancelStopsTheTasks) {
   const std::string next = Submit();
   scheduler_->Tick();
   EXPECT_EQ(Get(next).epoch(), 2);
+}
+
+}  // namespace
+}  // namespace caravela
+
+namespace caravela {
+namespace {
+
+TEST_F(SchedulerTest, StopWithSavepointEndsAtACheckpointThenCopiesIt) {
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  // Only a RUNNING job stops with a savepoint.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      scheduler_->StopWithSavepoint(id, "/sp/one").status()));
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  Beat(a, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).last_checkpoint(), 1);
+
+  // The first attempt's copy fails: the job goes on from its checkpoint.
+  savepoint_error_ = absl::UnavailableError("disk full");
+  auto asked = scheduler_->StopWithSavepoint(id, "/sp/one");
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->savepoint_to(), "/sp/one");
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      scheduler_->StopWithSavepoint(id, "/sp/two").status()));  // one at a time
+  EXPECT_TRUE(absl::IsFailedPrecondition(scheduler_->Rescale(id, 3).status()));
+  scheduler_->Tick();
+  v1::HeartbeatResponse r = Beat(a, v1::TASK_RUNNING, 2);
+  EXPECT_EQ(r.assignments(0).trigger_checkpoint(), 2);
+  EXPECT_TRUE(r.assignments(0).stop_at_trigger());
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).last_checkpoint(), 2);
+  // Sinks publish the last checkpoint before the tasks return.
+  EXPECT_TRUE(Beat(a, v1::TASK_RUNNING).assignments(0).finish());
+  Beat(a, v1::TASK_DONE);
+  TickUntilSaved(id, 1);
+  {
+    std::lock_guard<std::mutex> lock(saved_mu_);
+    EXPECT_EQ(saved_[0].second, "/sp/one");
+    EXPECT_EQ(saved_[0].first.checkpoint_id, 2);
+    EXPECT_EQ(saved_[0].first.tasks, 6);
+    EXPECT_EQ(saved_[0].first.parallelism, 2);
+    EXPECT_EQ(saved_[0].first.job_name, "revenue");
+    EXPECT_EQ(saved_[0].first.storage_url, "file:///shared/checkpoints");
+  }
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::SCHEDULING);
+  EXPECT_THAT(job.message(), HasSubstr("the savepoint to /sp/one failed (disk full)"));
+  EXPECT_EQ(job.epoch(), 2);  // placed again, restoring checkpoint 2
+  EXPECT_EQ(Beat(a, v1::TASK_READY).assignments(0).restore_checkpoint(), 2);
+
+  // The second one is written: FINISHED, the savepoint named.
+  savepoint_error_ = absl::OkStatus();
+  Beat(a, v1::TASK_READY);  // now in the new epoch
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  ASSERT_TRUE(scheduler_->StopWithSavepoint(id, "/sp/two").ok());
+  scheduler_->Tick();
+  Beat(a, v1::TASK_RUNNING, 3);
+  scheduler_->Tick();
+  EXPECT_TRUE(Beat(a, v1::TASK_RUNNING).assignments(0).finish());
+  Beat(a, v1::TASK_DONE);
+  TickUntilSaved(id, 2);
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::FINISHED);
+  EXPECT_EQ(job.savepoint(), "/sp/two");
+  EXPECT_EQ(job.last_checkpoint(), 3);
+  EXPECT_THAT(job.message(), HasSubstr("stopped with a savepoint in /sp/two (checkpoint 3"));
+  EXPECT_EQ(Tasks(Beat(a, v1::TASK_DONE)), 0);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "bench/purchase_generator.h"
 #include "common/job_plan.h"
@@ -497,6 +499,79 @@ TEST_F(ClusterJobTest, RescaleFromThreeToTwoTasksGivesTheSameAnswer) {
   EXPECT_EQ(job.checkpoint_parallelism(), 2);
   EXPECT_EQ(job.tasks_size(), 10);  // 5 stages of 2 tasks
   EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("rescale from 3 to 2"));
+  EXPECT_THAT(Logs(), ::testing::HasSubstr("gathered its keys"));
+  ExpectTheAnswer(job);
+  ExpectEachFinalOnceInTheChangelog();
+}
+
+// `caravela savepoint` stops the job at a checkpoint and copies it out;
+// `caravela submit --from-savepoint` starts the job again from the copy with
+// 2 tasks per stage instead of 3. The first run reads its topics without an
+// end (bounded: false, the same graph), so it stops mid-stream with windows
+// still open; the second run, bounded, carries on from the savepoint's
+// offsets and state. Together they give the exact answer in every sink, each
+// window FINAL once.
+TEST_F(ClusterJobTest, SavepointAndResubmissionFromItGiveTheSameAnswer) {
+  std::string unbounded = Yaml();
+  for (size_t at = unbounded.find("bounded: true"); at != std::string::npos;
+       at = unbounded.find("bounded: true")) {
+    unbounded.replace(at, 13, "bounded: false");
+  }
+  auto submitted = JobClient(address_, "").Submit(unbounded, kParallelism);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string id = submitted->job_id();
+  ASSERT_FALSE(id.empty()) << submitted->DebugString();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.state() == v1::RUNNING && j.last_checkpoint() >= 2;
+      },
+      milliseconds(60000)))
+      << Get(id).DebugString() << Logs();
+  const std::string at = absl::StrCat(" --coordinator ", address_);
+  const CliResult outside = Cli(absl::StrCat("savepoint ", id, " /etc/caravela-sp", at), dir_);
+  EXPECT_EQ(outside.code, 1) << outside.out;
+  EXPECT_THAT(outside.out, ::testing::HasSubstr("outside the directories this coordinator allows"));
+  const CliResult saved = Cli(absl::StrCat("savepoint ", id, " sp1 --wait 2m", at), dir_);
+  const std::string sp_dir = (dir_ / "coordinator/savepoints/sp1").string();
+  ASSERT_EQ(saved.code, 0) << saved.out << Logs();
+  EXPECT_THAT(saved.out, ::testing::HasSubstr(sp_dir));
+  const v1::Job first = Get(id);
+  EXPECT_EQ(first.state(), v1::FINISHED);
+  EXPECT_EQ(first.savepoint(), sp_dir);
+  EXPECT_THAT(first.message(), ::testing::HasSubstr("stopped with a savepoint"));
+  EXPECT_TRUE(fs::exists(sp_dir + "/job-savepoint.json"));
+  // Mid-stream: the windows the watermark had not passed are not FINAL yet.
+  const size_t finals_before = FinalResults((dir_ / "cluster/out").string()).size();
+  EXPECT_LT(finals_before, reference_.size());
+  std::printf("the first run published %zu of %zu FINAL windows before its savepoint\n",
+              finals_before, reference_.size());
+
+  // Another graph (no PostgreSQL and Kafka sinks) cannot take its state.
+  const fs::path other = dir_ / "other.yaml";
+  std::ofstream(other) << JobYaml("cluster-revenue", dir_ / "cluster", 300, false);
+  const CliResult refused =
+      Cli(absl::StrCat("submit ", other.string(), " --from-savepoint sp1", at), dir_);
+  EXPECT_EQ(refused.code, 2) << refused.out;
+  EXPECT_THAT(refused.out, ::testing::HasSubstr("another job graph"));
+
+  const fs::path job_file = dir_ / "job.yaml";
+  std::ofstream(job_file) << Yaml();
+  const CliResult resubmit = Cli(
+      absl::StrCat("submit ", job_file.string(), " --from-savepoint sp1 --parallelism 2", at),
+      dir_);
+  ASSERT_EQ(resubmit.code, 0) << resubmit.out;
+  // The id is the last line.
+  const std::string out(absl::StripTrailingAsciiWhitespace(resubmit.out));
+  const std::string id2 = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+  ASSERT_NE(id2, id);
+  ASSERT_TRUE(Eventually([&] { return Get(id2).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id2).DebugString() << Logs();
+  const v1::Job job = Get(id2);
+  EXPECT_EQ(job.savepoint(), sp_dir);
+  EXPECT_EQ(job.parallelism(), 2);
+  EXPECT_GT(job.epoch(), first.epoch());
+  EXPECT_EQ(job.tasks_size(), 10);
   EXPECT_THAT(Logs(), ::testing::HasSubstr("gathered its keys"));
   ExpectTheAnswer(job);
   ExpectEachFinalOnceInTheChangelog();

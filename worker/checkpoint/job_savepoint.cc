@@ -109,6 +109,10 @@ std::string Missing(const CheckpointManifest& m, const std::string& prefix,
 
 }  // namespace
 
+std::string JobInstanceStorage(const std::string& storage_url, const std::string& job_id) {
+  return absl::StrCat(storage_url, "/", job_id);
+}
+
 absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from,
                                                const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -25,8 +25,14 @@ namespace caravela {
 
 using JobSavepoint = ::caravela::v1::JobSavepoint;
 
+// Where one submitted job keeps its checkpoints in the cluster: a
+// directory of its own under the storage (`<storage_url>/<job_id>`), so a
+// job submitted again under the same name starts fresh (unless from a
+// savepoint, which is imported there).
+std::string JobInstanceStorage(const std::string& storage_url, const std::string& job_id);
+
 struct JobCheckpointRef {
-  std::string storage_url;  // the job's checkpoint storage
+  std::string storage_url;  // the job's checkpoint storage (JobInstanceStorage)
   std::string job_name;
   std::string job_id;    // recorded in the savepoint, for people
   int tasks = 0;         // global task ids 0..tasks-1

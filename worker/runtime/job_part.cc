@@ -11,6 +11,7 @@
 #include "common/job_plan.h"
 #include "common/job_spec.h"
 #include "spdlog/spdlog.h"
+#include "worker/checkpoint/job_savepoint.h"
 #include "worker/exchange/exchange.h"
 #include "worker/runtime/job_checkpoints.h"
 #include "worker/runtime/job_runner.h"
@@ -75,7 +76,7 @@ struct JobPart::Impl {
     if (!spec.checkpoint.storage.empty()) {
       // One job instance, one place: a resubmitted job of the same name
       // starts fresh.
-      absl::StrAppend(&spec.checkpoint.storage, "/", part.job_id);
+      spec.checkpoint.storage = JobInstanceStorage(spec.checkpoint.storage, part.job_id);
     }
     ASSIGN_OR_RETURN(SourcePartitions partitions,
                      QuerySourcePartitions(spec, options.embedded_bootstrap));
