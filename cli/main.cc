@@ -167,10 +167,13 @@ int main(int argc, char** argv) {
                   "State, checkpoint (unless spec.checkpoint.storage is set) and dead-letter\n"
                   "directory (default: ./caravela-data/<job name>)");
   run->add_option("--from-savepoint", run_flags.from_savepoint,
-                  "Start from this savepoint directory instead of the latest checkpoint");
+                  "Start from this savepoint directory instead of the latest checkpoint\n"
+                  "(with --parallelism > 1: a job savepoint, of any parallelism, e.g.\n"
+                  "one `caravela savepoint` wrote)");
   run->add_option("--savepoint-on-stop", run_flags.savepoint_on_stop,
                   "When the run ends (input drained, Ctrl-C or SIGTERM), write a\n"
-                  "self-contained savepoint into this new directory");
+                  "self-contained savepoint into this new directory (with --parallelism > 1:\n"
+                  "a copy of the job's last checkpoint; needs spec.checkpoint)");
   run->add_option("--parallelism", run_flags.parallelism,
                   "Tasks per stage (SPEC §8; default: spec.parallelism)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));

@@ -27,6 +27,7 @@
 #include "common/job_spec.h"
 #include "common/json.h"
 #include "common/time_util.h"
+#include "tests/child_process.h"
 #include "tests/revenue_job.h"
 #include "tests/test_util.h"
 #include "worker/connectors/embedded_broker.h"
@@ -489,6 +490,61 @@ INSTANTIATE_TEST_SUITE_P(Tasks, RescaleTest,
                          [](const ::testing::TestParamInfo<CrashCase>& info) {
                            return absl::StrCat("To", std::get<0>(info.param), "_",
                                                std::get<1>(info.param));
+                         });
+
+// Job savepoints in one process: a run at parallelism 3 over a topic read
+// without an end is stopped (SIGINT) mid-stream and writes a savepoint of
+// its last checkpoint; a run in a fresh data dir starts from it with 2 tasks
+// per stage, reads the topic to its end and converges to the uninterrupted
+// run's FINAL results.
+class SavepointTest : public ParallelCrashTest {};
+
+TEST_P(SavepointTest, StoppedRunResumesFromItsSavepointWithAnotherParallelism) {
+  const std::string via = std::get<1>(GetParam());
+  const std::string base = absl::StrCat(::testing::TempDir(), "/savepoint_", ::getpid());
+  const std::string ref = Prepare("savepoint-ref-" + via, base + "/ref-" + via);
+  ASSERT_EQ(RunBinary(ref, ""), 0) << Log(ref);
+  const auto want = FinalResults(ref + "/out");
+  ASSERT_FALSE(want.empty());
+
+  const std::string dir = Prepare("savepoint-" + via, base + "/" + via);
+  std::string unbounded = ReadFile(dir + "/job.yaml");
+  unbounded.replace(unbounded.find("bounded: true"), 13, "bounded: false");
+  std::ofstream(dir + "/unbounded.yaml") << unbounded;
+  ChildProcess first({CARAVELA_BINARY, "run", "-q", "--parallelism", "3", "--exchange", via,
+                      "--data-dir", dir + "/data", "--savepoint-on-stop", dir + "/sp",
+                      dir + "/unbounded.yaml"},
+                     dir + "/first.log");
+  // A checkpoint complete job-wide, then the stop.
+  const std::string record =
+      absl::StrCat(dir, "/data/checkpoints/savepoint-", via, "/job-checkpoint");
+  ASSERT_TRUE(Eventually([&] { return std::filesystem::exists(record); },
+                         std::chrono::milliseconds(60000)))
+      << first.Log();
+  ASSERT_EQ(first.Stop(SIGINT), 0) << first.Log();
+  EXPECT_THAT(first.Log(), ::testing::HasSubstr("savepoint of checkpoint")) << first.Log();
+  ASSERT_TRUE(std::filesystem::exists(dir + "/sp/job-savepoint.json")) << first.Log();
+  const size_t finals_before = FinalResults(dir + "/out").size();
+  EXPECT_LT(finals_before, want.size()) << "the first run was not stopped mid-stream";
+
+  // Another data dir: the savepoint is all the second run has.
+  const std::string cmd =
+      absl::StrCat(CARAVELA_BINARY, " run -q --parallelism 2 --exchange ", via, " --data-dir ",
+                   dir, "/data2 --from-savepoint ", dir, "/sp ", dir, "/job.yaml >> ", dir,
+                   "/run.log 2>&1");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << Log(dir);
+  EXPECT_THAT(Log(dir), ::testing::HasSubstr("starting from the savepoint")) << Log(dir);
+  EXPECT_THAT(Log(dir), ::testing::HasSubstr("gathered its keys")) << Log(dir);
+  ExpectSameFinals(want, FinalResults(dir + "/out"));
+  EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(),
+            ReadParts(ref + "/out", "conflicts").size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tasks, SavepointTest,
+                         ::testing::Combine(::testing::Values("3to2"),
+                                            ::testing::Values("memory", "kafka")),
+                         [](const ::testing::TestParamInfo<CrashCase>& info) {
+                           return std::string(std::get<1>(info.param));
                          });
 
 std::string CrashCaseName(const ::testing::TestParamInfo<CrashCase>& info) {

@@ -13,6 +13,7 @@
 #include "common/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_storage.h"
+#include "worker/checkpoint/job_savepoint.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/exchange/exchange.h"
@@ -132,10 +133,11 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
     r->tasks_.push_back(std::move(t));
     return r;
   }
-  if (!options.from_savepoint.empty() || !options.savepoint_on_stop.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
+  if ((!options.from_savepoint.empty() || !options.savepoint_on_stop.empty()) &&
+      spec.checkpoint.interval <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
         "savepoints of a job with parallelism ", im.parallelism,
-        " are not supported yet; run it with --parallelism 1 to take or start from one"));
+        " are copies of its checkpoints: give it spec.checkpoint (or run with --parallelism 1)"));
   }
   for (size_t i = 0; i < spec.sinks.size(); ++i) {
     if (spec.sinks[i].exactly_once) {
@@ -204,6 +206,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       }
       im.restore_id = rec.checkpoint;
     }
+    if (!options.from_savepoint.empty()) RETURN_IF_ERROR(r->ImportSavepoint(url));
   }
 
   for (const ExchangePlan& ex : r->plan_.exchanges) {
@@ -224,6 +227,10 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   // at the exchanges' log end, before a writer of this epoch writes.
   RunOptions task_options = options;
   task_options.progress_interval_ms = 0;
+  // Job savepoints are the runner's (one task's savepoint is the standalone
+  // layout).
+  task_options.from_savepoint.clear();
+  task_options.savepoint_on_stop.clear();
   // One RocksDB memory budget for every task of the process (SPEC §6).
   if (task_options.state_budget == nullptr) {
     task_options.state_budget = NewStateMemoryBudget(kStateBlockCacheBytes, kStateWriteBufferBytes);
@@ -387,7 +394,52 @@ absl::Status JobRunner::Run() {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   for (auto& t : threads) t.join();
-  return job.error();
+  RETURN_IF_ERROR(job.error());
+  if (!im.options.savepoint_on_stop.empty()) {
+    // The job's last checkpoint (input drained or stopped) is the savepoint.
+    JobCheckpointRef ref;
+    ref.storage_url = CheckpointStorageUrl(im.spec, im.options.data_dir);
+    ref.job_name = im.spec.name;
+    ref.tasks = static_cast<int>(tasks_.size());
+    ref.parallelism = im.parallelism;
+    ref.checkpoint_id = job.completed();
+    ASSIGN_OR_RETURN(JobSavepoint sp, WriteJobSavepoint(ref, im.options.savepoint_on_stop));
+    im.metrics->Get("savepoints_total")->Add();
+    Log()->info("[job={}] savepoint of checkpoint {} written to {}", im.spec.name,
+                sp.checkpoint_id(), im.options.savepoint_on_stop);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::ImportSavepoint(const std::string& storage_url) {
+  Impl& im = *impl_;
+  const std::string& dir = im.options.from_savepoint;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "savepoint.manifest")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the savepoint in ", dir, " is a one-task job's: run it with --parallelism 1"));
+  }
+  ASSIGN_OR_RETURN(JobSavepoint sp, ReadJobSavepoint(dir));
+  if (sp.job_name() != im.spec.name) {
+    return absl::FailedPreconditionError(absl::StrCat("the savepoint in ", dir, " is of job ",
+                                                      sp.job_name(), ", not ", im.spec.name));
+  }
+  if (!sp.spec_hash().empty() && sp.spec_hash() != JobGraphHash(im.spec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the savepoint in ", dir,
+        " was taken of another job graph (sources, operators or sinks changed): its state "
+        "cannot be restored into this one"));
+  }
+  RETURN_IF_ERROR(ImportJobSavepoint(dir, sp, storage_url));
+  im.restore_id = sp.checkpoint_id();
+  im.restore_parallelism = sp.parallelism() != im.parallelism ? sp.parallelism() : 0;
+  // Above the epochs the savepoint's job wrote with.
+  if (sp.epoch() >= im.epoch) {
+    im.epoch = sp.epoch() + 1;
+    RETURN_IF_ERROR(im.storage->Write(im.spec.name + "/epoch", std::to_string(im.epoch)));
+  }
+  Log()->info("[job={}] starting from the savepoint in {} (checkpoint {}, parallelism {})",
+              im.spec.name, dir, sp.checkpoint_id(), sp.parallelism());
+  return absl::OkStatus();
 }
 
 absl::Status JobRunner::RunReplay() {

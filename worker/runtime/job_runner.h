@@ -50,6 +50,10 @@ class JobRunner {
   // Runs a parallel job whose sources all have arrival fields: every task on
   // this thread, in lockstep in arrival order (Task::Replay*).
   absl::Status RunReplay();
+  // --from-savepoint: checks the job savepoint fits and imports it into the
+  // job's checkpoint storage, to restore from (rescaling if its parallelism
+  // differs).
+  absl::Status ImportSavepoint(const std::string& storage_url);
 
  public:
  private:
