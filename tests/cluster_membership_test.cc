@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -210,6 +211,61 @@ spec:
   EXPECT_EQ(orders, 1900);
   EXPECT_GT(finals, 0);
   EXPECT_EQ(local.Stop(SIGTERM), 0) << local.Log();
+}
+
+// Job YAML from the network is untrusted on every worker, not only at the
+// coordinator: a coordinator allowing all of the test dir admits a job
+// whose file sink lies outside the one directory its worker allows; the
+// worker refuses to prepare it, the job FAILS saying why, and nothing is
+// written there.
+TEST(ClusterMembershipTest, AWorkerRefusesFilesOutsideItsAllowedPaths) {
+  TempDir tmp("worker-paths", "CARAVELA_KEEP_TEST_DIRS", "worker allowed paths test");
+  const fs::path& dir = tmp.path();
+  fs::create_directories(dir / "worker-files");
+  std::ofstream(dir / "worker-files/in.jsonl") << R"({"id":"a","ts":1700000000000})" << "\n";
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0",
+                            "--data-dir", (dir / "coordinator").string(), "--allow-path",
+                            dir.string()},
+                           dir / "coordinator.log");
+  const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(address.empty()) << coordinator.Log();
+  ChildProcess worker({CARAVELA_BINARY, "worker", "--coordinator", address, "--slots", "4",
+                       "--data-dir", (dir / "worker").string(), "--allow-path",
+                       (dir / "worker-files").string()},
+                      dir / "worker.log");
+  ASSERT_FALSE(worker.WaitFor(R"(id=(\S+))", milliseconds(20000)).empty()) << worker.Log();
+  const std::string yaml = absl::StrCat(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: escape}
+spec:
+  sources:
+    - name: events
+      file: {path: )", (dir / "worker-files/in.jsonl").string(), R"(}
+      event_time: {field: ts, format: epoch_ms}
+  operators:
+    - name: unique
+      dedup: {from: events, id: id, retention: 1h}
+  sinks:
+    - {from: unique, file: {path: )", (dir / "elsewhere/out.jsonl").string(), R"(}}
+)");
+  JobClient client(address, "");
+  auto submitted = client.Submit(yaml, 0);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  ASSERT_EQ(submitted->errors_size(), 0) << submitted->DebugString();
+  const std::string id = submitted->job_id();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto j = client.Get(id);
+        return j.ok() && (j->state() == v1::FINISHED || j->state() == v1::FAILED);
+      },
+      milliseconds(60000)))
+      << coordinator.Log() << worker.Log();
+  auto job = client.Get(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::FAILED) << job->DebugString();
+  EXPECT_THAT(job->message(), ::testing::HasSubstr("refused by this worker"));
+  EXPECT_THAT(job->message(), ::testing::HasSubstr("spec.sinks[0].file.path"));
+  EXPECT_FALSE(fs::exists(dir / "elsewhere")) << "the refused job wrote outside the allowed path";
 }
 
 }  // namespace
