@@ -42,20 +42,20 @@ absl::StatusOr<std::string> JobServiceImpl::SavepointPath(const std::string& req
   std::filesystem::path p = std::filesystem::path(path).lexically_normal();
   if (p.is_relative()) {
     if (savepoint_root_.empty() || *p.begin() == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "savepoint directory ", requested,
-          ": give an absolute path under an allowed one, or a name relative to the "
-          "coordinator's savepoint directory (no \"..\")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("savepoint directory ", requested,
+                       ": give an absolute path under an allowed one, or a name relative to the "
+                       "coordinator's savepoint directory (no \"..\")"));
     }
     return (std::filesystem::path(savepoint_root_) / p).lexically_normal().string();
   }
   std::vector<std::string> allowed = allowed_paths_;
   if (!savepoint_root_.empty()) allowed.push_back(savepoint_root_);
   if (!PathUnder(p.string(), allowed)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "savepoint directory ", requested,
-        " is outside the directories this coordinator allows (--allow-path",
-        savepoint_root_.empty() ? "" : absl::StrCat(", or ", savepoint_root_), ")"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("savepoint directory ", requested,
+                     " is outside the directories this coordinator allows (--allow-path",
+                     savepoint_root_.empty() ? "" : absl::StrCat(", or ", savepoint_root_), ")"));
   }
   return p.string();
 }
@@ -96,8 +96,7 @@ grpc::Status JobServiceImpl::FromSavepoint(const std::string& requested, const J
   if (scheduler_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
   }
-  const std::string storage =
-      JobInstanceStorage(scheduler_->CheckpointStorageFor(spec), job->id());
+  const std::string storage = JobInstanceStorage(scheduler_->CheckpointStorageFor(spec), job->id());
   if (absl::Status st = ImportJobSavepoint(*dir, *sp, storage); !st.ok()) {
     return ToGrpc(absl::Status(st.code(), absl::StrCat("importing the savepoint in ", *dir,
                                                        " into ", storage, ": ", st.message())));
@@ -173,10 +172,10 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     }
     return ToGrpc(st);
   }
-  Log()->info("job {} submitted (parallelism {}, {} tasks in {} stages){}", job.id(), parallelism,
-              plan->total_tasks(), plan->stages.size(),
-              job.savepoint().empty() ? ""
-                                      : absl::StrCat(", from the savepoint in ", job.savepoint()));
+  Log()->info(
+      "job {} submitted (parallelism {}, {} tasks in {} stages){}", job.id(), parallelism,
+      plan->total_tasks(), plan->stages.size(),
+      job.savepoint().empty() ? "" : absl::StrCat(", from the savepoint in ", job.savepoint()));
   response->set_job_id(job.id());
   return grpc::Status::OK;
 }

@@ -92,9 +92,9 @@ absl::StatusOr<v1::Job> Scheduler::Rescale(const std::string& job_id, int parall
     return absl::FailedPreconditionError(std::string(plan.status().message()));
   }
   if (!job.savepoint_to().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " is stopping with a savepoint to ", job.savepoint_to(),
-        ": submit it again from the savepoint with --parallelism instead"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is stopping with a savepoint to ", job.savepoint_to(),
+                     ": submit it again from the savepoint with --parallelism instead"));
   }
   if (parallelism == job.parallelism()) return job;  // nothing to do
   job.set_rescale_to(parallelism);
@@ -165,10 +165,10 @@ void Scheduler::EndSavepoint(v1::Job& job, const std::vector<v1::Job>& all,
   job.clear_savepoint_to();
   if (written.ok()) {
     job.set_savepoint(dir);
-    (void)Transition(job, v1::FINISHED, clock_->NowMs(),
-                     absl::StrCat("stopped with a savepoint in ", dir, " (checkpoint ",
-                                  written->checkpoint_id(), ", ", written->files(), " files, ",
-                                  written->bytes(), " bytes)"));
+    (void)Transition(
+        job, v1::FINISHED, clock_->NowMs(),
+        absl::StrCat("stopped with a savepoint in ", dir, " (checkpoint ", written->checkpoint_id(),
+                     ", ", written->files(), " files, ", written->bytes(), " bytes)"));
     Put(job);
     Log()->info("job {}: {}", job.id(), job.message());
     return;
@@ -440,8 +440,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     Log()->debug("job {} checkpoint {} complete", job.id(), run.in_flight);
     run.in_flight = 0;
   }
-  if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0 &&
-      !job.savepoint_to().empty()) {
+  if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0 && !job.savepoint_to().empty()) {
     // The job's last checkpoint, copied to the savepoint once complete.
     run.in_flight = run.next_id++;
     next_ids_[job.id()] = run.next_id;

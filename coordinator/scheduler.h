@@ -190,8 +190,8 @@ class Scheduler {
   std::map<std::string, int64_t> next_ids_;  // by job id: above every checkpoint id triggered
   // Savepoints being written, by job id (their jobs have no run meanwhile).
   std::map<std::string, std::future<absl::StatusOr<JobSavepoint>>> savepoints_;
-  std::set<std::string> alive_;              // this round's ALIVE workers
-  std::map<std::string, int> free_slots_;    // this round's free slots per ALIVE worker
+  std::set<std::string> alive_;            // this round's ALIVE workers
+  std::map<std::string, int> free_slots_;  // this round's free slots per ALIVE worker
 };
 
 }  // namespace caravela

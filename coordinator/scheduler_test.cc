@@ -427,8 +427,7 @@ TEST_F(SchedulerTest, StopWithSavepointEndsAtACheckpointThenCopiesIt) {
   const std::string id = Submit();
   scheduler_->Tick();
   // Only a RUNNING job stops with a savepoint.
-  EXPECT_TRUE(absl::IsFailedPrecondition(
-      scheduler_->StopWithSavepoint(id, "/sp/one").status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(scheduler_->StopWithSavepoint(id, "/sp/one").status()));
   Beat(a, v1::TASK_READY);
   scheduler_->Tick();
   ASSERT_EQ(Get(id).state(), v1::RUNNING);

@@ -557,13 +557,14 @@ TEST_F(ClusterJobTest, SavepointAndResubmissionFromItGiveTheSameAnswer) {
 
   const fs::path job_file = dir_ / "job.yaml";
   std::ofstream(job_file) << Yaml();
-  const CliResult resubmit = Cli(
-      absl::StrCat("submit ", job_file.string(), " --from-savepoint sp1 --parallelism 2", at),
-      dir_);
+  const CliResult resubmit =
+      Cli(absl::StrCat("submit ", job_file.string(), " --from-savepoint sp1 --parallelism 2", at),
+          dir_);
   ASSERT_EQ(resubmit.code, 0) << resubmit.out;
   // The id is the last line.
   const std::string out(absl::StripTrailingAsciiWhitespace(resubmit.out));
-  const std::string id2 = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+  const std::string id2 =
+      out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
   ASSERT_NE(id2, id);
   ASSERT_TRUE(Eventually([&] { return Get(id2).state() == v1::FINISHED; }, milliseconds(120000)))
       << Get(id2).DebugString() << Logs();

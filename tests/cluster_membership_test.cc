@@ -222,17 +222,17 @@ TEST(ClusterMembershipTest, AWorkerRefusesFilesOutsideItsAllowedPaths) {
   TempDir tmp("worker-paths", "CARAVELA_KEEP_TEST_DIRS", "worker allowed paths test");
   const fs::path& dir = tmp.path();
   fs::create_directories(dir / "worker-files");
-  std::ofstream(dir / "worker-files/in.jsonl") << R"({"id":"a","ts":1700000000000})" << "\n";
-  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0",
-                            "--data-dir", (dir / "coordinator").string(), "--allow-path",
-                            dir.string()},
+  std::ofstream(dir / "worker-files/in.jsonl") << R"({"id":"a","ts":1700000000000})"
+                                               << "\n";
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--data-dir",
+                            (dir / "coordinator").string(), "--allow-path", dir.string()},
                            dir / "coordinator.log");
   const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
   ASSERT_FALSE(address.empty()) << coordinator.Log();
-  ChildProcess worker({CARAVELA_BINARY, "worker", "--coordinator", address, "--slots", "4",
-                       "--data-dir", (dir / "worker").string(), "--allow-path",
-                       (dir / "worker-files").string()},
-                      dir / "worker.log");
+  ChildProcess worker(
+      {CARAVELA_BINARY, "worker", "--coordinator", address, "--slots", "4", "--data-dir",
+       (dir / "worker").string(), "--allow-path", (dir / "worker-files").string()},
+      dir / "worker.log");
   ASSERT_FALSE(worker.WaitFor(R"(id=(\S+))", milliseconds(20000)).empty()) << worker.Log();
   const std::string yaml = absl::StrCat(R"(apiVersion: caravela/v1
 kind: Job
@@ -240,13 +240,15 @@ metadata: {name: escape}
 spec:
   sources:
     - name: events
-      file: {path: )", (dir / "worker-files/in.jsonl").string(), R"(}
+      file: {path: )",
+                                        (dir / "worker-files/in.jsonl").string(), R"(}
       event_time: {field: ts, format: epoch_ms}
   operators:
     - name: unique
       dedup: {from: events, id: id, retention: 1h}
   sinks:
-    - {from: unique, file: {path: )", (dir / "elsewhere/out.jsonl").string(), R"(}}
+    - {from: unique, file: {path: )",
+                                        (dir / "elsewhere/out.jsonl").string(), R"(}}
 )");
   JobClient client(address, "");
   auto submitted = client.Submit(yaml, 0);

@@ -511,15 +511,15 @@ TEST_P(SavepointTest, StoppedRunResumesFromItsSavepointWithAnotherParallelism) {
   std::string unbounded = ReadFile(dir + "/job.yaml");
   unbounded.replace(unbounded.find("bounded: true"), 13, "bounded: false");
   std::ofstream(dir + "/unbounded.yaml") << unbounded;
-  ChildProcess first({CARAVELA_BINARY, "run", "-q", "--parallelism", "3", "--exchange", via,
-                      "--data-dir", dir + "/data", "--savepoint-on-stop", dir + "/sp",
-                      dir + "/unbounded.yaml"},
-                     dir + "/first.log");
+  ChildProcess first(
+      {CARAVELA_BINARY, "run", "-q", "--parallelism", "3", "--exchange", via, "--data-dir",
+       dir + "/data", "--savepoint-on-stop", dir + "/sp", dir + "/unbounded.yaml"},
+      dir + "/first.log");
   // A checkpoint complete job-wide, then the stop.
   const std::string record =
       absl::StrCat(dir, "/data/checkpoints/savepoint-", via, "/job-checkpoint");
-  ASSERT_TRUE(Eventually([&] { return std::filesystem::exists(record); },
-                         std::chrono::milliseconds(60000)))
+  ASSERT_TRUE(
+      Eventually([&] { return std::filesystem::exists(record); }, std::chrono::milliseconds(60000)))
       << first.Log();
   ASSERT_EQ(first.Stop(SIGINT), 0) << first.Log();
   EXPECT_THAT(first.Log(), ::testing::HasSubstr("savepoint of checkpoint")) << first.Log();
@@ -528,10 +528,9 @@ TEST_P(SavepointTest, StoppedRunResumesFromItsSavepointWithAnotherParallelism) {
   EXPECT_LT(finals_before, want.size()) << "the first run was not stopped mid-stream";
 
   // Another data dir: the savepoint is all the second run has.
-  const std::string cmd =
-      absl::StrCat(CARAVELA_BINARY, " run -q --parallelism 2 --exchange ", via, " --data-dir ",
-                   dir, "/data2 --from-savepoint ", dir, "/sp ", dir, "/job.yaml >> ", dir,
-                   "/run.log 2>&1");
+  const std::string cmd = absl::StrCat(CARAVELA_BINARY, " run -q --parallelism 2 --exchange ", via,
+                                       " --data-dir ", dir, "/data2 --from-savepoint ", dir, "/sp ",
+                                       dir, "/job.yaml >> ", dir, "/run.log 2>&1");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << Log(dir);
   EXPECT_THAT(Log(dir), ::testing::HasSubstr("starting from the savepoint")) << Log(dir);
   EXPECT_THAT(Log(dir), ::testing::HasSubstr("gathered its keys")) << Log(dir);

@@ -57,8 +57,8 @@ std::string ManifestKey(const std::string& job, int task, int64_t id) {
 
 // Copies one object between storages: a plain file is streamed by path;
 // anything else goes through a temporary local file.
-absl::Status CopyObject(CheckpointStorage& from, const std::string& from_key,
-                        CheckpointStorage& to, const std::string& to_key) {
+absl::Status CopyObject(CheckpointStorage& from, const std::string& from_key, CheckpointStorage& to,
+                        const std::string& to_key) {
   const std::string local = from.LocalPath(from_key);
   if (!local.empty()) return to.Upload(to_key, local);
   const fs::path tmp = fs::temp_directory_path() /
@@ -117,10 +117,9 @@ absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from,
                                                const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();
   if (from.tasks <= 0 || from.checkpoint_id <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", from.job_name,
-                                                   " has no complete checkpoint to save (tasks ",
-                                                   from.tasks, ", checkpoint ",
-                                                   from.checkpoint_id, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", from.job_name, " has no complete checkpoint to save (tasks ",
+                     from.tasks, ", checkpoint ", from.checkpoint_id, ")"));
   }
   ASSIGN_OR_RETURN(auto src, OpenCheckpointStorage(from.storage_url));
   ASSIGN_OR_RETURN(auto dst, OpenCheckpointStorage(DirUrl(dir)));
@@ -169,12 +168,12 @@ absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from,
     return absl::InternalError(absl::StrCat("savepoint metadata: ", st.ToString()));
   }
   RETURN_IF_ERROR(dst->Write(kMetaKey, json));
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
-  Log()->info("job {}: savepoint of checkpoint {} ({} tasks, {} files, {} bytes) written to {} in {} ms",
-              from.job_name, from.checkpoint_id, from.tasks, sp.files(), sp.bytes(), dst->url(),
-              ms);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  Log()->info(
+      "job {}: savepoint of checkpoint {} ({} tasks, {} files, {} bytes) written to {} in {} ms",
+      from.job_name, from.checkpoint_id, from.tasks, sp.files(), sp.bytes(), dst->url(), ms);
   return sp;
 }
 
@@ -182,8 +181,8 @@ absl::StatusOr<JobSavepoint> ReadJobSavepoint(const std::string& dir) {
   ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(DirUrl(dir)));
   absl::StatusOr<std::string> json = storage->Read(kMetaKey);
   if (absl::IsNotFound(json.status())) {
-    return absl::NotFoundError(absl::StrCat("no savepoint in ", storage->url(), " (", kMetaKey,
-                                            " does not exist)"));
+    return absl::NotFoundError(
+        absl::StrCat("no savepoint in ", storage->url(), " (", kMetaKey, " does not exist)"));
   }
   RETURN_IF_ERROR(json.status());
   JobSavepoint sp;

@@ -34,9 +34,9 @@ std::string JobInstanceStorage(const std::string& storage_url, const std::string
 struct JobCheckpointRef {
   std::string storage_url;  // the job's checkpoint storage (JobInstanceStorage)
   std::string job_name;
-  std::string job_id;    // recorded in the savepoint, for people
-  int tasks = 0;         // global task ids 0..tasks-1
-  int parallelism = 0;   // tasks per stage when it was taken
+  std::string job_id;   // recorded in the savepoint, for people
+  int tasks = 0;        // global task ids 0..tasks-1
+  int parallelism = 0;  // tasks per stage when it was taken
   int64_t checkpoint_id = 0;
 };
 
@@ -45,7 +45,8 @@ struct JobCheckpointRef {
 // last. AlreadyExists if `dir` holds a savepoint already; DataLoss naming
 // the task and key when a task's part of the checkpoint is missing or
 // truncated in storage.
-absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from, const std::string& dir);
+absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from,
+                                               const std::string& dir);
 
 // Reads job-savepoint.json and checks that every task's manifest and every
 // file it lists are present with their sizes. NotFound when `dir` holds no

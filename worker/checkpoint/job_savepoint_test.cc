@@ -42,8 +42,8 @@ class JobSavepointTest : public ::testing::Test {
   void StoreTask(int task, int64_t id, int rows) {
     auto backend = OpenRocksDbBackend(absl::StrCat(root_, "/db-", task));
     ASSERT_OK(backend.status());
-    auto mgr = CheckpointManager::Open(url_, "orders", task,
-                                       absl::StrCat(root_, "/scratch-", task), 2);
+    auto mgr =
+        CheckpointManager::Open(url_, "orders", task, absl::StrCat(root_, "/scratch-", task), 2);
     ASSERT_OK(mgr.status());
     for (int64_t c = 1; c <= id; ++c) {
       auto t = (*backend)->OpenTable("sums");
@@ -62,8 +62,8 @@ class JobSavepointTest : public ::testing::Test {
 
   // The state of `task`'s checkpoint `id` in the storage at `url`.
   Table Restored(const std::string& url, int task, int64_t id) {
-    auto mgr = CheckpointManager::Open(url, "orders", task,
-                                       absl::StrCat(root_, "/rs-scratch-", task), 2);
+    auto mgr =
+        CheckpointManager::Open(url, "orders", task, absl::StrCat(root_, "/rs-scratch-", task), 2);
     EXPECT_OK(mgr.status());
     auto m = (*mgr)->LatestUpTo(id);
     EXPECT_OK(m.status());

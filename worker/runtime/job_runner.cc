@@ -415,8 +415,8 @@ absl::Status JobRunner::ImportSavepoint(const std::string& storage_url) {
   Impl& im = *impl_;
   const std::string& dir = im.options.from_savepoint;
   if (std::filesystem::exists(std::filesystem::path(dir) / "savepoint.manifest")) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the savepoint in ", dir, " is a one-task job's: run it with --parallelism 1"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the savepoint in ", dir, " is a one-task job's: run it with --parallelism 1"));
   }
   ASSIGN_OR_RETURN(JobSavepoint sp, ReadJobSavepoint(dir));
   if (sp.job_name() != im.spec.name) {

@@ -23,8 +23,8 @@
 
 #include "common/job_plan.h"
 #include "common/job_spec.h"
-#include "common/status.h"
 #include "common/metrics.h"
+#include "common/status.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/runtime/task.h"
 
