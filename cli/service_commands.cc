@@ -52,6 +52,8 @@ struct Flags {
   CLI::App* rescale = nullptr;
   int rescale_to = 0;
   CLI::App* savepoint = nullptr;
+  CLI::App* health = nullptr;
+  std::string health_address;
   std::string savepoint_dir;
   std::string from_savepoint;
   std::string wait = "10m";
@@ -231,17 +233,27 @@ int ClientCommand() {
   if (*f.job && job->tasks_size() > 0) {
     // Per task: where it runs and how far it is (live from heartbeats).
     std::printf("last checkpoint %lld\n", static_cast<long long>(job->last_checkpoint()));
-    std::printf("%5s %5s %5s  %-12s %-15s %12s %12s %10s %10s  %s\n", "TASK", "STAGE", "INDEX",
-                "WORKER", "STATE", "RECORDS_IN", "RECORDS_OUT", "LAG", "CHECKPOINT", "WATERMARK");
+    std::printf("%5s %5s %5s  %-12s %-15s %12s %12s %10s %10s  %-24s %s\n", "TASK", "STAGE",
+                "INDEX", "WORKER", "STATE", "RECORDS_IN", "RECORDS_OUT", "LAG", "CHECKPOINT",
+                "WATERMARK", "PARTITIONS");
     for (int g = 0; g < job->tasks_size(); ++g) {
       const v1::TaskStatus& t = job->tasks(g);
-      std::printf("%5d %5d %5d  %-12s %-15s %12lld %12lld %10lld %10lld  %s%s%s\n", g, t.stage(),
-                  t.index(), t.worker().c_str(), t.state().c_str(),
-                  static_cast<long long>(t.records_in()), static_cast<long long>(t.records_out()),
-                  static_cast<long long>(t.consumer_lag()),
-                  static_cast<long long>(t.last_checkpoint()),
-                  t.state() == "ASSIGNED" ? "" : FormatWatermark(t.watermark_ms()).c_str(),
-                  t.error().empty() ? "" : "  ", t.error().c_str());
+      // "purchases:0,3 shipments:0,3": the source partitions it reads.
+      std::string parts;
+      std::string last;
+      for (const v1::SourcePartitionStatus& p : t.sources()) {
+        const bool same = p.source() == last;
+        absl::StrAppend(&parts, same ? "," : (parts.empty() ? "" : " "),
+                        same ? "" : p.source() + ":", p.partition());
+        last = p.source();
+      }
+      std::printf(
+          "%5d %5d %5d  %-12s %-15s %12lld %12lld %10lld %10lld  %-24s %s%s%s\n", g, t.stage(),
+          t.index(), t.worker().c_str(), t.state().c_str(), static_cast<long long>(t.records_in()),
+          static_cast<long long>(t.records_out()), static_cast<long long>(t.consumer_lag()),
+          static_cast<long long>(t.last_checkpoint()),
+          t.state() == "ASSIGNED" ? "" : FormatWatermark(t.watermark_ms()).c_str(),
+          parts.empty() ? "-" : parts.c_str(), t.error().empty() ? "" : "  ", t.error().c_str());
     }
   }
   return 0;
@@ -276,6 +288,18 @@ int WorkerCommand() {
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   (*agent)->Stop();
   return 0;
+}
+
+// `caravela health [HOST:PORT]`: the grpc.health.v1 answer of a coordinator
+// or worker (no token needed), for container health checks and scripts.
+int HealthCommand() {
+  Flags& f = F();
+  const std::string address = f.health_address.empty() ? Address() : f.health_address;
+  JobClient client(address, "", 3000, f.tls_ca);
+  absl::StatusOr<std::string> status = client.Health();
+  if (!status.ok()) return Fail(status.status());
+  std::printf("%s %s\n", address.c_str(), status->c_str());
+  return *status == "SERVING" ? 0 : 1;
 }
 
 int WorkersCommand() {
@@ -454,6 +478,14 @@ void AddServiceCommands(CLI::App& app) {
                       "default: only each worker's data directory)");
   f.local->add_option("--data-dir", f.local_dir, "Coordinator and worker data")
       ->capture_default_str();
+  f.health = app.add_subcommand(
+      "health",
+      "Ask a coordinator or worker for its gRPC health (grpc.health.v1, no token needed); "
+      "prints ADDRESS SERVING and exits 0, else 1 (container health checks)");
+  f.health->add_option("address", f.health_address,
+                       "HOST:PORT of its gRPC service (default: the coordinator's)");
+  f.health->add_option("--coordinator", f.address, "Same as ADDRESS");
+  f.health->add_option("--tls-ca", f.tls_ca, "PEM file of the roots to trust: talk TLS");
   f.workers = app.add_subcommand("workers", "List the workers the coordinator knows");
   AddClientOptions(f.workers);
 
@@ -504,6 +536,7 @@ int RunServiceCommands() {
   if (*f.coordinator_cmd) return CoordinatorCommand();
   if (*f.worker_cmd) return WorkerCommand();
   if (*f.workers) return WorkersCommand();
+  if (*f.health) return HealthCommand();
   if (*f.local) return LocalCommand();
   if (*f.submit || *f.jobs || *f.job || *f.cancel || *f.rescale || *f.savepoint) {
     return ClientCommand();

@@ -462,7 +462,8 @@ TEST_F(SchedulerTest, StopWithSavepointEndsAtACheckpointThenCopiesIt) {
     EXPECT_EQ(saved_[0].first.tasks, 6);
     EXPECT_EQ(saved_[0].first.parallelism, 2);
     EXPECT_EQ(saved_[0].first.job_name, "revenue");
-    EXPECT_EQ(saved_[0].first.storage_url, "file:///shared/checkpoints");
+    EXPECT_EQ(saved_[0].first.storage_url,
+              "file:///shared/checkpoints/revenue-1");  // the job instance's
   }
   v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::SCHEDULING);

@@ -341,6 +341,17 @@ TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   EXPECT_GT(max_lag, 0);
   const v1::Job job = Get(id);
   for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.consumer_lag(), 0) << t.DebugString();
+  // Per task its source partitions (p % 3 == index, in the stage reading
+  // the source) and their final positions: together every record produced.
+  std::map<std::string, int64_t> read;
+  for (const v1::TaskStatus& t : job.tasks()) {
+    for (const v1::SourcePartitionStatus& p : t.sources()) {
+      EXPECT_EQ(p.partition() % kParallelism, t.index()) << t.DebugString();
+      EXPECT_EQ(p.lag(), 0) << t.DebugString();
+      read[p.source()] += p.offset();
+    }
+  }
+  EXPECT_EQ(read, produced_);
   // The last checkpoint's source offsets are in the job's consumer group,
   // where lag tools look: everything read.
   for (const auto& [topic, n] : produced_) {
@@ -364,6 +375,8 @@ TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   const std::string table = cli.Log();
   EXPECT_THAT(table, ::testing::HasSubstr("FINISHED"));
   EXPECT_THAT(table, ::testing::HasSubstr("RECORDS_IN"));
+  EXPECT_THAT(table, ::testing::HasSubstr("purchases:0,3"));
+  EXPECT_THAT(table, ::testing::HasSubstr("shipments:1,4"));
   for (const std::string& w : ids_) EXPECT_THAT(table, ::testing::HasSubstr(w));
   ExpectTheAnswer(job);
 }

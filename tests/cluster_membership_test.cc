@@ -141,6 +141,27 @@ namespace {
 // carries the input and the exchanges (the coordinator creates the exchange
 // topics there, since that broker serves no CreateTopics to the workers),
 // two worker processes run the 6 tasks.
+// Submits `yaml` and waits (up to a minute) until the job FINISHED or
+// FAILED; the job then, or why not.
+absl::StatusOr<v1::Job> SubmitAndWaitForTheEnd(JobClient& client, const std::string& yaml) {
+  absl::StatusOr<v1::SubmitJobResponse> submitted = client.Submit(yaml, 0);
+  if (!submitted.ok()) return submitted.status();
+  if (submitted->job_id().empty()) return absl::InvalidArgumentError(submitted->DebugString());
+  const std::string id = submitted->job_id();
+  absl::StatusOr<v1::Job> job;
+  Eventually(
+      [&] {
+        job = client.Get(id);
+        return job.ok() && (job->state() == v1::FINISHED || job->state() == v1::FAILED);
+      },
+      milliseconds(60000));
+  if (job.ok() && job->state() != v1::FINISHED && job->state() != v1::FAILED) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("job ", id, " did not end in a minute: ", job->DebugString()));
+  }
+  return job;
+}
+
 TEST(ClusterMembershipTest, LocalRunsASubmittedJob) {
   TempDir tmp("local-job", "CARAVELA_KEEP_TEST_DIRS", "caravela local job test");
   const fs::path& dir = tmp.path();
@@ -184,19 +205,8 @@ spec:
                                         (dir / "out/revenue.jsonl").string(), R"(}}
 )");
   JobClient client(coordinator, "");
-  auto submitted = client.Submit(yaml, 0);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  ASSERT_EQ(submitted->errors_size(), 0) << submitted->DebugString();
-  const std::string id = submitted->job_id();
-  ASSERT_TRUE(Eventually(
-      [&] {
-        auto j = client.Get(id);
-        return j.ok() && (j->state() == v1::FINISHED || j->state() == v1::FAILED);
-      },
-      milliseconds(60000)))
-      << local.Log();
-  auto job = client.Get(id);
-  ASSERT_TRUE(job.ok());
+  absl::StatusOr<v1::Job> job = SubmitAndWaitForTheEnd(client, yaml);
+  ASSERT_TRUE(job.ok()) << job.status() << local.Log();
   ASSERT_EQ(job->state(), v1::FINISHED) << job->DebugString() << local.Log();
   // 1900 distinct events, every FINAL count summed.
   int64_t orders = 0;
@@ -251,19 +261,8 @@ spec:
                                         (dir / "elsewhere/out.jsonl").string(), R"(}}
 )");
   JobClient client(address, "");
-  auto submitted = client.Submit(yaml, 0);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  ASSERT_EQ(submitted->errors_size(), 0) << submitted->DebugString();
-  const std::string id = submitted->job_id();
-  ASSERT_TRUE(Eventually(
-      [&] {
-        auto j = client.Get(id);
-        return j.ok() && (j->state() == v1::FINISHED || j->state() == v1::FAILED);
-      },
-      milliseconds(60000)))
-      << coordinator.Log() << worker.Log();
-  auto job = client.Get(id);
-  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<v1::Job> job = SubmitAndWaitForTheEnd(client, yaml);
+  ASSERT_TRUE(job.ok()) << job.status() << coordinator.Log() << worker.Log();
   EXPECT_EQ(job->state(), v1::FAILED) << job->DebugString();
   EXPECT_THAT(job->message(), ::testing::HasSubstr("refused by this worker"));
   EXPECT_THAT(job->message(), ::testing::HasSubstr("spec.sinks[0].file.path"));

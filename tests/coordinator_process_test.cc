@@ -68,6 +68,12 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   const std::string address = StartCoordinator(&coordinator, dir);
   ASSERT_FALSE(address.empty()) << coordinator->Log();
   const std::string at = " --coordinator " + address;
+  // `caravela health` (the container health check): SERVING, exit 0; a
+  // port nobody serves: exit 1.
+  const CliResult health = Cli("health " + address, dir);
+  EXPECT_EQ(health.code, 0) << health.out;
+  EXPECT_EQ(health.out, address + " SERVING\n");
+  EXPECT_EQ(Cli("health 127.0.0.1:1", dir).code, 1);
 
   CliResult submit = Cli("submit " + (dir / "job.yaml").string() + " --parallelism 3" + at, dir);
   ASSERT_EQ(submit.code, 0) << submit.out;

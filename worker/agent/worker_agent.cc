@@ -100,6 +100,15 @@ struct WorkerAgent::Impl {
         r->set_watermark_ms(s.watermark_ms);
         r->set_consumer_lag(s.consumer_lag);
         r->set_stop_checkpoint(s.stop_checkpoint);
+        for (const Task::PartitionStatus& p : s.partitions) {
+          v1::SourcePartitionStatus* ps = r->add_partitions();
+          ps->set_source(p.source);
+          ps->set_partition(p.partition);
+          ps->set_offset(p.offset);
+          ps->set_lag(p.lag);
+          ps->set_watermark_ms(p.watermark_ms);
+          ps->set_idle(p.idle);
+        }
         ++n;
       }
     }

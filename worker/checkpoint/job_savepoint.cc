@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/time_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
@@ -35,11 +36,7 @@ std::shared_ptr<spdlog::logger> Log() {
   return logger;
 }
 
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+int64_t NowUnixMs() { return SystemClock().NowMs(); }
 
 std::string DirUrl(const std::string& dir) {
   if (dir.find("://") != std::string::npos) return dir;

@@ -242,6 +242,7 @@ std::vector<JobPart::TaskState> JobPart::States() const {
     out[i].records_out = im.tasks[i]->records_out();
     out[i].watermark_ms = im.tasks[i]->watermark();
     out[i].consumer_lag = im.tasks[i]->consumer_lag();
+    out[i].partitions = im.tasks[i]->partitions();
     out[i].stop_checkpoint = im.job->stop_at();
   }
   return out;

@@ -29,6 +29,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "worker/runtime/pipeline.h"
+#include "worker/runtime/task.h"
 
 namespace caravela {
 
@@ -62,6 +63,7 @@ class JobPart {
     int64_t watermark_ms = 0;
     int64_t consumer_lag = 0;
     int64_t stop_checkpoint = 0;  // the stopping checkpoint triggered here, 0: none
+    std::vector<Task::PartitionStatus> partitions;
   };
 
   // `options.data_dir` is the worker's; the part keeps its state under

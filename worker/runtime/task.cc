@@ -74,6 +74,11 @@ int64_t Task::next_checkpoint_id() const {
 int64_t Task::records_out() const { return impl_->records_out.load(std::memory_order_relaxed); }
 int64_t Task::consumer_lag() const { return impl_->published_lag.load(std::memory_order_relaxed); }
 
+std::vector<Task::PartitionStatus> Task::partitions() const {
+  std::lock_guard<std::mutex> lock(impl_->partitions_mu);
+  return impl_->published_partitions;
+}
+
 absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptions options,
                                                    TaskPlacement placement,
                                                    MetricsRegistry* metrics) {
@@ -704,6 +709,7 @@ absl::Status Task::Impl::UpdateWatermarks() {
     node_idle[i] = src.wm->idle() ? 1 : 0;
   }
   published_lag.store(lag, std::memory_order_relaxed);
+  PublishPartitions();
   for (size_t i = 0; i < ops.size(); ++i) {
     OperatorNode& on = ops[i];
     if (!on.here) continue;
@@ -731,6 +737,38 @@ absl::Status Task::Impl::UpdateWatermarks() {
   // For the job's coordinating thread (progress line, metrics).
   published_watermark.store(LowestWatermark(), std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+void Task::Impl::PublishPartitions(bool now_anyway) {
+  // For status reports only: a few hundred ms old is fresh enough, and the
+  // hot path pays one clock read.
+  constexpr auto kEvery = std::chrono::milliseconds(250);
+  const auto now = std::chrono::steady_clock::now();
+  if (!now_anyway && now - partitions_at < kEvery) return;
+  partitions_at = now;
+  std::vector<Task::PartitionStatus> out;
+  for (int i = 0; i < S(); ++i) {
+    SourceNode& src = sources[i];
+    if (!src.present || src.raw == nullptr) continue;
+    const bool kafka = src.spec->kind == SourceSpec::Kind::kKafka && !arrival_mode;
+    for (int p = 0; p < src.raw->PartitionCount(); ++p) {
+      if (src.wm != nullptr && !src.wm->owned(p)) continue;
+      Task::PartitionStatus ps;
+      ps.source = src.spec->name;
+      ps.partition = p;
+      ps.offset = p < static_cast<int>(src.applied.size()) ? src.applied[p] : 0;
+      ps.lag = kafka ? src.raw->Backlog(p) : 0;
+      if (src.wm != nullptr && p < src.wm->partition_count()) {
+        ps.watermark_ms = src.wm->partition_watermark(p);
+        ps.idle = src.wm->partition_idle(p);
+      } else {
+        ps.watermark_ms = kMaxTime;  // a table source holds no event time back
+      }
+      out.push_back(std::move(ps));
+    }
+  }
+  std::lock_guard<std::mutex> lock(partitions_mu);
+  published_partitions = std::move(out);
 }
 
 int64_t Task::Impl::LowestWatermark() const {

@@ -118,6 +118,17 @@ class Task {
   // Records of its Kafka source partitions not read yet (high watermark last
   // seen minus position), as of its last step. Thread-safe.
   int64_t consumer_lag() const;
+  // Its source partitions as of about 250 ms ago (offset applied, lag,
+  // watermark, idle). Thread-safe.
+  struct PartitionStatus {
+    std::string source;
+    int32_t partition = 0;
+    int64_t offset = 0;
+    int64_t lag = 0;
+    int64_t watermark_ms = 0;
+    bool idle = false;
+  };
+  std::vector<PartitionStatus> partitions() const;
   // The lowest checkpoint id this task's storage has not used (a crashed run
   // may have stored ids the job never completed); 1 without checkpoints.
   int64_t next_checkpoint_id() const;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -204,6 +205,11 @@ struct Task::Impl {
   std::atomic<int64_t> records_in{0};
   std::atomic<int64_t> published_watermark{kMinTime};  // UpdateWatermarks
   std::atomic<int64_t> published_lag{0};  // UpdateWatermarks: records behind on the sources
+  // UpdateWatermarks, at most every kPartitionStatusMs: per source partition.
+  mutable std::mutex partitions_mu;
+  std::vector<Task::PartitionStatus> published_partitions;
+  std::chrono::steady_clock::time_point partitions_at{};
+  void PublishPartitions(bool now = false);
   std::atomic<int64_t> records_out{0};
   int64_t invalid_total = 0;
   std::chrono::steady_clock::time_point started, last_progress, last_flush, last_state_flush;

@@ -213,6 +213,7 @@ absl::Status Task::Impl::RunParallel() {
   }
   RETURN_IF_ERROR(Commit(true));
   for (WriterNode& wn : writers) RETURN_IF_ERROR(wn.writer->Flush(30000));
+  PublishPartitions(true);  // the last report holds the final positions
   return CloseSinks();
 }
 
