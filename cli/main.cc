@@ -83,13 +83,15 @@ int RunJob(const std::string& file, const RunFlags& flags) {
   // Up before the pipeline, which may wait for its topics: /metrics is
   // empty until the job's registry exists.
   std::unique_ptr<caravela::HttpServer> http;
-  static std::atomic<caravela::MetricsRegistry*> registry{nullptr};
+  static std::atomic<caravela::Pipeline*> running{nullptr};
   if (!flags.http.empty()) {
-    auto server = caravela::HttpServer::Start(
-        flags.http, "", {caravela::HealthRoute(), caravela::MetricsRoute([] {
-                           caravela::MetricsRegistry* m = registry.load();
-                           return m == nullptr ? std::string() : m->ToPrometheusText("caravela_");
-                         })});
+    auto server = caravela::HttpServer::Start(flags.http, "",
+                                              {caravela::HealthRoute(), caravela::MetricsRoute([] {
+                                                 caravela::Pipeline* p = running.load();
+                                                 if (p == nullptr) return std::string();
+                                                 p->RefreshMetrics();
+                                                 return p->metrics().ToPrometheusText("caravela_");
+                                               })});
     if (!server.ok()) {
       std::fprintf(stderr, "error: --http: %s\n", std::string(server.status().message()).c_str());
       return 2;
@@ -105,9 +107,9 @@ int RunJob(const std::string& file, const RunFlags& flags) {
     std::fprintf(stderr, "error: %s\n", std::string(pipeline.status().message()).c_str());
     return 1;
   }
-  registry.store(&(*pipeline)->metrics());
+  running.store(pipeline->get());
   absl::Status st = (*pipeline)->Run();
-  registry.store(nullptr);
+  running.store(nullptr);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
     return 1;

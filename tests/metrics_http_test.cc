@@ -61,6 +61,7 @@ spec:
     - name: purchases
       kafka: {topic: purchases}
       event_time: {field: ts, format: epoch_ms}
+      watermark: {max_out_of_orderness: 5s, idle_timeout: 1h}
   operators:
     - name: unique
       dedup: {from: purchases, id: event_id, retention: 1h}
@@ -74,9 +75,12 @@ spec:
   const std::string broker = run.WaitFor(R"(bootstrap (\S+))", milliseconds(20000));
   ASSERT_FALSE(http.empty() || broker.empty()) << run.Log();
   EXPECT_THAT(Get(http, "/healthz"), HasSubstr("SERVING"));
+  // 2 records on partition 0 (e0, e1) and 3 on partition 2 (e2, e0, e1),
+  // event time by id (copies are identical: duplicates).
   std::vector<std::pair<int32_t, std::string>> lines;
   for (int i = 0; i < 5; ++i) {
-    lines.emplace_back(-1, absl::StrCat(R"({"event_id":"e)", i % 3, R"(","ts":1700000000000})"));
+    lines.emplace_back(i < 2 ? 0 : 2, absl::StrCat(R"({"event_id":"e)", i % 3, R"(","ts":)",
+                                                   1700000000000 + (i % 3) * 60'000, "}"));
   }
   ASSERT_TRUE(ProduceLines(broker, "purchases", lines, 30000).ok());
   std::string text;
@@ -88,6 +92,35 @@ spec:
       milliseconds(20000)))
       << text << run.Log();
   EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_duplicates_total{op="unique"} 2)"));
+  // Per source partition: the position, nothing unread, and the watermark
+  // (the highest event time there minus the 5 s out-of-orderness), once
+  // the task published them (every 250 ms).
+  const std::string p0 = R"({job="metrics-demo",source="purchases",partition="0"})";
+  const std::string p2 = R"({job="metrics-demo",source="purchases",partition="2"})";
+  ASSERT_TRUE(Eventually(
+      [&] {
+        text = Get(http, "/metrics");
+        return text.find("caravela_source_partition_offset" + p2 + " 3") != std::string::npos;
+      },
+      milliseconds(10000)))
+      << text;
+  EXPECT_THAT(text, HasSubstr("caravela_source_partition_offset" + p0 + " 2"));
+  EXPECT_THAT(text, HasSubstr("caravela_source_partition_lag_records" + p0 + " 0"));
+  EXPECT_THAT(text, HasSubstr("caravela_source_partition_lag_records" + p2 + " 0"));
+  EXPECT_THAT(text, HasSubstr("caravela_source_partition_watermark_seconds" + p0 +
+                              " 1700000055.000"));  // 1700000060000 - 5000 ms
+  EXPECT_THAT(text, HasSubstr("caravela_source_partition_watermark_seconds" + p2 +
+                              " 1700000115.000"));  // 1700000120000 - 5000 ms
+  EXPECT_THAT(text, HasSubstr("caravela_source_partition_idle" + p2 + " 0"));
+  // Partitions 1 and 3 got nothing: no watermark yet, offset 0.
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(caravela_source_partition_offset{job="metrics-demo",source="purchases",partition="1"} 0)"));
+  EXPECT_THAT(
+      text,
+      ::testing::Not(HasSubstr(
+          R"(caravela_source_partition_watermark_seconds{job="metrics-demo",source="purchases",partition="1"})")));
   EXPECT_THAT(text, HasSubstr("# TYPE caravela_records_in_total counter"));
   // Counted in ms, exported in seconds.
   EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_retention_seconds{op="unique"} 3600.000)"));

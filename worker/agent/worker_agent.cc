@@ -18,6 +18,7 @@
 #include "common/http_server.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/time_util.h"
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 #include "worker/runtime/job_part.h"
@@ -83,10 +84,14 @@ struct WorkerAgent::Impl {
     return v1::TASK_PHASE_UNSPECIFIED;
   }
 
-  void Report(v1::HeartbeatRequest* request) const {
+  // Task reports for the heartbeat; also sets the per-partition gauges of
+  // /metrics (labelled with the job id).
+  void Report(v1::HeartbeatRequest* request) {
     int n = 0;
+    const int64_t now = SystemClock().NowMs();
     for (const auto& [id, part] : parts) {
       for (const JobPart::TaskState& s : part->States()) {
+        Task::PublishPartitionMetrics(id, s.partitions, now, &metrics);
         v1::TaskReport* r = request->add_tasks();
         r->set_job_id(id);
         r->set_epoch(part->epoch());

@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "common/time_util.h"
-#include "common/metrics.h"
 #include "worker/state/state_backend.h"
 
 namespace caravela {
@@ -101,6 +101,9 @@ class Pipeline {
   absl::Status Run();
 
   MetricsRegistry& metrics() { return metrics_; }
+  // Updates the gauges read at a scrape (per source partition: offset, lag,
+  // watermark, idle; Task::PublishPartitionMetrics). Thread-safe.
+  void RefreshMetrics();
   // The state of the job's first task (the whole job's when it runs as one).
   StateBackend& state();
   // A one-line human summary of records in/out and side outputs.
@@ -110,6 +113,7 @@ class Pipeline {
  private:
   Pipeline() = default;
   MetricsRegistry metrics_;
+  std::string job_name_;
   std::unique_ptr<JobRunner> runner_;
 };
 

@@ -74,6 +74,23 @@ int64_t Task::next_checkpoint_id() const {
 int64_t Task::records_out() const { return impl_->records_out.load(std::memory_order_relaxed); }
 int64_t Task::consumer_lag() const { return impl_->published_lag.load(std::memory_order_relaxed); }
 
+void Task::PublishPartitionMetrics(const std::string& job,
+                                   const std::vector<PartitionStatus>& partitions, int64_t now_ms,
+                                   MetricsRegistry* metrics) {
+  for (const PartitionStatus& p : partitions) {
+    const std::string labels =
+        absl::StrCat("job=\"", job, "\",source=\"", p.source, "\",partition=\"", p.partition, "\"");
+    metrics->Get("source_partition_offset", labels)->Set(p.offset);
+    metrics->Get("source_partition_lag_records", labels)->Set(p.lag);
+    metrics->Get("source_partition_idle", labels)->Set(p.idle ? 1 : 0);
+    // Before its first record a partition has no watermark yet.
+    if (p.watermark_ms <= kMinTime || p.watermark_ms >= kMaxTime) continue;
+    metrics->Get("source_partition_watermark_ms", labels)->Set(p.watermark_ms);
+    metrics->Get("source_partition_watermark_lag_ms", labels)
+        ->Set(std::max<int64_t>(0, now_ms - p.watermark_ms));
+  }
+}
+
 std::vector<Task::PartitionStatus> Task::partitions() const {
   std::lock_guard<std::mutex> lock(impl_->partitions_mu);
   return impl_->published_partitions;

@@ -40,6 +40,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/job_plan.h"
 #include "common/job_spec.h"
@@ -129,6 +130,13 @@ class Task {
     bool idle = false;
   };
   std::vector<PartitionStatus> partitions() const;
+  // Sets the per-partition gauges of `partitions` for job label `job` in
+  // `metrics`: source_partition_offset, source_partition_lag_records,
+  // source_partition_watermark_ms and source_partition_watermark_lag_ms
+  // (exported in seconds), source_partition_idle (0/1). `now_ms`: wall clock.
+  static void PublishPartitionMetrics(const std::string& job,
+                                      const std::vector<PartitionStatus>& partitions,
+                                      int64_t now_ms, MetricsRegistry* metrics);
   // The lowest checkpoint id this task's storage has not used (a crashed run
   // may have stored ids the job never completed); 1 without checkpoints.
   int64_t next_checkpoint_id() const;
