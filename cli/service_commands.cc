@@ -425,8 +425,9 @@ void AddServiceCommands(CLI::App& app) {
   f.coordinator_cmd->add_option("--tls-key", f.coordinator.tls_key_file, "PEM private key");
   f.coordinator_cmd->add_option(
       "--allow-path", f.coordinator.allowed_paths,
-      "An absolute directory submitted jobs may read and write files in (repeatable;\n"
-      "default none: only paths relative to a worker's data directory)");
+      "An absolute directory submitted jobs may read and write files in, and savepoints\n"
+      "may be written to or read from (repeatable; default none: only paths relative to a\n"
+      "worker's data directory, and savepoints under <data-dir>/savepoints)");
   f.coordinator_cmd
       ->add_option("--worker-timeout", f.worker_timeout,
                    "A worker without heartbeats for this long is dead (its lease)")
