@@ -16,6 +16,7 @@
 #include "common/http_server.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "common/metrics.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
@@ -151,6 +152,15 @@ int main(int argc, char** argv) {
       "Joins, deduplicates and aggregates Kafka streams by event time; see SPEC.md."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  // Logging options, before or after the subcommand.
+  app.fallthrough();
+  std::string log_format = "text", log_level;
+  app.add_option("--log-format", log_format, "Log lines as text or json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--log-level", log_level,
+                 "Log levels: LEVEL and/or SUBSYSTEM=LEVEL, comma-separated, e.g.\n"
+                 "warn,checkpoint=debug (trace, debug, info, warn, error, critical, off)");
 
   std::string job_file;
   RunFlags run_flags;
@@ -238,6 +248,10 @@ int main(int argc, char** argv) {
   caravela::AddServiceCommands(app);
 
   CLI11_PARSE(app, argc, argv);
+  if (absl::Status st = caravela::ConfigureLogging(log_format, log_level); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
 
   if (int rc = caravela::RunServiceCommands(); rc >= 0) return rc;
 

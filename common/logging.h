@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "common/status.h"
 #include "spdlog/spdlog.h"
 
 namespace caravela {
@@ -13,5 +14,14 @@ namespace caravela {
 // Gets or creates the logger `name` (thread-safe; call it once and keep the
 // pointer, e.g. in a function-local static).
 std::shared_ptr<spdlog::logger> SubsystemLogger(const std::string& name);
+
+// Sets every logger's format and levels, existing and future ones.
+// `format`: "text" ([time] [subsystem] [level] message) or "json" (one
+// object per line: ts (UTC, RFC 3339 with microseconds), level, subsystem,
+// msg, the message JSON-escaped). `levels`: "info", or a default and/or
+// per-subsystem levels, e.g. "warn,checkpoint=debug,kafka=info" (trace,
+// debug, info, warn, error, critical, off); "" keeps the levels.
+// InvalidArgument naming the bad part.
+absl::Status ConfigureLogging(const std::string& format, const std::string& levels);
 
 }  // namespace caravela
