@@ -8,7 +8,10 @@
 FROM debian:12 AS build
 WORKDIR /src
 COPY scripts/install-deps scripts/install-deps
-RUN scripts/install-deps --build-only && rm -rf /var/lib/apt/lists/*
+COPY web/package.json web/package-lock.json web/
+# npm for the dashboard's charting library (web/README.md).
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm \
+    && scripts/install-deps --build-only && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
     && cmake --build build --target caravela \

@@ -10,10 +10,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/dashboard.h"
 #include "common/http_server.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/time_util.h"
+#include "coordinator/job_series.h"
 #include "coordinator/job_service.h"
 #include "coordinator/job_state.h"
 #include "coordinator/job_store.h"
@@ -37,6 +39,7 @@ struct Coordinator::Impl {
   std::string address;
   std::unique_ptr<HttpServer> http;
   MetricsRegistry metrics;  // the coordinator's counters (/metrics)
+  JobSeries series;         // the dashboard's samples (/api/v1/jobs/ID/series)
   std::atomic<bool> stop{false};
   std::thread ticker;  // Scheduler::Tick every 50 ms
 };
@@ -88,8 +91,21 @@ std::string Coordinator::CoordinatorMetrics(Impl& im) {
   return now.ToPrometheusText("caravela_") + im.metrics.ToPrometheusText("caravela_");
 }
 
+void Coordinator::SampleJobs(Impl& im, int64_t now_ms) {
+  absl::StatusOr<std::vector<v1::Job>> jobs = im.store->List();
+  if (!jobs.ok()) return;
+  std::vector<std::string> ids;
+  for (v1::Job& j : *jobs) {
+    ids.push_back(j.id());
+    if (IsFinal(j.state())) continue;  // its last samples stay
+    im.scheduler->FillLive(&j);
+    im.series.Sample(j, now_ms);
+  }
+  im.series.Retain(ids);
+}
+
 std::vector<HttpRoute> Coordinator::HttpRoutes(Impl& im) {
-  std::vector<HttpRoute> routes;
+  std::vector<HttpRoute> routes = DashboardRoutes();
   routes.push_back(HealthRoute());
   routes.push_back(MetricsRoute([&im] { return CoordinatorMetrics(im); }));
   routes.push_back({"/api/v1/jobs", false, [&im](const std::vector<std::string>&) {
@@ -108,6 +124,12 @@ std::vector<HttpRoute> Coordinator::HttpRoutes(Impl& im) {
                       if (!job.ok()) return FromStatus(job.status());
                       im.scheduler->FillLive(&*job);
                       return JsonOf(*job);
+                    }});
+  routes.push_back({"/api/v1/jobs/([^/]+)/series", false, [&im](const std::vector<std::string>& c) {
+                      HttpResponse r;
+                      r.body = im.series.Json(c[0]);
+                      if (r.body.empty()) return HttpError(404, "no samples of job " + c[0]);
+                      return r;
                     }});
   routes.push_back({"/api/v1/workers", false, [&im](const std::vector<std::string>&) {
                       v1::ListWorkersResponse out;
@@ -154,8 +176,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                      HttpServer::Start(options.http_listen, options.token, HttpRoutes(im)));
   }
   im.ticker = std::thread([&im] {
+    int64_t next_sample = 0;
     while (!im.stop.load()) {
       im.scheduler->Tick();
+      if (const int64_t now = im.clock.NowMs(); now >= next_sample) {
+        SampleJobs(im, now);
+        next_sample = now + 1000;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });

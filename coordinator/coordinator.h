@@ -63,6 +63,8 @@ class Coordinator {
   Coordinator() = default;
   static std::vector<HttpRoute> HttpRoutes(Impl& im);
   static std::string CoordinatorMetrics(Impl& im);
+  // One dashboard sample of every job that has not ended (JobSeries).
+  static void SampleJobs(Impl& im, int64_t now_ms);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,139 @@
+#include "coordinator/job_series.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace caravela {
+namespace {
+
+// A partition without a record yet reports the lowest int64 as watermark.
+constexpr int64_t kNoWatermark = std::numeric_limits<int64_t>::min() / 2;
+
+bool HasWatermark(int64_t wm) {
+  return wm > kNoWatermark && wm < std::numeric_limits<int64_t>::max() / 2;
+}
+
+}  // namespace
+
+void JobSeries::Sample(const v1::Job& job, int64_t now_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Series& s = series_[job.id()];
+  Point p;
+  p.t_ms = now_ms;
+  int64_t records_in = 0;
+  int64_t low_wm = std::numeric_limits<int64_t>::max();
+  for (int g = 0; g < job.tasks_size(); ++g) {
+    const v1::TaskStatus& t = job.tasks(g);
+    p.consumer_lag += t.consumer_lag();
+    for (const v1::SourcePartitionStatus& sp : t.sources()) {
+      records_in += sp.offset();
+      auto key = std::make_tuple(sp.source(), sp.partition());
+      auto it = s.partitions.find(key);
+      if (it == s.partitions.end() || it->second.status.watermark_ms() != sp.watermark_ms()) {
+        Partition& part = s.partitions[key];
+        part.since_ms = now_ms;
+        part.status = sp;
+      }
+      Partition& part = s.partitions[key];
+      part.task = g;
+      part.worker = t.worker();
+      part.status = sp;
+      if (!sp.idle() && HasWatermark(sp.watermark_ms()))
+        low_wm = std::min(low_wm, sp.watermark_ms());
+    }
+  }
+  if (s.last_records_in >= 0 && now_ms > s.last_t_ms) {
+    p.records_per_s = static_cast<double>(std::max<int64_t>(0, records_in - s.last_records_in)) *
+                      1000.0 / static_cast<double>(now_ms - s.last_t_ms);
+  }
+  s.last_records_in = records_in;
+  s.last_t_ms = now_ms;
+  if (low_wm != std::numeric_limits<int64_t>::max()) {
+    p.watermark_lag_s = static_cast<double>(now_ms - low_wm) / 1000.0;
+  }
+  p.last_checkpoint = job.last_checkpoint();
+  s.points.push_back(p);
+  while (s.points.size() > capacity_) s.points.pop_front();
+}
+
+void JobSeries::Retain(const std::vector<std::string>& keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = series_.begin(); it != series_.end();) {
+    if (std::find(keep.begin(), keep.end(), it->first) == keep.end()) {
+      it = series_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::string JobSeries::Json(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = series_.find(job_id);
+  if (it == series_.end()) return "";
+  const Series& s = it->second;
+  nlohmann::json out;
+  nlohmann::json t = nlohmann::json::array(), rate = nlohmann::json::array(),
+                 lag = nlohmann::json::array(), wm_lag = nlohmann::json::array(),
+                 ckpt = nlohmann::json::array();
+  for (const Point& p : s.points) {
+    t.push_back(p.t_ms);
+    rate.push_back(p.records_per_s);
+    lag.push_back(p.consumer_lag);
+    wm_lag.push_back(p.watermark_lag_s);
+    ckpt.push_back(p.last_checkpoint);
+  }
+  out["t_ms"] = std::move(t);
+  out["records_per_s"] = std::move(rate);
+  out["consumer_lag"] = std::move(lag);
+  out["watermark_lag_s"] = std::move(wm_lag);
+  out["last_checkpoint"] = std::move(ckpt);
+  nlohmann::json parts = nlohmann::json::array();
+  const Partition* hold = nullptr;
+  for (const auto& [key, part] : s.partitions) {
+    const v1::SourcePartitionStatus& st = part.status;
+    const bool seen = HasWatermark(st.watermark_ms());
+    nlohmann::json j = {{"task", part.task},     {"worker", part.worker},
+                        {"source", st.source()}, {"partition", st.partition()},
+                        {"offset", st.offset()}, {"lag", st.lag()},
+                        {"idle", st.idle()},     {"since_ms", part.since_ms}};
+    j["watermark_ms"] = seen ? nlohmann::json(st.watermark_ms()) : nlohmann::json(nullptr);
+    parts.push_back(std::move(j));
+    // What holds the job back: a non-idle partition, one without a record
+    // first, else the lowest watermark (the longest-stuck on ties).
+    if (st.idle()) continue;
+    auto rank = [](const Partition& p) {
+      return std::make_tuple(HasWatermark(p.status.watermark_ms()) ? 1 : 0, p.status.watermark_ms(),
+                             p.since_ms);
+    };
+    if (hold == nullptr || rank(part) < rank(*hold)) hold = &part;
+  }
+  out["partitions"] = std::move(parts);
+  if (hold == nullptr) {
+    out["holdback"] = nullptr;
+  } else {
+    const v1::SourcePartitionStatus& st = hold->status;
+    const bool seen = HasWatermark(st.watermark_ms());
+    out["holdback"] = {
+        {"source", st.source()},
+        {"partition", st.partition()},
+        {"task", hold->task},
+        {"worker", hold->worker},
+        {"watermark_ms", seen ? nlohmann::json(st.watermark_ms()) : nlohmann::json(nullptr)},
+        {"since_ms", hold->since_ms},
+        {"reason",
+         seen ? absl::StrCat("source ", st.source(), " partition ", st.partition(),
+                             " has the lowest watermark of the job's non-idle partitions; "
+                             "set watermark.idle_timeout if it may stay silent")
+              : absl::StrCat("source ", st.source(), " partition ", st.partition(),
+                             " has had no record yet, so the job's watermark cannot pass it; "
+                             "set watermark.idle_timeout if it may stay silent")}};
+  }
+  return out.dump();
+}
+
+}  // namespace caravela

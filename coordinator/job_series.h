@@ -1,0 +1,70 @@
+// JobSeries: what the dashboard charts and explains, sampled in the
+// coordinator (issue 11): per job a ring buffer of samples over time (input
+// rate, consumer lag, watermark lag, last checkpoint), and per source
+// partition since when its watermark has not moved, to name what holds a
+// job's watermark back ("why is this window not final").
+//
+// Threading: thread-safe (the coordinator's ticker samples, HTTP threads
+// read).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "caravela/v1/job.pb.h"
+
+namespace caravela {
+
+class JobSeries {
+ public:
+  // `capacity` samples per job (at one per second: 10 minutes).
+  explicit JobSeries(size_t capacity = 600) : capacity_(capacity) {}
+
+  // Adds a sample of `job` (with its live task statuses) taken at `now_ms`.
+  void Sample(const v1::Job& job, int64_t now_ms);
+  // Forgets jobs not in `keep` (ended or deleted).
+  void Retain(const std::vector<std::string>& keep);
+
+  // {"t_ms":[...],"records_per_s":[...],"consumer_lag":[...],
+  //  "watermark_lag_s":[...],"last_checkpoint":[...],
+  //  "partitions":[{"task","source","partition","worker","watermark_ms",
+  //                 "idle","lag","offset","since_ms"}...],
+  //  "holdback":{...} or null}: the job's samples and, of its non-idle
+  // source partitions, the one with the lowest watermark (what holds the
+  // job's event time back), with since when its watermark has not moved
+  // and why. "" if the job was never sampled.
+  std::string Json(const std::string& job_id) const;
+
+ private:
+  struct Point {
+    int64_t t_ms = 0;
+    double records_per_s = 0;
+    int64_t consumer_lag = 0;
+    double watermark_lag_s = 0;  // NaN-free: 0 before any watermark
+    int64_t last_checkpoint = 0;
+  };
+  struct Partition {
+    int task = 0;
+    std::string worker;
+    v1::SourcePartitionStatus status;
+    int64_t since_ms = 0;  // when its watermark last changed (or first seen)
+  };
+  struct Series {
+    std::deque<Point> points;
+    int64_t last_records_in = -1;
+    int64_t last_t_ms = 0;
+    // By (source, partition).
+    std::map<std::tuple<std::string, int32_t>, Partition> partitions;
+  };
+
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::map<std::string, Series> series_;
+};
+
+}  // namespace caravela

@@ -1,0 +1,77 @@
+// JobSeries: rates from successive samples, since-when per partition, and
+// which partition holds the job's watermark back.
+#include "coordinator/job_series.h"
+
+#include <limits>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace caravela {
+namespace {
+
+void AddPartition(v1::TaskStatus* t, int partition, int64_t offset, int64_t watermark,
+                  bool idle = false) {
+  v1::SourcePartitionStatus* p = t->add_sources();
+  p->set_source("purchases");
+  p->set_partition(partition);
+  p->set_offset(offset);
+  p->set_watermark_ms(watermark);
+  p->set_idle(idle);
+}
+
+v1::Job Job(int64_t offset0, int64_t wm0, int64_t wm1, bool idle1) {
+  v1::Job job;
+  job.set_id("revenue-1");
+  job.set_last_checkpoint(4);
+  v1::TaskStatus* a = job.add_tasks();
+  a->set_worker("worker-1");
+  a->set_consumer_lag(7);
+  AddPartition(a, 0, offset0, wm0);
+  v1::TaskStatus* b = job.add_tasks();
+  b->set_worker("worker-2");
+  AddPartition(b, 1, 10, wm1, idle1);
+  return job;
+}
+
+TEST(JobSeriesTest, RatesSinceWhenAndWhatHoldsTheWatermarkBack) {
+  JobSeries series(3);
+  EXPECT_EQ(series.Json("revenue-1"), "");
+  const int64_t none = std::numeric_limits<int64_t>::min();
+  series.Sample(Job(100, 5'000, none, false), 10'000);
+  series.Sample(Job(300, 6'000, none, false), 12'000);  // 200 records in 2 s
+  nlohmann::json j = nlohmann::json::parse(series.Json("revenue-1"));
+  EXPECT_EQ(j["records_per_s"][1], 100.0);
+  EXPECT_EQ(j["consumer_lag"][1], 7);
+  EXPECT_EQ(j["last_checkpoint"][1], 4);
+  EXPECT_EQ(j["watermark_lag_s"][1], 6.0);  // 12 s - 6 s: partition 1 has none
+  // Partition 1 has had no record: it holds the job back, since 10 s.
+  EXPECT_EQ(j["holdback"]["partition"], 1);
+  EXPECT_EQ(j["holdback"]["worker"], "worker-2");
+  EXPECT_TRUE(j["holdback"]["watermark_ms"].is_null());
+  EXPECT_EQ(j["holdback"]["since_ms"], 10'000);
+  EXPECT_THAT(j["holdback"]["reason"].get<std::string>(), ::testing::HasSubstr("no record yet"));
+  EXPECT_EQ(j["partitions"][0]["since_ms"], 12'000);  // its watermark moved at 12 s
+
+  // Partition 1 idle: partition 0 (the only other) holds it back.
+  series.Sample(Job(300, 6'000, 9'000, true), 13'000);
+  j = nlohmann::json::parse(series.Json("revenue-1"));
+  EXPECT_EQ(j["holdback"]["partition"], 0);
+  EXPECT_EQ(j["holdback"]["since_ms"], 12'000);
+  EXPECT_EQ(j["partitions"][1]["idle"], true);
+  // Both speak: the lower watermark holds it back.
+  series.Sample(Job(400, 8'000, 7'000, false), 14'000);
+  j = nlohmann::json::parse(series.Json("revenue-1"));
+  EXPECT_EQ(j["holdback"]["partition"], 1);
+  EXPECT_EQ(j["holdback"]["watermark_ms"], 7'000);
+  EXPECT_EQ(j["t_ms"].size(), 3u);  // the capacity
+  EXPECT_EQ(j["t_ms"][0], 12'000);
+
+  series.Retain({});
+  EXPECT_EQ(series.Json("revenue-1"), "");
+}
+
+}  // namespace
+}  // namespace caravela

@@ -1,0 +1,165 @@
+// Caravela dashboard: reads the coordinator's JSON API (/api/v1/) every 2 s
+// and renders workers, jobs, the selected job's tasks and source
+// partitions, charts of its recent input rate, consumer lag and watermark
+// lag, and what holds its watermark back. Read-only. With auth on, the
+// token comes from the page's #token=... fragment or the form, and stays in
+// this tab (sessionStorage); it is sent as a bearer token, never in a URL.
+"use strict";
+
+const REFRESH_MS = 2000;
+const params = new URLSearchParams(location.hash.slice(1));
+if (params.get("token")) {
+  sessionStorage.setItem("caravela-token", params.get("token"));
+  params.delete("token");
+  history.replaceState(null, "", "#" + params.toString());
+}
+let selected = params.get("job") || "";
+const charts = {};
+
+const $ = (id) => document.getElementById(id);
+const text = (v) => (v === undefined || v === null ? "" : String(v));
+const num = (v) => Number(v || 0);
+
+function fmtTime(ms) {
+  if (ms === null || ms === undefined) return "—";
+  const n = Number(ms);
+  if (!Number.isFinite(n) || n < -8.64e15 || n > 8.64e15) return "—";
+  return new Date(n).toISOString().replace(".000Z", "Z");
+}
+
+function fmtAgo(ms) {
+  const s = Math.max(0, Math.round((Date.now() - Number(ms)) / 1000));
+  if (s < 120) return `${s} s ago`;
+  if (s < 7200) return `${Math.round(s / 60)} min ago`;
+  return `${Math.round(s / 3600)} h ago`;
+}
+
+async function api(path) {
+  const headers = {};
+  const token = sessionStorage.getItem("caravela-token");
+  if (token) headers.Authorization = "Bearer " + token;
+  const r = await fetch(path, { headers });
+  if (r.status === 401) {
+    $("token-box").hidden = false;
+    throw new Error("this coordinator needs a token");
+  }
+  if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
+  return r.json();
+}
+
+function fill(tableId, rows, onRow) {
+  const body = $(tableId).querySelector("tbody");
+  body.replaceChildren();
+  for (const cells of rows) {
+    const tr = document.createElement("tr");
+    for (const c of cells) {
+      const td = document.createElement("td");
+      if (c instanceof Node) td.appendChild(c);
+      else td.textContent = text(c);
+      tr.appendChild(td);
+    }
+    if (onRow) onRow(tr, cells);
+    body.appendChild(tr);
+  }
+}
+
+function chart(id, label, t, values) {
+  const el = $(id);
+  const data = [t.map((ms) => ms / 1000), values];
+  if (typeof uPlot === "undefined") {
+    // Built without npm: no charting library; say so once.
+    if (!el.textContent) el.textContent = "charts need uPlot (built without npm): see web/README.md";
+    return;
+  }
+  if (!charts[id]) {
+    charts[id] = new uPlot(
+      {
+        width: 380,
+        height: 170,
+        series: [{}, { label, stroke: "#12355b", width: 1.5 }],
+        axes: [{}, { size: 90 }],  // room for large values (watermark lag of old data)
+        legend: { show: false },
+      },
+      data,
+      el,
+    );
+  } else {
+    charts[id].setData(data);
+  }
+}
+
+async function refresh() {
+  try {
+    const [workers, jobs] = await Promise.all([api("/api/v1/workers"), api("/api/v1/jobs")]);
+    fill("workers", (workers.workers || []).map((w) => [w.id, w.state, num(w.slots), num(w.runningTasks), w.address]));
+    const list = jobs.jobs || [];
+    if (!selected && list.length > 0) selected = list[list.length - 1].id;
+    fill(
+      "jobs",
+      list.map((j) => [j.id, j.state, num(j.parallelism), num(j.epoch), num(j.lastCheckpoint), j.message]),
+      (tr, cells) => {
+        if (cells[0] === selected) tr.classList.add("selected");
+        tr.addEventListener("click", () => {
+          selected = cells[0];
+          location.hash = "job=" + encodeURIComponent(selected);
+          refresh();
+        });
+      },
+    );
+    if (selected) await showJob(selected);
+    $("status").textContent = "updated " + new Date().toLocaleTimeString();
+    $("status").classList.remove("error");
+  } catch (e) {
+    $("status").textContent = e.message;
+    $("status").classList.add("error");
+  }
+}
+
+async function showJob(id) {
+  const [job, series] = await Promise.all([
+    api("/api/v1/jobs/" + encodeURIComponent(id)),
+    api("/api/v1/jobs/" + encodeURIComponent(id) + "/series").catch(() => null),
+  ]);
+  $("job").hidden = false;
+  $("job-id").textContent = job.id;
+  $("job-state").textContent = `${job.state}, epoch ${num(job.epoch)}, last checkpoint ${num(job.lastCheckpoint)}`;
+  fill(
+    "tasks",
+    (job.tasks || []).map((t, g) => [
+      g, num(t.stage), num(t.index), t.worker, t.state, num(t.recordsIn), num(t.recordsOut),
+      num(t.consumerLag), num(t.lastCheckpoint), fmtTime(t.watermarkMs),
+    ]),
+  );
+  if (!series) {
+    $("holdback").textContent = "no samples yet";
+    return;
+  }
+  fill(
+    "partitions",
+    series.partitions.map((p) => {
+      const idle = document.createElement("span");
+      idle.textContent = p.idle ? "idle" : "";
+      idle.className = p.idle ? "idle" : "";
+      return [p.source, p.partition, p.task, p.worker, p.offset, p.lag, fmtTime(p.watermark_ms), idle, fmtAgo(p.since_ms)];
+    }),
+  );
+  const h = series.holdback;
+  $("holdback").textContent = h
+    ? `Held back by source ${h.source} partition ${h.partition} (task ${h.task} on ${h.worker}): ` +
+      (h.watermark_ms === null
+        ? `no record yet, for ${fmtAgo(h.since_ms).replace(" ago", "")}. `
+        : `watermark ${fmtTime(h.watermark_ms)}, unchanged since ${fmtAgo(h.since_ms)}. `) +
+      h.reason + "."
+    : "Nothing holds it back: every source partition is idle or the job has none.";
+  chart("chart-rate", "records/s", series.t_ms, series.records_per_s);
+  chart("chart-lag", "lag", series.t_ms, series.consumer_lag);
+  chart("chart-wmlag", "watermark lag", series.t_ms, series.watermark_lag_s);
+}
+
+$("token-save").addEventListener("click", () => {
+  sessionStorage.setItem("caravela-token", $("token").value);
+  $("token-box").hidden = true;
+  refresh();
+});
+refresh();
+setInterval(refresh, REFRESH_MS);
