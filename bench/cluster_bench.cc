@@ -22,6 +22,7 @@
 // --partitions must stay below that (the bench says so when it does not).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <csignal>
@@ -36,6 +37,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "bench/purchase_generator.h"
@@ -45,6 +47,7 @@
 #include "coordinator/fake_worker.h"
 #include "coordinator/job_client.h"
 #include "grpcpp/grpcpp.h"
+#include "httplib.h"
 #include "tests/child_process.h"
 #include "tests/revenue_job.h"
 #include "worker/connectors/kafka_test_util.h"
@@ -301,11 +304,14 @@ int Failover(const Flags& f) {
 
 int Idle(const Flags& f) {
   fs::path dir(f.dir);
-  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--data-dir",
-                            (dir / "coordinator").string(), "--worker-timeout", "10s"},
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--http",
+                            "127.0.0.1:0", "--data-dir", (dir / "coordinator").string(),
+                            "--worker-timeout", "10s"},
                            dir / "coordinator.log");
-  const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
-  if (address.empty()) return 1;
+  const std::vector<std::string> addresses =
+      coordinator.WaitForMatch(R"(grpc=(\S+) http=(\S+))", milliseconds(20000));
+  if (addresses.size() != 3) return 1;
+  const std::string address = addresses[1], http = addresses[2];
   auto stub =
       v1::WorkerService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   // Fake workers: registered, then a job of fake_workers x slots tasks
@@ -335,6 +341,14 @@ int Idle(const Flags& f) {
       if (!stub->Heartbeat(&ctx, req, &resp).ok()) continue;
       req.clear_tasks();
       ReportAssigned(resp, phase, &req);
+      // One source partition per task, as the dashboard shows them.
+      for (v1::TaskReport& t : *req.mutable_tasks()) {
+        v1::SourcePartitionStatus* p = t.add_partitions();
+        p->set_source("purchases");
+        p->set_partition(t.task());
+        p->set_offset(1000 + t.task());
+        p->set_watermark_ms(1700000000000 + t.task());
+      }
     }
   };
   for (int i = 0; i < 10; ++i) {
@@ -353,6 +367,27 @@ int Idle(const Flags& f) {
   const double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   const double cpu = CpuSeconds(coordinator.pid()) - cpu0;
   const v1::Job job = JobClient(address, "").Get(submitted->job_id()).value_or(v1::Job());
+  // The dashboard's API over this job while the heartbeats go on: each
+  // answer's time (ms), 20 times per path.
+  std::string api;
+  httplib::Client client("http://" + http);
+  for (const std::string& path :
+       {std::string("/api/v1/jobs"), "/api/v1/jobs/" + submitted->job_id(),
+        "/api/v1/jobs/" + submitted->job_id() + "/series", std::string("/api/v1/workers")}) {
+    std::vector<double> ms;
+    size_t bytes = 0;
+    for (int i = 0; i < 20; ++i) {
+      beat_all(v1::TASK_RUNNING);
+      const auto a = SteadyClock::now();
+      auto r = client.Get(path);
+      ms.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - a).count());
+      if (!r || r->status != 200) return 1;
+      bytes = r->body.size();
+    }
+    std::sort(ms.begin(), ms.end());
+    absl::StrAppend(&api, absl::StrFormat("\n  GET %s: median %.1f ms, max %.1f ms, %zu bytes",
+                                          path, ms[ms.size() / 2], ms.back(), bytes));
+  }
   std::printf("idle coordinator: %d fake workers x %d slots, job %s with %d tasks (%s), %" PRId64
               " heartbeat rounds in %.1f s (%.0f heartbeats/s)\n  coordinator CPU %.2f s = "
               "%.1f%% of a core; %.1f us per heartbeat, %.2f us per task report\n",
@@ -361,6 +396,7 @@ int Idle(const Flags& f) {
               static_cast<double>(rounds * f.fake_workers) / secs, cpu, 100 * cpu / secs,
               1e6 * cpu / static_cast<double>(rounds * f.fake_workers),
               1e6 * cpu / static_cast<double>(rounds * tasks));
+  std::printf("dashboard API with %d tasks:%s\n", job.tasks_size(), api.c_str());
   return 0;
 }
 

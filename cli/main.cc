@@ -7,17 +7,23 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "cli/demo.h"
 #include "cli/service_commands.h"
+#include "caravela/v1/worker.pb.h"
+#include "common/dashboard.h"
 #include "common/http_server.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/time_util.h"
+#include "coordinator/job_series.h"
+#include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/runtime/pipeline.h"
@@ -47,6 +53,54 @@ struct RunFlags {
   std::string exchange = "memory";
   std::string http;  // HOST:PORT for /metrics and /healthz; empty: none
 };
+
+// `caravela run --http`: /healthz, /metrics, and the dashboard with the API
+// it reads (the coordinator's shape: one job, its tasks on worker "local").
+std::vector<caravela::HttpRoute> RunHttpRoutes(std::atomic<caravela::Pipeline*>* running,
+                                               caravela::JobSeries* series) {
+  using caravela::HttpResponse;
+  std::vector<caravela::HttpRoute> routes = caravela::DashboardRoutes();
+  routes.push_back(caravela::HealthRoute());
+  routes.push_back(caravela::MetricsRoute([running] {
+    caravela::Pipeline* p = running->load();
+    if (p == nullptr) return std::string();
+    p->RefreshMetrics();
+    return p->metrics().ToPrometheusText("caravela_");
+  }));
+  auto json = [](const google::protobuf::Message& m) {
+    HttpResponse r;
+    r.body = caravela::ProtoJson(m, /*proto_names=*/false) + "\n";
+    return r;
+  };
+  routes.push_back({"/api/v1/jobs", false, [running, json](const std::vector<std::string>&) {
+                      caravela::v1::ListJobsResponse out;
+                      if (caravela::Pipeline* p = running->load()) *out.add_jobs() = p->Status();
+                      return json(out);
+                    }});
+  routes.push_back({"/api/v1/jobs/([^/]+)", false,
+                    [running, json](const std::vector<std::string>& c) {
+                      caravela::Pipeline* p = running->load();
+                      if (p == nullptr) return caravela::HttpError(404, "no job runs");
+                      caravela::v1::Job job = p->Status();
+                      if (job.id() != c[0]) return caravela::HttpError(404, "no job " + c[0]);
+                      return json(job);
+                    }});
+  routes.push_back({"/api/v1/jobs/([^/]+)/series", false,
+                    [series](const std::vector<std::string>& c) {
+                      HttpResponse r;
+                      r.body = series->Json(c[0]);
+                      if (r.body.empty()) return caravela::HttpError(404, "no samples of " + c[0]);
+                      return r;
+                    }});
+  routes.push_back({"/api/v1/workers", false, [json](const std::vector<std::string>&) {
+                      caravela::v1::ListWorkersResponse out;
+                      caravela::v1::WorkerInfo* w = out.add_workers();
+                      w->set_id("local");
+                      w->set_state(caravela::v1::ALIVE);
+                      return json(out);
+                    }});
+  return routes;
+}
 
 int RunJob(const std::string& file, const RunFlags& flags) {
   const std::string& data_dir_flag = flags.data_dir;
@@ -85,20 +139,16 @@ int RunJob(const std::string& file, const RunFlags& flags) {
   // empty until the job's registry exists.
   std::unique_ptr<caravela::HttpServer> http;
   static std::atomic<caravela::Pipeline*> running{nullptr};
+  static caravela::JobSeries series;
   if (!flags.http.empty()) {
-    auto server = caravela::HttpServer::Start(flags.http, "",
-                                              {caravela::HealthRoute(), caravela::MetricsRoute([] {
-                                                 caravela::Pipeline* p = running.load();
-                                                 if (p == nullptr) return std::string();
-                                                 p->RefreshMetrics();
-                                                 return p->metrics().ToPrometheusText("caravela_");
-                                               })});
+    auto server = caravela::HttpServer::Start(flags.http, "", RunHttpRoutes(&running, &series));
     if (!server.ok()) {
       std::fprintf(stderr, "error: --http: %s\n", std::string(server.status().message()).c_str());
       return 2;
     }
     http = std::move(*server);
-    std::fprintf(stderr, "[caravela] http=%s (/metrics, /healthz)\n", http->address().c_str());
+    std::fprintf(stderr, "[caravela] http=%s (the dashboard at /, /api/v1/, /metrics, /healthz)\n",
+                 http->address().c_str());
   }
 
   std::signal(SIGINT, OnSignal);
@@ -109,8 +159,25 @@ int RunJob(const std::string& file, const RunFlags& flags) {
     return 1;
   }
   running.store(pipeline->get());
+  // The dashboard's samples, every second while it runs.
+  std::atomic<bool> ran{false};
+  std::thread sampler;
+  if (http != nullptr) {
+    sampler = std::thread([&] {
+      caravela::SystemClock clock;
+      while (!ran.load()) {
+        series.Sample((*pipeline)->Status(), clock.NowMs());
+        for (int i = 0; i < 20 && !ran.load(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+    });
+  }
   absl::Status st = (*pipeline)->Run();
+  ran.store(true);
+  if (sampler.joinable()) sampler.join();
   running.store(nullptr);
+  if (http != nullptr) http->Stop();  // no handler outlives the pipeline
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
     return 1;

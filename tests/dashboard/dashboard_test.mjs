@@ -1,9 +1,11 @@
-// The dashboard in a real browser (issue 11), against real processes:
+// The dashboard in a real browser (issue 11), against real processes, as
+// the coordinator serves it and as `caravela run --http` does:
 //
 //   node tests/dashboard/dashboard_test.mjs CARAVELA_BINARY OUT_DIR
 //
 // `caravela local` (embedded broker, coordinator with --http, one worker)
-// runs a submitted job over a 4-partition topic. kcat produces records to
+// runs a submitted job over a 4-partition topic; then `caravela run --http`
+// runs the same job in one process. kcat produces records to
 // partitions 0, 1 and 2 only, so partition 3 has none and, without
 // idle_timeout, holds the job's watermark back. Headless Debian chromium
 // (driven by playwright-core) opens the dashboard and the test asserts that
@@ -30,30 +32,35 @@ const check = (ok, what) => {
   if (!ok) failures.push(what);
 };
 
-// ---- the cluster --------------------------------------------------------
-const local = spawn(binary, ["local", "--workers", "1", "--slots", "4", "--data-dir", join(dir, "cluster"),
-  "--http", "127.0.0.1:0", "--allow-path", dir], { stdio: ["ignore", "pipe", "pipe"] });
-let log = "";
-local.stdout.on("data", (d) => (log += d));
-local.stderr.on("data", (d) => (log += d));
-const ready = await new Promise((resolve) => {
-  const t0 = Date.now();
-  const poll = setInterval(() => {
-    const m = /caravela local: broker=(\S+) coordinator=(\S+) http=(\S+) workers=1/.exec(log);
-    if (m || Date.now() - t0 > 30000) {
-      clearInterval(poll);
-      resolve(m);
-    }
-  }, 100);
-});
-let exitCode = 1;
-let browser;
-try {
-  if (!ready) throw new Error(`caravela local did not start:\n${log}`);
-  const [, broker, coordinator, http] = ready;
+// Starts `args` and waits for `pattern` in its output: [child, match].
+async function start(args, pattern) {
+  const child = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
+  child.log = "";
+  child.stdout.on("data", (d) => (child.log += d));
+  child.stderr.on("data", (d) => (child.log += d));
+  const match = await new Promise((resolve) => {
+    const t0 = Date.now();
+    const poll = setInterval(() => {
+      const m = pattern.exec(child.log);
+      if (m || Date.now() - t0 > 30000) {
+        clearInterval(poll);
+        resolve(m);
+      }
+    }, 100);
+  });
+  if (!match) throw new Error(`${args.join(" ")} did not start:\n${child.log}`);
+  return [child, match];
+}
 
-  // Records on partitions 0, 1 and 2 (5, 4 and 3 of them); none on 3.
-  const produced = { 0: 5, 1: 4, 2: 3 };
+async function stop(child) {
+  child.kill("SIGTERM");
+  for (let i = 0; i < 40 && child.exitCode === null; ++i) await new Promise((r) => setTimeout(r, 100));
+  if (child.exitCode === null) child.kill("SIGKILL");
+}
+
+// Records on partitions 0, 1 and 2 (5, 4 and 3 of them); none on 3.
+const produced = { 0: 5, 1: 4, 2: 3 };
+function produce(broker) {
   for (const [p, n] of Object.entries(produced)) {
     const lines = [];
     for (let i = 0; i < n; ++i) {
@@ -63,9 +70,13 @@ try {
     const r = spawnSync("kcat", ["-b", broker, "-t", "purchases", "-p", p, "-P"], { input: lines.join("\n") + "\n" });
     if (r.status !== 0) throw new Error(`kcat: ${r.stderr}`);
   }
-  writeFileSync(join(dir, "job.yaml"), `apiVersion: caravela/v1
+}
+
+function writeJob(name) {
+  const file = join(dir, `${name}.yaml`);
+  writeFileSync(file, `apiVersion: caravela/v1
 kind: Job
-metadata: {name: dashboard-demo}
+metadata: {name: ${name}}
 spec:
   checkpoint: {interval: 1s}
   sources:
@@ -78,21 +89,18 @@ spec:
     - name: revenue
       window: {from: unique, tumbling: 1h, group_by: [country], aggregates: [{as: orders, count: "*"}]}
   sinks:
-    - {from: revenue, file: {path: ${join(dir, "out/revenue.jsonl")}}}
+    - {from: revenue, file: {path: ${join(dir, name, "revenue.jsonl")}}}
 `);
-  const submit = spawnSync(binary, ["submit", join(dir, "job.yaml"), "--coordinator", coordinator], { encoding: "utf8" });
-  if (submit.status !== 0) throw new Error(`caravela submit: ${submit.stdout}${submit.stderr}`);
-  const job = submit.stdout.trim().split("\n").pop();
-  console.log(`job ${job} on ${coordinator}, dashboard http://${http}/`);
+  return file;
+}
 
-  // ---- the browser ------------------------------------------------------
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+// Opens the dashboard at `http` on `job` and checks what it shows.
+async function checkDashboard(browser, scene, http, job, worker) {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1300 } });
   await page.goto(`http://${http}/#job=${encodeURIComponent(job)}`);
   const cellsOf = (table) =>
     page.$$eval(`#${table} tbody tr`, (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
-  // Wait until every partition reports what was produced (the worker's
-  // heartbeats and the coordinator's 1 s samples).
+  // Until every partition reports what was produced.
   const want = JSON.stringify(produced);
   let partitions = [];
   const t0 = Date.now();
@@ -104,38 +112,74 @@ spec:
     await page.waitForTimeout(500);
   }
   await page.waitForTimeout(4000);  // a few more samples for the charts
-  await page.screenshot({ path: join(outDir, "dashboard-job.png"), fullPage: true });
-  console.log(`screenshot ${join(outDir, "dashboard-job.png")}`);
+  const shot = join(outDir, `dashboard-${scene}.png`);
+  await page.screenshot({ path: shot, fullPage: true });
+  console.log(`${scene}: screenshot ${shot}`);
 
   const jobs = await cellsOf("jobs");
-  check(jobs.some((r) => r[0] === job && r[1] === "RUNNING"), `jobs table lists ${job} RUNNING`);
+  check(jobs.some((r) => r[0] === job && r[1] === "RUNNING"), `${scene}: jobs table lists ${job} RUNNING`);
   const tasks = await cellsOf("tasks");
-  check(tasks.length >= 1 && tasks.every((r) => r[4] === "TASK_RUNNING"), `task table: ${tasks.length} tasks, all TASK_RUNNING`);
-  check(partitions.length === 4, `partition table has the topic's 4 partitions (${partitions.length})`);
+  check(tasks.length >= 1 && tasks.every((r) => r[4] === "TASK_RUNNING" && r[3] === worker),
+    `${scene}: task table: ${tasks.length} tasks, all TASK_RUNNING on ${worker}`);
+  check(partitions.length === 4, `${scene}: partition table has the topic's 4 partitions (${partitions.length})`);
   for (const [p, n] of Object.entries(produced)) {
     const row = partitions.find((r) => r[1] === p);
-    check(row && Number(row[4]) === n && Number(row[5]) === 0, `partition ${p}: offset ${n}, lag 0 (${row})`);
-    check(row && row[6] !== "—", `partition ${p} has a watermark (${row && row[6]})`);
+    check(row && Number(row[4]) === n && Number(row[5]) === 0, `${scene}: partition ${p}: offset ${n}, lag 0 (${row})`);
+    check(row && row[6] !== "—", `${scene}: partition ${p} has a watermark (${row && row[6]})`);
   }
   const silent = partitions.find((r) => r[1] === "3");
-  check(silent && Number(silent[4]) === 0 && silent[6] === "—", `partition 3: no record, no watermark (${silent})`);
+  check(silent && Number(silent[4]) === 0 && silent[6] === "—", `${scene}: partition 3: no record, no watermark (${silent})`);
   const holdback = await page.textContent("#holdback");
   check(/source purchases partition 3\b/.test(holdback) && /no record yet/.test(holdback),
-    `"not final" panel names partition 3: ${holdback}`);
+    `${scene}: "not final" panel names partition 3: ${holdback}`);
   // uPlot draws into a canvas once it has samples.
-  const lagChart = await page.$("#chart-lag canvas");
-  check(lagChart !== null, "consumer-lag chart rendered (uPlot canvas)");
+  check((await page.$("#chart-lag canvas")) !== null, `${scene}: consumer-lag chart rendered (uPlot canvas)`);
   const workers = await cellsOf("workers");
-  check(workers.length === 1 && workers[0][1] === "ALIVE", `workers table: ${JSON.stringify(workers)}`);
+  check(workers.length === 1 && workers[0][0] === worker && workers[0][1] === "ALIVE",
+    `${scene}: workers table: ${JSON.stringify(workers)}`);
+  await page.close();
+}
+
+let exitCode = 1;
+let browser;
+const children = [];
+try {
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+
+  // 1. A cluster: `caravela local` (broker, coordinator, one worker).
+  const [local, m] = await start(
+    ["local", "--workers", "1", "--slots", "4", "--data-dir", join(dir, "cluster"), "--http", "127.0.0.1:0",
+      "--allow-path", dir],
+    /caravela local: broker=(\S+) coordinator=(\S+) http=(\S+) workers=1/);
+  children.push(local);
+  const [, broker, coordinator, http] = m;
+  produce(broker);
+  const submit = spawnSync(binary, ["submit", writeJob("cluster-demo"), "--coordinator", coordinator],
+    { encoding: "utf8" });
+  if (submit.status !== 0) throw new Error(`caravela submit: ${submit.stdout}${submit.stderr}`);
+  const job = submit.stdout.trim().split("\n").pop();
+  console.log(`cluster: job ${job}, dashboard http://${http}/`);
+  await checkDashboard(browser, "cluster", http, job, "worker-1");
+  await stop(local);
+
+  // 2. One process: `caravela run --http` on its embedded broker.
+  const file = writeJob("run-demo");
+  // It waits for its input topic: produce as soon as its broker is up.
+  const [run, r] = await start(["run", file, "-q", "--data-dir", join(dir, "run-data"), "--http", "127.0.0.1:0"],
+    /embedded broker: bootstrap (\S+)[\s\S]*http=(\S+)/);
+  children.push(run);
+  produce(r[1]);
+  console.log(`run: dashboard http://${r[2]}/`);
+  await checkDashboard(browser, "run", r[2], "run-demo", "local");
   exitCode = failures.length === 0 ? 0 : 1;
 } catch (e) {
-  console.error(`error: ${e.stack || e}\n--- caravela local:\n${log}`);
+  console.error(`error: ${e.stack || e}`);
+  failures.push(String(e.message || e));
+  for (const c of children) console.error(`--- ${c.spawnargs.slice(1, 3).join(" ")}:\n${c.log}`);
   exitCode = 1;
 } finally {
   if (browser) await browser.close();
-  local.kill("SIGTERM");
-  await new Promise((r) => setTimeout(r, 500));
-  if (local.exitCode === null) local.kill("SIGKILL");
+  for (const c of children) if (c.exitCode === null) await stop(c);
   rmSync(dir, { recursive: true, force: true });
 }
 console.log(`${failures.length} failure${failures.length === 1 ? "" : "s"}`);

@@ -77,7 +77,7 @@ function chart(id, label, t, values) {
         width: 380,
         height: 170,
         series: [{}, { label, stroke: "#12355b", width: 1.5 }],
-        axes: [{}, { size: 90 }],  // room for large values (watermark lag of old data)
+        axes: [{}, { size: 110 }],  // room for large values (watermark lag of old data)
         legend: { show: false },
       },
       data,

@@ -1,5 +1,8 @@
 #include "worker/runtime/pipeline.h"
 
+#include <algorithm>
+
+#include "common/job_plan.h"
 #include "common/time_util.h"
 #include "worker/runtime/job_runner.h"
 #include "worker/runtime/task.h"
@@ -21,6 +24,49 @@ absl::Status Pipeline::Run() { return runner_->Run(); }
 StateBackend& Pipeline::state() { return runner_->task(0).state(); }
 
 int Pipeline::task_count() const { return runner_->task_count(); }
+
+v1::Job Pipeline::Status() {
+  v1::Job job;
+  job.set_id(job_name_);
+  job.set_name(job_name_);
+  job.set_state(v1::RUNNING);
+  const JobPlan& plan = runner_->plan();
+  job.set_stages(static_cast<int32_t>(plan.stages.size()));
+  job.set_exchanges(static_cast<int32_t>(plan.exchanges.size()));
+  job.set_last_checkpoint(std::max(metrics_.Value("job_checkpoint_last_id"),
+                                   metrics_.Value("checkpoint_last_id")));
+  // One task for the whole job unless it runs as one per stage and index.
+  const bool one = runner_->task_count() == 1;
+  int g = 0;
+  for (const StagePlan& st : plan.stages) {
+    job.set_parallelism(std::max(job.parallelism(), static_cast<int32_t>(st.tasks)));
+    for (int i = 0; i < st.tasks && g < runner_->task_count(); ++i, ++g) {
+      Task& t = runner_->task(g);
+      v1::TaskStatus* ts = job.add_tasks();
+      ts->set_stage(one ? 0 : st.id);
+      ts->set_index(i);
+      ts->set_worker("local");
+      ts->set_state("TASK_RUNNING");
+      ts->set_watermark_ms(t.watermark());
+      ts->set_consumer_lag(t.consumer_lag());
+      ts->set_records_in(t.records_in());
+      ts->set_records_out(t.records_out());
+      ts->set_last_checkpoint(job.last_checkpoint());
+      for (const Task::PartitionStatus& p : t.partitions()) {
+        ts->add_partitions(p.partition);
+        v1::SourcePartitionStatus* sp = ts->add_sources();
+        sp->set_source(p.source);
+        sp->set_partition(p.partition);
+        sp->set_offset(p.offset);
+        sp->set_lag(p.lag);
+        sp->set_watermark_ms(p.watermark_ms);
+        sp->set_idle(p.idle);
+      }
+    }
+    if (one) break;
+  }
+  return job;
+}
 
 void Pipeline::RefreshMetrics() {
   const int64_t now = SystemClock().NowMs();

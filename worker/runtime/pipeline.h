@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "caravela/v1/job.pb.h"
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -104,6 +105,10 @@ class Pipeline {
   // Updates the gauges read at a scrape (per source partition: offset, lag,
   // watermark, idle; Task::PublishPartitionMetrics). Thread-safe.
   void RefreshMetrics();
+  // The job as the coordinator's API shows one (proto/caravela/v1/job.proto):
+  // RUNNING, its plan's stages, and per task its live status (worker
+  // "local"). For `caravela run --http`'s dashboard. Thread-safe.
+  v1::Job Status();
   // The state of the job's first task (the whole job's when it runs as one).
   StateBackend& state();
   // A one-line human summary of records in/out and side outputs.
