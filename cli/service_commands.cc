@@ -61,6 +61,7 @@ struct Flags {
   std::string worker_timeout = "10s";
   WorkerAgentOptions worker;
   std::string worker_data_dir = "caravela-worker";
+  std::string drain_timeout = "25s";
   CLI::App* worker_cmd = nullptr;
   CLI::App* workers = nullptr;
   // local
@@ -77,6 +78,8 @@ Flags& F() {
 
 std::atomic<bool> g_stop{false};
 void OnStop(int) { g_stop = true; }
+std::atomic<bool> g_term{false};
+void OnTerm(int) { g_term = true; }
 
 // The token from --token-file, else $CARAVELA_TOKEN; empty for none.
 bool ReadToken(std::string* token) {
@@ -283,10 +286,19 @@ int WorkerCommand() {
               (*agent)->http_address().empty() ? "off" : (*agent)->http_address().c_str(),
               f.worker.slots, f.worker_data_dir.c_str());
   std::fflush(stdout);
+  // SIGTERM (Kubernetes, systemd): hand the tasks over, then leave.
+  // SIGINT (Ctrl-C): stop at once.
   std::signal(SIGINT, OnStop);
-  std::signal(SIGTERM, OnStop);
-  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  (*agent)->Stop();
+  std::signal(SIGTERM, OnTerm);
+  while (!g_stop.load() && !g_term.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (g_term.load() && !g_stop.load()) {
+    const std::optional<int64_t> drain = ParseDuration(f.drain_timeout);
+    (*agent)->Drain(drain.value_or(25000));
+  } else {
+    (*agent)->Stop();
+  }
   return 0;
 }
 
@@ -368,7 +380,7 @@ int LocalCommand() {
     pid_t pid = -1;
     if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
       std::fprintf(stderr, "error: cannot start worker %d\n", i);
-      for (pid_t p : pids) ::kill(p, SIGTERM);
+      for (pid_t p : pids) ::kill(p, SIGINT);  // all leave: no handover
       return 1;
     }
     pids.push_back(pid);
@@ -381,7 +393,7 @@ int LocalCommand() {
   std::signal(SIGINT, OnStop);
   std::signal(SIGTERM, OnStop);
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  for (pid_t p : pids) ::kill(p, SIGTERM);
+  for (pid_t p : pids) ::kill(p, SIGINT);  // all leave: no handover
   for (pid_t p : pids) ::waitpid(p, nullptr, 0);
   (*c)->Shutdown();
   return 0;
@@ -446,6 +458,11 @@ void AddServiceCommands(CLI::App& app) {
       ->capture_default_str();
   f.worker_cmd->add_option("--slots", f.worker.slots, "Tasks it can run")
       ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  f.worker_cmd
+      ->add_option("--drain-timeout", f.drain_timeout,
+                   "On SIGTERM: how long to wait for its tasks to move to other workers through a "
+                   "checkpoint before stopping them (SIGINT stops at once)")
       ->capture_default_str();
   f.worker_cmd->add_option("--token-file", f.token_file,
                            "File holding the bearer token (default $CARAVELA_TOKEN)");

@@ -453,7 +453,8 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     // A rescale, or evening the load out, through a stopping checkpoint.
     std::string why = job.rescale_to() > 0 ? absl::StrCat("rescale from ", run.parallelism, " to ",
                                                           job.rescale_to(), " tasks per stage")
-                                           : Imbalance(run);
+                                           : Leaving(run);
+    if (why.empty()) why = Imbalance(run);
     if (!why.empty()) {
       run.handoff = why;
       run.in_flight = run.next_id++;
@@ -507,10 +508,15 @@ void Scheduler::Tick() {
     Log()->warn("worker {} is dead: no heartbeat for {} ms", id, workers_->lease_ms());
   }
   alive_.clear();
+  draining_.clear();
   free_slots_.clear();
   for (const v1::WorkerInfo& w : workers_->List()) {
     if (w.state() != v1::ALIVE) continue;
     alive_.insert(w.id());
+    if (w.draining()) {
+      draining_.insert(w.id());  // alive, but no placement goes there
+      continue;
+    }
     free_slots_[w.id()] = w.slots();
   }
   for (const auto& [id, run] : runs_) {
@@ -558,6 +564,13 @@ void Scheduler::Tick() {
       Recover(job, *all, lost);
       continue;
     }
+    if (run.interval_ms <= 0 && !run.finishing) {
+      // No checkpoint to hand over through: a leaving worker's job restarts.
+      if (const std::string leaving = Leaving(run); !leaving.empty()) {
+        Recover(job, *all, leaving);
+        continue;
+      }
+    }
     std::string failed;
     for (size_t g = 0; g < run.tasks.size(); ++g) {
       const TaskSlot& t = run.tasks[g];
@@ -587,6 +600,13 @@ void Scheduler::Tick() {
       Replace(job, *all, v1::SCHEDULING, why);
     }
   }
+}
+
+std::string Scheduler::Leaving(const JobRun& run) const {
+  for (const TaskSlot& t : run.tasks) {
+    if (draining_.count(t.worker) > 0) return absl::StrCat("worker ", t.worker, " is leaving");
+  }
+  return "";
 }
 
 std::string Scheduler::Imbalance(const JobRun& run) const {

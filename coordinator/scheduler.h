@@ -22,6 +22,9 @@
 //    starts a new epoch from the last complete checkpoint (RECOVERING, then
 //    RUNNING); after `max_restarts` failures in a row without a completed
 //    checkpoint the job is FAILED with the first error.
+//  * Draining: a worker that is leaving (SIGTERM) gets no new tasks, and
+//    each job with tasks on it hands them over through a stopping
+//    checkpoint, as for a rebalance (without checkpoints: a restart).
 //  * Savepoints: StopWithSavepoint makes the next checkpoint the job's
 //    last (sinks publish it, tasks return); it is then copied to the
 //    savepoint directory on a thread of its own, and the job is FINISHED
@@ -166,6 +169,8 @@ class Scheduler {
   // live worker with room holds at least two tasks of the job fewer than
   // another.
   std::string Imbalance(const JobRun& run) const;
+  // "worker X is leaving" if the run has a task on a draining worker.
+  std::string Leaving(const JobRun& run) const;
   // An adopted run whose tasks all reported: resume its checkpoints.
   void Resume(v1::Job& job, JobRun& run);
   void Advance(v1::Job& job, JobRun& run);
@@ -191,6 +196,7 @@ class Scheduler {
   // Savepoints being written, by job id (their jobs have no run meanwhile).
   std::map<std::string, std::future<absl::StatusOr<JobSavepoint>>> savepoints_;
   std::set<std::string> alive_;            // this round's ALIVE workers
+  std::set<std::string> draining_;         // ALIVE workers leaving: no new tasks
   std::map<std::string, int> free_slots_;  // this round's free slots per ALIVE worker
 };
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -105,6 +106,7 @@ class SchedulerTest : public ::testing::Test {
                              const std::string& error = "") {
     v1::HeartbeatRequest req;
     req.set_worker_id(worker);
+    req.set_draining(draining_.count(worker) > 0);
     if (last_[worker].assignments_size() == 0) {
       // Learn the assignment first, as a worker does.
       EXPECT_TRUE(registry_->Heartbeat(req));
@@ -136,6 +138,7 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<Scheduler> scheduler_;
   std::map<std::string, v1::HeartbeatResponse> last_;
   std::map<std::string, int64_t> stored_;
+  std::set<std::string> draining_;  // workers whose heartbeats say they leave
   int jobs_ = 0;
   // What the scheduler asked the savepoint writer for, and its answer.
   std::mutex saved_mu_;
@@ -489,6 +492,50 @@ TEST_F(SchedulerTest, StopWithSavepointEndsAtACheckpointThenCopiesIt) {
   EXPECT_EQ(job.last_checkpoint(), 3);
   EXPECT_THAT(job.message(), HasSubstr("stopped with a savepoint in /sp/two (checkpoint 3"));
   EXPECT_EQ(Tasks(Beat(a, v1::TASK_DONE)), 0);
+}
+
+}  // namespace
+}  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// A worker leaving (SIGTERM): its tasks move through a stopping checkpoint
+// to the others, and nothing new goes to it.
+TEST_F(SchedulerTest, ALeavingWorkersTasksMoveThroughAStoppingCheckpoint) {
+  const std::string a = AddWorker(6), b = AddWorker(6), c = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  for (const std::string& w : {a, b, c}) Beat(w, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  draining_.insert(c);
+  Beat(c, v1::TASK_RUNNING);
+  scheduler_->Tick();
+  v1::HeartbeatResponse r = Beat(a, v1::TASK_RUNNING, 1);
+  ASSERT_EQ(r.assignments_size(), 1);
+  EXPECT_EQ(r.assignments(0).trigger_checkpoint(), 1);
+  EXPECT_TRUE(r.assignments(0).stop_at_trigger());
+  Beat(b, v1::TASK_RUNNING, 1);
+  Beat(c, v1::TASK_RUNNING, 1);  // the leaving worker's tasks take part
+  scheduler_->Tick();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.last_checkpoint(), 1);
+  EXPECT_EQ(job.epoch(), 2);
+  EXPECT_THAT(job.message(), HasSubstr("worker " + c + " is leaving"));
+  std::map<std::string, int> per;
+  for (const v1::TaskStatus& t : job.tasks()) ++per[t.worker()];
+  EXPECT_EQ(per[a], 3);
+  EXPECT_EQ(per[b], 3);
+  EXPECT_EQ(per.count(c), 0u);
+  EXPECT_EQ(Tasks(Beat(c, v1::TASK_RUNNING)), 0);  // it holds nothing now
+  // Not rebalanced back onto it while it drains.
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string& w : {a, b}) Beat(w, v1::TASK_READY);
+  }
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+  EXPECT_EQ(Get(id).epoch(), 2);
 }
 
 }  // namespace

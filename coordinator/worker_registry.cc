@@ -47,6 +47,7 @@ bool WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   }
   it->second.set_last_heartbeat_ms(now);
   it->second.set_running_tasks(request.running_tasks());
+  it->second.set_draining(request.draining());
   return true;
 }
 

@@ -488,6 +488,32 @@ TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicate
   ExpectEachFinalOnceInTheChangelog();
 }
 
+// A worker leaves (SIGTERM, as Kubernetes stops a pod): its tasks move to
+// the other two through a stopping checkpoint and it exits 0 once it holds
+// none. Nothing restarts from an older checkpoint, so nothing is produced
+// twice: each window is FINAL once in the changelog. (The fence table is
+// locked meanwhile, so the job cannot finish before the handover.)
+TEST_F(ClusterJobTest, ALeavingWorkerHandsItsTasksOverWithoutDuplicates) {
+  std::string id;
+  PGconn* lock = nullptr;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndHoldMidStream(&id, &lock));
+  ASSERT_EQ(::kill(workers_[2]->pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(milliseconds(300));
+  UnlockFences(lock);
+  ASSERT_TRUE(workers_[2]->WaitUntil(std::chrono::steady_clock::now() + milliseconds(60000)))
+      << workers_[2]->Log();
+  EXPECT_EQ(workers_[2]->ExitCode(), 0) << workers_[2]->Log();
+  EXPECT_THAT(workers_[2]->Log(), ::testing::HasSubstr("drained: every task moved"));
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 2) << Logs();
+  for (const v1::TaskStatus& t : job.tasks()) EXPECT_NE(t.worker(), ids_[2]) << t.DebugString();
+  EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("worker " + ids_[2] + " is leaving"));
+  ExpectTheAnswer(job);
+  ExpectEachFinalOnceInTheChangelog();
+}
+
 // `caravela rescale` (SPEC §8): the job stops at a checkpoint and runs on with
 // 2 tasks per stage, each new task gathering its source partitions and keys
 // from the 3 old ones; the answer stays exact in every sink and no window is

@@ -46,6 +46,7 @@ struct WorkerAgent::Impl {
   int64_t lease_ms = 10000;
   std::atomic<int> registrations{0};
   std::atomic<bool> stop{false};
+  std::atomic<bool> draining{false};
   std::thread heartbeats;
   // Running parts by job id (heartbeat thread only, counted in `tasks`).
   std::map<std::string, std::unique_ptr<JobPart>> parts;
@@ -236,6 +237,7 @@ struct WorkerAgent::Impl {
       }
       v1::HeartbeatRequest request;
       request.set_worker_id(id);
+      request.set_draining(draining.load());
       Report(&request);
       v1::HeartbeatResponse response;
       grpc::ClientContext context;
@@ -271,6 +273,25 @@ struct WorkerAgent::Impl {
 };
 
 WorkerAgent::~WorkerAgent() { Stop(); }
+
+bool WorkerAgent::Drain(int64_t timeout_ms) {
+  if (impl_ == nullptr) return true;
+  impl_->draining = true;
+  Log()->info("draining: {} tasks to hand over (up to {} ms)", impl_->tasks.load(), timeout_ms);
+  const auto until = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
+  while (impl_->tasks.load() > 0 && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const bool moved = impl_->tasks.load() == 0;
+  if (moved) {
+    Log()->info("drained: every task moved to other workers");
+  } else {
+    Log()->warn("drain timed out with {} tasks here: stopping them (their jobs restore)",
+                impl_->tasks.load());
+  }
+  Stop();
+  return moved;
+}
 
 void WorkerAgent::Stop() {
   if (impl_ == nullptr) return;

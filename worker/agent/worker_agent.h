@@ -57,6 +57,11 @@ class WorkerAgent {
   int registrations() const;
   // Tasks this worker holds now (any phase).
   int task_count() const;
+  // Leaves gracefully (SIGTERM): tells the coordinator it is draining (no
+  // new tasks; each job with tasks here moves them to other workers through
+  // a stopping checkpoint), waits until it holds no task or `timeout_ms`
+  // passed, then Stop()s. True if every task had moved away in time.
+  bool Drain(int64_t timeout_ms);
   void Stop();
 
   struct Impl;
