@@ -1,7 +1,9 @@
 // The `caravela` binary: wires subcommands to the modules; no logic lives here.
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -210,6 +212,31 @@ int PlanCommand(const std::string& file, int parallelism_flag, bool json) {
   return 0;
 }
 
+// argv, plus `--flag=value` for every environment variable CARAVELA_<FLAG>
+// of the invoked subcommand's options that the command line does not set,
+// when a --config file is given (see main).
+std::vector<std::string> EnvironmentOverConfig(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> out(argv, argv + argc);
+  const bool config = std::any_of(out.begin() + 1, out.end(), [](const std::string& a) {
+    return a == "--config" || a.rfind("--config=", 0) == 0;
+  });
+  if (!config) return out;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (std::find(out.begin() + 1, out.end(), sub->get_name()) == out.end()) continue;
+    for (const CLI::Option* opt : sub->get_options()) {
+      const std::string& env = opt->get_envname();
+      const char* value = env.empty() ? nullptr : std::getenv(env.c_str());
+      if (value == nullptr || opt->get_lnames().empty()) continue;
+      const std::string flag = "--" + opt->get_lnames()[0];
+      const bool given = std::any_of(out.begin() + 1, out.end(), [&](const std::string& a) {
+        return a == flag || a.rfind(flag + "=", 0) == 0;
+      });
+      if (!given) out.push_back(flag + "=" + value);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,6 +248,13 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   // Logging options, before or after the subcommand.
   app.fallthrough();
+  // Options from a TOML file ([coordinator] or [worker] section, keys as the
+  // long flags; config/*.toml), under the environment (CARAVELA_<FLAG>),
+  // under the command line. Unknown keys are errors.
+  app.set_config("--config", "",
+                 "Read options from this TOML file ([coordinator] or [worker] section; see "
+                 "config/coordinator.toml)");
+  app.allow_config_extras(false);
   std::string log_format = "text", log_level;
   app.add_option("--log-format", log_format, "Log lines as text or json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}))
@@ -314,7 +348,15 @@ int main(int argc, char** argv) {
 
   caravela::AddServiceCommands(app);
 
-  CLI11_PARSE(app, argc, argv);
+  // The environment beats a --config file (CLI11 itself reads the file
+  // first): with --config, each CARAVELA_<FLAG> of the subcommand being run
+  // becomes a flag unless the command line has it.
+  std::vector<std::string> args = EnvironmentOverConfig(app, argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  int arg_count = static_cast<int>(arg_ptrs.size());
+  char** arg_values = arg_ptrs.data();
+  CLI11_PARSE(app, arg_count, arg_values);
   if (absl::Status st = caravela::ConfigureLogging(log_format, log_level); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
     return 2;

@@ -418,31 +418,41 @@ void AddServiceCommands(CLI::App& app) {
       "Run the coordinator: the gRPC JobService over a durable job store; places the\n"
       "tasks of submitted jobs on workers, coordinates their checkpoints and restarts\n"
       "them from the last one when a worker dies; gRPC health and reflection. Prints\n"
-      "one line with its address when ready. (The HTTP dashboard comes later.)");
+      "one line with its address when ready; with --http, the web dashboard, the JSON API\n"
+      "and /metrics.");
   f.coordinator_cmd->add_option("--listen", f.coordinator.listen, "gRPC HOST:PORT (port 0: any)")
+      ->envname("CARAVELA_LISTEN")
       ->capture_default_str();
   f.coordinator_cmd->add_option("--http", f.coordinator.http_listen,
-                                "HTTP HOST:PORT for /healthz and the JSON API under /api/v1/ "
-                                "(port 0: any; default none)");
+                                "HTTP HOST:PORT for the dashboard (/), the JSON API under /api/v1/, "
+                                "/metrics and /healthz (port 0: any; default none)")
+      ->envname("CARAVELA_HTTP");
   f.coordinator_cmd->add_option("--data-dir", f.coordinator.data_dir, "Job store directory")
+      ->envname("CARAVELA_DATA_DIR")
       ->capture_default_str();
   f.coordinator_cmd->add_option("--token-file", f.token_file,
-                                "Require this bearer token on every call");
+                                "Require this bearer token on every call")
+      ->envname("CARAVELA_TOKEN_FILE");
   f.coordinator_cmd->add_option(
       "--storage", f.coordinator.checkpoint_storage,
       "Checkpoint storage URL every worker reaches, for jobs that name none\n"
-      "(default file://<data-dir>/checkpoints: one machine or a shared volume)");
+      "(default file://<data-dir>/checkpoints: one machine or a shared volume)")
+      ->envname("CARAVELA_STORAGE");
   f.coordinator_cmd->add_option("--tls-cert", f.coordinator.tls_cert_file,
-                                "PEM certificate chain: serve TLS (with --tls-key)");
-  f.coordinator_cmd->add_option("--tls-key", f.coordinator.tls_key_file, "PEM private key");
+                                "PEM certificate chain: serve TLS (with --tls-key)")
+      ->envname("CARAVELA_TLS_CERT");
+  f.coordinator_cmd->add_option("--tls-key", f.coordinator.tls_key_file, "PEM private key")
+      ->envname("CARAVELA_TLS_KEY");
   f.coordinator_cmd->add_option(
       "--allow-path", f.coordinator.allowed_paths,
       "An absolute directory submitted jobs may read and write files in, and savepoints\n"
       "may be written to or read from (repeatable; default none: only paths relative to a\n"
-      "worker's data directory, and savepoints under <data-dir>/savepoints)");
+      "worker's data directory, and savepoints under <data-dir>/savepoints)")
+      ->envname("CARAVELA_ALLOW_PATH");
   f.coordinator_cmd
       ->add_option("--worker-timeout", f.worker_timeout,
                    "A worker without heartbeats for this long is dead (its lease)")
+      ->envname("CARAVELA_WORKER_TIMEOUT")
       ->capture_default_str();
 
   f.worker_cmd = app.add_subcommand(
@@ -451,32 +461,42 @@ void AddServiceCommands(CLI::App& app) {
       "runs the tasks the coordinator assigns it (one thread each; all of them stop when\n"
       "the lease is lost); serves gRPC health. Prints its id and address.");
   f.worker_cmd->add_option("--coordinator", f.address,
-                           "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR)");
+                           "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR)")
+      ->envname("CARAVELA_COORDINATOR");
   f.worker_cmd->add_option("--listen", f.worker.listen, "The worker's gRPC HOST:PORT (port 0: any)")
+      ->envname("CARAVELA_LISTEN")
       ->capture_default_str();
   f.worker_cmd->add_option("--data-dir", f.worker_data_dir, "State and checkpoint scratch")
+      ->envname("CARAVELA_DATA_DIR")
       ->capture_default_str();
   f.worker_cmd->add_option("--slots", f.worker.slots, "Tasks it can run")
+      ->envname("CARAVELA_SLOTS")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   f.worker_cmd
       ->add_option("--drain-timeout", f.drain_timeout,
                    "On SIGTERM: how long to wait for its tasks to move to other workers through a "
                    "checkpoint before stopping them (SIGINT stops at once)")
+      ->envname("CARAVELA_DRAIN_TIMEOUT")
       ->capture_default_str();
   f.worker_cmd->add_option("--token-file", f.token_file,
-                           "File holding the bearer token (default $CARAVELA_TOKEN)");
+                           "File holding the bearer token (default $CARAVELA_TOKEN)")
+      ->envname("CARAVELA_TOKEN_FILE");
   f.worker_cmd->add_option(
       "--http", f.worker.http_listen,
-      "HOST:PORT for /metrics (its tasks' counters) and /healthz (port 0: any)");
+      "HOST:PORT for /metrics (its tasks' counters) and /healthz (port 0: any)")
+      ->envname("CARAVELA_HTTP");
   f.worker_cmd->add_option("--bootstrap", f.worker.bootstrap,
-                           "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)");
+                           "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)")
+      ->envname("CARAVELA_BOOTSTRAP");
   f.worker_cmd->add_option(
       "--allow-path", f.worker.allowed_paths,
       "An absolute directory jobs may read and write files in (repeatable; default: the\n"
-      "data directory). Relative paths of a job are resolved against <data-dir>/<job id>.");
+      "data directory). Relative paths of a job are resolved against <data-dir>/<job id>.")
+      ->envname("CARAVELA_ALLOW_PATH");
   f.worker_cmd->add_option("--tls-ca", f.tls_ca,
-                           "PEM file of the roots to trust: talk TLS to the coordinator");
+                           "PEM file of the roots to trust: talk TLS to the coordinator")
+      ->envname("CARAVELA_TLS_CA");
   f.local = app.add_subcommand(
       "local",
       "A whole cluster on this machine: the embedded Kafka broker and a coordinator in\n"

@@ -241,3 +241,60 @@ TEST(CoordinatorProcessTest, TlsWithCertificateFiles) {
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// Service options from a TOML file (--config), the environment
+// (CARAVELA_<FLAG>) and the command line, in rising precedence; unknown keys
+// and bad values are refused naming them; the shipped config/*.toml files
+// are valid.
+TEST(CoordinatorProcessTest, ConfigFileEnvironmentAndFlags) {
+  TempDir tmp("config", "CARAVELA_KEEP_TEST_DIRS", "config test");
+  const fs::path& dir = tmp.path();
+  // The shipped coordinator config, its example paths replaced by flags.
+  ChildProcess coordinator(
+      {CARAVELA_BINARY, "coordinator", "--config",
+       std::string(CARAVELA_SOURCE_DIR) + "/config/coordinator.toml", "--listen", "127.0.0.1:0",
+       "--http", "127.0.0.1:0", "--data-dir", (dir / "coordinator").string(), "--storage",
+       "file://" + (dir / "checkpoints").string(), "--allow-path", dir.string()},
+      dir / "coordinator.log");
+  const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(address.empty()) << coordinator.Log();
+  auto slots = [&](const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {CARAVELA_BINARY, "worker", "--config",
+                                     (dir / "worker.toml").string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ChildProcess worker(argv, dir / (name + ".log"));
+    return worker.WaitFor(R"(slots=(\d+))", milliseconds(20000));
+  };
+  std::ofstream(dir / "worker.toml") << "[worker]\ncoordinator = \"" << address
+                                     << "\"\nslots = 3\ndata-dir = \""
+                                     << (dir / "worker").string() << "\"\n";
+  EXPECT_EQ(slots("from-file", {}), "3");
+  ::setenv("CARAVELA_SLOTS", "5", 1);
+  EXPECT_EQ(slots("env-over-file", {}), "5");
+  EXPECT_EQ(slots("flag-over-env", {"--slots", "7"}), "7");
+  ::unsetenv("CARAVELA_SLOTS");
+  // The shipped worker config: every key valid (the example address and
+  // paths replaced by flags).
+  {
+    ChildProcess worker({CARAVELA_BINARY, "worker", "--config",
+                         std::string(CARAVELA_SOURCE_DIR) + "/config/worker.toml",
+                         "--coordinator", address, "--listen", "127.0.0.1:0", "--http",
+                         "127.0.0.1:0", "--data-dir", (dir / "shipped").string()},
+                        dir / "shipped.log");
+    EXPECT_EQ(worker.WaitFor(R"(slots=(\d+))", milliseconds(20000)), "2") << worker.Log();
+  }
+  std::ofstream(dir / "worker.toml", std::ios::app) << "slotz = 4\n";
+  const CliResult unknown = Cli("worker --config " + (dir / "worker.toml").string(), dir);
+  EXPECT_NE(unknown.code, 0) << unknown.out;
+  EXPECT_THAT(unknown.out, HasSubstr("slotz"));
+  std::ofstream(dir / "bad.toml") << "[worker]\nslots = 0\n";
+  const CliResult bad = Cli("worker --config " + (dir / "bad.toml").string(), dir);
+  EXPECT_NE(bad.code, 0) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("--slots: Value 0 not in range 1 to 4096"));
+}
+
+}  // namespace
+}  // namespace caravela
