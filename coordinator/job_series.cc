@@ -29,6 +29,7 @@ void JobSeries::Sample(const v1::Job& job, int64_t now_ms) {
   for (int g = 0; g < job.tasks_size(); ++g) {
     const v1::TaskStatus& t = job.tasks(g);
     p.consumer_lag += t.consumer_lag();
+    p.state_bytes += t.state_bytes();
     for (const v1::SourcePartitionStatus& sp : t.sources()) {
       records_in += sp.offset();
       auto key = std::make_tuple(sp.source(), sp.partition());
@@ -79,19 +80,21 @@ std::string JobSeries::Json(const std::string& job_id) const {
   nlohmann::json out;
   nlohmann::json t = nlohmann::json::array(), rate = nlohmann::json::array(),
                  lag = nlohmann::json::array(), wm_lag = nlohmann::json::array(),
-                 ckpt = nlohmann::json::array();
+                 ckpt = nlohmann::json::array(), state = nlohmann::json::array();
   for (const Point& p : s.points) {
     t.push_back(p.t_ms);
     rate.push_back(p.records_per_s);
     lag.push_back(p.consumer_lag);
     wm_lag.push_back(p.watermark_lag_s);
     ckpt.push_back(p.last_checkpoint);
+    state.push_back(p.state_bytes);
   }
   out["t_ms"] = std::move(t);
   out["records_per_s"] = std::move(rate);
   out["consumer_lag"] = std::move(lag);
   out["watermark_lag_s"] = std::move(wm_lag);
   out["last_checkpoint"] = std::move(ckpt);
+  out["state_bytes"] = std::move(state);
   nlohmann::json parts = nlohmann::json::array();
   const Partition* hold = nullptr;
   for (const auto& [key, part] : s.partitions) {

@@ -31,7 +31,7 @@ class JobSeries {
   void Retain(const std::vector<std::string>& keep);
 
   // {"t_ms":[...],"records_per_s":[...],"consumer_lag":[...],
-  //  "watermark_lag_s":[...],"last_checkpoint":[...],
+  //  "watermark_lag_s":[...],"last_checkpoint":[...],"state_bytes":[...],
   //  "partitions":[{"task","source","partition","worker","watermark_ms",
   //                 "idle","lag","offset","since_ms"}...],
   //  "holdback":{...} or null}: the job's samples and, of its non-idle
@@ -47,6 +47,7 @@ class JobSeries {
     int64_t consumer_lag = 0;
     double watermark_lag_s = 0;  // NaN-free: 0 before any watermark
     int64_t last_checkpoint = 0;
+    int64_t state_bytes = 0;
   };
   struct Partition {
     int task = 0;

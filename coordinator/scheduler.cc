@@ -692,6 +692,7 @@ void Scheduler::FillTasks(const JobRun& run, v1::Job* job) {
     ts->set_records_in(t.report.records_in());
     ts->set_records_out(t.report.records_out());
     ts->set_error(t.report.error());
+    ts->set_state_bytes(t.report.state_bytes());
     ts->clear_partitions();
     ts->clear_sources();
     for (const v1::SourcePartitionStatus& p : t.report.partitions()) {

@@ -112,6 +112,16 @@ spec:
   EXPECT_THAT(text, HasSubstr("caravela_source_partition_watermark_seconds" + p2 +
                               " 1700000115.000"));  // 1700000120000 - 5000 ms
   EXPECT_THAT(text, HasSubstr("caravela_source_partition_idle" + p2 + " 0"));
+  // State per table at the checkpoints (every 200 ms): the dedup's 3 ids.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        text = Get(http, "/metrics");
+        return text.find(R"(caravela_state_keys{task="metrics-demo",table="unique/ids"} 3)") !=
+               std::string::npos;
+      },
+      milliseconds(10000)))
+      << text;
+  EXPECT_THAT(text, HasSubstr(R"(caravela_state_bytes{task="metrics-demo",table="unique/ids"})"));
   // Partitions 1 and 3 got nothing: no watermark yet, offset 0.
   EXPECT_THAT(
       text,

@@ -132,6 +132,10 @@ async function checkDashboard(browser, scene, http, job, worker) {
   const holdback = await page.textContent("#holdback");
   check(/source purchases partition 3\b/.test(holdback) && /no record yet/.test(holdback),
     `${scene}: "not final" panel names partition 3: ${holdback}`);
+  if (scene === "run") {
+    // One task holds the dedup and window state: its size at checkpoints.
+    check(tasks.some((r) => r[9] !== "0 B"), `${scene}: the task's state size is shown (${tasks.map((r) => r[9])})`);
+  }
   // uPlot draws into a canvas once it has samples.
   check((await page.$("#chart-lag canvas")) !== null, `${scene}: consumer-lag chart rendered (uPlot canvas)`);
   const workers = await cellsOf("workers");

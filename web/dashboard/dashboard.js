@@ -27,6 +27,13 @@ function fmtTime(ms) {
   return new Date(n).toISOString().replace(".000Z", "Z");
 }
 
+function fmtBytes(b) {
+  const n = num(b);
+  if (n < 1024) return `${n} B`;
+  if (n < 1048576) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1048576).toFixed(1)} MiB`;
+}
+
 function fmtAgo(ms) {
   const s = Math.max(0, Math.round((Date.now() - Number(ms)) / 1000));
   if (s < 120) return `${s} s ago`;
@@ -127,7 +134,7 @@ async function showJob(id) {
     "tasks",
     (job.tasks || []).map((t, g) => [
       g, num(t.stage), num(t.index), t.worker, t.state, num(t.recordsIn), num(t.recordsOut),
-      num(t.consumerLag), num(t.lastCheckpoint), fmtTime(t.watermarkMs),
+      num(t.consumerLag), num(t.lastCheckpoint), fmtBytes(t.stateBytes), fmtTime(t.watermarkMs),
     ]),
   );
   if (!series) {
@@ -154,6 +161,7 @@ async function showJob(id) {
   chart("chart-rate", "records/s", series.t_ms, series.records_per_s);
   chart("chart-lag", "lag", series.t_ms, series.consumer_lag);
   chart("chart-wmlag", "watermark lag", series.t_ms, series.watermark_lag_s);
+  chart("chart-state", "state bytes", series.t_ms, series.state_bytes);
 }
 
 $("token-save").addEventListener("click", () => {

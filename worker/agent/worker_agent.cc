@@ -106,6 +106,7 @@ struct WorkerAgent::Impl {
         r->set_watermark_ms(s.watermark_ms);
         r->set_consumer_lag(s.consumer_lag);
         r->set_stop_checkpoint(s.stop_checkpoint);
+        r->set_state_bytes(s.state_bytes);
         for (const Task::PartitionStatus& p : s.partitions) {
           v1::SourcePartitionStatus* ps = r->add_partitions();
           ps->set_source(p.source);
@@ -243,6 +244,13 @@ struct WorkerAgent::Impl {
       grpc::ClientContext context;
       Prepare(&context, static_cast<int>(std::max<int64_t>(lease / 2, 50)));
       grpc::Status st = stub->Heartbeat(&context, request, &response);
+      if (!lease_lost && SteadyClock::now() - last_ok > std::chrono::milliseconds(lease)) {
+        // Paused while the call was in flight: the lease ran out meanwhile,
+        // whatever the answer says.
+        lease_lost = true;
+        Log()->warn("no heartbeat got through for {} ms: lease of {} lost", lease, id);
+        StopParts("lease lost");
+      }
       if (st.ok() && !response.unknown_worker()) {
         last_ok = SteadyClock::now();
         lease_lost = false;

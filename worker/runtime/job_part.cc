@@ -243,6 +243,7 @@ std::vector<JobPart::TaskState> JobPart::States() const {
     out[i].watermark_ms = im.tasks[i]->watermark();
     out[i].consumer_lag = im.tasks[i]->consumer_lag();
     out[i].partitions = im.tasks[i]->partitions();
+    out[i].state_bytes = im.tasks[i]->state_bytes();
     out[i].stop_checkpoint = im.job->stop_at();
   }
   return out;

@@ -33,8 +33,8 @@ v1::Job Pipeline::Status() {
   const JobPlan& plan = runner_->plan();
   job.set_stages(static_cast<int32_t>(plan.stages.size()));
   job.set_exchanges(static_cast<int32_t>(plan.exchanges.size()));
-  job.set_last_checkpoint(std::max(metrics_.Value("job_checkpoint_last_id"),
-                                   metrics_.Value("checkpoint_last_id")));
+  job.set_last_checkpoint(
+      std::max(metrics_.Value("job_checkpoint_last_id"), metrics_.Value("checkpoint_last_id")));
   // One task for the whole job unless it runs as one per stage and index.
   const bool one = runner_->task_count() == 1;
   int g = 0;
@@ -52,6 +52,7 @@ v1::Job Pipeline::Status() {
       ts->set_records_in(t.records_in());
       ts->set_records_out(t.records_out());
       ts->set_last_checkpoint(job.last_checkpoint());
+      ts->set_state_bytes(t.state_bytes());
       for (const Task::PartitionStatus& p : t.partitions()) {
         ts->add_partitions(p.partition);
         v1::SourcePartitionStatus* sp = ts->add_sources();

@@ -74,6 +74,10 @@ int64_t Task::next_checkpoint_id() const {
 int64_t Task::records_out() const { return impl_->records_out.load(std::memory_order_relaxed); }
 int64_t Task::consumer_lag() const { return impl_->published_lag.load(std::memory_order_relaxed); }
 
+int64_t Task::state_bytes() const {
+  return impl_->published_state_bytes.load(std::memory_order_relaxed);
+}
+
 void Task::PublishPartitionMetrics(const std::string& job,
                                    const std::vector<PartitionStatus>& partitions, int64_t now_ms,
                                    MetricsRegistry* metrics) {
@@ -1335,6 +1339,15 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
   metrics->Get("checkpoint_last_duration_ms")->Set(ms);
   metrics->Get("checkpoint_last_state_bytes")->Set(static_cast<int64_t>(stats.bytes_total));
   metrics->Get("checkpoint_last_id")->Set(id);
+  // State per table (RocksDB properties), read while it is committed.
+  int64_t state_total = 0;
+  for (const StateBackend::TableStats& t : state->Stats()) {
+    const std::string labels = absl::StrCat("task=\"", name, "\",table=\"", t.table, "\"");
+    metrics->Get("state_keys", labels)->Set(static_cast<int64_t>(t.keys));
+    metrics->Get("state_bytes", labels)->Set(static_cast<int64_t>(t.bytes));
+    state_total += static_cast<int64_t>(t.bytes);
+  }
+  published_state_bytes.store(state_total, std::memory_order_relaxed);
   last_checkpoint_id = id;
   last_checkpoint_at = std::chrono::steady_clock::now();
   Log()->debug("[job={}] {} {}: {} ms, {} of {} bytes uploaded", spec.name,

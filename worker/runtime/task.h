@@ -119,6 +119,8 @@ class Task {
   // Records of its Kafka source partitions not read yet (high watermark last
   // seen minus position), as of its last step. Thread-safe.
   int64_t consumer_lag() const;
+  // Bytes of its state (every table) as of its last checkpoint. Thread-safe.
+  int64_t state_bytes() const;
   // Its source partitions as of about 250 ms ago (offset applied, lag,
   // watermark, idle). Thread-safe.
   struct PartitionStatus {

@@ -204,6 +204,7 @@ struct Task::Impl {
   // Read by the job's coordinating thread (progress): relaxed atomics.
   std::atomic<int64_t> records_in{0};
   std::atomic<int64_t> published_watermark{kMinTime};  // UpdateWatermarks
+  std::atomic<int64_t> published_state_bytes{0};       // TakeCheckpoint: sum over tables
   std::atomic<int64_t> published_lag{0};  // UpdateWatermarks: records behind on the sources
   // UpdateWatermarks, at most every kPartitionStatusMs: per source partition.
   mutable std::mutex partitions_mu;

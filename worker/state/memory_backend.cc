@@ -275,6 +275,14 @@ class MemoryBackend final : public StateBackend {
     return absl::OkStatus();
   }
 
+  std::vector<TableStats> Stats() override {
+    std::vector<TableStats> out;
+    for (const auto& [name, table] : tables_) {
+      out.push_back({name, table->data().size(), table->bytes()});
+    }
+    return out;
+  }
+
   uint64_t ApproximateBytes() override {
     uint64_t total = 0;
     for (const auto& [name, table] : tables_) total += table->bytes();

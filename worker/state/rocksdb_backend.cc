@@ -207,6 +207,7 @@ class RocksDbBackend final : public StateBackend {
   absl::Status Snapshot(const std::string& dir) override;
   absl::Status Restore(const std::string& dir) override;
   uint64_t ApproximateBytes() override;
+  std::vector<TableStats> Stats() override;
   absl::Status Compact() override;
 
  private:
@@ -552,6 +553,25 @@ uint64_t RocksDbBackend::ApproximateBytes() {
     }
   }
   return total;
+}
+
+std::vector<StateBackend::TableStats> RocksDbBackend::Stats() {
+  std::vector<TableStats> out;
+  if (db_ == nullptr) return out;
+  for (const auto& [name, table] : tables_) {
+    TableStats t;
+    t.table = name;
+    uint64_t v = 0;
+    if (db_->GetIntProperty(table->cf(), rocksdb::DB::Properties::kEstimateNumKeys, &v)) t.keys = v;
+    if (db_->GetIntProperty(table->cf(), rocksdb::DB::Properties::kTotalSstFilesSize, &v)) {
+      t.bytes += v;
+    }
+    if (db_->GetIntProperty(table->cf(), rocksdb::DB::Properties::kCurSizeAllMemTables, &v)) {
+      t.bytes += v;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 absl::Status RocksDbBackend::Compact() {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -72,6 +73,15 @@ class StateBackend {
   virtual absl::Status Restore(const std::string& dir) = 0;
   // Approximate bytes of state (memory or on disk), for metrics.
   virtual uint64_t ApproximateBytes() = 0;
+  // Per table: estimated keys and bytes (RocksDB: its estimate-num-keys
+  // property, SST files plus memtables), for metrics. Committed state only
+  // (RocksDB); call on the owning thread.
+  struct TableStats {
+    std::string table;
+    uint64_t keys = 0;
+    uint64_t bytes = 0;
+  };
+  virtual std::vector<TableStats> Stats() = 0;
   // Forces physical cleanup of deleted data (RocksDB: full compaction).
   virtual absl::Status Compact() { return absl::OkStatus(); }
 };
