@@ -53,7 +53,7 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"job_checkpoints_total", "Job-wide checkpoints completed."},
       {"job_checkpoint_last_id", "Id of the last job-wide checkpoint completed."},
       {"job_checkpoint_last_duration", "Duration of the last job-wide checkpoint."},
-      {"task_records_in_total", "Records read by a task (sources and exchanges)."},
+      {"task_records_in_total", "Records a task read from its sources (not from exchanges)."},
       {"task_records_out_total", "Results a task wrote to its sinks."},
       {"task_watermark", "A task's lowest operator watermark (event time)."},
       {"source_partition_offset", "Offset after the last record applied, per source partition."},
