@@ -22,6 +22,7 @@
 #include "coordinator/scheduler.h"
 #include "coordinator/worker_registry.h"
 #include "coordinator/worker_service.h"
+#include "nlohmann/json.hpp"
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 
@@ -131,6 +132,20 @@ std::vector<HttpRoute> Coordinator::HttpRoutes(Impl& im) {
                       if (r.body.empty()) return HttpError(404, "no samples of job " + c[0]);
                       return r;
                     }});
+  routes.push_back(
+      {"/api/v1/jobs/([^/]+)/checkpoints", false, [&im](const std::vector<std::string>& c) {
+         nlohmann::json out = nlohmann::json::array();
+         for (const Scheduler::CheckpointRecord& r : im.scheduler->CheckpointHistory(c[0])) {
+           out.push_back({{"id", r.id},
+                          {"completed_at_ms", r.completed_at_ms},
+                          {"duration_ms", r.duration_ms},
+                          {"epoch", r.epoch},
+                          {"stopping", r.stopping}});
+         }
+         HttpResponse response;
+         response.body = out.dump();
+         return response;
+       }});
   routes.push_back({"/api/v1/workers", false, [&im](const std::vector<std::string>&) {
                       v1::ListWorkersResponse out;
                       for (v1::WorkerInfo& w : im.workers->List())

@@ -380,6 +380,7 @@ void Scheduler::Resume(v1::Job& job, JobRun& run) {
   // before the input drained does not hold what came after.
   if (stored > run.completed) {
     run.in_flight = stored;
+    run.in_flight_since_ms = now;
     run.stop_at = stop == stored;
     run.finishing = run.stop_at;
   } else if (stop > 0 && stop == run.completed) {
@@ -433,6 +434,9 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     job.set_checkpoint_parallelism(run.parallelism);
     Put(job);
     run.completed = run.in_flight;
+    std::deque<CheckpointRecord>& history = history_[job.id()];
+    history.push_back({run.in_flight, now, now - run.in_flight_since_ms, run.epoch, run.stop_at});
+    while (history.size() > kCheckpointHistory) history.pop_front();
     failures_.erase(job.id());
     Count("scheduler_checkpoints_total");
     if (run.stop_at && run.handoff.empty()) run.finish = true;
@@ -443,6 +447,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
   if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0 && !job.savepoint_to().empty()) {
     // The job's last checkpoint, copied to the savepoint once complete.
     run.in_flight = run.next_id++;
+    run.in_flight_since_ms = clock_->NowMs();
     next_ids_[job.id()] = run.next_id;
     run.stop_at = true;
     run.finishing = true;
@@ -458,6 +463,8 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     if (!why.empty()) {
       run.handoff = why;
       run.in_flight = run.next_id++;
+      run.in_flight_since_ms = clock_->NowMs();
+      run.in_flight_since_ms = clock_->NowMs();
       next_ids_[job.id()] = run.next_id;
       run.stop_at = true;
       run.finishing = true;
@@ -470,6 +477,8 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
         all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
     if (run.interval_ms > 0 && (end || now >= run.next_trigger_at)) {
       run.in_flight = run.next_id++;
+      run.in_flight_since_ms = clock_->NowMs();
+      run.in_flight_since_ms = clock_->NowMs();
       next_ids_[job.id()] = run.next_id;
       run.stop_at = end;
       run.finishing = end;
@@ -671,6 +680,14 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
       a->add_tasks(static_cast<int32_t>(g));
     }
   }
+}
+
+std::vector<Scheduler::CheckpointRecord> Scheduler::CheckpointHistory(
+    const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = history_.find(job_id);
+  if (it == history_.end()) return {};
+  return std::vector<CheckpointRecord>(it->second.rbegin(), it->second.rend());
 }
 
 void Scheduler::FillLive(v1::Job* job) const {

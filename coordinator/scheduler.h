@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <future>
 #include <map>
@@ -117,6 +118,19 @@ class Scheduler {
   void OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response);
   // Fills the live part of `job` (per task: worker, phase, watermark, ...).
   void FillLive(v1::Job* job) const;
+  // The job's last completed checkpoints (newest first; at most
+  // kCheckpointHistory, kept in memory since this coordinator started):
+  // id, when it completed, how long from trigger to completion, the epoch,
+  // and whether it stopped the tasks (the job's last, a handoff).
+  struct CheckpointRecord {
+    int64_t id = 0;
+    int64_t completed_at_ms = 0;
+    int64_t duration_ms = 0;
+    int64_t epoch = 0;
+    bool stopping = false;
+  };
+  static constexpr size_t kCheckpointHistory = 50;
+  std::vector<CheckpointRecord> CheckpointHistory(const std::string& job_id) const;
 
  private:
   struct TaskSlot {
@@ -137,6 +151,7 @@ class Scheduler {
     bool started = false;
     int64_t next_id = 1;
     int64_t in_flight = 0;
+    int64_t in_flight_since_ms = 0;  // when in_flight was triggered
     bool stop_at = false;
     int64_t next_trigger_at = 0;
     int64_t completed = 0;
@@ -193,6 +208,7 @@ class Scheduler {
   std::map<std::string, JobRun> runs_;       // by job id
   std::map<std::string, int> failures_;      // by job id, since the last completed checkpoint
   std::map<std::string, int64_t> next_ids_;  // by job id: above every checkpoint id triggered
+  std::map<std::string, std::deque<CheckpointRecord>> history_;  // by job id, oldest first
   // Savepoints being written, by job id (their jobs have no run meanwhile).
   std::map<std::string, std::future<absl::StatusOr<JobSavepoint>>> savepoints_;
   std::set<std::string> alive_;            // this round's ALIVE workers

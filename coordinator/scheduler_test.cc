@@ -540,3 +540,42 @@ TEST_F(SchedulerTest, ALeavingWorkersTasksMoveThroughAStoppingCheckpoint) {
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// Completed checkpoints are kept, newest first, with trigger-to-completion
+// time, epoch and whether they stopped the tasks.
+TEST_F(SchedulerTest, KeepsTheCheckpointHistory) {
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  EXPECT_TRUE(scheduler_->CheckpointHistory(id).empty());
+  clock_.Advance(1000);
+  Beat(a, v1::TASK_RUNNING);  // within its lease
+  scheduler_->Tick();         // checkpoint 1 triggered
+  clock_.Advance(250);
+  Beat(a, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();  // ... complete, 250 ms later
+  Beat(a, v1::TASK_DRAINED);
+  scheduler_->Tick();  // the last one, stopping
+  clock_.Advance(40);
+  Beat(a, v1::TASK_DRAINED, 2);
+  scheduler_->Tick();
+  const std::vector<Scheduler::CheckpointRecord> h = scheduler_->CheckpointHistory(id);
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].id, 2);
+  EXPECT_TRUE(h[0].stopping);
+  EXPECT_EQ(h[0].duration_ms, 40);
+  EXPECT_EQ(h[1].id, 1);
+  EXPECT_FALSE(h[1].stopping);
+  EXPECT_EQ(h[1].duration_ms, 250);
+  EXPECT_EQ(h[1].epoch, 1);
+  EXPECT_EQ(h[1].completed_at_ms, 1'000'000 + 1250);
+}
+
+}  // namespace
+}  // namespace caravela

@@ -132,6 +132,13 @@ async function checkDashboard(browser, scene, http, job, worker) {
   const holdback = await page.textContent("#holdback");
   check(/source purchases partition 3\b/.test(holdback) && /no record yet/.test(holdback),
     `${scene}: "not final" panel names partition 3: ${holdback}`);
+  if (scene === "cluster") {
+    // The coordinator's checkpoint history (every 1 s here).
+    const checkpoints = await cellsOf("checkpoints");
+    check(checkpoints.length >= 2 && checkpoints.every((r) => r[4] === "periodic" && Number(r[2]) >= 0),
+      `${scene}: checkpoint history: ${checkpoints.length} periodic checkpoints (${JSON.stringify(checkpoints[0])})`);
+    check((await page.$("#chart-checkpoint canvas")) !== null, `${scene}: checkpoint-duration chart rendered`);
+  }
   if (scene === "run") {
     // One task holds the dedup and window state: its size at checkpoints.
     check(tasks.some((r) => r[9] !== "0 B"), `${scene}: the task's state size is shown (${tasks.map((r) => r[9])})`);

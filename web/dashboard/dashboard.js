@@ -123,10 +123,21 @@ async function refresh() {
 }
 
 async function showJob(id) {
-  const [job, series] = await Promise.all([
+  const [job, series, checkpoints] = await Promise.all([
     api("/api/v1/jobs/" + encodeURIComponent(id)),
     api("/api/v1/jobs/" + encodeURIComponent(id) + "/series").catch(() => null),
+    api("/api/v1/jobs/" + encodeURIComponent(id) + "/checkpoints").catch(() => null),
   ]);
+  // Newest first; `caravela run` has no history (the table stays empty).
+  const history = checkpoints || [];
+  fill(
+    "checkpoints",
+    history.slice(0, 10).map((c) => [c.id, fmtTime(c.completed_at_ms), c.duration_ms, c.epoch, c.stopping ? "stopping" : "periodic"]),
+  );
+  if (history.length > 0) {
+    const oldest = [...history].reverse();
+    chart("chart-checkpoint", "ms", oldest.map((c) => c.completed_at_ms), oldest.map((c) => c.duration_ms));
+  }
   $("job").hidden = false;
   $("job-id").textContent = job.id;
   $("job-state").textContent = `${job.state}, epoch ${num(job.epoch)}, last checkpoint ${num(job.lastCheckpoint)}`;
