@@ -92,6 +92,9 @@ spec:
       milliseconds(20000)))
       << text << run.Log();
   EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_duplicates_total{op="unique"} 2)"));
+  EXPECT_THAT(text, HasSubstr(R"(caravela_operator_records_out_total{op="unique"} 3)"));
+  EXPECT_THAT(
+      text, HasSubstr(R"(caravela_operator_side_records_total{op="unique",output="conflicts"} 0)"));
   // Per source partition: the position, nothing unread, and the watermark
   // (the highest event time there minus the 5 s out-of-orderness), once
   // the task published them (every 250 ms).

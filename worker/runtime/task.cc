@@ -330,6 +330,13 @@ absl::Status Task::Impl::Build() {
     on.ctx = std::make_unique<OperatorContext>(os.name, state, metrics, clock);
     on.ctx->set_epoch(epoch);
     on.records_in = metrics->Get("operator_records_in_total", absl::StrCat("op=\"", os.name, "\""));
+    on.records_out =
+        metrics->Get("operator_records_out_total", absl::StrCat("op=\"", os.name, "\""));
+    for (const std::string& side : on.op->SideOutputs()) {
+      on.side_records.push_back(
+          metrics->Get("operator_side_records_total",
+                       absl::StrCat("op=\"", os.name, "\",output=\"", side, "\"")));
+    }
     on.out.Resize(on.op->SideOutputs().size());
     on.here = OperatorHere(os);
     on.input_reader.assign(on.inputs.size(), -1);
@@ -686,6 +693,14 @@ absl::Status Task::Impl::WriteSink(int sink_id, int node, const Record& r,
 absl::Status Task::Impl::Dispatch(int node) {
   Output& out = OutputOf(node);
   NodeOutputs& no = outputs[node];
+  if (node >= S()) {
+    // What an operator emitted, main and side outputs (one add per batch).
+    OperatorNode& on = ops[node - S()];
+    if (!out.main().empty()) on.records_out->Add(static_cast<int64_t>(out.main().size()));
+    for (size_t s = 0; s < on.side_records.size(); ++s) {
+      if (!out.side(s).empty()) on.side_records[s]->Add(static_cast<int64_t>(out.side(s).size()));
+    }
+  }
   if (!out.main().empty()) {
     for (const Edge& e : no.main) {
       if (e.sink >= 0) {

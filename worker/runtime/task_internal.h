@@ -107,7 +107,10 @@ struct OperatorNode {
   std::unique_ptr<OperatorContext> ctx;
   std::vector<int> inputs;  // node ids
   Output out;
-  Counter* records_in = nullptr;  // operator_records_in_total{op}
+  Counter* records_in = nullptr;   // operator_records_in_total{op}
+  Counter* records_out = nullptr;  // operator_records_out_total{op}: main output
+  // operator_side_records_total{op,output}: per side output (too_late, ...)
+  std::vector<Counter*> side_records;
 };
 
 // An exchange topic this task consumes: records for one operator's inputs.
