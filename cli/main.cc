@@ -14,9 +14,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
+#include "caravela/v1/worker.pb.h"
 #include "cli/demo.h"
 #include "cli/service_commands.h"
-#include "caravela/v1/worker.pb.h"
 #include "common/dashboard.h"
 #include "common/http_server.h"
 #include "common/job_plan.h"
@@ -24,6 +24,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/time_util.h"
+#include "coordinator/coordinator.h"
 #include "coordinator/job_series.h"
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
@@ -60,7 +61,6 @@ struct RunFlags {
 // it reads (the coordinator's shape: one job, its tasks on worker "local").
 std::vector<caravela::HttpRoute> RunHttpRoutes(std::atomic<caravela::Pipeline*>* running,
                                                caravela::JobSeries* series) {
-  using caravela::HttpResponse;
   std::vector<caravela::HttpRoute> routes = caravela::DashboardRoutes();
   routes.push_back(caravela::HealthRoute());
   routes.push_back(caravela::MetricsRoute([running] {
@@ -69,37 +69,25 @@ std::vector<caravela::HttpRoute> RunHttpRoutes(std::atomic<caravela::Pipeline*>*
     p->RefreshMetrics();
     return p->metrics().ToPrometheusText("caravela_");
   }));
-  auto json = [](const google::protobuf::Message& m) {
-    HttpResponse r;
-    r.body = caravela::ProtoJson(m, /*proto_names=*/false) + "\n";
-    return r;
-  };
-  routes.push_back({"/api/v1/jobs", false, [running, json](const std::vector<std::string>&) {
+  routes.push_back({"/api/v1/jobs", false, [running](const std::vector<std::string>&) {
                       caravela::v1::ListJobsResponse out;
                       if (caravela::Pipeline* p = running->load()) *out.add_jobs() = p->Status();
-                      return json(out);
+                      return caravela::ProtoJsonResponse(out);
                     }});
-  routes.push_back({"/api/v1/jobs/([^/]+)", false,
-                    [running, json](const std::vector<std::string>& c) {
+  routes.push_back({"/api/v1/jobs/([^/]+)", false, [running](const std::vector<std::string>& c) {
                       caravela::Pipeline* p = running->load();
                       if (p == nullptr) return caravela::HttpError(404, "no job runs");
                       caravela::v1::Job job = p->Status();
                       if (job.id() != c[0]) return caravela::HttpError(404, "no job " + c[0]);
-                      return json(job);
+                      return caravela::ProtoJsonResponse(job);
                     }});
-  routes.push_back({"/api/v1/jobs/([^/]+)/series", false,
-                    [series](const std::vector<std::string>& c) {
-                      HttpResponse r;
-                      r.body = series->Json(c[0]);
-                      if (r.body.empty()) return caravela::HttpError(404, "no samples of " + c[0]);
-                      return r;
-                    }});
-  routes.push_back({"/api/v1/workers", false, [json](const std::vector<std::string>&) {
+  routes.push_back(series->Route());
+  routes.push_back({"/api/v1/workers", false, [](const std::vector<std::string>&) {
                       caravela::v1::ListWorkersResponse out;
                       caravela::v1::WorkerInfo* w = out.add_workers();
                       w->set_id("local");
                       w->set_state(caravela::v1::ALIVE);
-                      return json(out);
+                      return caravela::ProtoJsonResponse(out);
                     }});
   return routes;
 }
@@ -353,6 +341,7 @@ int main(int argc, char** argv) {
   // becomes a flag unless the command line has it.
   std::vector<std::string> args = EnvironmentOverConfig(app, argc, argv);
   std::vector<char*> arg_ptrs;
+  arg_ptrs.reserve(args.size());
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   int arg_count = static_cast<int>(arg_ptrs.size());
   char** arg_values = arg_ptrs.data();

@@ -55,17 +55,17 @@ Coordinator::~Coordinator() {
 
 namespace {
 
-HttpResponse JsonOf(const google::protobuf::Message& m) {
-  HttpResponse r;
-  r.body = ProtoJson(m, /*proto_names=*/false) + "\n";
-  return r;
-}
-
 HttpResponse FromStatus(const absl::Status& st) {
   return HttpError(absl::IsNotFound(st) ? 404 : 500, std::string(st.message()));
 }
 
 }  // namespace
+
+HttpResponse ProtoJsonResponse(const google::protobuf::Message& m) {
+  HttpResponse r;
+  r.body = ProtoJson(m, /*proto_names=*/false) + "\n";
+  return r;
+}
 
 // Gauges of what the coordinator holds now, then its counters.
 std::string Coordinator::CoordinatorMetrics(Impl& im) {
@@ -118,20 +118,15 @@ std::vector<HttpRoute> Coordinator::HttpRoutes(Impl& im) {
                         im.scheduler->FillLive(&j);
                         *out.add_jobs() = std::move(j);
                       }
-                      return JsonOf(out);
+                      return ProtoJsonResponse(out);
                     }});
   routes.push_back({"/api/v1/jobs/([^/]+)", false, [&im](const std::vector<std::string>& c) {
                       absl::StatusOr<v1::Job> job = im.store->Get(c[0]);
                       if (!job.ok()) return FromStatus(job.status());
                       im.scheduler->FillLive(&*job);
-                      return JsonOf(*job);
+                      return ProtoJsonResponse(*job);
                     }});
-  routes.push_back({"/api/v1/jobs/([^/]+)/series", false, [&im](const std::vector<std::string>& c) {
-                      HttpResponse r;
-                      r.body = im.series.Json(c[0]);
-                      if (r.body.empty()) return HttpError(404, "no samples of job " + c[0]);
-                      return r;
-                    }});
+  routes.push_back(im.series.Route());
   routes.push_back(
       {"/api/v1/jobs/([^/]+)/checkpoints", false, [&im](const std::vector<std::string>& c) {
          nlohmann::json out = nlohmann::json::array();
@@ -150,7 +145,7 @@ std::vector<HttpRoute> Coordinator::HttpRoutes(Impl& im) {
                       v1::ListWorkersResponse out;
                       for (v1::WorkerInfo& w : im.workers->List())
                         *out.add_workers() = std::move(w);
-                      return JsonOf(out);
+                      return ProtoJsonResponse(out);
                     }});
   return routes;
 }

@@ -19,6 +19,7 @@
 #include "common/job_plan.h"
 #include "common/job_spec.h"
 #include "common/status.h"
+#include "google/protobuf/message.h"
 
 namespace caravela {
 
@@ -42,6 +43,10 @@ struct CoordinatorOptions {
   // TLS (PEM files); both empty: plaintext.
   std::string tls_cert_file, tls_key_file;
 };
+
+// A message as the JSON API answers it (proto3 JSON, lowerCamelCase names):
+// the coordinator's /api/v1/ and `caravela run --http`'s.
+HttpResponse ProtoJsonResponse(const google::protobuf::Message& m);
 
 class Coordinator {
  public:

@@ -1,21 +1,17 @@
 #include "coordinator/job_series.h"
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/time_util.h"
 #include "nlohmann/json.hpp"
 
 namespace caravela {
 namespace {
 
-// A partition without a record yet reports the lowest int64 as watermark.
-constexpr int64_t kNoWatermark = std::numeric_limits<int64_t>::min() / 2;
-
-bool HasWatermark(int64_t wm) {
-  return wm > kNoWatermark && wm < std::numeric_limits<int64_t>::max() / 2;
-}
+// A partition without a record yet reports kMinTime (a table source kMaxTime).
+bool HasWatermark(int64_t wm) { return wm > kMinTime && wm < kMaxTime; }
 
 }  // namespace
 
@@ -25,21 +21,17 @@ void JobSeries::Sample(const v1::Job& job, int64_t now_ms) {
   Point p;
   p.t_ms = now_ms;
   int64_t records_in = 0;
-  int64_t low_wm = std::numeric_limits<int64_t>::max();
+  int64_t low_wm = kMaxTime;
   for (int g = 0; g < job.tasks_size(); ++g) {
     const v1::TaskStatus& t = job.tasks(g);
     p.consumer_lag += t.consumer_lag();
     p.state_bytes += t.state_bytes();
     for (const v1::SourcePartitionStatus& sp : t.sources()) {
       records_in += sp.offset();
-      auto key = std::make_tuple(sp.source(), sp.partition());
-      auto it = s.partitions.find(key);
-      if (it == s.partitions.end() || it->second.status.watermark_ms() != sp.watermark_ms()) {
-        Partition& part = s.partitions[key];
-        part.since_ms = now_ms;
-        part.status = sp;
-      }
-      Partition& part = s.partitions[key];
+      auto [it, inserted] = s.partitions.try_emplace(std::make_tuple(sp.source(), sp.partition()));
+      Partition& part = it->second;
+      // Since when its watermark is what it is now.
+      if (inserted || part.status.watermark_ms() != sp.watermark_ms()) part.since_ms = now_ms;
       part.task = g;
       part.worker = t.worker();
       part.status = sp;
@@ -53,7 +45,7 @@ void JobSeries::Sample(const v1::Job& job, int64_t now_ms) {
   }
   s.last_records_in = records_in;
   s.last_t_ms = now_ms;
-  if (low_wm != std::numeric_limits<int64_t>::max()) {
+  if (low_wm != kMaxTime) {
     p.watermark_lag_s = static_cast<double>(now_ms - low_wm) / 1000.0;
   }
   p.last_checkpoint = job.last_checkpoint();
@@ -70,6 +62,15 @@ void JobSeries::Retain(const std::vector<std::string>& keep) {
       ++it;
     }
   }
+}
+
+HttpRoute JobSeries::Route() const {
+  return {"/api/v1/jobs/([^/]+)/series", false, [this](const std::vector<std::string>& c) {
+            HttpResponse r;
+            r.body = Json(c[0]);
+            if (r.body.empty()) return HttpError(404, "no samples of job " + c[0]);
+            return r;
+          }};
 }
 
 std::string JobSeries::Json(const std::string& job_id) const {

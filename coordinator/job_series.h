@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "caravela/v1/job.pb.h"
+#include "common/http_server.h"
 
 namespace caravela {
 
@@ -39,6 +40,8 @@ class JobSeries {
   // job's event time back), with since when its watermark has not moved
   // and why. "" if the job was never sampled.
   std::string Json(const std::string& job_id) const;
+  // GET /api/v1/jobs/ID/series: Json(ID), 404 for a job never sampled.
+  HttpRoute Route() const;
 
  private:
   struct Point {

@@ -77,21 +77,7 @@ grpc::Status JobServiceImpl::FromSavepoint(const std::string& requested, const J
     add_error("from_savepoint", std::string(sp.status().message()));
     return grpc::Status::OK;
   }
-  if (sp->job_name() != spec.name) {
-    add_error("metadata.name",
-              absl::StrCat("the savepoint in ", *dir, " is of job ", sp->job_name(),
-                           ": a job starts only from its own savepoints (the same name)"));
-  }
-  if (!sp->spec_hash().empty() && sp->spec_hash() != JobGraphHash(spec)) {
-    add_error("spec", absl::StrCat("the savepoint in ", *dir,
-                                   " was taken of another job graph (sources, operators or "
-                                   "sinks changed): its state cannot be restored into this one"));
-  }
-  if (spec.checkpoint.interval <= 0) {
-    add_error("spec.checkpoint",
-              "a job started from a savepoint needs spec.checkpoint (its state is restored "
-              "like a checkpoint's)");
-  }
+  for (const SpecError& e : CheckSavepointFits(*sp, *dir, spec)) add_error(e.path, e.message);
   if (response->errors_size() > 0) return grpc::Status::OK;
   if (scheduler_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
@@ -155,7 +141,6 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     grpc::Status st = FromSavepoint(request->from_savepoint(), parsed.spec, response, &job);
     if (!st.ok() || response->errors_size() > 0) return st;
   }
-  job.set_id(*id);
   job.set_name(parsed.spec.name);
   job.set_state(v1::SUBMITTED);
   job.set_parallelism(parallelism);

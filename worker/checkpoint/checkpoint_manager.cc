@@ -129,13 +129,6 @@ int64_t ParseCheckpointKey(std::string_view rel, bool* in_dir) {
 
 std::string ManifestKey(int64_t id) { return absl::StrCat("chk-", id, ".manifest"); }
 
-std::string ToUrl(const std::string& path_or_url) {
-  if (path_or_url.find("://") != std::string::npos) return path_or_url;
-  std::error_code ec;
-  fs::path p = fs::absolute(path_or_url, ec);
-  return absl::StrCat("file://", (ec ? fs::path(path_or_url) : p).lexically_normal().string());
-}
-
 void RemoveDir(const std::string& dir) {
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -145,19 +138,6 @@ void RemoveDir(const std::string& dir) {
 // Checks that every file of `m` is in `sizes` (key -> size, keys relative to
 // the same root as the manifest's keys) with its size. Returns the first
 // problem, empty if none.
-std::string MissingFile(const CheckpointManifest& m, const std::map<std::string, uint64_t>& sizes) {
-  if (m.files().empty()) return "the manifest lists no state files";
-  for (const auto& f : m.files()) {
-    auto it = sizes.find(f.key());
-    if (it == sizes.end()) return absl::StrCat("file ", f.key(), " is missing");
-    if (it->second != f.size()) {
-      return absl::StrCat("file ", f.key(), " has ", it->second, " bytes, manifest says ",
-                          f.size());
-    }
-  }
-  return "";
-}
-
 bool IsImmutableFile(std::string_view name) {
   return name.ends_with(".sst") || name.ends_with(".blob");
 }
@@ -232,6 +212,27 @@ absl::Status Download(CheckpointStorage& storage, const std::string& key_prefix,
 }
 
 }  // namespace
+
+std::string StorageUrl(const std::string& path_or_url) {
+  if (path_or_url.find("://") != std::string::npos) return path_or_url;
+  std::error_code ec;
+  fs::path p = fs::absolute(path_or_url, ec);
+  return absl::StrCat("file://", (ec ? fs::path(path_or_url) : p).lexically_normal().string());
+}
+
+std::string MissingFile(const CheckpointManifest& m, const std::map<std::string, uint64_t>& sizes,
+                        const std::string& prefix) {
+  if (m.files().empty()) return "the manifest lists no state files";
+  for (const auto& f : m.files()) {
+    const std::string key = prefix + f.key();
+    auto it = sizes.find(key);
+    if (it == sizes.end()) return absl::StrCat("file ", key, " is missing");
+    if (it->second != f.size()) {
+      return absl::StrCat("file ", key, " has ", it->second, " bytes, manifest says ", f.size());
+    }
+  }
+  return "";
+}
 
 std::string EncodeManifest(const CheckpointManifest& m) {
   std::string payload = m.SerializeAsString();
@@ -641,7 +642,7 @@ absl::StatusOr<CheckpointStats> CheckpointManager::WriteSavepoint(StateBackend& 
                                                                   CheckpointManifest m,
                                                                   const std::string& dest) {
   Timer timer;
-  ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(ToUrl(dest)));
+  ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(StorageUrl(dest)));
   ASSIGN_OR_RETURN(bool exists, storage->Exists(kSavepointManifest));
   if (exists) {
     return absl::AlreadyExistsError(absl::StrCat("savepoint ", storage->url(), " exists already (",
@@ -673,7 +674,7 @@ absl::StatusOr<CheckpointStats> CheckpointManager::WriteSavepoint(StateBackend& 
 }
 
 absl::StatusOr<CheckpointManifest> CheckpointManager::LoadSavepoint(const std::string& path) {
-  ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(ToUrl(path)));
+  ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(StorageUrl(path)));
   std::string where = absl::StrCat(storage->url(), "/", AV(kSavepointManifest));
   auto bytes = storage->Read(kSavepointManifest);
   if (absl::IsNotFound(bytes.status())) {
@@ -696,7 +697,7 @@ absl::StatusOr<CheckpointManifest> CheckpointManager::LoadSavepoint(const std::s
 absl::StatusOr<CheckpointManifest> CheckpointManager::RestoreSavepoint(const std::string& path,
                                                                        StateBackend& backend) {
   ASSIGN_OR_RETURN(CheckpointManifest m, LoadSavepoint(path));
-  ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(ToUrl(path)));
+  ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(StorageUrl(path)));
   RestoreStats stats;
   std::string dir = absl::StrCat(scratch_, "/restore-savepoint-", m.checkpoint_id());
   absl::Status st = Download(*storage, "", m, dir, restore_hard_links_, &stats);

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -57,6 +58,16 @@ std::string EncodeManifest(const CheckpointManifest& m);
 // protobuf, layout_version 0); FailedPrecondition "checkpoint <name> was
 // written by a newer layout version N; this binary reads ≤1".
 absl::StatusOr<CheckpointManifest> DecodeManifest(std::string_view bytes, std::string_view name);
+
+// `path_or_url` as a storage URL: a URL unchanged, a local path as
+// file://<its absolute path> (savepoint directories given either way).
+std::string StorageUrl(const std::string& path_or_url);
+
+// Why the checkpoint `m` is not complete in storage: the first file it lists
+// that `sizes` (storage keys: `prefix` + the file's key -> size) lacks or
+// holds with another size, or that it lists none; "" if complete.
+std::string MissingFile(const CheckpointManifest& m, const std::map<std::string, uint64_t>& sizes,
+                        const std::string& prefix = "");
 
 struct CheckpointStats {
   int64_t checkpoint_id = 0;

@@ -38,12 +38,6 @@ std::shared_ptr<spdlog::logger> Log() {
 
 int64_t NowUnixMs() { return SystemClock().NowMs(); }
 
-std::string DirUrl(const std::string& dir) {
-  if (dir.find("://") != std::string::npos) return dir;
-  std::error_code ec;
-  return "file://" + fs::absolute(dir, ec).lexically_normal().string();
-}
-
 std::string TaskPrefix(const std::string& job, int task) {
   return absl::StrCat(job, "/task-", task, "/");
 }
@@ -89,21 +83,6 @@ absl::StatusOr<CheckpointManifest> ReadTaskManifest(CheckpointStorage& storage,
   return DecodeManifest(*bytes, absl::StrCat(storage.url(), "/", key));
 }
 
-// Checks that every file `m` lists is in `sizes` (keys under `prefix`) with
-// its size; the first one that is not, or "".
-std::string Missing(const CheckpointManifest& m, const std::string& prefix,
-                    const std::map<std::string, uint64_t>& sizes) {
-  for (const auto& f : m.files()) {
-    auto it = sizes.find(prefix + f.key());
-    if (it == sizes.end()) return absl::StrCat(prefix, f.key(), " is missing");
-    if (it->second != f.size()) {
-      return absl::StrCat(prefix, f.key(), " has ", it->second, " bytes, the manifest says ",
-                          f.size());
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 std::string JobInstanceStorage(const std::string& storage_url, const std::string& job_id) {
@@ -119,7 +98,7 @@ absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from,
                      from.tasks, ", checkpoint ", from.checkpoint_id, ")"));
   }
   ASSIGN_OR_RETURN(auto src, OpenCheckpointStorage(from.storage_url));
-  ASSIGN_OR_RETURN(auto dst, OpenCheckpointStorage(DirUrl(dir)));
+  ASSIGN_OR_RETURN(auto dst, OpenCheckpointStorage(StorageUrl(dir)));
   ASSIGN_OR_RETURN(bool exists, dst->Exists(kMetaKey));
   if (exists) {
     return absl::AlreadyExistsError(
@@ -175,7 +154,7 @@ absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from,
 }
 
 absl::StatusOr<JobSavepoint> ReadJobSavepoint(const std::string& dir) {
-  ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(DirUrl(dir)));
+  ASSIGN_OR_RETURN(auto storage, OpenCheckpointStorage(StorageUrl(dir)));
   absl::StatusOr<std::string> json = storage->Read(kMetaKey);
   if (absl::IsNotFound(json.status())) {
     return absl::NotFoundError(
@@ -208,7 +187,7 @@ absl::StatusOr<JobSavepoint> ReadJobSavepoint(const std::string& dir) {
       return absl::DataLossError(
           absl::StrCat("savepoint ", storage->url(), " is incomplete: ", m.status().message()));
     }
-    const std::string missing = Missing(*m, state + TaskPrefix(sp.job_name(), g), sizes);
+    const std::string missing = MissingFile(*m, sizes, state + TaskPrefix(sp.job_name(), g));
     if (!missing.empty()) {
       return absl::DataLossError(
           absl::StrCat("savepoint ", storage->url(), " is incomplete: ", missing));
@@ -217,9 +196,31 @@ absl::StatusOr<JobSavepoint> ReadJobSavepoint(const std::string& dir) {
   return sp;
 }
 
+std::vector<SpecError> CheckSavepointFits(const JobSavepoint& savepoint, const std::string& dir,
+                                          const JobSpec& spec) {
+  std::vector<SpecError> errors;
+  if (savepoint.job_name() != spec.name) {
+    errors.push_back({"metadata.name",
+                      absl::StrCat("the savepoint in ", dir, " is of job ", savepoint.job_name(),
+                                   ": a job starts only from its own savepoints (the same name)")});
+  }
+  if (!savepoint.spec_hash().empty() && savepoint.spec_hash() != JobGraphHash(spec)) {
+    errors.push_back(
+        {"spec", absl::StrCat("the savepoint in ", dir,
+                              " was taken of another job graph (sources, operators or sinks "
+                              "changed): its state cannot be restored into this one")});
+  }
+  if (spec.checkpoint.interval <= 0) {
+    errors.push_back({"spec.checkpoint",
+                      "a job started from a savepoint needs spec.checkpoint (its state is "
+                      "restored like a checkpoint's)"});
+  }
+  return errors;
+}
+
 absl::Status ImportJobSavepoint(const std::string& dir, const JobSavepoint& savepoint,
                                 const std::string& storage_url) {
-  ASSIGN_OR_RETURN(auto src, OpenCheckpointStorage(DirUrl(dir)));
+  ASSIGN_OR_RETURN(auto src, OpenCheckpointStorage(StorageUrl(dir)));
   ASSIGN_OR_RETURN(auto dst, OpenCheckpointStorage(storage_url));
   const std::string state(kStatePrefix);
   int64_t copied = 0, kept = 0;

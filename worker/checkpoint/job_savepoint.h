@@ -17,8 +17,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "caravela/v1/checkpoint.pb.h"
+#include "common/job_spec.h"
 #include "common/status.h"
 
 namespace caravela {
@@ -53,6 +55,12 @@ absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from,
 // savepoint, DataLoss when it is incomplete, FailedPrecondition for a newer
 // layout.
 absl::StatusOr<JobSavepoint> ReadJobSavepoint(const std::string& dir);
+
+// Why the savepoint (read from `dir`) cannot start a job of `spec`, one
+// error per reason with its YAML path: another job's name, another job
+// graph (JobGraphHash), no spec.checkpoint. Empty if it can.
+std::vector<SpecError> CheckSavepointFits(const JobSavepoint& savepoint, const std::string& dir,
+                                          const JobSpec& spec);
 
 // Copies the savepoint's state into checkpoint storage `storage_url` under
 // the same keys, so that tasks restore checkpoint `checkpoint_id` from it

@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <limits>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/failpoint.h"
 #include "common/time_util.h"
@@ -419,15 +421,10 @@ absl::Status JobRunner::ImportSavepoint(const std::string& storage_url) {
         "the savepoint in ", dir, " is a one-task job's: run it with --parallelism 1"));
   }
   ASSIGN_OR_RETURN(JobSavepoint sp, ReadJobSavepoint(dir));
-  if (sp.job_name() != im.spec.name) {
-    return absl::FailedPreconditionError(absl::StrCat("the savepoint in ", dir, " is of job ",
-                                                      sp.job_name(), ", not ", im.spec.name));
-  }
-  if (!sp.spec_hash().empty() && sp.spec_hash() != JobGraphHash(im.spec)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the savepoint in ", dir,
-        " was taken of another job graph (sources, operators or sinks changed): its state "
-        "cannot be restored into this one"));
+  if (std::vector<SpecError> misfit = CheckSavepointFits(sp, dir, im.spec); !misfit.empty()) {
+    std::vector<std::string> lines;
+    for (const SpecError& e : misfit) lines.push_back(e.ToString());
+    return absl::FailedPreconditionError(absl::StrJoin(lines, "; "));
   }
   RETURN_IF_ERROR(ImportJobSavepoint(dir, sp, storage_url));
   im.restore_id = sp.checkpoint_id();

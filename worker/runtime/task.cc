@@ -1070,8 +1070,6 @@ constexpr int kTaskId = 0;  // one task per job in-process (the cluster assigns 
 
 }  // namespace
 
-std::string Task::Impl::SpecHash() const { return JobGraphHash(spec); }
-
 void Task::Impl::CommitSourceOffsets(int64_t id) {
   for (SourceNode& src : sources) {
     if (!src.present || src.checkpointed_id != id) continue;
@@ -1099,7 +1097,7 @@ absl::Status Task::Impl::OpenCheckpoints() {
     // The job's last complete checkpoint outlives any number of newer ones
     // this task stored in runs that died before the job completed them.
     checkpoints->Pin(placement.restore_checkpoint);
-    spec_hash = SpecHash();
+    spec_hash = JobGraphHash(spec);
     return absl::OkStatus();
   }
   if (!periodic && options.from_savepoint.empty() && options.savepoint_on_stop.empty()) {
@@ -1109,7 +1107,7 @@ absl::Status Task::Impl::OpenCheckpoints() {
   ASSIGN_OR_RETURN(checkpoints, CheckpointManager::Open(url, spec.name, kTaskId,
                                                         options.data_dir + "/checkpoint-scratch",
                                                         std::max(1, spec.checkpoint.retain)));
-  spec_hash = SpecHash();
+  spec_hash = JobGraphHash(spec);
   // The epoch is counted durably at every start, before anything is written,
   // so that revisions published after a restart exceed everything published
   // before it, even output that came after the last checkpoint.

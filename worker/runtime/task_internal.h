@@ -315,7 +315,6 @@ struct Task::Impl {
   // job's consumer group `caravela-<job>` (lag tools read them there).
   void CommitSourceOffsets(int64_t id);
   absl::Status MaybeCheckpoint();
-  std::string SpecHash() const;
   // Decodes `m` into `into`/`invalid`; `last_arrival` is the arrival clock
   // of the records it follows (arrival mode).
   void Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
