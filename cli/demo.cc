@@ -226,7 +226,7 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
         static_cast<long long>(metrics->Value("dedup_duplicates_total", "op=\"unique\"")),
         static_cast<long long>(metrics->Value("dedup_conflicts_total", "op=\"unique\"")),
         static_cast<long long>(too_late),
-        static_cast<long long>(metrics->Value("invalid_records_total", "source=\"purchases\"")),
+        static_cast<long long>(metrics->Sum("invalid_records_total", "source=\"purchases\"")),
         static_cast<long long>(metrics->Value("sink_records_total", "from=\"revenue\"")));
   }
   std::printf("Side outputs:\n");

@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -17,8 +19,9 @@ namespace failpoint_internal {
 namespace {
 
 struct Point {
-  long long kill_at = 1;  // n-th hit kills
+  long long kill_at = 1;  // n-th hit acts
   long long hits = 0;
+  bool stall = false;  // act: block the hitting thread forever instead of killing
 };
 
 std::mutex& Mu() {
@@ -39,6 +42,8 @@ bool Parse(std::string_view spec) {
   for (absl::string_view entry :
        absl::StrSplit(absl::string_view(spec.data(), spec.size()), ',', absl::SkipWhitespace())) {
     entry = absl::StripAsciiWhitespace(entry);
+    bool stall = false;
+    if (absl::ConsumeSuffix(&entry, "=stall")) stall = true;
     absl::string_view name = entry;
     long long n = 1;
     size_t colon = entry.rfind(':');
@@ -47,11 +52,13 @@ bool Parse(std::string_view spec) {
       if (!absl::SimpleAtoi(entry.substr(colon + 1), &n) || n < 1) n = 0;
     }
     if (name.empty() || n < 1) {
-      fprintf(stderr, "caravela: ignoring malformed failpoint '%.*s' (expected name or name:n)\n",
+      fprintf(stderr, "caravela: ignoring malformed failpoint '%.*s' (expected name[:n][=stall])\n",
               static_cast<int>(entry.size()), entry.data());
       continue;
     }
-    points[std::string(name)].kill_at = n;
+    Point& p = points[std::string(name)];
+    p.kill_at = n;
+    p.stall = stall;
   }
   return !points.empty();
 }
@@ -67,6 +74,7 @@ std::atomic<bool> g_enabled{InitFromEnv()};
 
 void Hit(std::string_view name) {
   long long hits = 0;
+  bool stall = false;
   {
     std::lock_guard<std::mutex> lock(Mu());
     auto& points = Points();
@@ -74,6 +82,13 @@ void Hit(std::string_view name) {
     if (it == points.end()) return;
     hits = ++it->second.hits;
     if (hits != it->second.kill_at) return;
+    stall = it->second.stall;
+  }
+  if (stall) {
+    fprintf(stderr, "caravela: failpoint %.*s hit %lld: stalling this thread\n",
+            static_cast<int>(name.size()), name.data(), hits);
+    fflush(stderr);
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
   fprintf(stderr, "caravela: failpoint %.*s hit %lld: killing process with SIGKILL\n",
           static_cast<int>(name.size()), name.data(), hits);

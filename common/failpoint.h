@@ -4,12 +4,15 @@
 //   CARAVELA_FAILPOINT=checkpoint.after_files        die on the 1st hit
 //   CARAVELA_FAILPOINT=checkpoint.after_files:3      die on the 3rd hit
 //   CARAVELA_FAILPOINT=a,b:2                          several at once
+//   CARAVELA_FAILPOINT=source.after_batch=stall       block instead of dying
 //
 // Failpoint("name") counts the hits of `name`; on the n-th hit (default 1) it
 // logs one line to stderr ("caravela: failpoint <name> hit <n>: killing
 // process with SIGKILL") and raise(SIGKILL)s the process: no destructors, no
 // flushing, exactly like a power cut for everything the process had not yet
-// handed to the kernel.
+// handed to the kernel. With `=stall` the hitting thread blocks forever
+// instead (the rest of the process goes on): a stuck task or sink, for tests
+// of what operators see then (lag, watermark panels).
 //
 // Cost: the environment variable is read once, during static initialization;
 // when it is unset (production) Failpoint() is one load of a global bool and

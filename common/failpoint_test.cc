@@ -3,6 +3,10 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "gtest/gtest.h"
 
 namespace caravela {
@@ -25,6 +29,21 @@ TEST(FailpointDeathTest, KillsOnFirstHitByDefault) {
         exit(0);
       },
       ::testing::KilledBySignal(SIGKILL), "failpoint checkpoint.after_files hit 1");
+}
+
+TEST(FailpointTest, StallBlocksOnlyTheHittingThreadOnItsNthHit) {
+  ConfigureFailpoints("s:2=stall");
+  std::atomic<int> passed{0};
+  std::thread t([&] {
+    for (int i = 0; i < 3; ++i) {
+      Failpoint("s");
+      passed.fetch_add(1);
+    }
+  });
+  t.detach();  // blocked for good on the 2nd hit
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(passed.load(), 1);
+  ConfigureFailpoints("");
 }
 
 TEST(FailpointDeathTest, KillsOnNthHit) {

@@ -12,8 +12,41 @@
 namespace caravela {
 namespace {
 
+thread_local const LogContext* t_context = nullptr;
+
 void Put(spdlog::memory_buf_t& dest, std::string_view s) {
   dest.append(s.data(), s.data() + s.size());
+}
+
+// `s` escaped for a JSON string.
+void PutJsonEscaped(spdlog::memory_buf_t& dest, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        Put(dest, "\\\"");
+        break;
+      case '\\':
+        Put(dest, "\\\\");
+        break;
+      case '\n':
+        Put(dest, "\\n");
+        break;
+      case '\t':
+        Put(dest, "\\t");
+        break;
+      case '\r':
+        Put(dest, "\\r");
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          const char esc[] = {'\\', 'u', '0', '0', kHex[(c >> 4) & 0xf], kHex[c & 0xf]};
+          dest.append(esc, esc + sizeof esc);
+        } else {
+          dest.push_back(c);
+        }
+    }
+  }
 }
 
 // %* : the message, escaped for a JSON string.
@@ -21,40 +54,65 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm& /*tm*/,
               spdlog::memory_buf_t& dest) override {
-    static constexpr char kHex[] = "0123456789abcdef";
-    for (char c : msg.payload) {
-      switch (c) {
-        case '"':
-          Put(dest, "\\\"");
-          break;
-        case '\\':
-          Put(dest, "\\\\");
-          break;
-        case '\n':
-          Put(dest, "\\n");
-          break;
-        case '\t':
-          Put(dest, "\\t");
-          break;
-        case '\r':
-          Put(dest, "\\r");
-          break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20) {
-            const char esc[] = {'\\', 'u', '0', '0', kHex[(c >> 4) & 0xf], kHex[c & 0xf]};
-            dest.append(esc, esc + sizeof esc);
-          } else {
-            dest.push_back(c);
-          }
-      }
-    }
+    PutJsonEscaped(dest, std::string_view(msg.payload.data(), msg.payload.size()));
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {
     return std::make_unique<JsonMessageFlag>();
   }
 };
 
+// %& : the thread's LogContext, as JSON fields ("job":"x","task":"y",) in
+// JSON lines or as a prefix ([job=x task=y] ) in text lines; nothing without one.
+class ContextFlag : public spdlog::custom_flag_formatter {
+ public:
+  explicit ContextFlag(bool json) : json_(json) {}
+  void format(const spdlog::details::log_msg& /*msg*/, const std::tm& /*tm*/,
+              spdlog::memory_buf_t& dest) override {
+    const LogContext* c = LogContext::Current();
+    if (c == nullptr) return;
+    if (json_) {
+      Put(dest, "\"job\":\"");
+      PutJsonEscaped(dest, c->job());
+      Put(dest, "\",");
+      if (!c->task().empty()) {
+        Put(dest, "\"task\":\"");
+        PutJsonEscaped(dest, c->task());
+        Put(dest, "\",");
+      }
+      if (c->partition() >= 0) Put(dest, absl::StrCat("\"partition\":", c->partition(), ","));
+      return;
+    }
+    Put(dest, "[job=");
+    Put(dest, c->job());
+    if (!c->task().empty()) Put(dest, absl::StrCat(" task=", c->task()));
+    if (c->partition() >= 0) Put(dest, absl::StrCat(" partition=", c->partition()));
+    Put(dest, "] ");
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<ContextFlag>(json_);
+  }
+
+ private:
+  bool json_;
+};
+
+// The text format, with the context flag.
+void InstallTextFormat() {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<ContextFlag>('&', false).set_pattern("[%H:%M:%S.%e] [%n] [%l] %&%v");
+  spdlog::set_formatter(std::move(formatter));
+}
+
 }  // namespace
+
+LogContext::LogContext(std::string job, std::string task, int partition)
+    : job_(std::move(job)), task_(std::move(task)), partition_(partition), outer_(t_context) {
+  t_context = this;
+}
+
+LogContext::~LogContext() { t_context = outer_; }
+
+const LogContext* LogContext::Current() { return t_context; }
 
 std::shared_ptr<spdlog::logger> SubsystemLogger(const std::string& name) {
   if (auto existing = spdlog::get(name)) return existing;
@@ -72,11 +130,13 @@ std::shared_ptr<spdlog::logger> SubsystemLogger(const std::string& name) {
 absl::Status ConfigureLogging(const std::string& format, const std::string& levels) {
   if (format == "json") {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-    formatter->add_flag<JsonMessageFlag>('*').set_pattern(
-        R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","subsystem":"%n","msg":"%*"})");
+    formatter->add_flag<JsonMessageFlag>('*');
+    formatter->add_flag<ContextFlag>('&', true);
+    formatter->set_pattern(
+        R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","subsystem":"%n",%&"msg":"%*"})");
     spdlog::set_formatter(std::move(formatter));
   } else if (format == "text") {
-    spdlog::set_pattern("[%H:%M:%S.%e] [%n] [%l] %v");
+    InstallTextFormat();
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("log format ", format, ": expected text or json"));

@@ -41,6 +41,30 @@ TEST(LoggingTest, JsonLinesAndLevelsPerSubsystem) {
   EXPECT_EQ(second["level"], "debug");
   EXPECT_EQ(second["msg"], "kept: logtest-after at debug");
 
+  // A context adds job and task (and partition) fields while it lives.
+  {
+    LogContext job("revenue");
+    LogContext task("revenue", "revenue/stage-1/task-0", 3);
+    before->warn("in a task");
+  }
+  before->warn("outside");
+  lines = absl::StrSplit(out.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << out.str();
+  const nlohmann::json in_task = nlohmann::json::parse(lines[2]);
+  EXPECT_EQ(in_task["job"], "revenue");
+  EXPECT_EQ(in_task["task"], "revenue/stage-1/task-0");
+  EXPECT_EQ(in_task["partition"], 3);
+  EXPECT_EQ(in_task["msg"], "in a task");
+  const nlohmann::json outside = nlohmann::json::parse(lines[3]);
+  EXPECT_FALSE(outside.contains("job")) << lines[3];
+  // Text lines: a prefix.
+  ASSERT_TRUE(ConfigureLogging("text", "").ok());
+  {
+    LogContext job("revenue", "task-1");
+    before->warn("text in a task");
+  }
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("[job=revenue task=task-1] text in a task"));
+
   const absl::Status bad = ConfigureLogging("json", "kafka=loud");
   EXPECT_TRUE(absl::IsInvalidArgument(bad));
   EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("kafka=loud"));

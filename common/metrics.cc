@@ -1,5 +1,7 @@
 #include "common/metrics.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -17,10 +19,125 @@ Counter* MetricsRegistry::Get(const std::string& name, const std::string& labels
   return slot.get();
 }
 
+Histogram::Histogram(std::vector<int64_t> bounds)
+    : bounds_(std::move(bounds)),
+      buckets_(std::make_unique<std::atomic<int64_t>[]>(bounds_.size() + 1)) {
+  std::sort(bounds_.begin(), bounds_.end());
+  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0, std::memory_order_relaxed);
+}
+
+size_t Histogram::BucketOf(int64_t v) const {
+  return static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+}
+
+std::vector<int64_t> Histogram::counts() const {
+  std::vector<int64_t> out(bounds_.size() + 1);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = buckets_[i].load(std::memory_order_relaxed);
+  return out;
+}
+
+int64_t Histogram::Quantile(double q) const {
+  const std::vector<int64_t> c = counts();
+  int64_t total = 0;
+  for (int64_t n : c) total += n;
+  if (total == 0 || bounds_.empty()) return 0;
+  const double rank = q * static_cast<double>(total);
+  int64_t below = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (static_cast<double>(below + c[i]) >= rank && c[i] > 0) {
+      if (i == bounds_.size()) return bounds_.back();
+      const double lo = i == 0 ? std::min<double>(0, static_cast<double>(bounds_[0]))
+                               : static_cast<double>(bounds_[i - 1]);
+      const double hi = static_cast<double>(bounds_[i]);
+      return static_cast<int64_t>(lo + (hi - lo) * (rank - static_cast<double>(below)) /
+                                           static_cast<double>(c[i]));
+    }
+    below += c[i];
+  }
+  return bounds_.back();
+}
+
+void Histogram::Local::Flush() {
+  if (n_ == 0) return;
+  for (size_t i = 0; i < counts_.size(); ++i) {
+    if (counts_[i] != 0) h_->buckets_[i].fetch_add(counts_[i], std::memory_order_relaxed);
+    counts_[i] = 0;
+  }
+  h_->sum_.fetch_add(sum_, std::memory_order_relaxed);
+  h_->count_.fetch_add(n_, std::memory_order_relaxed);
+  sum_ = 0;
+  n_ = 0;
+}
+
+const std::vector<int64_t>& DelayBucketsMs() {
+  static const std::vector<int64_t> bounds = {
+      10,     50,     100,    250,     500,     1'000,     2'500,      5'000,
+      10'000, 30'000, 60'000, 300'000, 900'000, 3'600'000, 21'600'000, 86'400'000};
+  return bounds;
+}
+
+Histogram* MetricsRegistry::GetHistogram(const std::string& name, const std::string& labels,
+                                         const std::vector<int64_t>& bounds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = histograms_[FullName(name, labels)];
+  if (!slot) slot = std::make_unique<Histogram>(bounds);
+  return slot.get();
+}
+
+DoubleCounter* MetricsRegistry::GetDouble(const std::string& name, const std::string& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = doubles_[FullName(name, labels)];
+  if (!slot) slot = std::make_unique<DoubleCounter>();
+  return slot.get();
+}
+
+double MetricsRegistry::DoubleValue(const std::string& name, const std::string& labels) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = doubles_.find(FullName(name, labels));
+  return it == doubles_.end() ? 0 : it->second->value();
+}
+
+const Histogram* MetricsRegistry::FindHistogram(const std::string& name,
+                                                const std::string& labels) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = histograms_.find(FullName(name, labels));
+  return it == histograms_.end() ? nullptr : it->second.get();
+}
+
 int64_t MetricsRegistry::Value(const std::string& name, const std::string& labels) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = counters_.find(FullName(name, labels));
   return it == counters_.end() ? 0 : it->second->value();
+}
+
+int64_t MetricsRegistry::Sum(const std::string& name, const std::string& labels_prefix) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string from = labels_prefix.empty() ? name : name + "{" + labels_prefix;
+  int64_t sum = 0;
+  for (auto it = counters_.lower_bound(from); it != counters_.end(); ++it) {
+    if (it->first.compare(0, from.size(), from) != 0) break;
+    const char next = it->first.size() > name.size() ? it->first[name.size()] : '\0';
+    if (next == '\0' || next == '{') sum += it->second->value();  // not name_other
+  }
+  return sum;
+}
+
+void MetricsRegistry::SetAges(const std::string& time_name, const std::string& age_name,
+                              int64_t now_ms) {
+  std::vector<std::pair<std::string, int64_t>> ages;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = counters_.lower_bound(time_name); it != counters_.end(); ++it) {
+      if (it->first.compare(0, time_name.size(), time_name) != 0) break;
+      const std::string labels = it->first.substr(time_name.size());
+      if (!labels.empty() && labels[0] != '{') continue;  // another name
+      ages.emplace_back(labels, std::max<int64_t>(0, now_ms - it->second->value()));
+    }
+  }
+  for (const auto& [labels, age] : ages) {
+    const std::string inner = labels.empty() ? "" : labels.substr(1, labels.size() - 2);
+    Get(age_name, inner)->Set(age);
+  }
 }
 
 namespace {
@@ -38,13 +155,22 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"operator_side_records_total",
        "Records an operator emitted on a side output (too_late, conflicts, ...)."},
       {"sink_records_total", "Records written to a sink."},
+      {"sink_revisions_written_total", "Result revisions handed to a sink."},
+      {"sink_revisions_rejected_total",
+       "Revisions a sink's store refused: it held the same or a newer revision of the key "
+       "(PostgreSQL's upsert guard; replays after a restore)."},
       {"dedup_passed_total", "First copies of an id that passed dedup."},
       {"dedup_duplicates_total", "Identical copies of an id dropped by dedup."},
       {"dedup_conflicts_total", "Copies of an id with other content, sent to .conflicts."},
       {"dedup_missing_id_total", "Records without the dedup id field."},
       {"dedup_expired_ids_total", "Ids forgotten after the dedup retention."},
       {"dedup_retention", "The dedup operator's id retention."},
-      {"window_emitted_total", "Window results emitted (every revision)."},
+      {"window_emitted_total", "Window results emitted (every revision), by state."},
+      {"window_records_total",
+       "Records a window operator received, by arrival: on_time (before their window "
+       "completed), late (changed a complete window: a LATE revision), too_late (dropped)."},
+      {"window_amount_total",
+       "Sum of the window's first sum aggregate's field over its records, by arrival."},
       {"join_matches_total", "Joined rows emitted."},
       {"join_unmatched_total", "Rows emitted without a match (outer joins)."},
       {"checkpoints_total", "Checkpoints stored by a task."},
@@ -69,6 +195,13 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"state_keys", "Estimated keys of a state table, at the task's last checkpoint."},
       {"state_bytes",
        "Bytes of a state table (files and memtables), at the task's last checkpoint."},
+      {"arrival_delay",
+       "Processing time minus event time of records as they are read, per source."},
+      {"operator_watermark", "An operator's input watermark (event time, Unix time)."},
+      {"operator_watermark_lag", "Wall clock minus an operator's input watermark."},
+      {"job_checkpoint_last_completed_timestamp",
+       "When the job's last checkpoint completed (Unix time)."},
+      {"job_checkpoint_age", "Time since the job's last checkpoint completed."},
       {"coordinator_jobs", "Jobs the coordinator holds, by state."},
       {"coordinator_workers", "Workers the coordinator knows, by state."},
       {"coordinator_worker_slots", "Task slots of the live workers."},
@@ -79,6 +212,10 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"scheduler_recoveries_total",
        "Jobs restarted from a checkpoint after a lost worker or task."},
       {"scheduler_checkpoints_total", "Job-wide checkpoints the scheduler recorded complete."},
+      {"grpc_server_handled_total", "gRPC calls this server completed, by method and status code."},
+      {"grpc_server_handling", "Time from a gRPC call's arrival to its status, by method."},
+      {"grpc_client_handled_total", "gRPC calls this process made, by method and status code."},
+      {"grpc_client_handling", "Time from a gRPC call's start to its status, by method."},
   };
   return help;
 }
@@ -96,28 +233,66 @@ std::string MsAsSeconds(int64_t ms) {
 
 std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
   // Families: every series of a name together, after its # TYPE line.
-  std::map<std::string, std::vector<std::pair<std::string, int64_t>>> families;
+  struct Family {
+    std::vector<std::pair<std::string, int64_t>> series;         // counters, gauges
+    std::vector<std::pair<std::string, const Histogram*>> hist;  // histograms
+    std::vector<std::pair<std::string, double>> doubles;         // float counters
+  };
+  std::map<std::string, Family> families;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [k, c] : counters_) {
+    auto split = [](const std::string& k) {
       const size_t brace = k.find('{');
-      families[k.substr(0, brace)].emplace_back(
-          brace == std::string::npos ? std::string() : k.substr(brace), c->value());
+      return std::make_pair(k.substr(0, brace),
+                            brace == std::string::npos ? std::string() : k.substr(brace));
+    };
+    for (const auto& [k, c] : counters_) {
+      auto [name, labels] = split(k);
+      families[name].series.emplace_back(labels, c->value());
+    }
+    for (const auto& [k, h] : histograms_) {
+      auto [name, labels] = split(k);
+      families[name].hist.emplace_back(labels, h.get());
+    }
+    for (const auto& [k, d] : doubles_) {
+      auto [name, labels] = split(k);
+      families[name].doubles.emplace_back(labels, d->value());
     }
   }
   std::string out;
-  for (const auto& [name, series] : families) {
+  for (const auto& [name, family] : families) {
     const bool counter = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
     // Milliseconds are counted, seconds (the base unit) exported.
     const bool ms = name.size() > 3 && name.compare(name.size() - 3, 3, "_ms") == 0;
     const std::string base = ms ? name.substr(0, name.size() - 3) : name;
     const std::string exported = prefix + (ms ? base + "_seconds" : name);
+    auto value = [ms](int64_t v) { return ms ? MsAsSeconds(v) : std::to_string(v); };
     auto help = HelpTexts().find(base);
     out += "# HELP " + exported + ' ' +
            (help != HelpTexts().end() ? help->second : "Caravela metric " + name + ".") + '\n';
-    out += "# TYPE " + exported + (counter ? " counter\n" : " gauge\n");
-    for (const auto& [labels, value] : series) {
-      out += exported + labels + ' ' + (ms ? MsAsSeconds(value) : std::to_string(value)) + '\n';
+    const char* type = !family.hist.empty() ? " histogram\n" : counter ? " counter\n" : " gauge\n";
+    out += "# TYPE " + exported + type;
+    for (const auto& [labels, v] : family.series) {
+      out += exported + labels + ' ' + value(v) + '\n';
+    }
+    for (const auto& [labels, v] : family.doubles) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      out += exported + labels + ' ' + buf + '\n';
+    }
+    for (const auto& [labels, h] : family.hist) {
+      // {a="b"} -> {a="b",le="x"}; "" -> {le="x"}
+      const std::string open = labels.empty() ? "{" : labels.substr(0, labels.size() - 1) + ",";
+      const std::vector<int64_t> counts = h->counts();
+      int64_t cumulative = 0;
+      for (size_t i = 0; i < counts.size(); ++i) {
+        cumulative += counts[i];
+        const std::string le = i < h->bounds().size() ? value(h->bounds()[i]) : "+Inf";
+        out +=
+            exported + "_bucket" + open + "le=\"" + le + "\"} " + std::to_string(cumulative) + '\n';
+      }
+      out += exported + "_sum" + labels + ' ' + value(h->sum()) + '\n';
+      out += exported + "_count" + labels + ' ' + std::to_string(cumulative) + '\n';
     }
   }
   return out;
@@ -127,6 +302,13 @@ std::map<std::string, int64_t> MetricsRegistry::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, int64_t> out;
   for (const auto& [k, c] : counters_) out[k] = c->value();
+  for (const auto& [k, h] : histograms_) {
+    const size_t brace = k.find('{');
+    const std::string name = k.substr(0, brace);
+    const std::string labels = brace == std::string::npos ? "" : k.substr(brace);
+    out[name + "_count" + labels] = h->count();
+    out[name + "_sum" + labels] = h->sum();
+  }
   return out;
 }
 

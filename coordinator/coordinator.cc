@@ -74,9 +74,20 @@ std::string Coordinator::CoordinatorMetrics(Impl& im) {
     now.Get("coordinator_jobs",
             absl::StrCat("state=\"", JobStateName(static_cast<JobState>(s)), "\""));
   }
+  const int64_t now_ms = im.clock.NowMs();
   if (absl::StatusOr<std::vector<v1::Job>> jobs = im.store->List(); jobs.ok()) {
     for (const v1::Job& j : *jobs) {
       now.Get("coordinator_jobs", absl::StrCat("state=\"", JobStateName(j.state()), "\""))->Add();
+      // Running jobs: when their last checkpoint completed, and how long ago.
+      if (j.state() != v1::RUNNING) continue;
+      const std::vector<Scheduler::CheckpointRecord> history =
+          im.scheduler->CheckpointHistory(j.id());
+      if (history.empty()) continue;
+      int64_t last = 0;
+      for (const Scheduler::CheckpointRecord& c : history) last = std::max(last, c.completed_at_ms);
+      const std::string label = absl::StrCat("job=\"", j.id(), "\"");
+      now.Get("job_checkpoint_last_completed_timestamp_ms", label)->Set(last);
+      now.Get("job_checkpoint_age_ms", label)->Set(std::max<int64_t>(0, now_ms - last));
     }
   }
   now.Get("coordinator_workers", "state=\"ALIVE\"");
@@ -178,7 +189,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                    ServerCredentials(options.tls_cert_file, options.tls_key_file));
   ASSIGN_OR_RETURN(GrpcServer server, StartGrpcServer(options.listen, std::move(credentials),
                                                       {im.jobs.get(), im.worker_service.get()},
-                                                      options.max_message_bytes));
+                                                      options.max_message_bytes, &im.metrics));
   im.server = std::move(server.server);
   im.address = std::move(server.address);
   if (!options.http_listen.empty()) {

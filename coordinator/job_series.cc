@@ -22,10 +22,24 @@ void JobSeries::Sample(const v1::Job& job, int64_t now_ms) {
   p.t_ms = now_ms;
   int64_t records_in = 0;
   int64_t low_wm = kMaxTime;
+  int64_t late = 0, too_late = 0;
+  s.side_records.clear();
   for (int g = 0; g < job.tasks_size(); ++g) {
     const v1::TaskStatus& t = job.tasks(g);
     p.consumer_lag += t.consumer_lag();
     p.state_bytes += t.state_bytes();
+    late += t.activity().records_late();
+    too_late += t.activity().records_too_late();
+    for (const auto& [side, n] : t.activity().side_records()) s.side_records[side] += n;
+    for (const v1::ExchangeInputStatus& e : t.activity().exchange_inputs()) {
+      auto [it, inserted] = s.channels.try_emplace(
+          std::make_tuple(g, e.exchange(), e.partition(), e.producer_task()));
+      Channel& ch = it->second;
+      if (inserted || ch.status.watermark_ms() != e.watermark_ms()) ch.since_ms = now_ms;
+      ch.task = g;
+      ch.worker = t.worker();
+      ch.status = e;
+    }
     for (const v1::SourcePartitionStatus& sp : t.sources()) {
       records_in += sp.offset();
       auto [it, inserted] = s.partitions.try_emplace(std::make_tuple(sp.source(), sp.partition()));
@@ -43,6 +57,13 @@ void JobSeries::Sample(const v1::Job& job, int64_t now_ms) {
     p.records_per_s = static_cast<double>(std::max<int64_t>(0, records_in - s.last_records_in)) *
                       1000.0 / static_cast<double>(now_ms - s.last_t_ms);
   }
+  if (s.last_late >= 0 && now_ms > s.last_t_ms) {
+    const double secs = static_cast<double>(now_ms - s.last_t_ms) / 1000.0;
+    p.late_per_s = static_cast<double>(std::max<int64_t>(0, late - s.last_late)) / secs;
+    p.too_late_per_s = static_cast<double>(std::max<int64_t>(0, too_late - s.last_too_late)) / secs;
+  }
+  s.last_late = late;
+  s.last_too_late = too_late;
   s.last_records_in = records_in;
   s.last_t_ms = now_ms;
   if (low_wm != kMaxTime) {
@@ -81,7 +102,8 @@ std::string JobSeries::Json(const std::string& job_id) const {
   nlohmann::json out;
   nlohmann::json t = nlohmann::json::array(), rate = nlohmann::json::array(),
                  lag = nlohmann::json::array(), wm_lag = nlohmann::json::array(),
-                 ckpt = nlohmann::json::array(), state = nlohmann::json::array();
+                 ckpt = nlohmann::json::array(), state = nlohmann::json::array(),
+                 late = nlohmann::json::array(), too_late = nlohmann::json::array();
   for (const Point& p : s.points) {
     t.push_back(p.t_ms);
     rate.push_back(p.records_per_s);
@@ -89,6 +111,8 @@ std::string JobSeries::Json(const std::string& job_id) const {
     wm_lag.push_back(p.watermark_lag_s);
     ckpt.push_back(p.last_checkpoint);
     state.push_back(p.state_bytes);
+    late.push_back(p.late_per_s);
+    too_late.push_back(p.too_late_per_s);
   }
   out["t_ms"] = std::move(t);
   out["records_per_s"] = std::move(rate);
@@ -96,6 +120,9 @@ std::string JobSeries::Json(const std::string& job_id) const {
   out["watermark_lag_s"] = std::move(wm_lag);
   out["last_checkpoint"] = std::move(ckpt);
   out["state_bytes"] = std::move(state);
+  out["late_per_s"] = std::move(late);
+  out["too_late_per_s"] = std::move(too_late);
+  out["side_records"] = s.side_records;
   nlohmann::json parts = nlohmann::json::array();
   const Partition* hold = nullptr;
   for (const auto& [key, part] : s.partitions) {
@@ -117,12 +144,45 @@ std::string JobSeries::Json(const std::string& job_id) const {
     if (hold == nullptr || rank(part) < rank(*hold)) hold = &part;
   }
   out["partitions"] = std::move(parts);
-  if (hold == nullptr) {
+  // An exchange channel below every source partition: its producer is
+  // behind its own input (or sends no markers).
+  const Channel* channel = nullptr;
+  for (const auto& [key, ch] : s.channels) {
+    if (ch.status.idle()) continue;
+    if (channel == nullptr ||
+        std::make_pair(ch.status.watermark_ms(), ch.since_ms) <
+            std::make_pair(channel->status.watermark_ms(), channel->since_ms)) {
+      channel = &ch;
+    }
+  }
+  const int64_t source_low =
+      hold == nullptr
+          ? kMaxTime
+          : (HasWatermark(hold->status.watermark_ms()) ? hold->status.watermark_ms() : kMinTime);
+  if (channel != nullptr && channel->status.watermark_ms() < source_low) {
+    const v1::ExchangeInputStatus& e = channel->status;
+    const bool seen = HasWatermark(e.watermark_ms());
+    out["holdback"] = {
+        {"kind", "exchange"},
+        {"exchange", e.exchange()},
+        {"partition", e.partition()},
+        {"producer_task", e.producer_task()},
+        {"task", channel->task},
+        {"worker", channel->worker},
+        {"watermark_ms", seen ? nlohmann::json(e.watermark_ms()) : nlohmann::json(nullptr)},
+        {"since_ms", channel->since_ms},
+        {"reason", absl::StrCat("producer task ", e.producer_task(), " of exchange ", e.exchange(),
+                                seen ? " sent a watermark below every source partition's"
+                                     : " has sent no watermark yet",
+                                ": it is behind its own input (stalled, failing or slow); "
+                                "see that task's state and lag")}};
+  } else if (hold == nullptr) {
     out["holdback"] = nullptr;
   } else {
     const v1::SourcePartitionStatus& st = hold->status;
     const bool seen = HasWatermark(st.watermark_ms());
     out["holdback"] = {
+        {"kind", "source"},
         {"source", st.source()},
         {"partition", st.partition()},
         {"task", hold->task},

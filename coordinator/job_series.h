@@ -33,12 +33,16 @@ class JobSeries {
 
   // {"t_ms":[...],"records_per_s":[...],"consumer_lag":[...],
   //  "watermark_lag_s":[...],"last_checkpoint":[...],"state_bytes":[...],
+  //  "late_per_s":[...],"too_late_per_s":[...],
   //  "partitions":[{"task","source","partition","worker","watermark_ms",
   //                 "idle","lag","offset","since_ms"}...],
-  //  "holdback":{...} or null}: the job's samples and, of its non-idle
-  // source partitions, the one with the lowest watermark (what holds the
-  // job's event time back), with since when its watermark has not moved
-  // and why. "" if the job was never sampled.
+  //  "side_records":{"<node>.<output>":n,...},
+  //  "holdback":{"kind":"source"|"exchange",...} or null}: the job's
+  // samples and what holds the job's event time back, with since when its
+  // watermark has not moved and why: of the non-idle source partitions the
+  // one with the lowest watermark, unless an exchange channel is lower
+  // still (its producer task is behind its own sources: stalled, or not
+  // sending watermark markers). "" if the job was never sampled.
   std::string Json(const std::string& job_id) const;
   // GET /api/v1/jobs/ID/series: Json(ID), 404 for a job never sampled.
   HttpRoute Route() const;
@@ -51,6 +55,8 @@ class JobSeries {
     double watermark_lag_s = 0;  // NaN-free: 0 before any watermark
     int64_t last_checkpoint = 0;
     int64_t state_bytes = 0;
+    double late_per_s = 0;      // records behind their operator's watermark
+    double too_late_per_s = 0;  // of them, dropped to too_late side outputs
   };
   struct Partition {
     int task = 0;
@@ -58,9 +64,21 @@ class JobSeries {
     v1::SourcePartitionStatus status;
     int64_t since_ms = 0;  // when its watermark last changed (or first seen)
   };
+  // An exchange channel feeding a task: (consumer task, exchange,
+  // partition, producer task).
+  struct Channel {
+    int task = 0;        // the consumer
+    std::string worker;  // the consumer's
+    v1::ExchangeInputStatus status;
+    int64_t since_ms = 0;
+  };
   struct Series {
     std::deque<Point> points;
     int64_t last_records_in = -1;
+    int64_t last_late = -1;
+    int64_t last_too_late = -1;
+    std::map<std::string, int64_t> side_records;  // summed over tasks, latest
+    std::map<std::tuple<int, std::string, int32_t, int32_t>, Channel> channels;
     int64_t last_t_ms = 0;
     // By (source, partition).
     std::map<std::tuple<std::string, int32_t>, Partition> partitions;

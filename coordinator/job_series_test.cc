@@ -73,5 +73,55 @@ TEST(JobSeriesTest, RatesSinceWhenAndWhatHoldsTheWatermarkBack) {
   EXPECT_EQ(series.Json("revenue-1"), "");
 }
 
+// A two-stage job: task 0 reads the source and feeds task 1 (the window)
+// through an exchange.
+v1::Job Staged(int64_t source_wm, int64_t marker, int64_t late, int64_t too_late) {
+  v1::Job job;
+  job.set_id("staged-1");
+  v1::TaskStatus* reader = job.add_tasks();
+  reader->set_worker("worker-1");
+  AddPartition(reader, 0, 10, source_wm);
+  (*reader->mutable_activity()->mutable_side_records())["purchases.invalid"] = 2;
+  v1::TaskStatus* window = job.add_tasks();
+  window->set_worker("worker-2");
+  v1::TaskActivity* a = window->mutable_activity();
+  a->set_records_late(late);
+  a->set_records_too_late(too_late);
+  (*a->mutable_side_records())["hourly.too_late"] = too_late;
+  v1::ExchangeInputStatus* e = a->add_exchange_inputs();
+  e->set_exchange("caravela.staged.hourly");
+  e->set_partition(0);
+  e->set_producer_task(0);
+  e->set_watermark_ms(marker);
+  return job;
+}
+
+TEST(JobSeriesTest, AnExchangeProducerBehindItsSourcesHoldsTheWatermarkBack) {
+  JobSeries series;
+  // The producer's markers follow its source: the source partition is named.
+  series.Sample(Staged(5'000, 5'000, 0, 0), 10'000);
+  nlohmann::json j = nlohmann::json::parse(series.Json("staged-1"));
+  EXPECT_EQ(j["holdback"]["kind"], "source");
+  EXPECT_EQ(j["holdback"]["partition"], 0);
+  // Its source moved on, its markers did not (stalled producer): the
+  // exchange channel is named, with the producer and since when.
+  series.Sample(Staged(9'000, 5'000, 4, 1), 12'000);
+  j = nlohmann::json::parse(series.Json("staged-1"));
+  EXPECT_EQ(j["holdback"]["kind"], "exchange");
+  EXPECT_EQ(j["holdback"]["exchange"], "caravela.staged.hourly");
+  EXPECT_EQ(j["holdback"]["producer_task"], 0);
+  EXPECT_EQ(j["holdback"]["task"], 1);
+  EXPECT_EQ(j["holdback"]["worker"], "worker-2");
+  EXPECT_EQ(j["holdback"]["watermark_ms"], 5'000);
+  EXPECT_EQ(j["holdback"]["since_ms"], 10'000);
+  EXPECT_THAT(j["holdback"]["reason"].get<std::string>(),
+              ::testing::HasSubstr("producer task 0 of exchange caravela.staged.hourly"));
+  // Late and too-late rates over the 2 s, and side outputs summed over tasks.
+  EXPECT_EQ(j["late_per_s"][1], 2.0);
+  EXPECT_EQ(j["too_late_per_s"][1], 0.5);
+  EXPECT_EQ(j["side_records"]["purchases.invalid"], 2);
+  EXPECT_EQ(j["side_records"]["hourly.too_late"], 1);
+}
+
 }  // namespace
 }  // namespace caravela

@@ -710,6 +710,7 @@ void Scheduler::FillTasks(const JobRun& run, v1::Job* job) {
     ts->set_records_out(t.report.records_out());
     ts->set_error(t.report.error());
     ts->set_state_bytes(t.report.state_bytes());
+    *ts->mutable_activity() = t.report.activity();
     ts->clear_partitions();
     ts->clear_sources();
     for (const v1::SourcePartitionStatus& p : t.report.partitions()) {

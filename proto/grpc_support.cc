@@ -1,11 +1,17 @@
 #include "proto/grpc_support.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/client_interceptor.h>
+#include <grpcpp/support/server_interceptor.h>
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace caravela {
@@ -22,7 +28,127 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   return ss.str();
 }
 
+// The name of a status code as gRPC spells it ("NOT_FOUND").
+std::string CodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  if (i >= 0 && i < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return kNames[i];
+  return std::to_string(i);
+}
+
+// The `method` label of a call to `method` ("/pkg.Service/Method"): the
+// name when this binary knows the method (its generated descriptors, and
+// the standard health service libgrpc++ serves without them), else
+// "unknown", so that clients calling made-up names cannot grow the label
+// set.
+std::string MethodLabel(const char* method) {
+  const std::string m = method != nullptr ? method : "";
+  const size_t slash = m.rfind('/');
+  bool known = m == "/grpc.health.v1.Health/Check" || m == "/grpc.health.v1.Health/Watch";
+  if (!known && slash != std::string::npos && slash > 1 && m[0] == '/') {
+    const std::string full = absl::StrCat(m.substr(1, slash - 1), ".", m.substr(slash + 1));
+    known = google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(full) != nullptr;
+  }
+  return absl::StrCat("method=\"", known ? m : "unknown", "\"");
+}
+
+// One RPC: counts it and its duration into `metrics` once its status is
+// known. `side` is "server" or "client". One object per RPC (gRPC creates
+// it when the call starts and runs its hooks one at a time).
+class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
+ public:
+  RpcMetricsInterceptor(MetricsRegistry* metrics, const char* side, const char* method)
+      : metrics_(metrics), side_(side), method_(MethodLabel(method)) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      Record(methods->GetSendStatus().error_code());
+    } else if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_STATUS)) {
+      const grpc::Status* status = methods->GetRecvStatus();
+      Record(status != nullptr ? status->error_code() : grpc::StatusCode::UNKNOWN);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  void Record(grpc::StatusCode code) {
+    const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - start_)
+                           .count();
+    metrics_
+        ->Get(absl::StrCat("grpc_", side_, "_handled_total"),
+              absl::StrCat(method_, ",code=\"", CodeName(code), "\""))
+        ->Add();
+    metrics_
+        ->GetHistogram(absl::StrCat("grpc_", side_, "_handling_ms"), method_,
+                       GrpcLatencyBucketsMs())
+        ->Observe(ms);
+  }
+
+  MetricsRegistry* metrics_;
+  const char* side_;
+  std::string method_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+class ServerMetricsFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit ServerMetricsFactory(MetricsRegistry* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcMetricsInterceptor(metrics_, "server", info->method());
+  }
+
+ private:
+  MetricsRegistry* metrics_;
+};
+
+class ClientMetricsFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit ClientMetricsFactory(MetricsRegistry* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new RpcMetricsInterceptor(metrics_, "client", info->method());
+  }
+
+ private:
+  MetricsRegistry* metrics_;
+};
+
 }  // namespace
+
+const std::vector<int64_t>& GrpcLatencyBucketsMs() {
+  static const std::vector<int64_t> bounds = {1,   5,   10,    25,    50,    100,
+                                              250, 500, 1'000, 2'500, 5'000, 10'000};
+  return bounds;
+}
+
+std::shared_ptr<grpc::Channel> CreateGrpcChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    MetricsRegistry* metrics) {
+  if (metrics == nullptr) return grpc::CreateChannel(target, credentials);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
+  creators.push_back(std::make_unique<ClientMetricsFactory>(metrics));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, grpc::ChannelArguments(), std::move(creators));
+}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const std::string& cert_file, const std::string& key_file) {
@@ -52,7 +178,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            std::shared_ptr<grpc::ServerCredentials> credentials,
                                            const std::vector<grpc::Service*>& services,
-                                           int max_message_bytes) {
+                                           int max_message_bytes, MetricsRegistry* metrics) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(
@@ -64,6 +190,11 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   builder.AddListeningPort(listen, std::move(credentials), &port);
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (metrics != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(std::make_unique<ServerMetricsFactory>(metrics));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
   GrpcServer out;
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || port == 0) {

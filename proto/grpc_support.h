@@ -1,12 +1,21 @@
 // Serving and calling the gRPC APIs of this directory: a server with the
 // standard health service, and TLS credentials from certificate files (SPEC
 // §8 "Services": optional TLS). Empty file names mean plaintext, for
-// loopback and tests; errors name the file that could not be read.
+// loopback and tests; errors name the file that could not be read. With a
+// MetricsRegistry, servers and channels count their RPCs into it (issue 11):
+//   grpc_server_handled_total{method,code}  grpc_server_handling_ms{method}
+//   grpc_client_handled_total{method,code}  grpc_client_handling_ms{method}
+// `method` is the full gRPC name ("/caravela.v1.JobService/SubmitJob";
+// "unknown" for a method this binary has no descriptor of, so the label set
+// stays fixed), `code` the status code's name ("OK", "NOT_FOUND"); the
+// histograms hold the time from the call's start to its status
+// (GrpcLatencyBucketsMs).
 #pragma once
 
 #include <google/protobuf/message.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +23,14 @@
 #include "absl/status/statusor.h"
 
 namespace caravela {
+
+class MetricsRegistry;
+
+// The default limit of a received message (gRPC's own default).
+inline constexpr int kDefaultGrpcMessageBytes = 4 << 20;
+
+// Bucket bounds of grpc_{server,client}_handling_ms: 1 ms .. 10 s.
+const std::vector<int64_t>& GrpcLatencyBucketsMs();
 
 // Server credentials: TLS with the PEM certificate chain and private key,
 // or insecure when both are empty (one without the other is an error).
@@ -40,11 +57,19 @@ struct GrpcServer {
 
 // Binds `listen` (HOST:PORT; port 0 picks a free one) with `credentials`,
 // serves `services` and the standard health service (grpc.health.v1,
-// SERVING once started). InvalidArgument for an address that is not
-// HOST:PORT, Unavailable when it cannot be bound.
+// SERVING once started). Every RPC, health checks included, is counted in
+// `metrics` when not null (it must outlive the server). InvalidArgument for
+// an address that is not HOST:PORT, Unavailable when it cannot be bound.
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            std::shared_ptr<grpc::ServerCredentials> credentials,
                                            const std::vector<grpc::Service*>& services,
-                                           int max_message_bytes = 4 << 20);
+                                           int max_message_bytes = kDefaultGrpcMessageBytes,
+                                           MetricsRegistry* metrics = nullptr);
+
+// A channel to `target` whose calls are counted in `metrics` (the grpc_client_*
+// metrics; must outlive the channel); a plain channel when it is null.
+std::shared_ptr<grpc::Channel> CreateGrpcChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    MetricsRegistry* metrics);
 
 }  // namespace caravela

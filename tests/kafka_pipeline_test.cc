@@ -92,7 +92,8 @@ TEST(KafkaPipelineTest, PerPartitionWatermarksFromRealPartitions) {
 
   MetricsRegistry& m = (*pipeline)->metrics();
   EXPECT_EQ(m.Value("records_in_total", "source=\"clicks\""), 10);
-  EXPECT_EQ(m.Value("invalid_records_total", "source=\"clicks\""), 1);
+  EXPECT_EQ(m.Sum("invalid_records_total", "source=\"clicks\""), 1);
+  EXPECT_EQ(m.Value("invalid_records_total", "source=\"clicks\",reason=\"malformed\""), 1);
   EXPECT_EQ(m.Value("dedup_duplicates_total", "op=\"unique\""), 1);
 
   auto out = ConsumeAll(bootstrap, "per-hour");

@@ -103,7 +103,8 @@ spec:
   ASSERT_TRUE(Eventually(
       [&] {
         text = Get(http, "/metrics");
-        return text.find("caravela_source_partition_offset" + p2 + " 3") != std::string::npos;
+        return text.find("caravela_source_partition_offset" + p2 + " 3") != std::string::npos &&
+               text.find("caravela_source_partition_watermark_seconds" + p2) != std::string::npos;
       },
       milliseconds(10000)))
       << text;
@@ -189,6 +190,32 @@ TEST(MetricsHttpTest, CoordinatorAndWorkerServePrometheusMetrics) {
   EXPECT_EQ(m->status, 200);
   std::tie(rc, lint) = Promtool(m->body, dir);
   EXPECT_EQ(rc, 0) << lint << m->body;
+  // gRPC request metrics: the coordinator counts the heartbeats it served,
+  // the worker the ones it made (both pass promtool with them).
+  EXPECT_TRUE(Eventually(
+      [&] {
+        text = Get(c[2], "/metrics");
+        return text.find(
+                   R"(caravela_grpc_server_handled_total{method="/caravela.v1.WorkerService/Heartbeat",code="OK"})") !=
+               std::string::npos;
+      },
+      milliseconds(10000)))
+      << text;
+  EXPECT_THAT(text, HasSubstr("# TYPE caravela_grpc_server_handling_seconds histogram"));
+  std::tie(rc, lint) = Promtool(text, dir);
+  EXPECT_EQ(rc, 0) << lint << text;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        text = Get(worker_http, "/metrics");
+        return text.find(
+                   R"(caravela_grpc_client_handled_total{method="/caravela.v1.WorkerService/Heartbeat",code="OK"})") !=
+               std::string::npos;
+      },
+      milliseconds(10000)))
+      << text;
+  EXPECT_THAT(text, HasSubstr("# TYPE caravela_grpc_client_handling_seconds histogram"));
+  std::tie(rc, lint) = Promtool(text, dir);
+  EXPECT_EQ(rc, 0) << lint << text;
 }
 
 }  // namespace

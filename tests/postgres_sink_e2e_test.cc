@@ -31,7 +31,8 @@ struct RunResult {
 
 RunResult RunJob(const fs::path& dir, const std::string& data_dir) {
   std::string cmd = "cd '" + dir.string() + "' && " + CARAVELA_BINARY +
-                    " run --quiet job.yaml --data-dir " + data_dir + " > stdout.txt 2> stderr.txt";
+                    " run --quiet --print-metrics job.yaml --data-dir " + data_dir +
+                    " > stdout.txt 2> stderr.txt";
   int rc = std::system(cmd.c_str());
   return {WEXITSTATUS(rc), ReadFile(dir / "stderr.txt")};
 }
@@ -144,9 +145,31 @@ TEST_F(PostgresSinkE2ETest, TableHoldsTheFinalResultsOfTheFileSink) {
   // Running the same job again (fresh state, the same revisions) is a replay:
   // every row is rejected and the table is unchanged.
   Rows before = Table("value::text, updated_at::text");
+  const std::string first_metrics = ReadFile(dir_ / "stdout.txt");
   r = RunJob(dir_, "data2");
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_EQ(Table("value::text, updated_at::text"), before);
+  // The metrics say so: the first run's revisions were all accepted (none
+  // met a newer one in the table), the replay's upserts were all refused by
+  // the guard (one per row: revisions a flush supersedes are never sent).
+  const std::string metrics = ReadFile(dir_ / "stdout.txt");
+  const std::string from = R"({from="revenue",sink="postgres:hourly_revenue"})";
+  auto value = [](const std::string& text, const std::string& series) {
+    const size_t at = text.find(series + " ");
+    return at == std::string::npos
+               ? std::string("absent")
+               : text.substr(at + series.size() + 1, text.find('\n', at) - at - series.size() - 1);
+  };
+  const std::string handed = value(first_metrics, "sink_revisions_written_total" + from);
+  EXPECT_NE(handed, "absent") << first_metrics;
+  EXPECT_NE(handed, "0");
+  EXPECT_EQ(value(metrics, "sink_revisions_written_total" + from), handed) << metrics;
+  EXPECT_EQ(value(first_metrics, "sink_revisions_rejected_total" + from), "0") << first_metrics;
+  // At least one per row; more if the run flushed more than once.
+  const int64_t rejected =
+      std::atoll(value(metrics, "sink_revisions_rejected_total" + from).c_str());
+  EXPECT_GE(rejected, 4) << metrics;
+  EXPECT_LE(rejected, std::atoll(handed.c_str())) << metrics;
 }
 
 TEST_F(PostgresSinkE2ETest, UnreachableDatabaseFailsTheRunWithTheSinksPath) {

@@ -10,8 +10,9 @@
 // idle_timeout, holds the job's watermark back. Headless Debian chromium
 // (driven by playwright-core) opens the dashboard and the test asserts that
 // the job, its tasks, the per-partition table (offsets equal to what was
-// produced), a consumer-lag chart and the "why is this window not final"
-// panel naming partition 3 render; screenshots go to OUT_DIR.
+// produced), the side-output counts (a conflicting copy), the consumer-lag
+// and too-late charts and the "why is this window not final" panel naming
+// partition 3 render; screenshots go to OUT_DIR.
 import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -65,7 +66,12 @@ function produce(broker) {
     const lines = [];
     for (let i = 0; i < n; ++i) {
       const ts = 1700000000000 + (Number(p) * 10 + i) * 60000;
-      lines.push(JSON.stringify({ event_id: `e${p}-${i}`, user_id: `u${i}`, country: "PT", amount: 1, ts }));
+      // The last record of partition 2 repeats e2-0's id with other content:
+      // a conflict, counted on the side-output table.
+      const conflict = p === "2" && i === n - 1;
+      lines.push(JSON.stringify(conflict
+        ? { event_id: "e2-0", user_id: "u0", country: "PT", amount: 2, ts: 1700000000000 + 20 * 60000 }
+        : { event_id: `e${p}-${i}`, user_id: `u${i}`, country: "PT", amount: 1, ts }));
     }
     const r = spawnSync("kcat", ["-b", broker, "-t", "purchases", "-p", p, "-P"], { input: lines.join("\n") + "\n" });
     if (r.status !== 0) throw new Error(`kcat: ${r.stderr}`);
@@ -143,8 +149,12 @@ async function checkDashboard(browser, scene, http, job, worker) {
     // One task holds the dedup and window state: its size at checkpoints.
     check(tasks.some((r) => r[9] !== "0 B"), `${scene}: the task's state size is shown (${tasks.map((r) => r[9])})`);
   }
+  const sides = await cellsOf("sides");
+  check(sides.some((r) => r[0] === "unique.conflicts" && r[1] === "1"),
+    `${scene}: side-output table counts the conflict (${JSON.stringify(sides)})`);
   // uPlot draws into a canvas once it has samples.
   check((await page.$("#chart-lag canvas")) !== null, `${scene}: consumer-lag chart rendered (uPlot canvas)`);
+  check((await page.$("#chart-toolate canvas")) !== null, `${scene}: too-late chart rendered (uPlot canvas)`);
   const workers = await cellsOf("workers");
   check(workers.length === 1 && workers[0][0] === worker && workers[0][1] === "ALIVE",
     `${scene}: workers table: ${JSON.stringify(workers)}`);

@@ -1,7 +1,8 @@
 // Caravela dashboard: reads the coordinator's JSON API (/api/v1/) every 2 s
 // and renders workers, jobs, the selected job's tasks and source
-// partitions, charts of its recent input rate, consumer lag and watermark
-// lag, and what holds its watermark back. Read-only. With auth on, the
+// partitions, charts of its recent input rate, consumer lag, watermark lag,
+// late and too-late rates, state and checkpoint duration, its side-output
+// counts, and what holds its watermark back. Read-only. With auth on, the
 // token comes from the page's #token=... fragment or the form, and stays in
 // this tab (sessionStorage); it is sent as a bearer token, never in a URL.
 "use strict";
@@ -162,17 +163,27 @@ async function showJob(id) {
     }),
   );
   const h = series.holdback;
-  $("holdback").textContent = h
-    ? `Held back by source ${h.source} partition ${h.partition} (task ${h.task} on ${h.worker}): ` +
-      (h.watermark_ms === null
-        ? `no record yet, for ${fmtAgo(h.since_ms).replace(" ago", "")}. `
-        : `watermark ${fmtTime(h.watermark_ms)}, unchanged since ${fmtAgo(h.since_ms)}. `) +
-      h.reason + "."
-    : "Nothing holds it back: every source partition is idle or the job has none.";
+  const stuck = (h) =>
+    h.watermark_ms === null
+      ? `${h.kind === "exchange" ? "no watermark" : "no record"} yet, for ${fmtAgo(h.since_ms).replace(" ago", "")}. `
+      : `watermark ${fmtTime(h.watermark_ms)}, unchanged since ${fmtAgo(h.since_ms)}. `;
+  $("holdback").textContent = !h
+    ? "Nothing holds it back: every source partition is idle or the job has none."
+    : h.kind === "exchange"
+      ? `Held back by exchange ${h.exchange} partition ${h.partition}, producer task ${h.producer_task} ` +
+        `(read by task ${h.task} on ${h.worker}): ` + stuck(h) + h.reason + "."
+      : `Held back by source ${h.source} partition ${h.partition} (task ${h.task} on ${h.worker}): ` +
+        stuck(h) + h.reason + ".";
+  fill(
+    "sides",
+    Object.entries(series.side_records || {}).map(([name, n]) => [name, n]),
+  );
   chart("chart-rate", "records/s", series.t_ms, series.records_per_s);
   chart("chart-lag", "lag", series.t_ms, series.consumer_lag);
   chart("chart-wmlag", "watermark lag", series.t_ms, series.watermark_lag_s);
   chart("chart-state", "state bytes", series.t_ms, series.state_bytes);
+  chart("chart-late", "late records/s", series.t_ms, series.late_per_s || []);
+  chart("chart-toolate", "too-late records/s", series.t_ms, series.too_late_per_s || []);
 }
 
 $("token-save").addEventListener("click", () => {

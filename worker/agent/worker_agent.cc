@@ -98,6 +98,7 @@ struct WorkerAgent::Impl {
         r->set_epoch(part->epoch());
         r->set_task(s.task);
         r->set_phase(ToProto(s.phase));
+        Task::ActivityToProto(s.activity, r->mutable_activity());
         r->set_stored_checkpoint(s.stored_checkpoint);
         r->set_next_checkpoint(s.next_checkpoint);
         r->set_error(s.error);
@@ -120,6 +121,7 @@ struct WorkerAgent::Impl {
       }
     }
     request->set_running_tasks(n);
+    metrics.SetAges("operator_watermark_ms", "operator_watermark_lag_ms", now);
   }
 
   // Runs exactly what `response` assigns.
@@ -333,12 +335,14 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   im.options = options;
   if (options.slots < 1) return absl::InvalidArgumentError("--slots must be at least 1");
   ASSIGN_OR_RETURN(GrpcServer server,
-                   StartGrpcServer(options.listen, grpc::InsecureServerCredentials(), {}));
+                   StartGrpcServer(options.listen, grpc::InsecureServerCredentials(), {},
+                                   kDefaultGrpcMessageBytes, &im.metrics));
   im.server = std::move(server.server);
   im.address = std::move(server.address);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentials(options.tls_ca));
-  im.stub = v1::WorkerService::NewStub(grpc::CreateChannel(options.coordinator, credentials));
+  im.stub =
+      v1::WorkerService::NewStub(CreateGrpcChannel(options.coordinator, credentials, &im.metrics));
   if (!options.http_listen.empty()) {
     Impl* impl = &im;
     ASSIGN_OR_RETURN(im.http,

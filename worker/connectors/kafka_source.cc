@@ -370,6 +370,19 @@ int64_t KafkaSource::Backlog(int32_t partition) const {
   return std::max<int64_t>(high - positions_[partition], 0);
 }
 
+int64_t KafkaSource::HighWatermark(int32_t partition) const {
+  // rk_ and owned_ are fixed once Open() returned; librdkafka's cached
+  // watermarks are thread-safe to read.
+  if (rk_ == nullptr || partition < 0 || partition >= static_cast<int32_t>(owned_.size()) ||
+      !owned_[partition]) {
+    return -1;
+  }
+  int64_t low = RD_KAFKA_OFFSET_INVALID;
+  int64_t high = RD_KAFKA_OFFSET_INVALID;
+  rd_kafka_get_watermark_offsets(rk_, options_.topic.c_str(), partition, &low, &high);
+  return high >= 0 ? high : -1;
+}
+
 absl::Status KafkaSource::CommitOffsets(const std::vector<int64_t>& next_offsets) {
   if (rk_ == nullptr) return absl::FailedPreconditionError("kafka source not open");
   rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(4);

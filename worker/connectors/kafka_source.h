@@ -78,6 +78,7 @@ class KafkaSource : public RawSource {
   // High watermark (last seen in a fetch response, or queried at Open())
   // minus the position; never blocks on the network.
   int64_t Backlog(int32_t partition) const override;
+  int64_t HighWatermark(int32_t partition) const override;
   // Next offset per partition; -1 for partitions not assigned.
   std::vector<int64_t> Positions() const override;
   // Queries the partitions' current end offsets; Poll() then delivers the

@@ -102,6 +102,7 @@ class PostgresSink : public Sink {
   // Records not applied because the table (or the buffer) already held an
   // equal or higher revision of their key: stale replays, fenced writers.
   int64_t rejected() const { return rejected_; }
+  int64_t rejected_revisions() const override { return rejected_; }
   // Records replaced in the buffer by a higher revision of their key before
   // they were sent (normal progress, not staleness).
   int64_t superseded() const { return superseded_; }

@@ -69,6 +69,11 @@ class Sink {
   // track it (non-transactional sinks: every checkpoint's output is
   // recoverable).
   virtual absl::StatusOr<int64_t> LastCommittedCheckpoint() { return -1; }
+  // Revisions the sink's store refused so far because it already held the
+  // same or a newer revision of the key (the PostgreSQL upsert's guard); 0
+  // for sinks that append every revision (files, Kafka: readers keep the
+  // highest). Read after Flush/PreCommit (sink_revisions_rejected_total).
+  virtual int64_t rejected_revisions() const { return 0; }
   virtual absl::Status Close() = 0;
 };
 

@@ -41,6 +41,12 @@ class RawSource {
   virtual bool Exhausted() const = 0;
   // Unread messages known to exist on `partition` (consumer lag); 0 if unknown.
   virtual int64_t Backlog(int32_t partition) const = 0;
+  // The log end of `partition` as last seen by the client (Kafka: the high
+  // watermark of the latest fetch response, which the client's background
+  // fetcher keeps current while the task is busy); -1 if unknown or not
+  // owned. Unlike the rest of this interface, callable from any thread
+  // once Open() returned: lag reports use it while the task thread works.
+  virtual int64_t HighWatermark(int32_t /*partition*/) const { return -1; }
   // Next offset to read per partition (for progress and, later, checkpoints).
   virtual std::vector<int64_t> Positions() const = 0;
   // Makes an unbounded source end: it delivers what exists now (the end

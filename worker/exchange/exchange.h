@@ -316,6 +316,16 @@ struct ExchangeReaderOptions {
   std::string flow_group;
 };
 
+// One (owned partition, producer) channel of a reader: its last watermark
+// marker (kMinTime before the first) and idle flag, for status reports
+// ("which producer holds the watermark back").
+struct ExchangeChannelStatus {
+  int32_t partition = 0;
+  int32_t producer = 0;
+  int64_t watermark = kMinTime;
+  bool idle = false;
+};
+
 class ExchangeReader {
  public:
   static absl::StatusOr<std::unique_ptr<ExchangeReader>> Open(ExchangeReaderOptions options);
@@ -346,6 +356,8 @@ class ExchangeReader {
   // alignment. 0 means nothing is waiting.
   virtual int64_t Backlog() const = 0;
   virtual int64_t dropped_old_epoch() const = 0;
+  // Every channel, by partition then producer.
+  virtual std::vector<ExchangeChannelStatus> Channels() const = 0;
 };
 
 }  // namespace caravela

@@ -114,6 +114,20 @@ class ExchangeReaderImpl final : public ExchangeReader {
   int64_t Backlog() const override { return held_ + in_->Backlog(); }
 
   int64_t dropped_old_epoch() const override { return dropped_; }
+  std::vector<ExchangeChannelStatus> Channels() const override {
+    std::vector<ExchangeChannelStatus> out;
+    out.reserve(channels_.size());
+    const size_t producers = static_cast<size_t>(std::max(options_.producers, 1));
+    for (size_t c = 0; c < channels_.size(); ++c) {
+      ExchangeChannelStatus st;
+      st.partition = owned_[c / producers];
+      st.producer = static_cast<int32_t>(c % producers);
+      st.watermark = channels_[c].watermark;
+      st.idle = Idle(channels_[c]);
+      out.push_back(st);
+    }
+    return out;
+  }
 
  private:
   // Frames of one message not delivered yet: a tail of the message, from a

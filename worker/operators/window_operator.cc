@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "worker/state/key_codec.h"
 #include "xxhash.h"
@@ -186,6 +187,24 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
   // Read only here; written at Flush.
   ASSIGN_OR_RETURN(table_, ctx.OpenWriteBehindTable("windows"));
   too_late_ = ctx.OpCounter("too_late_total");
+  // Arrival classes, and amounts of the first sum aggregate's field.
+  amount_path_ = nullptr;
+  for (const AggregateSpec& a : spec_.aggregates) {
+    if (a.fn == AggFn::kSum) {
+      amount_path_ = &a.path;
+      break;
+    }
+  }
+  static constexpr const char* kArrivals[3] = {"on_time", "late", "too_late"};
+  for (int a = 0; a < 3; ++a) {
+    const std::string label = std::string("arrival=\"") + kArrivals[a] + "\"";
+    arrival_records_[a] = ctx.OpCounter("window_records_total", label);
+    if (amount_path_ != nullptr) {
+      arrival_amounts_[a] = ctx.metrics().GetDouble(
+          "window_amount_total", absl::StrCat("op=\"", ctx.name(), "\",", label, ",field=\"",
+                                              amount_path_->ToString(), "\""));
+    }
+  }
   for (int s = 0; s < 4; ++s) {
     emitted_[s] =
         ctx.OpCounter("window_emitted_total", std::string("state=\"") + kStates[s] + "\"");
@@ -480,7 +499,8 @@ void WindowOperator::Erase(const std::string& key) {
   to_delete_.insert(key);
 }
 
-bool WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r, Output& out) {
+WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r,
+                                                       Output& out) {
   const int64_t W = ctx.watermark();
   int64_t start = r.event_time;
   int64_t end = SatAdd(r.event_time, spec_.gap);
@@ -503,7 +523,7 @@ bool WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r, Outpu
   }
   // As in Flink, lateness is judged on the merged session: a late record that
   // falls into a session still open for corrections joins it.
-  if (W >= SatAdd(new_end, spec_.allowed_lateness)) return false;
+  if (W >= SatAdd(new_end, spec_.allowed_lateness)) return kTooLate;
   std::string key = group;
   AppendBigEndian64(&key, new_start);
   // Build the merged window; its revision continues from the highest merged one.
@@ -543,17 +563,19 @@ bool WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r, Outpu
   windows_.emplace(key, std::move(merged));
   Update(*w, r);
   MarkChanged(ctx, key, *w);
-  return true;
+  return W >= new_end ? kLate : kOnTime;
 }
 
 absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                                           Output& out) {
   const int64_t W = ctx.watermark();
   std::string key;
+  int64_t records[3] = {0, 0, 0};
+  double amounts[3] = {0, 0, 0};
   for (const Record& r : batch) {
-    bool used = false;
+    Arrival arrival = kTooLate;
     if (spec_.kind == WindowSpec::Kind::kSession) {
-      used = ProcessSession(ctx, r, out);
+      arrival = ProcessSession(ctx, r, out);
     } else {
       // Windows containing t: starts s = k*slide with s <= t < s + size.
       int64_t last = FloorDiv(r.event_time, spec_.slide) * spec_.slide;
@@ -574,14 +596,25 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
         Window* w = Touch(ctx, key, r, s, e, &created);
         Update(*w, r);
         MarkChanged(ctx, key, *w);
-        used = true;
+        // Late once it changes a window the watermark completed.
+        arrival = arrival == kLate || W >= e ? kLate : kOnTime;
       }
     }
-    if (!used) {
+    ++records[arrival];
+    if (amount_path_ != nullptr) {
+      const Value v = r.GetPath(*amount_path_);
+      if (v.is_number()) amounts[arrival] += v.AsDouble();
+    }
+    if (arrival == kTooLate) {
       too_late_->Add();
       BuildSideRecord(ctx, r, "window already final (event time < watermark - allowed_lateness)",
                       &out.EmitSide(0));
     }
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (records[a] == 0) continue;
+    arrival_records_[a]->Add(records[a]);
+    if (amount_path_ != nullptr) arrival_amounts_[a]->Add(amounts[a]);
   }
   // LATE corrections, one per changed complete window, in (end, key) order.
   for (const TimeKey& tk : late_changed_) {

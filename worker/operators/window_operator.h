@@ -73,7 +73,9 @@ class WindowOperator : public Operator {
   void MarkChanged(OperatorContext& ctx, const std::string& key, Window& w);
   void Emit(OperatorContext& ctx, Window& w, const char* state, Output& out);
   void Erase(const std::string& key);
-  bool ProcessSession(OperatorContext& ctx, const Record& r, Output& out);
+  // How a record arrived (window_records_total{arrival}); indexes below.
+  enum Arrival { kOnTime = 0, kLate = 1, kTooLate = 2 };
+  Arrival ProcessSession(OperatorContext& ctx, const Record& r, Output& out);
   void Index(const std::string& key, const Window& w);
   void Unindex(const std::string& key, const Window& w);
   void ArmEarlyTimer(OperatorContext& ctx);
@@ -93,6 +95,9 @@ class WindowOperator : public Operator {
   int64_t dirty_unfired_ = 0;  // windows with changes not yet emitted and not complete
   Counter* too_late_ = nullptr;
   Counter* emitted_[4] = {nullptr, nullptr, nullptr, nullptr};
+  Counter* arrival_records_[3] = {nullptr, nullptr, nullptr};
+  DoubleCounter* arrival_amounts_[3] = {nullptr, nullptr, nullptr};
+  const FieldPath* amount_path_ = nullptr;  // the first sum aggregate's field
   std::string scratch_;
 };
 

@@ -72,6 +72,17 @@ TEST(WindowOperatorTest, OnTimeLateFinalAndTooLateByHand) {
   ASSERT_TRUE(h.ProcessJson(Amount(30), T(10, 40)).ok());
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   EXPECT_THAT(h.TakeSide("too_late"), ElementsAre(HasSubstr("\"amount\":30")));
+  // Records and amounts by arrival: 100 and 50 on time, 20 late (a LATE
+  // revision), 30 too late.
+  const MetricsRegistry& m = h.metrics();
+  EXPECT_EQ(m.Value("window_records_total", R"(op="op",arrival="on_time")"), 2);
+  EXPECT_EQ(m.Value("window_records_total", R"(op="op",arrival="late")"), 1);
+  EXPECT_EQ(m.Value("window_records_total", R"(op="op",arrival="too_late")"), 1);
+  EXPECT_EQ(m.DoubleValue("window_amount_total", R"(op="op",arrival="on_time",field="amount")"),
+            150);
+  EXPECT_EQ(m.DoubleValue("window_amount_total", R"(op="op",arrival="late",field="amount")"), 20);
+  EXPECT_EQ(m.DoubleValue("window_amount_total", R"(op="op",arrival="too_late",field="amount")"),
+            30);
 }
 
 TEST(WindowOperatorTest, RecordExactlyAtWatermarkIsNotLate) {

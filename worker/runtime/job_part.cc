@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/job_savepoint.h"
 #include "worker/exchange/exchange.h"
@@ -141,14 +142,15 @@ struct JobPart::Impl {
   }
 
   void Main() {
+    LogContext log_context(Name());
     absl::Status st = Prepare();
     if (!st.ok()) {
-      RuntimeLogger()->error("[job={}] cannot prepare tasks {}: {}", Name(),
-                             absl::StrJoin(part.tasks, ","), std::string(st.message()));
+      RuntimeLogger()->error("cannot prepare tasks {}: {}", absl::StrJoin(part.tasks, ","),
+                             std::string(st.message()));
       FailAll(st);
       return;
     }
-    RuntimeLogger()->info("[job={}] tasks {} ready{}", Name(), absl::StrJoin(part.tasks, ","),
+    RuntimeLogger()->info("tasks {} ready{}", absl::StrJoin(part.tasks, ","),
                           part.restore_checkpoint > 0
                               ? absl::StrCat(" (restored checkpoint ", part.restore_checkpoint, ")")
                               : std::string());
@@ -161,6 +163,7 @@ struct JobPart::Impl {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < tasks.size(); ++i) {
       threads.emplace_back([this, i] {
+        LogContext task_context(Name(), tasks[i]->log_label());
         absl::Status r = tasks[i]->Run();
         if (!r.ok()) {
           bool stopping;
@@ -169,8 +172,7 @@ struct JobPart::Impl {
             stopping = stop;
           }
           if (!stopping) {
-            RuntimeLogger()->error("[job={}] task {} failed: {}", Name(), part.tasks[i],
-                                   std::string(r.message()));
+            RuntimeLogger()->error("task {} failed: {}", part.tasks[i], std::string(r.message()));
           }
           // The job restarts from its last checkpoint: the others stop too.
           job->Fail(r);
@@ -243,6 +245,7 @@ std::vector<JobPart::TaskState> JobPart::States() const {
     out[i].watermark_ms = im.tasks[i]->watermark();
     out[i].consumer_lag = im.tasks[i]->consumer_lag();
     out[i].partitions = im.tasks[i]->partitions();
+    out[i].activity = im.tasks[i]->activity();
     out[i].state_bytes = im.tasks[i]->state_bytes();
     out[i].stop_checkpoint = im.job->stop_at();
   }

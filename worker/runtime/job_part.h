@@ -64,6 +64,7 @@ class JobPart {
     int64_t consumer_lag = 0;
     int64_t stop_checkpoint = 0;  // the stopping checkpoint triggered here, 0: none
     std::vector<Task::PartitionStatus> partitions;
+    Task::Activity activity;
     int64_t state_bytes = 0;
   };
 

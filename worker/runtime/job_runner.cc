@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/failpoint.h"
+#include "common/logging.h"
 #include "common/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_storage.h"
@@ -116,6 +117,7 @@ absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
 absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec,
                                                              const RunOptions& options,
                                                              MetricsRegistry* metrics) {
+  LogContext log_context(spec.name);
   std::unique_ptr<JobRunner> r(new JobRunner());
   r->impl_ = std::make_unique<Impl>();
   Impl& im = *r->impl_;
@@ -169,7 +171,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
     if (bootstrap.empty()) {
       ASSIGN_OR_RETURN(im.broker, EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions));
       bootstrap = im.broker->bootstrap();
-      Log()->info("[job={}] embedded Kafka broker for exchanges at {}", spec.name, bootstrap);
+      Log()->info("embedded Kafka broker for exchanges at {}", bootstrap);
     }
   }
 
@@ -198,8 +200,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
         // A rescale: every task gathers its partitions and keys from the
         // tasks of the checkpoint's layout (worker/runtime/task_rescale.cc).
         im.restore_parallelism = rec.parallelism;
-        Log()->info("[job={}] checkpoint {} was taken with parallelism {}: rescaling to {}",
-                    spec.name, rec.checkpoint, rec.parallelism, im.parallelism);
+        Log()->info("checkpoint {} was taken with parallelism {}: rescaling to {}", rec.checkpoint,
+                    rec.parallelism, im.parallelism);
       } else if (rec.tasks != total_tasks) {
         return absl::FailedPreconditionError(absl::StrCat(
             "checkpoint ", rec.checkpoint, " of job ", spec.name, " was taken with ", rec.tasks,
@@ -262,8 +264,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       r->tasks_.push_back(std::move(*t));
     }
   }
-  Log()->info("[job={}] {} tasks in {} stages, {} exchanges ({}), epoch {}{}", spec.name,
-              total_tasks, r->plan_.stages.size(), r->plan_.exchanges.size(),
+  Log()->info("{} tasks in {} stages, {} exchanges ({}), epoch {}{}", total_tasks,
+              r->plan_.stages.size(), r->plan_.exchanges.size(),
               kafka_exchange ? "Kafka at " + bootstrap : std::string("in memory"), im.epoch,
               im.restore_id > 0 ? absl::StrCat(", restored checkpoint ", im.restore_id) : "");
   if (im.restore_id > 0) metrics->Get("restores_total")->Add();
@@ -284,6 +286,7 @@ int64_t JobRunner::records_out() const {
 
 absl::Status JobRunner::Run() {
   Impl& im = *impl_;
+  LogContext log_context(im.spec.name);
   if (!im.parallel) return tasks_[0]->Run();
   if (im.replay) return RunReplay();
   JobCheckpoints& job = *im.job;
@@ -292,10 +295,10 @@ absl::Status JobRunner::Run() {
   for (auto& d : done) d.store(false);
   for (size_t i = 0; i < tasks_.size(); ++i) {
     threads.emplace_back([this, &job, &done, i] {
+      LogContext task_context(impl_->spec.name, tasks_[i]->log_label());
       absl::Status st = tasks_[i]->Run();
       if (!st.ok()) {
-        Log()->error("[job={}] task {} failed: {}", impl_->spec.name, tasks_[i]->name(),
-                     std::string(st.message()));
+        Log()->error("task {} failed: {}", tasks_[i]->name(), std::string(st.message()));
         job.Fail(absl::Status(st.code(), absl::StrCat(tasks_[i]->name(), ": ", st.message())));
         impl_->AbortExchanges();
       }
@@ -341,8 +344,8 @@ absl::Status JobRunner::Run() {
       im.metrics->Get("job_checkpoints_total")->Add();
       im.metrics->Get("job_checkpoint_last_id")->Set(in_flight);
       im.metrics->Get("job_checkpoint_last_duration_ms")->Set(ms);
-      Log()->debug("[job={}] checkpoint {} complete on {} tasks in {} ms", im.spec.name, in_flight,
-                   tasks_.size(), ms);
+      im.metrics->Get("job_checkpoint_last_completed_timestamp_ms")->Set(SystemClock().NowMs());
+      Log()->debug("checkpoint {} complete on {} tasks in {} ms", in_flight, tasks_.size(), ms);
       job.Complete(in_flight);
       if (job.stops_at(in_flight)) job.Finish();
       in_flight = 0;
@@ -407,8 +410,8 @@ absl::Status JobRunner::Run() {
     ref.checkpoint_id = job.completed();
     ASSIGN_OR_RETURN(JobSavepoint sp, WriteJobSavepoint(ref, im.options.savepoint_on_stop));
     im.metrics->Get("savepoints_total")->Add();
-    Log()->info("[job={}] savepoint of checkpoint {} written to {}", im.spec.name,
-                sp.checkpoint_id(), im.options.savepoint_on_stop);
+    Log()->info("savepoint of checkpoint {} written to {}", sp.checkpoint_id(),
+                im.options.savepoint_on_stop);
   }
   return absl::OkStatus();
 }
@@ -434,8 +437,8 @@ absl::Status JobRunner::ImportSavepoint(const std::string& storage_url) {
     im.epoch = sp.epoch() + 1;
     RETURN_IF_ERROR(im.storage->Write(im.spec.name + "/epoch", std::to_string(im.epoch)));
   }
-  Log()->info("[job={}] starting from the savepoint in {} (checkpoint {}, parallelism {})",
-              im.spec.name, dir, sp.checkpoint_id(), sp.parallelism());
+  Log()->info("starting from the savepoint in {} (checkpoint {}, parallelism {})", dir,
+              sp.checkpoint_id(), sp.parallelism());
   return absl::OkStatus();
 }
 

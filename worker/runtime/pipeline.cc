@@ -53,6 +53,7 @@ v1::Job Pipeline::Status() {
       ts->set_records_out(t.records_out());
       ts->set_last_checkpoint(job.last_checkpoint());
       ts->set_state_bytes(t.state_bytes());
+      Task::ActivityToProto(t.activity(), ts->mutable_activity());
       for (const Task::PartitionStatus& p : t.partitions()) {
         ts->add_partitions(p.partition);
         v1::SourcePartitionStatus* sp = ts->add_sources();
@@ -74,6 +75,8 @@ void Pipeline::RefreshMetrics() {
   for (int i = 0; i < runner_->task_count(); ++i) {
     Task::PublishPartitionMetrics(job_name_, runner_->task(i).partitions(), now, &metrics_);
   }
+  metrics_.SetAges("operator_watermark_ms", "operator_watermark_lag_ms", now);
+  metrics_.SetAges("job_checkpoint_last_completed_timestamp_ms", "job_checkpoint_age_ms", now);
 }
 
 std::string Pipeline::Summary() const {

@@ -10,11 +10,14 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "caravela/v1/job.pb.h"
 #include "common/expr.h"
 #include "common/failpoint.h"
 #include "common/json.h"
@@ -55,6 +58,15 @@ namespace {
 std::shared_ptr<spdlog::logger> Log() { return RuntimeLogger(); }
 
 using task_internal::InputsWatermark;
+using task_internal::InvalidReason;
+using task_internal::kBadEventTime;
+using task_internal::kFutureEventTime;
+using task_internal::kInvalidReasonNames;
+using task_internal::kInvalidReasons;
+using task_internal::kMalformed;
+using task_internal::kMissingEventTime;
+using task_internal::kTombstone;
+using task_internal::kValidRecord;
 using task_internal::MinOverActiveInputs;
 using task_internal::PartFilePath;
 
@@ -64,6 +76,7 @@ Task::~Task() = default;
 
 StateBackend& Task::state() { return *impl_->state; }
 const std::string& Task::name() const { return impl_->name; }
+std::string Task::log_label() const { return impl_->TaskLabel(); }
 int64_t Task::records_in() const { return impl_->records_in.load(std::memory_order_relaxed); }
 int64_t Task::watermark() const {
   return impl_->published_watermark.load(std::memory_order_relaxed);
@@ -72,7 +85,15 @@ int64_t Task::next_checkpoint_id() const {
   return impl_->checkpoints == nullptr ? 1 : impl_->checkpoints->next_checkpoint_id();
 }
 int64_t Task::records_out() const { return impl_->records_out.load(std::memory_order_relaxed); }
-int64_t Task::consumer_lag() const { return impl_->published_lag.load(std::memory_order_relaxed); }
+int64_t Task::consumer_lag() const {
+  // Live per partition (see partitions()) once published; before that, as of
+  // the task's last watermark update.
+  const std::vector<PartitionStatus> parts = partitions();
+  if (parts.empty()) return impl_->published_lag.load(std::memory_order_relaxed);
+  int64_t lag = 0;
+  for (const PartitionStatus& p : parts) lag += p.lag;
+  return lag;
+}
 
 int64_t Task::state_bytes() const {
   return impl_->published_state_bytes.load(std::memory_order_relaxed);
@@ -95,9 +116,39 @@ void Task::PublishPartitionMetrics(const std::string& job,
   }
 }
 
+Task::Activity Task::activity() const {
+  std::lock_guard<std::mutex> lock(impl_->partitions_mu);
+  return impl_->published_activity;
+}
+
+void Task::ActivityToProto(const Activity& a, v1::TaskActivity* out) {
+  for (const auto& [side, n] : a.side_records) (*out->mutable_side_records())[side] = n;
+  out->set_records_late(a.records_late);
+  out->set_records_too_late(a.records_too_late);
+  for (const ExchangeInputStatus& e : a.exchange_inputs) {
+    v1::ExchangeInputStatus* p = out->add_exchange_inputs();
+    p->set_exchange(e.exchange);
+    p->set_partition(e.partition);
+    p->set_producer_task(e.producer_task);
+    p->set_watermark_ms(e.watermark_ms);
+    p->set_idle(e.idle);
+  }
+}
+
 std::vector<Task::PartitionStatus> Task::partitions() const {
   std::lock_guard<std::mutex> lock(impl_->partitions_mu);
-  return impl_->published_partitions;
+  std::vector<PartitionStatus> out = impl_->published_partitions;
+  // Offsets and lag of Kafka partitions are read live, so that they stay
+  // true while the task thread is busy or blocked (a slow sink): position
+  // after the last applied batch, log end as the client last saw it.
+  for (size_t i = 0; i < out.size() && i < impl_->published_live.size(); ++i) {
+    const Impl::LiveLag& live = impl_->published_live[i];
+    if (live.raw == nullptr) continue;
+    out[i].offset = live.applied->load(std::memory_order_relaxed);
+    const int64_t high = live.raw->HighWatermark(out[i].partition);
+    if (high >= out[i].offset) out[i].lag = high - out[i].offset;
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptions options,
@@ -118,6 +169,7 @@ absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptio
     im.name = absl::StrCat(spec.name, "/stage-", im.placement.stage, "/task-", im.placement.index);
     dir = absl::StrCat(im.options.data_dir, "/task-", im.placement.global_id);
   }
+  LogContext log_context(spec.name, im.TaskLabel());
   if (im.options.in_memory_state) {
     im.state_owner = NewMemoryBackend();
   } else {
@@ -253,6 +305,7 @@ absl::Status Task::Impl::Build() {
     }
     ASSIGN_OR_RETURN(src.raw, OpenRawSource(ss, src.owned, {}));
     src.applied = src.raw->Positions();
+    src.ResetLiveApplied();
     if (arrival_mode && ss.kind == SourceSpec::Kind::kKafka && !ss.kafka.arrival_field.empty()) {
       src.merged = true;
       src.staged.resize(static_cast<size_t>(src.raw->PartitionCount()));
@@ -260,7 +313,14 @@ absl::Status Task::Impl::Build() {
     if (ss.kind == SourceSpec::Kind::kKafka) src.wm->EnsurePartitions(src.raw->PartitionCount());
     std::string labels = absl::StrCat("source=\"", ss.name, "\"");
     src.in = metrics->Get("records_in_total", labels);
-    src.invalid = metrics->Get("invalid_records_total", labels);
+    for (int r = 1; r < kInvalidReasons; ++r) {
+      src.invalid[r] =
+          metrics->Get("invalid_records_total",
+                       absl::StrCat(labels, ",reason=\"", kInvalidReasonNames[r], "\""));
+    }
+    if (ss.event_time.has_value()) {
+      src.delay.emplace(metrics->GetHistogram("arrival_delay_ms", labels, DelayBucketsMs()));
+    }
   }
 
   // Operators (spec order is topological: inputs are defined earlier).
@@ -337,6 +397,11 @@ absl::Status Task::Impl::Build() {
           metrics->Get("operator_side_records_total",
                        absl::StrCat("op=\"", os.name, "\",output=\"", side, "\"")));
     }
+    for (const std::string& side : on.op->SideOutputs()) {
+      if (side == "too_late") {
+        on.late = metrics->Get("operator_late_records_total", absl::StrCat("op=\"", os.name, "\""));
+      }
+    }
     on.out.Resize(on.op->SideOutputs().size());
     on.here = OperatorHere(os);
     on.input_reader.assign(on.inputs.size(), -1);
@@ -350,6 +415,7 @@ absl::Status Task::Impl::Build() {
   for (int i = 0; i < S(); ++i) {
     outputs[i].sides.resize(1);
     outputs[i].side_names = {sources[i].spec->name + ".invalid"};
+    outputs[i].side_totals.assign(1, 0);
     for (const FieldPath& k : sources[i].spec->key) {
       outputs[i].key_fields.push_back(k);
       outputs[i].key_names.push_back(k.ToString());
@@ -361,6 +427,7 @@ absl::Status Task::Impl::Build() {
       no.side_names.push_back(ops[i].spec->name + "." + side);
     }
     no.sides.resize(no.side_names.size());
+    no.side_totals.assign(no.side_names.size(), 0);
     std::vector<std::string> keys = ops[i].op->OutputKeyFields();
     // Joins combine records of several inputs: their output has no key.
     if (keys.empty() && !ops[i].inputs.empty() &&
@@ -395,6 +462,16 @@ absl::Status Task::Impl::Build() {
     sn.spec_index = static_cast<int>(sink_index);
     ASSIGN_OR_RETURN(sn.sink, OpenTaskSink(sink_index, placement.index, placement.global_id));
     sn.written = metrics->Get("sink_records_total", absl::StrCat("from=\"", ss.from, "\""));
+    // Per sink (several may read one output): "file:out/x.jsonl", "kafka:topic", ...
+    const std::string target = ss.kind == SinkSpec::Kind::kFile       ? "file:" + ss.path
+                               : ss.kind == SinkSpec::Kind::kKafka    ? "kafka:" + ss.topic
+                               : ss.kind == SinkSpec::Kind::kPostgres ? "postgres:" + ss.table
+                                                                      : std::string("stdout");
+    const std::string sink_labels = absl::StrCat(
+        "from=\"", ss.from, "\",sink=\"",
+        absl::StrReplaceAll(target, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}}), "\"");
+    sn.revisions = metrics->Get("sink_revisions_written_total", sink_labels);
+    sn.rejected = metrics->Get("sink_revisions_rejected_total", sink_labels);
     int sink_id = static_cast<int>(sinks.size());
     sinks.push_back(std::move(sn));
     int node = NodeId(ss.from);
@@ -438,9 +515,10 @@ absl::Status Task::Impl::Build() {
       }
     }
   }
+  PublishPartitions(/*now=*/true);  // partitions and their lag exist before the first batch
   started = last_progress = last_flush = last_state_flush = std::chrono::steady_clock::now();
-  Log()->debug("[job={}] {} sources, {} operators, {} sinks; processing time: {}", spec.name,
-               sources.size(), ops.size(), sinks.size(), arrival_mode ? "arrival field" : "clock");
+  Log()->debug("{} sources, {} operators, {} sinks; processing time: {}", sources.size(),
+               ops.size(), sinks.size(), arrival_mode ? "arrival field" : "clock");
   return absl::OkStatus();
 }
 
@@ -451,6 +529,7 @@ void Task::Impl::Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
   Record& r = into.Append();
   const SourceSpec& ss = *src.spec;
   std::string reason;
+  InvalidReason code = kValidRecord;
   int partition = m.partition;
   int64_t arrival = last_arrival;
   absl::Status st;
@@ -480,11 +559,12 @@ void Task::Impl::Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
           src.partition_ids.emplace(json, static_cast<int>(src.partition_ids.size()));
       partition = it->second;
     }
-    if (ss.event_time.has_value()) {
-      ExtractEventTime(r, *ss.event_time, &r.event_time, &reason);
+    if (ss.event_time.has_value() && !ExtractEventTime(r, *ss.event_time, &r.event_time, &reason)) {
+      code = r.GetPath(ss.event_time->field).is_null() ? kMissingEventTime : kBadEventTime;
     }
   } else if (!st.ok()) {
     reason = std::string(st.message());
+    code = m.tombstone ? kTombstone : kMalformed;
   }
   if (arrival_mode) last_arrival = std::max(last_arrival, arrival);
   if (!reason.empty()) {
@@ -500,7 +580,7 @@ void Task::Impl::Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
     } else {
       r.AddString("raw_base64", absl::Base64Escape(raw));
     }
-    invalid.push_back(1);
+    invalid.push_back(code == kValidRecord ? kMalformed : code);
   } else {
     invalid.push_back(0);
   }
@@ -609,9 +689,9 @@ absl::Status Task::Impl::ApplySourceBatch(int src_id, size_t count) {
     if (raw_partition < src.applied.size()) src.applied[raw_partition] = r.offset + 1;
     src.applied_arrival = r.arrival;
     src.wm->OnActivity(r.partition, now);
-    if (src.pending_invalid[i]) {
+    if (src.pending_invalid[i] != kValidRecord) {
       std::swap(out.EmitSide(0), r);
-      src.invalid->Add();
+      src.invalid[src.pending_invalid[i]]->Add();
       ++invalid_total;
       continue;
     }
@@ -628,14 +708,23 @@ absl::Status Task::Impl::ApplySourceBatch(int src_id, size_t count) {
       s.AddString("raw", json);
       s.partition = r.partition;
       s.offset = r.offset;
-      src.invalid->Add();
+      src.invalid[kFutureEventTime]->Add();
       ++invalid_total;
       continue;
     }
-    if (has_time && !r.tombstone) src.wm->OnRecord(r.partition, r.event_time, now);
+    if (has_time && !r.tombstone) {
+      src.wm->OnRecord(r.partition, r.event_time, now);
+      src.delay->Observe(now - r.event_time);
+    }
     std::swap(out.Emit(), r);
   }
   src.head += count;
+  if (src.delay.has_value()) src.delay->Flush();
+  if (src.live_applied != nullptr) {
+    for (size_t p = 0; p < src.applied.size(); ++p) {
+      src.live_applied[p].store(src.applied[p], std::memory_order_relaxed);
+    }
+  }
   src.in->Add(static_cast<int64_t>(count));
   records_in.fetch_add(static_cast<int64_t>(count), std::memory_order_relaxed);
   RETURN_IF_ERROR(Dispatch(src_id));
@@ -681,7 +770,10 @@ absl::Status Task::Impl::WriteSink(int sink_id, int node, const Record& r,
   sr.value = json;
   if (!sn.dead_letter && side_name.empty()) {
     Value rev = r.GetPath(revision_path);
-    if (rev.type == ValueType::kInt) sr.revision = rev.i;
+    if (rev.type == ValueType::kInt) {
+      sr.revision = rev.i;
+      sn.revisions->Add();
+    }
     Value st = r.GetPath(state_path);
     if (st.type == ValueType::kString) sr.state = st.s;
   }
@@ -717,6 +809,7 @@ absl::Status Task::Impl::Dispatch(int node) {
   }
   for (size_t s = 0; s < no.sides.size(); ++s) {
     if (out.side(s).empty()) continue;
+    no.side_totals[s] += static_cast<int64_t>(out.side(s).size());
     for (const Edge& e : no.sides[s]) {
       for (const Record& r : out.side(s)) {
         RETURN_IF_ERROR(WriteSink(e.sink, node, r, no.side_names[s]));
@@ -765,6 +858,14 @@ absl::Status Task::Impl::UpdateWatermarks() {
     node_idle[id] = in.idle ? 1 : 0;
     if (w > on.ctx->watermark()) {
       on.ctx->set_watermark(w);
+      if (w < kMaxTime) {
+        if (on.watermark_ms == nullptr) {  // no series before the first watermark
+          on.watermark_ms =
+              metrics->Get("operator_watermark_ms",
+                           absl::StrCat("op=\"", on.spec->name, "\",task=\"", name, "\""));
+        }
+        on.watermark_ms->Set(w);
+      }
       RETURN_IF_ERROR(on.op->OnWatermark(*on.ctx, on.out));
       RETURN_IF_ERROR(Dispatch(id));
     }
@@ -783,10 +884,12 @@ void Task::Impl::PublishPartitions(bool now_anyway) {
   if (!now_anyway && now - partitions_at < kEvery) return;
   partitions_at = now;
   std::vector<Task::PartitionStatus> out;
+  std::vector<LiveLag> live;
   for (int i = 0; i < S(); ++i) {
     SourceNode& src = sources[i];
     if (!src.present || src.raw == nullptr) continue;
     const bool kafka = src.spec->kind == SourceSpec::Kind::kKafka && !arrival_mode;
+    src.idle_logged.resize(static_cast<size_t>(src.raw->PartitionCount()), 0);
     for (int p = 0; p < src.raw->PartitionCount(); ++p) {
       if (src.wm != nullptr && !src.wm->owned(p)) continue;
       Task::PartitionStatus ps;
@@ -797,14 +900,57 @@ void Task::Impl::PublishPartitions(bool now_anyway) {
       if (src.wm != nullptr && p < src.wm->partition_count()) {
         ps.watermark_ms = src.wm->partition_watermark(p);
         ps.idle = src.wm->partition_idle(p);
+        if (ps.idle != (src.idle_logged[p] != 0)) {
+          // Operators want to know when a partition stops holding the
+          // watermark back, and when it does again.
+          src.idle_logged[p] = ps.idle ? 1 : 0;
+          LogContext partition_context(spec.name, TaskLabel(), p);
+          if (ps.idle) {
+            Log()->info("source {}: idle (no record for {}): the watermark goes on without it",
+                        src.spec->name, FormatDuration(src.spec->watermark.idle_timeout));
+          } else {
+            Log()->info("source {}: active again: it holds the watermark back again",
+                        src.spec->name);
+          }
+        }
       } else {
         ps.watermark_ms = kMaxTime;  // a table source holds no event time back
       }
       out.push_back(std::move(ps));
+      const bool has_live =
+          kafka && src.live_applied != nullptr && p < static_cast<int>(src.applied.size());
+      live.push_back(has_live ? LiveLag{src.raw.get(), &src.live_applied[p]} : LiveLag{});
+    }
+  }
+  Task::Activity activity;
+  for (size_t n = 0; n < outputs.size(); ++n) {
+    if (!NodeHere(static_cast<int>(n))) continue;
+    const NodeOutputs& no = outputs[n];
+    for (size_t k = 0; k < no.side_names.size() && k < no.side_totals.size(); ++k) {
+      activity.side_records.emplace_back(no.side_names[k], no.side_totals[k]);
+      if (absl::EndsWith(no.side_names[k], ".too_late")) {
+        activity.records_too_late += no.side_totals[k];
+      }
+    }
+  }
+  for (const OperatorNode& on : ops) activity.records_late += on.late_total;
+  for (const ReaderNode& rn : readers) {
+    for (const ExchangeChannelStatus& ch : rn.reader->Channels()) {
+      Task::ExchangeInputStatus e;
+      e.exchange = rn.topic;
+      e.partition = ch.partition;
+      e.producer_task = ch.producer >= 0 && ch.producer < static_cast<int>(rn.producer_tasks.size())
+                            ? rn.producer_tasks[ch.producer]
+                            : -1;
+      e.watermark_ms = ch.watermark;
+      e.idle = ch.idle;
+      activity.exchange_inputs.push_back(std::move(e));
     }
   }
   std::lock_guard<std::mutex> lock(partitions_mu);
   published_partitions = std::move(out);
+  published_live = std::move(live);
+  published_activity = std::move(activity);
 }
 
 int64_t Task::Impl::LowestWatermark() const {
@@ -826,6 +972,15 @@ int64_t Task::Impl::LowestWatermark() const {
 absl::Status Task::Impl::Feed(int op, int input, const RecordBatch& batch) {
   OperatorNode& on = ops[op];
   on.records_in->Add(static_cast<int64_t>(batch.size()));
+  if (on.late != nullptr) {
+    const int64_t w = on.ctx->watermark();
+    int64_t late = 0;
+    for (const Record& r : batch) late += r.event_time < w ? 1 : 0;
+    if (late > 0) {
+      on.late->Add(late);
+      on.late_total += late;
+    }
+  }
   RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, input, batch, on.out));
   return Dispatch(S() + op);
 }
@@ -870,7 +1025,10 @@ absl::Status Task::Impl::Commit(bool force) {
     last_state_flush = now;
   }
   if (force || now - last_flush > std::chrono::milliseconds(200)) {
-    for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Flush());
+    for (SinkNode& sn : sinks) {
+      RETURN_IF_ERROR(sn.sink->Flush());
+      sn.CountRejected();
+    }
     last_flush = now;
   }
   Progress(false);
@@ -1021,7 +1179,7 @@ absl::Status Task::Impl::StepSources(int timeout_ms, bool* got, bool* all_done) 
     } else if (src.raw->Exhausted()) {
       // Ends only in a step without records, so the watermark of the last
       // batch is propagated (and fires) before the end-of-input +inf.
-      Log()->debug("[job={}] source {} ended", name, src.spec->name);
+      Log()->debug("source {} ended", src.spec->name);
       src.finished = true;
       src.wm->Finish();
     } else {
@@ -1075,7 +1233,7 @@ void Task::Impl::CommitSourceOffsets(int64_t id) {
     if (!src.present || src.checkpointed_id != id) continue;
     // Monitoring only: a failure is logged, never fatal.
     if (absl::Status st = src.raw->CommitOffsets(src.checkpointed); !st.ok()) {
-      Log()->warn("[job={}] source {}: {}", spec.name, src.spec->name, std::string(st.message()));
+      Log()->warn("source {}: {}", src.spec->name, std::string(st.message()));
     }
   }
 }
@@ -1158,9 +1316,9 @@ absl::Status Task::Impl::Restore() {
     }
     if (m.has_value() && committed < m->checkpoint_id()) {
       Log()->warn(
-          "[job={}] checkpoint {} is complete but a sink committed only up to {}: "
+          "checkpoint {} is complete but a sink committed only up to {}: "
           "restoring that one",
-          spec.name, m->checkpoint_id(), committed);
+          m->checkpoint_id(), committed);
       ASSIGN_OR_RETURN(m, checkpoints->LatestUpTo(committed));
     }
   }
@@ -1184,7 +1342,7 @@ absl::Status Task::Impl::Restore() {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
           .count();
   metrics->Get("restores_total")->Add();
-  Log()->info("[job={}] restored {} {} (epoch {}) in {} ms; this run is epoch {}", spec.name,
+  Log()->info("restored {} {} (epoch {}) in {} ms; this run is epoch {}",
               options.from_savepoint.empty() ? "checkpoint" : "savepoint", m->checkpoint_id(),
               m->epoch(), ms, epoch);
   return absl::OkStatus();
@@ -1220,8 +1378,15 @@ absl::Status Task::Impl::ApplyManifest(const CheckpointManifest& m) {
     for (const auto& pc : sc.partitions()) {
       if (pc.next_offset() >= 0) start[pc.partition()] = pc.next_offset();
     }
+    {
+      // Task::partitions() must not read the source being replaced.
+      std::lock_guard<std::mutex> lock(partitions_mu);
+      published_live.clear();
+    }
+    src.live_applied.reset();
     ASSIGN_OR_RETURN(src.raw, OpenRawSource(*src.spec, src.owned, start));
     src.applied = src.raw->Positions();
+    src.ResetLiveApplied();
     if (const std::string* wm = get("wm/" + sc.name())) {
       if (!src.wm->Import(*wm)) {
         return absl::DataLossError(absl::StrCat("checkpoint ", m.checkpoint_id(),
@@ -1323,6 +1488,7 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
   }
   for (size_t i = 0; i < sinks.size(); ++i) {
     ASSIGN_OR_RETURN(std::string st, sinks[i].sink->PreCommit(id));
+    sinks[i].CountRejected();
     auto* sc = m.add_sinks();
     sc->set_index(static_cast<int32_t>(i));
     sc->set_state(st);
@@ -1343,6 +1509,8 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
     for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Commit(id));
     Failpoint("checkpoint.after_sink_commit");
     if (savepoint_dir.empty()) CommitSourceOffsets(id);
+    // The job's checkpoint is this task's (age: job_checkpoint_age).
+    metrics->Get("job_checkpoint_last_completed_timestamp_ms")->Set(SystemClock().NowMs());
   }
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
@@ -1363,17 +1531,18 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
   published_state_bytes.store(state_total, std::memory_order_relaxed);
   last_checkpoint_id = id;
   last_checkpoint_at = std::chrono::steady_clock::now();
-  Log()->debug("[job={}] {} {}: {} ms, {} of {} bytes uploaded", spec.name,
+  Log()->debug("{} {}: {} ms, {} of {} bytes uploaded",
                savepoint_dir.empty() ? "checkpoint" : "savepoint", id, ms, stats.bytes_uploaded,
                stats.bytes_total);
   if (!savepoint_dir.empty()) {
-    Log()->info("[job={}] savepoint {} written to {}", spec.name, id, savepoint_dir);
+    Log()->info("savepoint {} written to {}", id, savepoint_dir);
   }
   return absl::OkStatus();
 }
 
 absl::Status Task::Run() {
   Impl& im = *impl_;
+  LogContext log_context(im.spec.name, im.TaskLabel());
   RETURN_IF_ERROR(im.Preload());
   if (im.parallel()) return im.RunParallel();
   RETURN_IF_ERROR(im.arrival_mode ? im.RunArrivalMode() : im.RunWallMode());

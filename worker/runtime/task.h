@@ -54,6 +54,9 @@ class logger;
 }  // namespace spdlog
 
 namespace caravela {
+namespace v1 {
+class TaskActivity;
+}  // namespace v1
 
 class JobCheckpoints;
 class ExchangeFlowControl;
@@ -132,6 +135,23 @@ class Task {
     bool idle = false;
   };
   std::vector<PartitionStatus> partitions() const;
+  // What the task sent aside and how late its input was, and the exchange
+  // channels feeding it (refreshed with partitions()). Thread-safe.
+  struct ExchangeInputStatus {
+    std::string exchange;  // topic
+    int32_t partition = 0;
+    int32_t producer_task = 0;  // global task id
+    int64_t watermark_ms = 0;
+    bool idle = false;
+  };
+  struct Activity {
+    std::vector<std::pair<std::string, int64_t>> side_records;  // "<node>.<output>"
+    int64_t records_late = 0;      // arrived behind their operator's watermark
+    int64_t records_too_late = 0;  // sent to a too_late side output
+    std::vector<ExchangeInputStatus> exchange_inputs;
+  };
+  Activity activity() const;
+  static void ActivityToProto(const Activity& a, v1::TaskActivity* out);
   // Sets the per-partition gauges of `partitions` for job label `job` in
   // `metrics`: source_partition_offset, source_partition_lag_records,
   // source_partition_watermark_ms and source_partition_watermark_lag_ms
@@ -143,6 +163,8 @@ class Task {
   // may have stored ids the job never completed); 1 without checkpoints.
   int64_t next_checkpoint_id() const;
   const std::string& name() const;
+  // The task in log lines (LogContext): "stage-1/task-2"; "" for a one-task job.
+  std::string log_label() const;
 
   // ---- Lockstep replay (placement.replay): the JobRunner drives every task
   // of a job whose sources all have arrival fields on one thread, step by

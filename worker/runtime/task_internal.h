@@ -51,9 +51,24 @@ struct NodeOutputs {
   std::vector<Edge> main;
   std::vector<std::vector<Edge>> sides;  // per side output
   std::vector<std::string> side_names;   // "<node>.<side>"
+  std::vector<int64_t> side_totals;      // records sent per side output
   std::vector<FieldPath> key_fields;     // sink keys of main-output records
   std::vector<std::string> key_names;
 };
+
+// Why a record went to <source>.invalid: the `reason` label of
+// invalid_records_total (a fixed set, so the label stays bounded).
+enum InvalidReason : uint8_t {
+  kValidRecord = 0,
+  kMalformed,         // not a JSON object
+  kTombstone,         // a null value where deletions mean nothing
+  kMissingEventTime,  // no event-time field
+  kBadEventTime,      // an event time that does not parse
+  kFutureEventTime,   // beyond processing time + max_future_skew
+  kInvalidReasons
+};
+inline constexpr const char* kInvalidReasonNames[kInvalidReasons] = {
+    "", "malformed", "tombstone", "missing_event_time", "bad_event_time", "future_event_time"};
 
 struct SourceNode {
   const SourceSpec* spec = nullptr;
@@ -67,7 +82,7 @@ struct SourceNode {
   absl::flat_hash_map<std::string, int> partition_ids;
   // Decoded records waiting to be applied, [head, size).
   RecordBatch pending;
-  std::vector<uint8_t> pending_invalid;
+  std::vector<uint8_t> pending_invalid;  // InvalidReason per pending record
   size_t head = 0;
   int64_t last_arrival = kMinTime;
   bool finished = false;
@@ -76,6 +91,13 @@ struct SourceNode {
   // time of the last applied record (checkpoints: prefetched records are
   // read again after a restore, so neither may include them).
   std::vector<int64_t> applied;
+  std::vector<uint8_t> idle_logged;  // per partition: idle when last logged
+  // `applied`, stored after every batch for other threads (live lag).
+  std::unique_ptr<std::atomic<int64_t>[]> live_applied;
+  void ResetLiveApplied() {
+    live_applied = std::make_unique<std::atomic<int64_t>[]>(applied.size());
+    for (size_t p = 0; p < applied.size(); ++p) live_applied[p].store(applied[p]);
+  }
   // `applied` as of the last checkpoint this task stored, and its id: what
   // CommitSourceOffsets publishes once that checkpoint is complete.
   std::vector<int64_t> checkpointed;
@@ -83,7 +105,10 @@ struct SourceNode {
   int64_t applied_arrival = kMinTime;
   Output out{1};
   Counter* in = nullptr;
-  Counter* invalid = nullptr;
+  Counter* invalid[kInvalidReasons] = {};  // by InvalidReason (0 unused)
+  // Processing time minus event time of the valid records (arrival delay),
+  // observed per batch.
+  std::optional<Histogram::Local> delay;
   // A Kafka source in arrival mode: decoded records per partition, merged
   // into `pending` in (arrival, partition, offset) order (FillMerged).
   struct Staged {
@@ -107,8 +132,13 @@ struct OperatorNode {
   std::unique_ptr<OperatorContext> ctx;
   std::vector<int> inputs;  // node ids
   Output out;
-  Counter* records_in = nullptr;   // operator_records_in_total{op}
-  Counter* records_out = nullptr;  // operator_records_out_total{op}: main output
+  Counter* records_in = nullptr;    // operator_records_in_total{op}
+  Counter* records_out = nullptr;   // operator_records_out_total{op}: main output
+  Counter* watermark_ms = nullptr;  // operator_watermark_ms{op,task}, from the first one
+  // Operators with a too_late side output: records that arrived behind the
+  // watermark (operator_late_records_total{op}).
+  Counter* late = nullptr;
+  int64_t late_total = 0;
   // operator_side_records_total{op,output}: per side output (too_late, ...)
   std::vector<Counter*> side_records;
 };
@@ -116,7 +146,9 @@ struct OperatorNode {
 // An exchange topic this task consumes: records for one operator's inputs.
 struct ReaderNode {
   std::unique_ptr<ExchangeReader> reader;
-  int op = -1;  // operator index
+  std::string topic;
+  std::vector<int32_t> producer_tasks;  // global task id per producer index
+  int op = -1;                          // operator index
   std::vector<RecordBatch> by_input;
 };
 
@@ -134,6 +166,15 @@ struct SinkNode {
   int spec_index = -1;  // into spec.sinks; -1: the dead letter
   std::unique_ptr<Sink> sink;
   Counter* written = nullptr;
+  Counter* revisions = nullptr;  // sink_revisions_written_total{from}
+  Counter* rejected = nullptr;   // sink_revisions_rejected_total{from}
+  int64_t rejected_seen = 0;     // sink->rejected_revisions() already counted
+  void CountRejected() {
+    if (rejected == nullptr) return;
+    const int64_t now = sink->rejected_revisions();
+    if (now > rejected_seen) rejected->Add(now - rejected_seen);
+    rejected_seen = now;
+  }
   bool dead_letter = false;
 };
 
@@ -178,6 +219,10 @@ struct Task::Impl {
   RunOptions options;
   TaskPlacement placement;
   std::string name;  // "job" or "job/stage-1/task-2" (log prefix)
+  // The task in log lines (LogContext): "stage-1/task-2", "" for a one-task job.
+  std::string TaskLabel() const {
+    return name.size() > spec.name.size() ? name.substr(spec.name.size() + 1) : std::string();
+  }
   MetricsRegistry* metrics = nullptr;
   std::unique_ptr<StateBackend> state_owner;
   StateBackend* state = nullptr;
@@ -212,6 +257,14 @@ struct Task::Impl {
   // UpdateWatermarks, at most every kPartitionStatusMs: per source partition.
   mutable std::mutex partitions_mu;
   std::vector<Task::PartitionStatus> published_partitions;
+  // Per published partition of a Kafka source: where Task::partitions()
+  // reads its live position and log end (nulls otherwise).
+  struct LiveLag {
+    const RawSource* raw = nullptr;
+    const std::atomic<int64_t>* applied = nullptr;
+  };
+  std::vector<LiveLag> published_live;
+  Task::Activity published_activity;
   std::chrono::steady_clock::time_point partitions_at{};
   void PublishPartitions(bool now = false);
   std::atomic<int64_t> records_out{0};

@@ -57,6 +57,14 @@ absl::Status Task::Impl::OpenExchanges() {
                           absl::StrCat("exchange ", ex.topic, ": ", reader.status().message()));
     }
     rn.reader = std::move(*reader);
+    rn.topic = ex.topic;
+    // Producer ids number the producing stages' tasks in stage order; global
+    // task ids number every stage's tasks in stage order.
+    for (int ps : ex.producer_stages) {
+      int first = 0;
+      for (int s = 0; s < ps; ++s) first += plan.stages[s].tasks;
+      for (int i = 0; i < plan.stages[ps].tasks; ++i) rn.producer_tasks.push_back(first + i);
+    }
     const int reader_id = static_cast<int>(readers.size());
     for (const ExchangePlan::Input& in : ex.inputs) ops[op].input_reader[in.input] = reader_id;
     readers.push_back(std::move(rn));
@@ -206,7 +214,7 @@ absl::Status Task::Impl::RunParallel() {
       for (WriterNode& wn : writers) RETURN_IF_ERROR(wn.writer->Flush(30000));
       drained = true;
       job->SetDrained(placement.global_id);
-      Log()->debug("[job={}] task {} drained", spec.name, name);
+      Log()->debug("task {} drained", name);
     }
     idle = !got;
     if (idle && readers.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

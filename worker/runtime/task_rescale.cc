@@ -116,9 +116,9 @@ absl::Status Task::Impl::RestoreRescaled() {
     RETURN_IF_ERROR(managers[placement.index]->RestoreState(m, *state).status());
     RETURN_IF_ERROR(ApplyManifest(m));
     RuntimeLogger()->info(
-        "[job={}] stage {} task {}: restored checkpoint {} of task {} (parallelism {} -> {})",
-        spec.name, s, placement.index, id, first_old + placement.index,
-        placement.restore_parallelism, plan.parallelism);
+        "stage {} task {}: restored checkpoint {} of task {} (parallelism {} -> {})", s,
+        placement.index, id, first_old + placement.index, placement.restore_parallelism,
+        plan.parallelism);
     return absl::OkStatus();
   }
 
@@ -231,10 +231,9 @@ absl::Status Task::Impl::RestoreRescaled() {
           .count();
   metrics->Get("rescale_restores_total")->Add();
   RuntimeLogger()->info(
-      "[job={}] stage {} task {}: gathered its keys of checkpoint {} from {} tasks in {} ms "
+      "stage {} task {}: gathered its keys of checkpoint {} from {} tasks in {} ms "
       "(parallelism {} -> {})",
-      spec.name, s, placement.index, id, n_old, ms, placement.restore_parallelism,
-      plan.parallelism);
+      s, placement.index, id, n_old, ms, placement.restore_parallelism, plan.parallelism);
   return absl::OkStatus();
 }
 

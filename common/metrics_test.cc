@@ -1,0 +1,78 @@
+#include "common/metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace caravela {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(HistogramTest, BucketsAreInclusiveUpperBoundsWithInfLast) {
+  Histogram h({10, 100});
+  EXPECT_EQ(h.BucketOf(-5), 0u);
+  EXPECT_EQ(h.BucketOf(10), 0u);
+  EXPECT_EQ(h.BucketOf(11), 1u);
+  EXPECT_EQ(h.BucketOf(100), 1u);
+  EXPECT_EQ(h.BucketOf(101), 2u);
+  h.Observe(5);
+  h.Observe(50);
+  h.Observe(5000);
+  EXPECT_EQ(h.counts(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(h.sum(), 5055);
+  EXPECT_EQ(h.count(), 3);
+}
+
+TEST(HistogramTest, LocalAddsABatchOnFlushOnly) {
+  Histogram h({10, 100});
+  Histogram::Local local(&h);
+  for (int i = 0; i < 4; ++i) local.Observe(20);
+  EXPECT_EQ(h.count(), 0);
+  local.Flush();
+  EXPECT_EQ(h.counts(), (std::vector<int64_t>{0, 4, 0}));
+  EXPECT_EQ(h.sum(), 80);
+  local.Flush();  // nothing new
+  EXPECT_EQ(h.count(), 4);
+}
+
+TEST(HistogramTest, QuantileInterpolatesWithinTheBucketLikePromQL) {
+  Histogram h({100, 200, 400});
+  EXPECT_EQ(h.Quantile(0.5), 0);                // no observations
+  for (int i = 0; i < 10; ++i) h.Observe(50);   // (0, 100]
+  for (int i = 0; i < 10; ++i) h.Observe(150);  // (100, 200]
+  EXPECT_EQ(h.Quantile(0.25), 50);              // rank 5 of 10 in the first bucket
+  EXPECT_EQ(h.Quantile(0.5), 100);              // rank 10: the first bucket's top
+  EXPECT_EQ(h.Quantile(0.75), 150);             // rank 15: half into (100, 200]
+  h.Observe(1000);                              // +Inf: the last bound
+  EXPECT_EQ(h.Quantile(0.99), 400);
+}
+
+TEST(MetricsRegistryTest, ExportsHistogramsInSecondsWithCumulativeBuckets) {
+  MetricsRegistry m;
+  Histogram* h = m.GetHistogram("arrival_delay_ms", R"(source="s")", {100, 1000});
+  EXPECT_EQ(m.GetHistogram("arrival_delay_ms", R"(source="s")", {1}), h);  // same one
+  h->Observe(50);
+  h->Observe(500);
+  h->Observe(5000);
+  const std::string text = m.ToPrometheusText("caravela_");
+  EXPECT_THAT(text, HasSubstr("# TYPE caravela_arrival_delay_seconds histogram\n"));
+  EXPECT_THAT(text, HasSubstr(R"(caravela_arrival_delay_seconds_bucket{source="s",le="0.100"} 1)"));
+  EXPECT_THAT(text, HasSubstr(R"(caravela_arrival_delay_seconds_bucket{source="s",le="1.000"} 2)"));
+  EXPECT_THAT(text, HasSubstr(R"(caravela_arrival_delay_seconds_bucket{source="s",le="+Inf"} 3)"));
+  EXPECT_THAT(text, HasSubstr(R"(caravela_arrival_delay_seconds_sum{source="s"} 5.550)"));
+  EXPECT_THAT(text, HasSubstr(R"(caravela_arrival_delay_seconds_count{source="s"} 3)"));
+  EXPECT_EQ(m.Snapshot().at(R"(arrival_delay_ms_count{source="s"})"), 3);
+  EXPECT_EQ(m.FindHistogram("arrival_delay_ms", R"(source="s")"), h);
+  EXPECT_EQ(m.FindHistogram("nope"), nullptr);
+}
+
+TEST(MetricsRegistryTest, UnlabelledHistogramGetsOnlyTheLeLabel) {
+  MetricsRegistry m;
+  m.GetHistogram("grpc_latency", "", {5})->Observe(1);
+  const std::string text = m.ToPrometheusText();
+  EXPECT_THAT(text, HasSubstr("grpc_latency_bucket{le=\"5\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("grpc_latency_sum 1\n"));
+}
+
+}  // namespace
+}  // namespace caravela
