@@ -304,10 +304,10 @@ int Failover(const Flags& f) {
 
 int Idle(const Flags& f) {
   fs::path dir(f.dir);
-  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--http",
-                            "127.0.0.1:0", "--data-dir", (dir / "coordinator").string(),
-                            "--worker-timeout", "10s"},
-                           dir / "coordinator.log");
+  ChildProcess coordinator(
+      {CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+       "--data-dir", (dir / "coordinator").string(), "--worker-timeout", "10s"},
+      dir / "coordinator.log");
   const std::vector<std::string> addresses =
       coordinator.WaitForMatch(R"(grpc=(\S+) http=(\S+))", milliseconds(20000));
   if (addresses.size() != 3) return 1;

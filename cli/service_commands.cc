@@ -423,31 +423,34 @@ void AddServiceCommands(CLI::App& app) {
   f.coordinator_cmd->add_option("--listen", f.coordinator.listen, "gRPC HOST:PORT (port 0: any)")
       ->envname("CARAVELA_LISTEN")
       ->capture_default_str();
-  f.coordinator_cmd->add_option("--http", f.coordinator.http_listen,
-                                "HTTP HOST:PORT for the dashboard (/), the JSON API under /api/v1/, "
-                                "/metrics and /healthz (port 0: any; default none)")
+  f.coordinator_cmd
+      ->add_option("--http", f.coordinator.http_listen,
+                   "HTTP HOST:PORT for the dashboard (/), the JSON API under /api/v1/, "
+                   "/metrics and /healthz (port 0: any; default none)")
       ->envname("CARAVELA_HTTP");
   f.coordinator_cmd->add_option("--data-dir", f.coordinator.data_dir, "Job store directory")
       ->envname("CARAVELA_DATA_DIR")
       ->capture_default_str();
-  f.coordinator_cmd->add_option("--token-file", f.token_file,
-                                "Require this bearer token on every call")
+  f.coordinator_cmd
+      ->add_option("--token-file", f.token_file, "Require this bearer token on every call")
       ->envname("CARAVELA_TOKEN_FILE");
-  f.coordinator_cmd->add_option(
-      "--storage", f.coordinator.checkpoint_storage,
-      "Checkpoint storage URL every worker reaches, for jobs that name none\n"
-      "(default file://<data-dir>/checkpoints: one machine or a shared volume)")
+  f.coordinator_cmd
+      ->add_option("--storage", f.coordinator.checkpoint_storage,
+                   "Checkpoint storage URL every worker reaches, for jobs that name none\n"
+                   "(default file://<data-dir>/checkpoints: one machine or a shared volume)")
       ->envname("CARAVELA_STORAGE");
-  f.coordinator_cmd->add_option("--tls-cert", f.coordinator.tls_cert_file,
-                                "PEM certificate chain: serve TLS (with --tls-key)")
+  f.coordinator_cmd
+      ->add_option("--tls-cert", f.coordinator.tls_cert_file,
+                   "PEM certificate chain: serve TLS (with --tls-key)")
       ->envname("CARAVELA_TLS_CERT");
   f.coordinator_cmd->add_option("--tls-key", f.coordinator.tls_key_file, "PEM private key")
       ->envname("CARAVELA_TLS_KEY");
-  f.coordinator_cmd->add_option(
-      "--allow-path", f.coordinator.allowed_paths,
-      "An absolute directory submitted jobs may read and write files in, and savepoints\n"
-      "may be written to or read from (repeatable; default none: only paths relative to a\n"
-      "worker's data directory, and savepoints under <data-dir>/savepoints)")
+  f.coordinator_cmd
+      ->add_option(
+          "--allow-path", f.coordinator.allowed_paths,
+          "An absolute directory submitted jobs may read and write files in, and savepoints\n"
+          "may be written to or read from (repeatable; default none: only paths relative to a\n"
+          "worker's data directory, and savepoints under <data-dir>/savepoints)")
       ->envname("CARAVELA_ALLOW_PATH");
   f.coordinator_cmd
       ->add_option("--worker-timeout", f.worker_timeout,
@@ -460,8 +463,9 @@ void AddServiceCommands(CLI::App& app) {
       "Run a worker: registers with the coordinator, heartbeats within its lease and\n"
       "runs the tasks the coordinator assigns it (one thread each; all of them stop when\n"
       "the lease is lost); serves gRPC health. Prints its id and address.");
-  f.worker_cmd->add_option("--coordinator", f.address,
-                           "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR)")
+  f.worker_cmd
+      ->add_option("--coordinator", f.address,
+                   "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR)")
       ->envname("CARAVELA_COORDINATOR");
   f.worker_cmd->add_option("--listen", f.worker.listen, "The worker's gRPC HOST:PORT (port 0: any)")
       ->envname("CARAVELA_LISTEN")
@@ -479,23 +483,27 @@ void AddServiceCommands(CLI::App& app) {
                    "checkpoint before stopping them (SIGINT stops at once)")
       ->envname("CARAVELA_DRAIN_TIMEOUT")
       ->capture_default_str();
-  f.worker_cmd->add_option("--token-file", f.token_file,
-                           "File holding the bearer token (default $CARAVELA_TOKEN)")
+  f.worker_cmd
+      ->add_option("--token-file", f.token_file,
+                   "File holding the bearer token (default $CARAVELA_TOKEN)")
       ->envname("CARAVELA_TOKEN_FILE");
-  f.worker_cmd->add_option(
-      "--http", f.worker.http_listen,
-      "HOST:PORT for /metrics (its tasks' counters) and /healthz (port 0: any)")
+  f.worker_cmd
+      ->add_option("--http", f.worker.http_listen,
+                   "HOST:PORT for /metrics (its tasks' counters) and /healthz (port 0: any)")
       ->envname("CARAVELA_HTTP");
-  f.worker_cmd->add_option("--bootstrap", f.worker.bootstrap,
-                           "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)")
+  f.worker_cmd
+      ->add_option("--bootstrap", f.worker.bootstrap,
+                   "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)")
       ->envname("CARAVELA_BOOTSTRAP");
-  f.worker_cmd->add_option(
-      "--allow-path", f.worker.allowed_paths,
-      "An absolute directory jobs may read and write files in (repeatable; default: the\n"
-      "data directory). Relative paths of a job are resolved against <data-dir>/<job id>.")
+  f.worker_cmd
+      ->add_option(
+          "--allow-path", f.worker.allowed_paths,
+          "An absolute directory jobs may read and write files in (repeatable; default: the\n"
+          "data directory). Relative paths of a job are resolved against <data-dir>/<job id>.")
       ->envname("CARAVELA_ALLOW_PATH");
-  f.worker_cmd->add_option("--tls-ca", f.tls_ca,
-                           "PEM file of the roots to trust: talk TLS to the coordinator")
+  f.worker_cmd
+      ->add_option("--tls-ca", f.tls_ca,
+                   "PEM file of the roots to trust: talk TLS to the coordinator")
       ->envname("CARAVELA_TLS_CA");
   f.local = app.add_subcommand(
       "local",

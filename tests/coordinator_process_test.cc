@@ -268,9 +268,9 @@ TEST(CoordinatorProcessTest, ConfigFileEnvironmentAndFlags) {
     ChildProcess worker(argv, dir / (name + ".log"));
     return worker.WaitFor(R"(slots=(\d+))", milliseconds(20000));
   };
-  std::ofstream(dir / "worker.toml") << "[worker]\ncoordinator = \"" << address
-                                     << "\"\nslots = 3\ndata-dir = \""
-                                     << (dir / "worker").string() << "\"\n";
+  std::ofstream(dir / "worker.toml")
+      << "[worker]\ncoordinator = \"" << address << "\"\nslots = 3\ndata-dir = \""
+      << (dir / "worker").string() << "\"\n";
   EXPECT_EQ(slots("from-file", {}), "3");
   ::setenv("CARAVELA_SLOTS", "5", 1);
   EXPECT_EQ(slots("env-over-file", {}), "5");
@@ -280,9 +280,9 @@ TEST(CoordinatorProcessTest, ConfigFileEnvironmentAndFlags) {
   // paths replaced by flags).
   {
     ChildProcess worker({CARAVELA_BINARY, "worker", "--config",
-                         std::string(CARAVELA_SOURCE_DIR) + "/config/worker.toml",
-                         "--coordinator", address, "--listen", "127.0.0.1:0", "--http",
-                         "127.0.0.1:0", "--data-dir", (dir / "shipped").string()},
+                         std::string(CARAVELA_SOURCE_DIR) + "/config/worker.toml", "--coordinator",
+                         address, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data-dir",
+                         (dir / "shipped").string()},
                         dir / "shipped.log");
     EXPECT_EQ(worker.WaitFor(R"(slots=(\d+))", milliseconds(20000)), "2") << worker.Log();
   }

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/child_process.h"
+#include "tests/http_test_util.h"
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
 
@@ -28,13 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using milliseconds = std::chrono::milliseconds;
-
-std::string Get(const std::string& address, const std::string& path) {
-  httplib::Client client("http://" + address);
-  auto r = client.Get(path.c_str());
-  if (!r || r->status != 200) return "";
-  return r->body;
-}
 
 // `promtool check metrics` on `text`: its exit code and output.
 std::pair<int, std::string> Promtool(const std::string& text, const fs::path& dir) {
@@ -74,7 +68,7 @@ spec:
   const std::string http = run.WaitFor(R"(http=(\S+))", milliseconds(20000));
   const std::string broker = run.WaitFor(R"(bootstrap (\S+))", milliseconds(20000));
   ASSERT_FALSE(http.empty() || broker.empty()) << run.Log();
-  EXPECT_THAT(Get(http, "/healthz"), HasSubstr("SERVING"));
+  EXPECT_THAT(HttpGet(http, "/healthz"), HasSubstr("SERVING"));
   // 2 records on partition 0 (e0, e1) and 3 on partition 2 (e2, e0, e1),
   // event time by id (copies are identical: duplicates).
   std::vector<std::pair<int32_t, std::string>> lines;
@@ -86,7 +80,7 @@ spec:
   std::string text;
   ASSERT_TRUE(Eventually(
       [&] {
-        text = Get(http, "/metrics");
+        text = HttpGet(http, "/metrics");
         return text.find(R"(caravela_dedup_passed_total{op="unique"} 3)") != std::string::npos;
       },
       milliseconds(20000)))
@@ -102,7 +96,7 @@ spec:
   const std::string p2 = R"({job="metrics-demo",source="purchases",partition="2"})";
   ASSERT_TRUE(Eventually(
       [&] {
-        text = Get(http, "/metrics");
+        text = HttpGet(http, "/metrics");
         return text.find("caravela_source_partition_offset" + p2 + " 3") != std::string::npos &&
                text.find("caravela_source_partition_watermark_seconds" + p2) != std::string::npos;
       },
@@ -119,7 +113,7 @@ spec:
   // State per table at the checkpoints (every 200 ms): the dedup's 3 ids.
   ASSERT_TRUE(Eventually(
       [&] {
-        text = Get(http, "/metrics");
+        text = HttpGet(http, "/metrics");
         return text.find(R"(caravela_state_keys{task="metrics-demo",table="unique/ids"} 3)") !=
                std::string::npos;
       },
@@ -173,7 +167,7 @@ TEST(MetricsHttpTest, CoordinatorAndWorkerServePrometheusMetrics) {
   std::string text;
   ASSERT_TRUE(Eventually(
       [&] {
-        text = Get(c[2], "/metrics");
+        text = HttpGet(c[2], "/metrics");
         return text.find(R"(caravela_coordinator_workers{state="ALIVE"} 1)") != std::string::npos;
       },
       milliseconds(10000)))
@@ -183,7 +177,7 @@ TEST(MetricsHttpTest, CoordinatorAndWorkerServePrometheusMetrics) {
   EXPECT_THAT(text, HasSubstr("# TYPE caravela_coordinator_heartbeats_total counter"));
   auto [rc, lint] = Promtool(text, dir);
   EXPECT_EQ(rc, 0) << lint << text;
-  EXPECT_THAT(Get(worker_http, "/healthz"), HasSubstr("SERVING"));
+  EXPECT_THAT(HttpGet(worker_http, "/healthz"), HasSubstr("SERVING"));
   httplib::Client client("http://" + worker_http);
   auto m = client.Get("/metrics");
   ASSERT_TRUE(m);
@@ -192,27 +186,17 @@ TEST(MetricsHttpTest, CoordinatorAndWorkerServePrometheusMetrics) {
   EXPECT_EQ(rc, 0) << lint << m->body;
   // gRPC request metrics: the coordinator counts the heartbeats it served,
   // the worker the ones it made (both pass promtool with them).
-  EXPECT_TRUE(Eventually(
-      [&] {
-        text = Get(c[2], "/metrics");
-        return text.find(
-                   R"(caravela_grpc_server_handled_total{method="/caravela.v1.WorkerService/Heartbeat",code="OK"})") !=
-               std::string::npos;
-      },
-      milliseconds(10000)))
-      << text;
+  const std::string server_heartbeats =
+      R"(caravela_grpc_server_handled_total{method="/caravela.v1.WorkerService/Heartbeat",code="OK"})";
+  text = HttpGetUntil(c[2], "/metrics", server_heartbeats, milliseconds(10000));
+  EXPECT_THAT(text, HasSubstr(server_heartbeats));
   EXPECT_THAT(text, HasSubstr("# TYPE caravela_grpc_server_handling_seconds histogram"));
   std::tie(rc, lint) = Promtool(text, dir);
   EXPECT_EQ(rc, 0) << lint << text;
-  EXPECT_TRUE(Eventually(
-      [&] {
-        text = Get(worker_http, "/metrics");
-        return text.find(
-                   R"(caravela_grpc_client_handled_total{method="/caravela.v1.WorkerService/Heartbeat",code="OK"})") !=
-               std::string::npos;
-      },
-      milliseconds(10000)))
-      << text;
+  const std::string client_heartbeats =
+      R"(caravela_grpc_client_handled_total{method="/caravela.v1.WorkerService/Heartbeat",code="OK"})";
+  text = HttpGetUntil(worker_http, "/metrics", client_heartbeats, milliseconds(10000));
+  EXPECT_THAT(text, HasSubstr(client_heartbeats));
   EXPECT_THAT(text, HasSubstr("# TYPE caravela_grpc_client_handling_seconds histogram"));
   std::tie(rc, lint) = Promtool(text, dir);
   EXPECT_EQ(rc, 0) << lint << text;

@@ -4,7 +4,6 @@
 // exactly what the test produced there and the task did not apply.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <chrono>
 #include <csignal>
@@ -18,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/child_process.h"
+#include "tests/http_test_util.h"
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
 
@@ -27,13 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using milliseconds = std::chrono::milliseconds;
-
-std::string Get(const std::string& address, const std::string& path) {
-  httplib::Client client("http://" + address);
-  auto r = client.Get(path.c_str());
-  if (!r || r->status != 200) return "";
-  return r->body;
-}
 
 // The value of series `name{labels}` in Prometheus text, or -1.
 double Sample(const std::string& text, const std::string& series) {
@@ -96,7 +89,7 @@ spec:
   std::string text;
   ASSERT_TRUE(Eventually(
       [&] {
-        text = Get(http, "/metrics");
+        text = HttpGet(http, "/metrics");
         return Sample(text, p2) == 1000;
       },
       milliseconds(20000)))
@@ -119,7 +112,7 @@ spec:
   std::string job;
   ASSERT_TRUE(Eventually(
       [&] {
-        job = Get(http, "/api/v1/jobs/lag-demo");
+        job = HttpGet(http, "/api/v1/jobs/lag-demo");
         return job.find(R"("consumerLag":")") != std::string::npos &&
                std::regex_search(job, std::regex(R"("partition":2,[^}]*"lag":"1000")"));
       },
