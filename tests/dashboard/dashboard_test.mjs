@@ -127,6 +127,8 @@ async function checkDashboard(browser, scene, http, job, worker) {
   const tasks = await cellsOf("tasks");
   check(tasks.length >= 1 && tasks.every((r) => r[4] === "TASK_RUNNING" && r[3] === worker),
     `${scene}: task table: ${tasks.length} tasks, all TASK_RUNNING on ${worker}`);
+  // One task reads the 4 partitions of the topic.
+  check(tasks.some((r) => r[11] === "0,1,2,3"), `${scene}: task table lists its partitions (${tasks.map((r) => r[11])})`);
   check(partitions.length === 4, `${scene}: partition table has the topic's 4 partitions (${partitions.length})`);
   for (const [p, n] of Object.entries(produced)) {
     const row = partitions.find((r) => r[1] === p);

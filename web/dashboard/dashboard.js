@@ -147,6 +147,7 @@ async function showJob(id) {
     (job.tasks || []).map((t, g) => [
       g, num(t.stage), num(t.index), t.worker, t.state, num(t.recordsIn), num(t.recordsOut),
       num(t.consumerLag), num(t.lastCheckpoint), fmtBytes(t.stateBytes), fmtTime(t.watermarkMs),
+      (t.partitions || []).join(","), num(job.epoch),
     ]),
   );
   if (!series) {
