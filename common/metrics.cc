@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace caravela {
 namespace {
 std::string FullName(const std::string& name, const std::string& labels) {
@@ -268,17 +270,19 @@ std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
     const std::string exported = prefix + (ms ? base + "_seconds" : name);
     auto value = [ms](int64_t v) { return ms ? MsAsSeconds(v) : std::to_string(v); };
     auto help = HelpTexts().find(base);
-    out += "# HELP " + exported + ' ' +
-           (help != HelpTexts().end() ? help->second : "Caravela metric " + name + ".") + '\n';
+    absl::StrAppend(
+        &out, "# HELP ", exported, " ",
+        help != HelpTexts().end() ? help->second : absl::StrCat("Caravela metric ", name, "."),
+        "\n");
     const char* type = !family.hist.empty() ? " histogram\n" : counter ? " counter\n" : " gauge\n";
-    out += "# TYPE " + exported + type;
+    absl::StrAppend(&out, "# TYPE ", exported, type);
     for (const auto& [labels, v] : family.series) {
-      out += exported + labels + ' ' + value(v) + '\n';
+      absl::StrAppend(&out, exported, labels, " ", value(v), "\n");
     }
     for (const auto& [labels, v] : family.doubles) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.17g", v);
-      out += exported + labels + ' ' + buf + '\n';
+      absl::StrAppend(&out, exported, labels, " ", buf, "\n");
     }
     for (const auto& [labels, h] : family.hist) {
       // {a="b"} -> {a="b",le="x"}; "" -> {le="x"}
@@ -288,11 +292,10 @@ std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
       for (size_t i = 0; i < counts.size(); ++i) {
         cumulative += counts[i];
         const std::string le = i < h->bounds().size() ? value(h->bounds()[i]) : "+Inf";
-        out +=
-            exported + "_bucket" + open + "le=\"" + le + "\"} " + std::to_string(cumulative) + '\n';
+        absl::StrAppend(&out, exported, "_bucket", open, "le=\"", le, "\"} ", cumulative, "\n");
       }
-      out += exported + "_sum" + labels + ' ' + value(h->sum()) + '\n';
-      out += exported + "_count" + labels + ' ' + std::to_string(cumulative) + '\n';
+      absl::StrAppend(&out, exported, "_sum", labels, " ", value(h->sum()), "\n");
+      absl::StrAppend(&out, exported, "_count", labels, " ", cumulative, "\n");
     }
   }
   return out;
@@ -306,8 +309,8 @@ std::map<std::string, int64_t> MetricsRegistry::Snapshot() const {
     const size_t brace = k.find('{');
     const std::string name = k.substr(0, brace);
     const std::string labels = brace == std::string::npos ? "" : k.substr(brace);
-    out[name + "_count" + labels] = h->count();
-    out[name + "_sum" + labels] = h->sum();
+    out[absl::StrCat(name, "_count", labels)] = h->count();
+    out[absl::StrCat(name, "_sum", labels)] = h->sum();
   }
   return out;
 }

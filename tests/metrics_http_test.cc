@@ -72,6 +72,7 @@ spec:
   // 2 records on partition 0 (e0, e1) and 3 on partition 2 (e2, e0, e1),
   // event time by id (copies are identical: duplicates).
   std::vector<std::pair<int32_t, std::string>> lines;
+  lines.reserve(5);
   for (int i = 0; i < 5; ++i) {
     lines.emplace_back(i < 2 ? 0 : 2, absl::StrCat(R"({"event_id":"e)", i % 3, R"(","ts":)",
                                                    1700000000000 + (i % 3) * 60'000, "}"));

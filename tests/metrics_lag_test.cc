@@ -66,6 +66,7 @@ spec:
 
   // 5 records on partition 0: the first batch, then the task stalls.
   std::vector<std::pair<int32_t, std::string>> first;
+  first.reserve(5);
   for (int i = 0; i < 5; ++i) {
     first.emplace_back(0, absl::StrCat(R"({"ts":)", 1700000000000 + i, R"(,"amount":1})"));
   }
@@ -75,6 +76,7 @@ spec:
       << run.Log();
   // 1000 records on partition 2 that the stalled task never reads.
   std::vector<std::pair<int32_t, std::string>> unread;
+  unread.reserve(1000);
   for (int i = 0; i < 1000; ++i) {
     unread.emplace_back(2, absl::StrCat(R"({"ts":)", 1700000001000 + i, R"(,"amount":2})"));
   }

@@ -426,6 +426,7 @@ absl::Status JobRunner::ImportSavepoint(const std::string& storage_url) {
   ASSIGN_OR_RETURN(JobSavepoint sp, ReadJobSavepoint(dir));
   if (std::vector<SpecError> misfit = CheckSavepointFits(sp, dir, im.spec); !misfit.empty()) {
     std::vector<std::string> lines;
+    lines.reserve(misfit.size());
     for (const SpecError& e : misfit) lines.push_back(e.ToString());
     return absl::FailedPreconditionError(absl::StrJoin(lines, "; "));
   }
