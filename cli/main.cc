@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "caravela/v1/worker.pb.h"
 #include "cli/demo.h"
+#include "cli/nexmark_command.h"
 #include "cli/service_commands.h"
 #include "common/dashboard.h"
 #include "common/http_server.h"
@@ -335,6 +336,7 @@ int main(int argc, char** argv) {
   demo->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
 
   caravela::AddServiceCommands(app);
+  caravela::AddNexmarkCommands(app);
 
   // The environment beats a --config file (CLI11 itself reads the file
   // first): with --config, each CARAVELA_<FLAG> of the subcommand being run
@@ -352,6 +354,7 @@ int main(int argc, char** argv) {
   }
 
   if (int rc = caravela::RunServiceCommands(); rc >= 0) return rc;
+  if (int rc = caravela::RunNexmarkCommands(); rc >= 0) return rc;
 
   if (*demo) return caravela::RunDemo(demo_job, demo_seconds, demo_events, quiet);
 

@@ -1223,10 +1223,10 @@ class SpecParser {
   }
 
   void Sink(const YAML::Node& n, const std::string& path) {
-    if (!CheckMap(n, path, {"from", "file", "kafka", "postgres", "stdout"})) return;
+    if (!CheckMap(n, path, {"from", "file", "kafka", "postgres", "stdout", "discard"})) return;
     SinkSpec sink;
     SinkInput(n, path, &sink.from);
-    std::string kind = ExactlyOne(n, path, {"file", "kafka", "postgres", "stdout"});
+    std::string kind = ExactlyOne(n, path, {"file", "kafka", "postgres", "stdout", "discard"});
     std::string kpath = Join(path, kind);
     YAML::Node k = Field(n, kind);
     if (kind == "file") {
@@ -1274,8 +1274,8 @@ class SpecParser {
           }
         }
       }
-    } else if (kind == "stdout") {
-      sink.kind = SinkSpec::Kind::kStdout;
+    } else if (kind == "stdout" || kind == "discard") {
+      sink.kind = kind == "stdout" ? SinkSpec::Kind::kStdout : SinkSpec::Kind::kDiscard;
       bool ok =
           k.IsNull() || (k.IsScalar() && k.Scalar() == "true") || (k.IsMap() && k.size() == 0);
       if (!ok) Err(kpath, absl::StrCat("expected {} or true, got ", Describe(k)));

@@ -181,7 +181,8 @@ std::string_view OperatorKindName(OperatorSpec::Kind kind);
 
 struct SinkSpec {
   std::string from;  // a source, an operator, or "<node>.<side output>"
-  enum class Kind { kFile, kKafka, kStdout, kPostgres } kind = Kind::kFile;
+  // kDiscard: results are serialized and dropped (benchmarks, dry runs).
+  enum class Kind { kFile, kKafka, kStdout, kPostgres, kDiscard } kind = Kind::kFile;
   std::string path;       // file
   std::string topic;      // kafka
   std::string bootstrap;  // kafka; empty: the embedded broker

@@ -118,6 +118,9 @@ async function checkDashboard(browser, scene, http, job, worker) {
     await page.waitForTimeout(500);
   }
   await page.waitForTimeout(4000);  // a few more samples for the charts
+  // The table as it is now: offsets are read live, watermarks come with the
+  // task's next status snapshot (every 250 ms), so re-read it.
+  partitions = await cellsOf("partitions");
   const shot = join(outDir, `dashboard-${scene}.png`);
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`${scene}: screenshot ${shot}`);

@@ -110,6 +110,26 @@ class FileSink : public Sink {
 };
 
 // Prints one JSON object per line to a FILE* (stdout by default).
+// `discard: {}`: counts what it is given and keeps nothing (benchmarks: the
+// runtime still serializes every result, as for any sink).
+class DiscardSink : public Sink {
+ public:
+  absl::Status Open() override { return absl::OkStatus(); }
+  absl::Status WriteRecord(const SinkRecord& r) override {
+    ++records_;
+    bytes_ += static_cast<int64_t>(r.value.size());
+    return absl::OkStatus();
+  }
+  absl::Status Flush() override { return absl::OkStatus(); }
+  absl::Status Close() override { return absl::OkStatus(); }
+  int64_t records() const { return records_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  int64_t records_ = 0;
+  int64_t bytes_ = 0;
+};
+
 class StdoutSink : public Sink {
  public:
   explicit StdoutSink(std::FILE* out = stdout) : out_(out) {}

@@ -16,6 +16,8 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
           ctx.fence ? ctx.epoch : -1);
     case SinkSpec::Kind::kStdout:
       return std::make_unique<StdoutSink>();
+    case SinkSpec::Kind::kDiscard:
+      return std::make_unique<DiscardSink>();
     case SinkSpec::Kind::kKafka: {
       KafkaSinkOptions ko;
       ko.bootstrap = spec.bootstrap.empty() ? ctx.embedded_bootstrap : spec.bootstrap;

@@ -466,6 +466,7 @@ absl::Status Task::Impl::Build() {
     const std::string target = ss.kind == SinkSpec::Kind::kFile       ? "file:" + ss.path
                                : ss.kind == SinkSpec::Kind::kKafka    ? "kafka:" + ss.topic
                                : ss.kind == SinkSpec::Kind::kPostgres ? "postgres:" + ss.table
+                               : ss.kind == SinkSpec::Kind::kDiscard  ? std::string("discard")
                                                                       : std::string("stdout");
     const std::string sink_labels = absl::StrCat(
         "from=\"", ss.from, "\",sink=\"",

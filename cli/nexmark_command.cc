@@ -1,0 +1,136 @@
+#include "cli/nexmark_command.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "bench/nexmark_generator.h"
+#include "common/time_util.h"
+#include "worker/connectors/kafka_sink.h"
+
+namespace caravela {
+namespace {
+
+struct NexmarkFlags {
+  CLI::App* nexmark = nullptr;
+  CLI::App* gen = nullptr;
+  int64_t events = 1'000'000;
+  std::string out;
+  uint64_t seed = 1;
+  int64_t rate = 10'000'000;
+  std::string base_time = "2026-01-01T00:00:00Z";
+  std::string kafka;
+};
+
+NexmarkFlags& Flags() {
+  static NexmarkFlags flags;
+  return flags;
+}
+
+// Produces the files' lines to nexmark-person|auction|bid on `bootstrap`.
+absl::Status ProduceToKafka(const std::string& bootstrap, const std::string& dir) {
+  const std::pair<const char*, const char*> files[] = {{"persons.jsonl", "nexmark-person"},
+                                                       {"auctions.jsonl", "nexmark-auction"},
+                                                       {"bids.jsonl", "nexmark-bid"}};
+  for (const auto& [file, topic] : files) {
+    KafkaSinkOptions o;
+    o.bootstrap = bootstrap;
+    o.topic = topic;
+    o.mode = KafkaSinkOptions::Mode::kChangelog;
+    KafkaSink sink(o);
+    RETURN_IF_ERROR(sink.Open());
+    std::ifstream in(std::filesystem::path(dir) / file);
+    std::string line;
+    int64_t n = 0;
+    while (std::getline(in, line)) {
+      RETURN_IF_ERROR(sink.Write("", line));
+      if (++n % 100'000 == 0) RETURN_IF_ERROR(sink.Flush());
+    }
+    RETURN_IF_ERROR(sink.Close());
+    std::fprintf(stderr, "nexmark: %lld records to %s on %s\n", static_cast<long long>(n), topic,
+                 bootstrap.c_str());
+  }
+  return absl::OkStatus();
+}
+
+int RunGen() {
+  NexmarkFlags& f = Flags();
+  if (f.events < 1) {
+    std::fprintf(stderr, "error: --events %lld: generate at least 1 event\n",
+                 static_cast<long long>(f.events));
+    return 2;
+  }
+  if (f.rate < 1) {
+    std::fprintf(stderr, "error: --rate %lld: the event rate must be at least 1 event/s\n",
+                 static_cast<long long>(f.rate));
+    return 2;
+  }
+  bench::NexmarkOptions o;
+  o.events = f.events;
+  o.seed = f.seed;
+  o.rate = f.rate;
+  std::optional<int64_t> base = ParseIso8601(f.base_time);
+  if (!base.has_value()) {
+    std::fprintf(stderr, "error: --base-time %s: not an ISO-8601 time (2026-01-01T00:00:00Z)\n",
+                 f.base_time.c_str());
+    return 2;
+  }
+  o.base_time_ms = *base;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<bench::NexmarkCounts> counts = bench::WriteNexmarkFiles(o, f.out);
+  if (!counts.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(counts.status().message()).c_str());
+    return 1;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto avg = [](int64_t bytes, int64_t n) { return n == 0 ? 0.0 : static_cast<double>(bytes) / n; };
+  std::printf(
+      "nexmark: %lld events in %.1f s into %s: %lld persons (%.0f B/row), %lld auctions (%.0f "
+      "B/row), %lld bids (%.0f B/row)\n",
+      static_cast<long long>(f.events), secs, f.out.c_str(),
+      static_cast<long long>(counts->persons), avg(counts->person_bytes, counts->persons),
+      static_cast<long long>(counts->auctions), avg(counts->auction_bytes, counts->auctions),
+      static_cast<long long>(counts->bids), avg(counts->bid_bytes, counts->bids));
+  if (!f.kafka.empty()) {
+    if (absl::Status st = ProduceToKafka(f.kafka, f.out); !st.ok()) {
+      std::fprintf(stderr, "error: --kafka %s: %s\n", f.kafka.c_str(),
+                   std::string(st.message()).c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddNexmarkCommands(CLI::App& app) {
+  NexmarkFlags& f = Flags();
+  f.nexmark = app.add_subcommand("nexmark", "The Nexmark benchmark's events (see scripts/nexmark)");
+  f.nexmark->require_subcommand(1);
+  f.gen = f.nexmark->add_subcommand(
+      "gen",
+      "Generate Nexmark events (persons, auctions, bids: the reference generator's model,\n"
+      "deterministic by seed) into OUT/persons.jsonl, OUT/auctions.jsonl, OUT/bids.jsonl,\n"
+      "each in generation order; dateTime advances by 1/RATE s per event.");
+  f.gen->add_option("--events", f.events, "Events to generate (all kinds)")->capture_default_str();
+  f.gen->add_option("--out", f.out, "Output directory (created)")->required();
+  f.gen->add_option("--seed", f.seed, "Random seed")->capture_default_str();
+  f.gen->add_option("--rate", f.rate, "Events per second of event time")->capture_default_str();
+  f.gen->add_option("--base-time", f.base_time, "Event time of the first event (ISO-8601)")
+      ->capture_default_str();
+  f.gen->add_option("--kafka", f.kafka,
+                    "Also produce the events to topics nexmark-person|auction|bid on this "
+                    "bootstrap address");
+}
+
+int RunNexmarkCommands() {
+  NexmarkFlags& f = Flags();
+  if (f.gen != nullptr && *f.gen) return RunGen();
+  return -1;
+}
+
+}  // namespace caravela
