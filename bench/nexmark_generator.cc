@@ -240,7 +240,8 @@ void NexmarkGenerator::Bid(int64_t n, std::string* line) {
     std::string path;
     for (int part = 0; part < 3; ++part) {
       path.push_back('/');
-      for (int i = 0; i < 5; ++i) path.push_back(static_cast<char>('a' + (h >> (part * 20 + i * 4)) % 26));
+      for (int i = 0; i < 5; ++i)
+        path.push_back(static_cast<char>('a' + (h >> (part * 20 + i * 4)) % 26));
     }
     url = absl::StrCat("https://www.nexmark.com", path, "/item.htm?query=1&channel_id=", c);
   }
@@ -312,15 +313,18 @@ absl::StatusOr<NexmarkCounts> WriteNexmarkFiles(const NexmarkOptions& options,
       counts.bid_bytes += bytes;
     }
     if (o.buf.size() >= (1 << 20) && !flush(o)) {
-      status = absl::UnavailableError(absl::StrCat("cannot write ", o.path, ": ", std::strerror(errno)));
+      status =
+          absl::UnavailableError(absl::StrCat("cannot write ", o.path, ": ", std::strerror(errno)));
     }
   }
   for (Out& o : outs) {
     if (status.ok() && !flush(o)) {
-      status = absl::UnavailableError(absl::StrCat("cannot write ", o.path, ": ", std::strerror(errno)));
+      status =
+          absl::UnavailableError(absl::StrCat("cannot write ", o.path, ": ", std::strerror(errno)));
     }
     if (std::fclose(o.f) != 0 && status.ok()) {
-      status = absl::UnavailableError(absl::StrCat("cannot write ", o.path, ": ", std::strerror(errno)));
+      status =
+          absl::UnavailableError(absl::StrCat("cannot write ", o.path, ": ", std::strerror(errno)));
     }
     o.f = nullptr;
   }

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/nexmark_generator.h"
+#include "common/time_util.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 
@@ -23,10 +25,14 @@ namespace caravela {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 constexpr int64_t kEvents = 200'000;
+// 2,000 events per second of event time: the 200k events span 100 s, so the
+// 10 s windows and sessions of q8 and q11 are many (at the default 10M/s
+// they would all fall into one window).
+constexpr int64_t kRate = 2'000;
 
 // Runs `command` with stdout and stderr into `out`; the exit code.
 int Sh(const std::string& command, const fs::path& out) {
@@ -46,8 +52,8 @@ class NexmarkTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir("nexmark", "CARAVELA_KEEP_TEST_DIRS", "nexmark test");
     const fs::path& d = dir_->path();
-    ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " nexmark gen --events ", kEvents, " --out ",
-                              (d / "events").string()),
+    ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " nexmark gen --events ", kEvents, " --rate ", kRate,
+                              " --out ", (d / "events").string()),
                  d / "gen.log"),
               0)
         << ReadFile(d / "gen.log");
@@ -99,10 +105,10 @@ TEST_F(NexmarkTest, GeneratorFollowsTheReferenceModel) {
   };
   EXPECT_NEAR(average(Events() / "persons.jsonl"), 200, 10);
   EXPECT_NEAR(average(Events() / "auctions.jsonl"), 500, 15);
-  // 10M events/s of event time: event n at base + n / 10,000 ms; the last
-  // bid's dateTime is 19.999 ms after the first event.
+  // 2,000 events/s of event time: event n at base + n / 2 ms; the last
+  // bid (event 199,999) 99.9995 s after the first event, in whole ms.
   EXPECT_EQ(persons.front()["dateTime"], "2026-01-01T00:00:00.000Z");
-  EXPECT_EQ(bids_->back()["dateTime"], "2026-01-01T00:00:00.019Z");
+  EXPECT_EQ(bids_->back()["dateTime"], "2026-01-01T00:01:39.999Z");
   // Half of the bids go to hot auctions (ids ending in 00, relative to 1000).
   int64_t hot = 0;
   std::set<int64_t> auction_ids;
@@ -117,8 +123,8 @@ TEST_F(NexmarkTest, GeneratorFollowsTheReferenceModel) {
   // Bids name auctions that exist, but for the few "leads" not created yet.
   EXPECT_GT(static_cast<double>(known) / bids_->size(), 0.95);
   // Every field of the model is there.
-  for (const char* f : {"id", "name", "emailAddress", "creditCard", "city", "state", "dateTime",
-                        "extra"}) {
+  for (const char* f :
+       {"id", "name", "emailAddress", "creditCard", "city", "state", "dateTime", "extra"}) {
     EXPECT_TRUE(persons[7].contains(f)) << f;
   }
   for (const char* f : {"id", "itemName", "description", "initialBid", "reserve", "dateTime",
@@ -148,6 +154,7 @@ TEST_F(NexmarkTest, GeneratorIsDeterministicBySeed) {
   // The CLI wrote what the library generates for the same options.
   bench::NexmarkOptions cli;
   cli.events = kEvents;
+  cli.rate = kRate;
   bench::NexmarkGenerator gen(cli);
   bench::NexmarkKind kind;
   std::string line;
@@ -177,8 +184,8 @@ TEST_F(NexmarkTest, Q1ConvertsEveryPriceExactly) {
   for (size_t i = 0; i < out.size(); ++i) {
     // price * 0.908 exactly: the integer price * 908 with three decimals.
     const int64_t milli = (*bids_)[i]["price"].get<int64_t>() * 908;
-    const std::string price = absl::StrCat(milli / 1000, ".", milli % 1000 / 100,
-                                           milli % 100 / 10, milli % 10);
+    const std::string price =
+        absl::StrCat(milli / 1000, ".", milli % 1000 / 100, milli % 100 / 10, milli % 10);
     ASSERT_THAT(out[i], HasSubstr(absl::StrCat("\"price\":", price, ",")))
         << "bid " << i << ": " << (*bids_)[i].dump();
   }
@@ -196,6 +203,83 @@ TEST_F(NexmarkTest, Q2SelectsTheBidsOfEvery123rdAuction) {
   std::vector<std::string> got;
   for (const std::string& l : out) got.push_back(json::parse(l).dump());
   EXPECT_EQ(got, want);
+}
+
+// Epoch ms of an ISO-8601 dateTime the generator wrote.
+int64_t Ms(const json& v) { return ParseIso8601(v.get<std::string>()).value(); }
+
+TEST_F(NexmarkTest, Q8JoinsPersonsToTheirAuctionsInTheSameWindow) {
+  const std::vector<std::string> out = RunQuery("q8");
+  // Brute force: every (person, auction) with id == seller whose dateTimes
+  // fall into the same 10 s window.
+  constexpr int64_t kWindow = 10'000;
+  std::multimap<std::pair<int64_t, int64_t>, const json*> persons;  // (id, window) -> person
+  const std::vector<json> person_rows = Rows(Events() / "persons.jsonl");
+  for (const json& p : person_rows) {
+    persons.emplace(std::make_pair(p["id"].get<int64_t>(), Ms(p["dateTime"]) / kWindow), &p);
+  }
+  std::vector<std::string> want;
+  for (const json& a : Rows(Events() / "auctions.jsonl")) {
+    const int64_t w = Ms(a["dateTime"]) / kWindow;
+    auto [b, e] = persons.equal_range({a["seller"].get<int64_t>(), w});
+    for (auto it = b; it != e; ++it) {
+      want.push_back(json{
+          {"window_start", FormatIso8601(w * kWindow)},
+          {"window_end", FormatIso8601((w + 1) * kWindow)},
+          {"id", (*it->second)["id"]},
+          {"name", (*it->second)["name"]},
+          {"reserve",
+           a["reserve"]}}.dump());
+    }
+  }
+  std::vector<std::string> got;
+  for (const std::string& l : out) got.push_back(json::parse(l).dump());
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_GT(want.size(), 100u);
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_EQ(Missing(want, got, 5), "0 line(s)");
+  EXPECT_EQ(Missing(got, want, 5), "0 line(s)");
+}
+
+TEST_F(NexmarkTest, Q11CountsEachBiddersSessions) {
+  const std::vector<std::string> out = RunQuery("q11");
+  // Brute force: per bidder, bids in time order; a session ends when the
+  // next bid is more than 10 s after the last (sessions that touch merge);
+  // it spans [first, last + 10 s).
+  constexpr int64_t kGap = 10'000;
+  std::map<int64_t, std::vector<int64_t>> times;
+  for (const json& b : *bids_) times[b["bidder"].get<int64_t>()].push_back(Ms(b["dateTime"]));
+  std::vector<std::string> want;
+  for (auto& [bidder, ts] : times) {
+    std::sort(ts.begin(), ts.end());
+    size_t first = 0;
+    for (size_t i = 1; i <= ts.size(); ++i) {
+      if (i < ts.size() && ts[i] <= ts[i - 1] + kGap) continue;
+      want.push_back(json{{"window_start", FormatIso8601(ts[first])},
+                          {"window_end", FormatIso8601(ts[i - 1] + kGap)},
+                          {"bidder", bidder},
+                          {"bids", static_cast<int64_t>(i - first)}}
+                         .dump());
+      first = i;
+    }
+  }
+  // The job's last revision of each session (FINAL).
+  std::map<std::string, json> last;
+  for (const std::string& l : out) {
+    json o = json::parse(l);
+    if (o["state"] != "FINAL") continue;
+    o.erase("revision");
+    o.erase("state");
+    last[o.dump()] = o;
+  }
+  std::vector<std::string> got;
+  for (const auto& [k, o] : last) got.push_back(k);
+  std::sort(want.begin(), want.end());
+  EXPECT_GT(want.size(), 100u);
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_EQ(Missing(want, got, 5), "0 line(s)");
+  EXPECT_EQ(Missing(got, want, 5), "0 line(s)");
 }
 
 TEST(NexmarkCliTest, BadInputGivesClearErrors) {
