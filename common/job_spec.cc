@@ -1117,10 +1117,11 @@ class SpecParser {
   }
 
   void Aggregates(const YAML::Node& k, const std::string& kpath, WindowSpec* w) {
-    static constexpr std::string_view kFns[] = {"count", "sum", "min",
-                                                "max",   "avg", "count_distinct"};
-    static constexpr AggFn kFnValues[] = {AggFn::kCount, AggFn::kSum, AggFn::kMin,
-                                          AggFn::kMax,   AggFn::kAvg, AggFn::kCountDistinct};
+    static constexpr std::string_view kFns[] = {"count",          "sum",     "min",    "max", "avg",
+                                                "count_distinct", "arg_max", "arg_min"};
+    static constexpr AggFn kFnValues[] = {AggFn::kCount,  AggFn::kSum,   AggFn::kMin,
+                                          AggFn::kMax,    AggFn::kAvg,   AggFn::kCountDistinct,
+                                          AggFn::kArgMax, AggFn::kArgMin};
     std::string path = Join(kpath, "aggregates");
     YAML::Node a = Field(k, "aggregates");
     if (Missing(a, path, true)) return;
@@ -1141,7 +1142,9 @@ class SpecParser {
     for (size_t i = 0; i < a.size(); ++i) {
       std::string ipath = Index(path, i);
       YAML::Node item = a[i];
-      if (!CheckMap(item, ipath, {"as", "count", "sum", "min", "max", "avg", "count_distinct"})) {
+      if (!CheckMap(item, ipath,
+                    {"as", "count", "sum", "min", "max", "avg", "count_distinct", "arg_max",
+                     "arg_min", "keep"})) {
         continue;
       }
       AggregateSpec agg;
@@ -1154,7 +1157,8 @@ class SpecParser {
         }
       }
       std::string fn =
-          ExactlyOne(item, ipath, {"count", "sum", "min", "max", "avg", "count_distinct"});
+          ExactlyOne(item, ipath,
+                     {"count", "sum", "min", "max", "avg", "count_distinct", "arg_max", "arg_min"});
       if (!fn.empty()) {
         for (size_t f = 0; f < std::size(kFns); ++f) {
           if (kFns[f] == fn) agg.fn = kFnValues[f];
@@ -1170,6 +1174,23 @@ class SpecParser {
         } else if (auto p = Path(v, fpath)) {
           agg.field = v.Scalar();
           agg.path = *p;
+        }
+      }
+      if (YAML::Node keep = Field(item, "keep"); keep.IsDefined()) {
+        const std::string kpath2 = Join(ipath, "keep");
+        if (agg.fn != AggFn::kArgMax && agg.fn != AggFn::kArgMin) {
+          Err(kpath2, "keep is only valid with arg_max or arg_min (the fields of each kept row)");
+        } else if (!keep.IsSequence() || keep.size() == 0) {
+          Err(kpath2,
+              absl::StrCat("expected a non-empty list of fields, got ",
+                           keep.IsSequence() ? std::string("an empty list") : Describe(keep)));
+        } else {
+          for (size_t f = 0; f < keep.size(); ++f) {
+            if (auto p = Path(keep[f], Index(kpath2, f))) {
+              agg.keep.push_back(keep[f].Scalar());
+              agg.keep_paths.push_back(*p);
+            }
+          }
         }
       }
       w->aggregates.push_back(std::move(agg));

@@ -77,13 +77,20 @@ struct DedupSpec {
   std::vector<FieldPath> fingerprint;  // empty: every field but the arrival field
 };
 
-enum class AggFn { kCount, kSum, kMin, kMax, kAvg, kCountDistinct };
+// kArgMax / kArgMin: the rows with the highest / lowest value of `field`
+// (every tied row, in arrival order), each as an object of the `keep`
+// fields (all fields when `keep` is empty): a list.
+enum class AggFn { kCount, kSum, kMin, kMax, kAvg, kCountDistinct, kArgMax, kArgMin };
 
 struct AggregateSpec {
   std::string as;
   AggFn fn = AggFn::kCount;
   std::string field;  // "*" for count(*)
   FieldPath path;     // parsed `field` (empty for "*")
+  // arg_max / arg_min: the fields each kept row has (output names: their
+  // dotted paths); empty: the whole record.
+  std::vector<std::string> keep;
+  std::vector<FieldPath> keep_paths;
 };
 
 struct WindowSpec {

@@ -508,12 +508,13 @@ TEST(JobSpecTest, FromReferences) {
               ElementsAre("spec.sinks[0].from: required field is missing"));
   EXPECT_THAT(JobErrors("", "    - {from: src.invalid, stdout: {}}\n"), IsEmpty());
   EXPECT_THAT(JobErrors("", "    - {from: src}\n"),
-              ElementsAre("spec.sinks[0]: expected one of file, kafka, postgres, stdout"));
+              ElementsAre("spec.sinks[0]: expected one of file, kafka, postgres, stdout, discard"));
   EXPECT_THAT(JobErrors("", "    - {from: src, stdout: false}\n"),
               ElementsAre("spec.sinks[0].stdout: expected {} or true, got \"false\""));
   EXPECT_THAT(JobErrors("", "    - {from: src, stdout: {}, file: {path: x}}\n"),
               ElementsAre("spec.sinks[0]: expected exactly one of file, kafka, postgres, "
-                          "stdout, got file and stdout"));
+                          "stdout, discard, got file and stdout"));
+  EXPECT_THAT(JobErrors("", "    - {from: src, discard: {}}\n"), IsEmpty());
   EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {bootstrap: x}}\n"),
               ElementsAre("spec.sinks[0].kafka.topic: required field is missing"));
   // The known list is capped.
@@ -717,9 +718,9 @@ TEST(JobSpecTest, WindowErrors) {
           "spec.operators[0].window.aggregates[1].sum: \"*\" is only valid for count; sum "
           "needs a field",
           "spec.operators[0].window.aggregates[2]: expected one of count, sum, min, max, "
-          "avg, count_distinct",
+          "avg, count_distinct, arg_max, arg_min",
           "spec.operators[0].window.aggregates[3]: expected exactly one of count, sum, "
-          "min, max, avg, count_distinct, got sum and avg",
+          "min, max, avg, count_distinct, arg_max, arg_min, got sum and avg",
           "spec.operators[0].window.aggregates[4].as: duplicate output name \"user\" "
           "(also a group_by field)",
           "spec.operators[0].window.aggregates[5].as: duplicate output name \"state\" "
@@ -728,6 +729,18 @@ TEST(JobSpecTest, WindowErrors) {
           "\"min\"?)",
           "spec.operators[0].window.aggregates[7].min: expected a field name or dot path, "
           "got a list"));
+  // arg_max / arg_min keep rows: `keep` names their fields, only there.
+  EXPECT_THAT(win("tumbling: 1h, aggregates: [{as: top, arg_max: price, keep: [auction, "
+                  "bid.price]}, {as: low, arg_min: price}]"),
+              IsEmpty());
+  EXPECT_THAT(win("tumbling: 1h, aggregates: [{as: a, sum: x, keep: [y]}, {as: b, arg_max: x, "
+                  "keep: []}, {as: c, arg_min: x, keep: [[y]]}]"),
+              ElementsAre("spec.operators[0].window.aggregates[0].keep: keep is only valid with "
+                          "arg_max or arg_min (the fields of each kept row)",
+                          "spec.operators[0].window.aggregates[1].keep: expected a non-empty "
+                          "list of fields, got an empty list",
+                          "spec.operators[0].window.aggregates[2].keep[0]: expected a field name "
+                          "or dot path, got a list"));
 }
 
 // Sources for join tests: two streams, a versioned table and a lookup table.

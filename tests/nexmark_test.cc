@@ -242,6 +242,36 @@ TEST_F(NexmarkTest, Q8JoinsPersonsToTheirAuctionsInTheSameWindow) {
   EXPECT_EQ(Missing(got, want, 5), "0 line(s)");
 }
 
+TEST_F(NexmarkTest, Q7KeepsTheHighestBidsOfEachWindow) {
+  const std::vector<std::string> out = RunQuery("q7");
+  // Brute force: per 10 s window, the maximum price and every bid with it.
+  constexpr int64_t kWindow = 10'000;
+  std::map<int64_t, std::pair<int64_t, json>> best;  // window -> (price, bids)
+  for (const json& b : *bids_) {
+    const int64_t w = Ms(b["dateTime"]) / kWindow;
+    const int64_t price = b["price"].get<int64_t>();
+    json row = {{"auction", b["auction"]},
+                {"price", b["price"]},
+                {"bidder", b["bidder"]},
+                {"dateTime", b["dateTime"]},
+                {"extra", b["extra"]}};
+    auto [it, inserted] = best.try_emplace(w, price, json::array({row}));
+    if (inserted) continue;
+    if (price > it->second.first) {
+      it->second = {price, json::array({row})};
+    } else if (price == it->second.first) {
+      it->second.second.push_back(row);
+    }
+  }
+  std::map<int64_t, json> got;  // window -> highest (FINAL)
+  for (const std::string& l : out) {
+    const json o = json::parse(l);
+    if (o["state"] == "FINAL") got[Ms(o["window_start"]) / kWindow] = o["highest"];
+  }
+  ASSERT_EQ(got.size(), best.size());
+  for (const auto& [w, b] : best) EXPECT_EQ(got[w], b.second) << "window " << w;
+}
+
 TEST_F(NexmarkTest, Q11CountsEachBiddersSessions) {
   const std::vector<std::string> out = RunQuery("q11");
   // Brute force: per bidder, bids in time order; a session ends when the

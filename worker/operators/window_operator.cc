@@ -104,8 +104,9 @@ struct WindowOperator::Acc {
   uint8_t scale = 0;
   double dsum = 0;
   bool has_double = false;
-  OwnedValue ext;  // min / max
+  OwnedValue ext;  // min / max; arg_max / arg_min: the extreme value
   absl::flat_hash_set<std::string> distinct;
+  std::vector<std::string> rows;  // arg_max / arg_min: the kept rows, JSON objects
 
   void AddNumber(const Value& v) {
     switch (v.type) {
@@ -137,6 +138,17 @@ struct WindowOperator::Acc {
     dsum += o.dsum;
     has_double = has_double || o.has_double;
     distinct.insert(o.distinct.begin(), o.distinct.end());
+  }
+  // arg_max / arg_min: `row` has value `v`; it replaces the rows when `v` is
+  // more extreme, joins them on a tie (`sign` 1: max, -1: min).
+  void ArgUpdate(const Value& v, int sign, std::string&& row) {
+    const int c = ext.type == ValueType::kNull ? 1 : sign * CompareValues(v, ext.view());
+    if (c < 0) return;
+    if (c > 0) {
+      ext.Set(v);
+      rows.clear();
+    }
+    rows.push_back(std::move(row));
   }
   double SumDouble() const {
     return static_cast<double>(isum) / static_cast<double>(Pow10(scale)) + dsum;
@@ -258,6 +270,11 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
       } else {
         acc.ext.Set(x);
         acc.ext.type = static_cast<ValueType>(xt.i);
+      }
+      if (int32_t rows = rec.FindChild(a, "rows"); rows >= 0) {
+        rec.ForEachChild(static_cast<uint32_t>(rows), [&](uint32_t c) {
+          acc.rows.emplace_back(rec.Get(static_cast<int32_t>(c)).s);
+        });
       }
       int32_t dv = rec.FindChild(a, "dv");
       if (dv >= 0) {
@@ -415,6 +432,26 @@ void WindowOperator::Update(Window& w, const Record& r) {
         CanonicalText(v, &scratch_);
         acc.distinct.insert(scratch_);
         break;
+      case AggFn::kArgMax:
+      case AggFn::kArgMin: {
+        if (v.type == ValueType::kObject || v.type == ValueType::kArray) break;
+        std::string row;
+        if (a.keep_paths.empty()) {
+          r.AppendJson(&row);
+        } else {
+          row.push_back('{');
+          for (size_t k = 0; k < a.keep_paths.size(); ++k) {
+            if (k > 0) row.push_back(',');
+            AppendJsonString(a.keep[k], &row);
+            row.push_back(':');
+            r.GetPath(a.keep_paths[k]).AppendJson(&row);
+          }
+          row.push_back('}');
+        }
+        acc.ArgUpdate(v, a.fn == AggFn::kArgMax ? 1 : -1, std::move(row));
+        ++acc.count;
+        break;
+      }
     }
   }
 }
@@ -472,6 +509,17 @@ void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Ou
       case AggFn::kCountDistinct:
         o.AddInt(a.as, static_cast<int64_t>(acc.distinct.size()));
         break;
+      case AggFn::kArgMax:
+      case AggFn::kArgMin: {
+        o.BeginArray(a.as);
+        JsonDecoder decoder;
+        Record row;
+        for (const std::string& json : acc.rows) {
+          if (decoder.Decode(json, &row).ok()) o.AddValue("", row.Get(0));
+        }
+        o.EndContainer();
+        break;
+      }
     }
   }
   if (!spec_.reconcile_path.empty()) {
@@ -550,6 +598,20 @@ WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, con
             dst.ext.type == ValueType::kNull ? 0 : CompareValues(src.ext.view(), dst.ext.view());
         if (dst.ext.type == ValueType::kNull || (a.fn == AggFn::kMin ? c < 0 : c > 0)) {
           dst.ext = src.ext;
+        }
+      }
+      if ((a.fn == AggFn::kArgMax || a.fn == AggFn::kArgMin) && src.ext.type != ValueType::kNull) {
+        // The more extreme side's rows; both sides' on a tie (sessions
+        // merge in start order, so earlier rows stay first).
+        const int sign = a.fn == AggFn::kArgMax ? 1 : -1;
+        const int c = dst.ext.type == ValueType::kNull
+                          ? 1
+                          : sign * CompareValues(src.ext.view(), dst.ext.view());
+        if (c > 0) {
+          dst.ext = src.ext;
+          dst.rows = src.rows;
+        } else if (c == 0) {
+          dst.rows.insert(dst.rows.end(), src.rows.begin(), src.rows.end());
         }
       }
       dst.Merge(src);
@@ -695,6 +757,11 @@ absl::Status WindowOperator::Flush(OperatorContext& ctx) {
         rec.AddInt("x", bits);
       } else {
         rec.AddValue("x", acc.ext.view());
+      }
+      if (!acc.rows.empty()) {
+        rec.BeginArray("rows");
+        for (const std::string& row : acc.rows) rec.AddString("", row);
+        rec.EndContainer();
       }
       if (!acc.distinct.empty()) {
         std::vector<std::string> sorted(acc.distinct.begin(), acc.distinct.end());

@@ -18,8 +18,9 @@
 //
 // Aggregates: count(* | field: non-null values), sum (exact for integers and
 // decimals: 128-bit fixed point; doubles make it a double), min, max, avg
-// (double), count_distinct (exact). Non-numeric values are ignored by
-// sum/avg, nulls by every aggregate but count(*).
+// (double), count_distinct (exact), arg_max / arg_min (every row with the
+// extreme value, as objects of the `keep` fields: a list). Non-numeric
+// values are ignored by sum/avg, nulls by every aggregate but count(*).
 //
 // State: every window lives in table "windows" (written at Flush, after each
 // batch) and in an in-memory map used for processing; Open() reloads the map

@@ -85,6 +85,44 @@ TEST(WindowOperatorTest, OnTimeLateFinalAndTooLateByHand) {
             30);
 }
 
+TEST(WindowOperatorTest, ArgMaxKeepsEveryTiedRowAndSurvivesARestore) {
+  WindowSpec spec = Tumbling(kHour, 0);
+  AggregateSpec top;
+  top.as = "top";
+  top.fn = AggFn::kArgMax;
+  top.field = "amount";
+  top.path = FieldPath::Parse("amount");
+  top.keep = {"id", "amount"};
+  top.keep_paths = {FieldPath::Parse("id"), FieldPath::Parse("amount")};
+  AggregateSpec low = top;
+  low.as = "low";
+  low.fn = AggFn::kArgMin;
+  low.keep.clear();
+  low.keep_paths.clear();  // the whole row
+  spec.aggregates = {top, low};
+  WindowOperator op(spec);
+  OperatorHarness h(&op);
+  ASSERT_TRUE(h.Open().ok());
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"a","amount":5,"x":1})", T(10, 1)).ok());
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"b","amount":9,"x":2})", T(10, 2)).ok());
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"c","amount":null})", T(10, 3)).ok());  // ignored
+  const std::string dir = ::testing::TempDir() + "/window_argmax_" + std::to_string(::getpid());
+  RemoveTree(dir);
+  ASSERT_TRUE(h.Snapshot(dir).ok());
+  // A restored operator goes on from the same rows.
+  WindowOperator restored(spec);
+  ASSERT_TRUE(h.RestoreInto(&restored, dir, h.watermark()).ok());
+  OperatorHarness& h2 = h;
+  ASSERT_TRUE(h2.ProcessJson(R"({"id":"d","amount":9.0,"x":3})", T(10, 4)).ok());  // a tie
+  ASSERT_TRUE(h2.ProcessJson(R"({"id":"e","amount":1,"x":4})", T(10, 5)).ok());
+  ASSERT_TRUE(h2.AdvanceWatermark(T(11, 0)).ok());
+  const std::string want =
+      R"("top":[{"id":"b","amount":9},{"id":"d","amount":9.0}],"low":[{"id":"e","amount":1,"x":4}])";
+  EXPECT_THAT(h2.TakeOutput(), ElementsAre(HasSubstr(want + R"(,"revision":1,"state":"ON_TIME")"),
+                                           HasSubstr(want + R"(,"revision":2,"state":"FINAL")")));
+  RemoveTree(dir);
+}
+
 TEST(WindowOperatorTest, RecordExactlyAtWatermarkIsNotLate) {
   WindowOperator op(Tumbling(kHour, 0));
   OperatorHarness h(&op);
