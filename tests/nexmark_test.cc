@@ -242,6 +242,45 @@ TEST_F(NexmarkTest, Q8JoinsPersonsToTheirAuctionsInTheSameWindow) {
   EXPECT_EQ(Missing(got, want, 5), "0 line(s)");
 }
 
+TEST_F(NexmarkTest, Q5FindsTheHotItemsOfEachSlidingWindow) {
+  const std::vector<std::string> out = RunQuery("q5");
+  // Brute force: every 10 s window starting at a multiple of 2 s counts the
+  // bids per auction; its hot items are the auctions with the most.
+  constexpr int64_t kSize = 10'000, kSlide = 2'000;
+  std::map<int64_t, std::map<int64_t, int64_t>> counts;  // window start -> auction -> bids
+  for (const json& b : *bids_) {
+    const int64_t t = Ms(b["dateTime"]);
+    const int64_t last = t / kSlide * kSlide;
+    for (int64_t s = last - kSize + kSlide; s <= last; s += kSlide) {
+      ++counts[s][b["auction"].get<int64_t>()];
+    }
+  }
+  std::map<std::string, std::set<std::string>> want;  // window_end -> hot items
+  for (const auto& [start, per_auction] : counts) {
+    int64_t most = 0;
+    for (const auto& [a, n] : per_auction) most = std::max(most, n);
+    for (const auto& [a, n] : per_auction) {
+      if (n != most) continue;
+      want[FormatIso8601(start + kSize)].insert(json{
+          {"auction", a},
+          {"bids", n},
+          {"window_start", FormatIso8601(start)},
+          {"window_end",
+           FormatIso8601(start + kSize)}}.dump());
+    }
+  }
+  // The job: one FINAL result per 2 s window, ending where its 10 s window does.
+  std::map<std::string, std::set<std::string>> got;
+  for (const std::string& l : out) {
+    const json o = json::parse(l);
+    if (o["state"] != "FINAL") continue;
+    std::set<std::string>& items = got[o["window_end"].get<std::string>()];
+    for (const json& h : o["hot"]) items.insert(h.dump());
+  }
+  EXPECT_GT(want.size(), 40u);
+  EXPECT_EQ(got, want);
+}
+
 TEST_F(NexmarkTest, Q7KeepsTheHighestBidsOfEachWindow) {
   const std::vector<std::string> out = RunQuery("q7");
   // Brute force: per 10 s window, the maximum price and every bid with it.
