@@ -22,8 +22,9 @@
 //    lists; random lowercase text with spaces for item names and
 //    descriptions); bids carry a channel and URL (half of them one of 4 hot
 //    channels); `extra` pads each row so the JSON lines average about 200
-//    (persons) and 500 (auctions) bytes; bids, whose URL alone is ~60 bytes,
-//    get no padding (about 170 bytes).
+//    (persons) and 500 (auctions) bytes; bids, whose channel, URL and
+//    ISO-8601 time alone exceed the reference's 100 bytes, get no padding
+//    (about 194 bytes).
 //
 // Deviations from the reference (docs/benchmarks.md "Nexmark"): a seeded
 // splitmix64 stream instead of java.util.Random, so the same seed gives the
