@@ -201,6 +201,7 @@ TEST_F(NexmarkTest, Q2SelectsTheBidsOfEvery123rdAuction) {
   }
   ASSERT_FALSE(want.empty());
   std::vector<std::string> got;
+  got.reserve(out.size());
   for (const std::string& l : out) got.push_back(json::parse(l).dump());
   EXPECT_EQ(got, want);
 }
@@ -233,6 +234,7 @@ TEST_F(NexmarkTest, Q8JoinsPersonsToTheirAuctionsInTheSameWindow) {
     }
   }
   std::vector<std::string> got;
+  got.reserve(out.size());
   for (const std::string& l : out) got.push_back(json::parse(l).dump());
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());
@@ -343,6 +345,7 @@ TEST_F(NexmarkTest, Q11CountsEachBiddersSessions) {
     last[o.dump()] = o;
   }
   std::vector<std::string> got;
+  got.reserve(last.size());
   for (const auto& [k, o] : last) got.push_back(k);
   std::sort(want.begin(), want.end());
   EXPECT_GT(want.size(), 100u);
