@@ -20,6 +20,8 @@
 #include "common/time_util.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
+#include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_test_util.h"
 
 namespace caravela {
 namespace {
@@ -352,6 +354,37 @@ TEST_F(NexmarkTest, Q11CountsEachBiddersSessions) {
   EXPECT_EQ(got.size(), want.size());
   EXPECT_EQ(Missing(want, got, 5), "0 line(s)");
   EXPECT_EQ(Missing(got, want, 5), "0 line(s)");
+}
+
+TEST(NexmarkCliTest, GenProducesTheFilesToKafkaTopics) {
+  TempDir tmp("nexmark-kafka", "CARAVELA_KEEP_TEST_DIRS", "nexmark kafka test");
+  const fs::path& d = tmp.path();
+  auto broker = EmbeddedBroker::Start(0, 4);
+  ASSERT_TRUE(broker.ok()) << broker.status();
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " nexmark gen --events 5000 --out ",
+                            (d / "events").string(), " --kafka ", (*broker)->bootstrap()),
+               d / "gen.log"),
+            0)
+      << ReadFile(d / "gen.log");
+  // Each topic holds its file's lines, spread over its partitions.
+  const std::pair<const char*, const char*> topics[] = {{"nexmark-person", "persons.jsonl"},
+                                                        {"nexmark-auction", "auctions.jsonl"},
+                                                        {"nexmark-bid", "bids.jsonl"}};
+  for (const auto& [topic, file] : topics) {
+    auto records = ConsumeAll((*broker)->bootstrap(), topic);
+    ASSERT_TRUE(records.ok()) << records.status();
+    std::vector<std::string> got;
+    std::set<int32_t> partitions;
+    for (const KafkaConsumedRecord& r : *records) {
+      got.push_back(r.value);
+      partitions.insert(r.partition);
+    }
+    std::vector<std::string> want = ReadLines(d / "events" / file);
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want) << topic;
+    if (want.size() > 100) EXPECT_EQ(partitions.size(), 4u) << topic;
+  }
 }
 
 TEST(NexmarkCliTest, BadInputGivesClearErrors) {
