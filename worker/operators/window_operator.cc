@@ -181,6 +181,10 @@ struct WindowOperator::Window {
   // when sessions merge).
   int64_t events = 0;
   uint64_t id_digest = 0;
+  // Its key is in the state table (written by a Flush, or loaded): erasing
+  // it must delete it there. A window created and finalized between two
+  // flushes never touches the table.
+  bool stored = false;
 };
 
 WindowOperator::WindowOperator(WindowSpec spec) : spec_(std::move(spec)) {
@@ -239,6 +243,7 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
       return false;
     }
     auto w = std::make_unique<Window>();
+    w->stored = true;  // loaded from the table
     w->group_key.assign(rec.GetPath(FieldPath::Parse("gk")).s);
     int32_t g = rec.FindChild(0, "g");
     w->group.EnsureRoot();
@@ -542,9 +547,10 @@ void WindowOperator::Erase(const std::string& key) {
   Window& w = *it->second;
   if (w.dirty && !w.fired) --dirty_unfired_;
   Unindex(key, w);
+  const bool stored = w.stored;
   windows_.erase(it);
   to_persist_.erase(key);
-  to_delete_.insert(key);
+  if (stored) to_delete_.insert(key);
 }
 
 WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r,
@@ -618,7 +624,8 @@ WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, con
     }
   }
   for (const std::string& k : merge) Erase(k);
-  to_delete_.erase(key);
+  // Its key may be an absorbed session's, stored: the merged one replaces it.
+  merged->stored = to_delete_.erase(key) > 0;
   merged->fired = W >= new_end;
   Window* w = merged.get();
   Index(key, *w);
@@ -776,6 +783,7 @@ absl::Status WindowOperator::Flush(OperatorContext& ctx) {
     json.clear();
     rec.AppendJson(&json);
     table_->Put(key, json);
+    it->second->stored = true;
   }
   to_persist_.clear();
   return absl::OkStatus();
