@@ -969,11 +969,36 @@ class SpecParser {
 
   void WindowJoin(const YAML::Node& k, const std::string& kpath, int index, const std::string& self,
                   WindowJoinSpec* j) {
-    if (!CheckMap(k, kpath,
-                  {"left", "right", "on", "tumbling", "hopping", "type", "allowed_lateness"})) {
+    if (!CheckMap(
+            k, kpath,
+            {"left", "right", "on", "tumbling", "hopping", "type", "allowed_lateness", "keep"})) {
       return;
     }
     JoinSides(k, kpath, index, self, "window_join", &j->left, &j->right);
+    if (YAML::Node keep = Field(k, "keep"); keep.IsDefined()) {
+      const std::string kp = Join(kpath, "keep");
+      if (CheckMap(keep, kp, {"left", "right"})) {
+        for (int side = 0; side < 2; ++side) {
+          const char* name = side == 0 ? "left" : "right";
+          YAML::Node list = Field(keep, name);
+          if (!list.IsDefined()) continue;
+          const std::string lp = Join(kp, name);
+          if (!list.IsSequence() || list.size() == 0) {
+            Err(lp,
+                absl::StrCat("expected a non-empty list of fields, got ",
+                             list.IsSequence() ? std::string("an empty list") : Describe(list)));
+            continue;
+          }
+          j->has_keep[side] = true;
+          for (size_t f = 0; f < list.size(); ++f) {
+            if (auto p = Path(list[f], Index(lp, f))) {
+              j->keep[side].push_back(list[f].Scalar());
+              j->keep_paths[side].push_back(*p);
+            }
+          }
+        }
+      }
+    }
     j->on = JoinKeys(k, kpath, "left", "right");
     std::string kind = ExactlyOne(k, kpath, {"tumbling", "hopping"});
     if (kind == "tumbling") {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -729,6 +730,34 @@ TEST(JobSpecTest, WindowErrors) {
           "\"min\"?)",
           "spec.operators[0].window.aggregates[7].min: expected a field name or dot path, "
           "got a list"));
+  // window_join keep: per side, a non-empty list of fields.
+  {
+    const std::string jobs = R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: j}
+spec:
+  sources:
+    - {name: a, file: {path: a.jsonl}, event_time: {field: t, format: epoch_ms}}
+    - {name: b, file: {path: b.jsonl}, event_time: {field: t, format: epoch_ms}}
+  operators:
+    - name: w
+      window_join: {left: a, right: b, on: [[k, k]], tumbling: 1h, KEEP}
+  sinks:
+    - {from: w, stdout: {}}
+)";
+    auto errors = [&](const std::string& keep) {
+      std::vector<std::string> out;
+      for (const SpecError& e : ParseJobSpec(absl::StrReplaceAll(jobs, {{"KEEP", keep}})).errors) {
+        out.push_back(e.ToString());
+      }
+      return out;
+    };
+    EXPECT_THAT(errors("keep: {left: [id, x.y]}"), IsEmpty());
+    EXPECT_THAT(errors("keep: {left: [], middle: [a]}"),
+                ElementsAre(HasSubstr("spec.operators[0].window_join.keep.middle: unknown field"),
+                            "spec.operators[0].window_join.keep.left: expected a non-empty list "
+                            "of fields, got an empty list"));
+  }
   // arg_max / arg_min keep rows: `keep` names their fields, only there.
   EXPECT_THAT(win("tumbling: 1h, aggregates: [{as: top, arg_max: price, keep: [auction, "
                   "bid.price]}, {as: low, arg_min: price}]"),

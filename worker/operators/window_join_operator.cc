@@ -44,6 +44,20 @@ WindowJoinOperator::Window& WindowJoinOperator::GetWindow(int64_t start, bool* c
   return it->second;
 }
 
+const Record& WindowJoinOperator::Kept(int side, const Record& r) {
+  if (!spec_.has_keep[side]) return r;
+  kept_.Clear();
+  kept_.EnsureRoot();
+  for (size_t k = 0; k < spec_.keep_paths[side].size(); ++k) {
+    kept_.AddValue(spec_.keep[side][k], r.GetPath(spec_.keep_paths[side][k]));
+  }
+  kept_.event_time = r.event_time;
+  kept_.arrival = r.arrival;
+  kept_.partition = r.partition;
+  kept_.offset = r.offset;
+  return kept_;
+}
+
 void WindowJoinOperator::AddRow(Window& w, const std::string& key, int side, int64_t time,
                                 uint64_t seq, const Record& rec, bool persisted) {
   auto [it, inserted] = w.keys.try_emplace(key, static_cast<uint32_t>(w.groups.size()));
@@ -220,11 +234,13 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   const int side = input;
   const int other = 1 - side;
   const int64_t w = ctx.watermark();
-  for (const Record& r : batch) {
-    const int64_t t = r.event_time;
+  for (const Record& input_row : batch) {
+    const int64_t t = input_row.event_time;
     key_.clear();
     key_.push_back(kKeyPrefix);
-    const bool has_key = AppendJoinKey(r, paths_[side], &key_);
+    const bool has_key = AppendJoinKey(input_row, paths_[side], &key_);
+    // What is buffered and emitted of it: the `keep` fields, or all.
+    const Record& r = Kept(side, input_row);
     if (!has_key) key_.assign(1, kNullKeyPrefix);
     bool used = false;
     // Windows containing t: starts s = k * slide with s <= t < s + size.
@@ -260,8 +276,8 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     if (!used) {
       too_late_->Add();
       Record& s = out.EmitSide(0);
-      BuildSideRecord(ctx, r, "window already final (event time < watermark - allowed_lateness)",
-                      &s);
+      BuildSideRecord(ctx, input_row,
+                      "window already final (event time < watermark - allowed_lateness)", &s);
       s.AddString("side", kSideNames[side]);
     }
   }

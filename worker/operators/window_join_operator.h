@@ -19,6 +19,9 @@
 //    (W >= end + allowed_lateness); the window's state is then deleted.
 //    Nothing is ever retracted: a row is padded only when no more partner
 //    can arrive.
+// With `keep: {left: [..], right: [..]}` a side's rows are buffered and
+// emitted with only those fields (the join key is read first), which keeps
+// the state of joins over wide rows small.
 // A record whose windows are all final goes to side output `too_late` (with
 // "side"); with hopping windows it still joins in its open windows. W is the
 // operator's watermark before the batch (SPEC §2).
@@ -150,6 +153,10 @@ class WindowJoinOperator : public Operator {
   Window spare_;  // a dropped window's (empty) buffers
   bool has_spare_ = false;
 
+  // The part of `r` buffered and emitted: the side's `keep` fields (into
+  // kept_), or `r` itself.
+  const Record& Kept(int side, const Record& r);
+  Record kept_;
   Counter* too_late_ = nullptr;
   Counter* matches_ = nullptr;
   Counter* padded_ = nullptr;

@@ -92,6 +92,26 @@ TEST(WindowJoinTest, TumblingInnerJoinEmitsEveryPairWhenTheWindowCloses) {
   EXPECT_EQ(op.window_count(), 0u);
 }
 
+TEST(WindowJoinTest, KeepBuffersAndEmitsOnlyTheNamedFieldsOfASide) {
+  WindowJoinSpec spec = Spec(JoinType::kLeft, kHour, kHour);
+  spec.has_keep[L] = true;
+  spec.keep[L] = {"id", "extra.tag"};
+  spec.keep_paths[L] = {FieldPath::Parse("id"), FieldPath::Parse("extra.tag")};
+  WindowJoinOperator op(spec);
+  OperatorHarness h(&op);
+  ASSERT_TRUE(h.Open().ok());
+  // The key is read before the row is cut down (k is not kept).
+  ASSERT_TRUE(
+      h.ProcessJson(R"({"id":"l1","k":1,"extra":{"tag":"x","wide":"yyyy"}})", T(10, 5), L).ok());
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"l2","k":2})", T(10, 6), L).ok());
+  ASSERT_TRUE(h.ProcessJson(Row("r1", "1"), T(10, 7), R).ok());  // right: whole rows
+  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  const int64_t s = T(10, 0), e = T(11, 0);
+  EXPECT_THAT(h.TakeOutput(),
+              ElementsAre(Out(s, e, R"({"id":"l1","extra.tag":"x"})", Row("r1", "1")),
+                          Out(s, e, R"({"id":"l2","extra.tag":null})", "null")));
+}
+
 TEST(WindowJoinTest, OutputEventTimeIsWindowEndMinusOneAndWatermarkIsHeldBack) {
   WindowJoinOperator op(Spec(JoinType::kFull, kHour, kHour, 10 * kMin));
   MetricsRegistry metrics;
