@@ -349,10 +349,10 @@ void WindowOperator::Index(const std::string& key, const Window& w) {
   if (spec_.kind == WindowSpec::Kind::kSession) sessions_[w.group_key][w.start] = key;
 }
 
-void WindowOperator::Unindex(const std::string& key, const Window& w) {
-  pending_on_time_.erase({w.end, key});
-  pending_final_.erase({SatAdd(w.end, spec_.allowed_lateness), key});
-  late_changed_.erase({w.end, key});
+void WindowOperator::Unindex(const std::string& key, const Window& w, bool in_final) {
+  if (!w.fired) pending_on_time_.erase({w.end, key});  // a fired window left it
+  if (in_final) pending_final_.erase({SatAdd(w.end, spec_.allowed_lateness), key});
+  if (!late_changed_.empty()) late_changed_.erase({w.end, key});
   if (spec_.kind == WindowSpec::Kind::kSession) {
     auto it = sessions_.find(w.group_key);
     if (it != sessions_.end()) {
@@ -541,12 +541,12 @@ void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Ou
   }
 }
 
-void WindowOperator::Erase(const std::string& key) {
+void WindowOperator::Erase(const std::string& key, bool in_final) {
   auto it = windows_.find(key);
   if (it == windows_.end()) return;
   Window& w = *it->second;
   if (w.dirty && !w.fired) --dirty_unfired_;
-  Unindex(key, w);
+  Unindex(key, w, in_final);
   const bool stored = w.stored;
   windows_.erase(it);
   to_persist_.erase(key);
@@ -696,19 +696,22 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
 
 absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
   const int64_t W = ctx.watermark();
+  // Entries are taken out of the ordered sets whole (no key copy, no second
+  // lookup to erase them).
   while (!pending_on_time_.empty() && pending_on_time_.begin()->first <= W) {
-    std::string key = pending_on_time_.begin()->second;
-    pending_on_time_.erase(pending_on_time_.begin());
+    auto node = pending_on_time_.extract(pending_on_time_.begin());
+    std::string& key = node.value().second;
     Window& w = *windows_.at(key);
     Emit(ctx, w, "ON_TIME", out);
     w.fired = true;
-    to_persist_.insert(key);
+    to_persist_.insert(std::move(key));
   }
   while (!pending_final_.empty() && pending_final_.begin()->first <= W) {
-    std::string key = pending_final_.begin()->second;
+    auto node = pending_final_.extract(pending_final_.begin());
+    const std::string& key = node.value().second;
     Window& w = *windows_.at(key);
     Emit(ctx, w, "FINAL", out);
-    Erase(key);
+    Erase(key, /*in_final=*/false);
   }
   if (dirty_unfired_ == 0) next_timer_ = kMaxTime;
   return absl::OkStatus();

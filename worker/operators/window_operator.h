@@ -73,12 +73,15 @@ class WindowOperator : public Operator {
   void Update(Window& w, const Record& r);
   void MarkChanged(OperatorContext& ctx, const std::string& key, Window& w);
   void Emit(OperatorContext& ctx, Window& w, const char* state, Output& out);
-  void Erase(const std::string& key);
+  // Forgets window `key` (and schedules its deletion from the table if it
+  // was stored); `in_final` false: the caller already took it out of
+  // pending_final_.
+  void Erase(const std::string& key, bool in_final = true);
   // How a record arrived (window_records_total{arrival}); indexes below.
   enum Arrival { kOnTime = 0, kLate = 1, kTooLate = 2 };
   Arrival ProcessSession(OperatorContext& ctx, const Record& r, Output& out);
   void Index(const std::string& key, const Window& w);
-  void Unindex(const std::string& key, const Window& w);
+  void Unindex(const std::string& key, const Window& w, bool in_final = true);
   void ArmEarlyTimer(OperatorContext& ctx);
   std::string GroupKey(const Record& r);
 
