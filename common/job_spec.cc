@@ -423,6 +423,21 @@ class SpecParser {
     return out;
   }
 
+  // PathList for a list that must name at least one field (an empty or
+  // non-list value is an error naming the path).
+  std::vector<FieldPath> NonEmptyPathList(const YAML::Node& map, std::string_view key,
+                                          const std::string& parent,
+                                          std::vector<std::string>* texts) {
+    YAML::Node n = Field(map, key);
+    if (n.IsDefined() && (!n.IsSequence() || n.size() == 0)) {
+      Err(Join(parent, key),
+          absl::StrCat("expected a non-empty list of fields, got ",
+                       n.IsSequence() ? std::string("an empty list") : Describe(n)));
+      return {};
+    }
+    return PathList(map, key, parent, texts);
+  }
+
   // Exactly one of `kinds` must be a key of `map`; returns it or "".
   std::string ExactlyOne(const YAML::Node& map, const std::string& path, Keys kinds) {
     std::vector<std::string> present;
@@ -979,23 +994,8 @@ class SpecParser {
       const std::string kp = Join(kpath, "keep");
       if (CheckMap(keep, kp, {"left", "right"})) {
         for (int side = 0; side < 2; ++side) {
-          const char* name = side == 0 ? "left" : "right";
-          YAML::Node list = Field(keep, name);
-          if (!list.IsDefined()) continue;
-          const std::string lp = Join(kp, name);
-          if (!list.IsSequence() || list.size() == 0) {
-            Err(lp,
-                absl::StrCat("expected a non-empty list of fields, got ",
-                             list.IsSequence() ? std::string("an empty list") : Describe(list)));
-            continue;
-          }
-          j->has_keep[side] = true;
-          for (size_t f = 0; f < list.size(); ++f) {
-            if (auto p = Path(list[f], Index(lp, f))) {
-              j->keep[side].push_back(list[f].Scalar());
-              j->keep_paths[side].push_back(*p);
-            }
-          }
+          j->keep_paths[side] =
+              NonEmptyPathList(keep, side == 0 ? "left" : "right", kp, &j->keep[side]);
         }
       }
     }
@@ -1205,17 +1205,8 @@ class SpecParser {
         const std::string kpath2 = Join(ipath, "keep");
         if (agg.fn != AggFn::kArgMax && agg.fn != AggFn::kArgMin) {
           Err(kpath2, "keep is only valid with arg_max or arg_min (the fields of each kept row)");
-        } else if (!keep.IsSequence() || keep.size() == 0) {
-          Err(kpath2,
-              absl::StrCat("expected a non-empty list of fields, got ",
-                           keep.IsSequence() ? std::string("an empty list") : Describe(keep)));
         } else {
-          for (size_t f = 0; f < keep.size(); ++f) {
-            if (auto p = Path(keep[f], Index(kpath2, f))) {
-              agg.keep.push_back(keep[f].Scalar());
-              agg.keep_paths.push_back(*p);
-            }
-          }
+          agg.keep_paths = NonEmptyPathList(item, "keep", ipath, &agg.keep);
         }
       }
       w->aggregates.push_back(std::move(agg));

@@ -151,7 +151,6 @@ struct WindowJoinSpec {
   // joins that use a few fields of wide rows (Nexmark q8).
   std::vector<std::string> keep[2];
   std::vector<FieldPath> keep_paths[2];
-  bool has_keep[2] = {false, false};
 };
 
 // temporal_join and lookup_join: a stream against a table source (`table`

@@ -757,6 +757,9 @@ spec:
                 ElementsAre(HasSubstr("spec.operators[0].window_join.keep.middle: unknown field"),
                             "spec.operators[0].window_join.keep.left: expected a non-empty list "
                             "of fields, got an empty list"));
+    // The lists are field lists like group_by's: a field named twice is an error.
+    EXPECT_THAT(errors("keep: {right: [id, id]}"),
+                ElementsAre("spec.operators[0].window_join.keep.right[1]: duplicate field \"id\""));
   }
   // arg_max / arg_min keep rows: `keep` names their fields, only there.
   EXPECT_THAT(win("tumbling: 1h, aggregates: [{as: top, arg_max: price, keep: [auction, "

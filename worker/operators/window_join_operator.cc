@@ -45,7 +45,7 @@ WindowJoinOperator::Window& WindowJoinOperator::GetWindow(int64_t start, bool* c
 }
 
 const Record& WindowJoinOperator::Kept(int side, const Record& r) {
-  if (!spec_.has_keep[side]) return r;
+  if (spec_.keep_paths[side].empty()) return r;
   kept_.Clear();
   kept_.EnsureRoot();
   for (size_t k = 0; k < spec_.keep_paths[side].size(); ++k) {

@@ -94,7 +94,6 @@ TEST(WindowJoinTest, TumblingInnerJoinEmitsEveryPairWhenTheWindowCloses) {
 
 TEST(WindowJoinTest, KeepBuffersAndEmitsOnlyTheNamedFieldsOfASide) {
   WindowJoinSpec spec = Spec(JoinType::kLeft, kHour, kHour);
-  spec.has_keep[L] = true;
   spec.keep[L] = {"id", "extra.tag"};
   spec.keep_paths[L] = {FieldPath::Parse("id"), FieldPath::Parse("extra.tag")};
   WindowJoinOperator op(spec);
