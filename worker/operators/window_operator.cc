@@ -139,16 +139,32 @@ struct WindowOperator::Acc {
     has_double = has_double || o.has_double;
     distinct.insert(o.distinct.begin(), o.distinct.end());
   }
-  // arg_max / arg_min: `row` has value `v`; it replaces the rows when `v` is
-  // more extreme, joins them on a tie (`sign` 1: max, -1: min).
+  // arg_max / arg_min (`sign` 1: max, -1: min): > 0 when `v` is more
+  // extreme than the rows kept (or none are), 0 on a tie.
+  int ArgRank(const Value& v, int sign) const {
+    return ext.type == ValueType::kNull ? 1 : sign * CompareValues(v, ext.view());
+  }
+  // `row` has value `v`: it replaces the rows when more extreme, joins them
+  // on a tie.
   void ArgUpdate(const Value& v, int sign, std::string&& row) {
-    const int c = ext.type == ValueType::kNull ? 1 : sign * CompareValues(v, ext.view());
+    const int c = ArgRank(v, sign);
     if (c < 0) return;
     if (c > 0) {
       ext.Set(v);
       rows.clear();
     }
     rows.push_back(std::move(row));
+  }
+  // Another window's rows (a session merge): the same rule for its extreme.
+  void ArgMerge(const Acc& o, int sign) {
+    if (o.ext.type == ValueType::kNull) return;
+    const int c = ArgRank(o.ext.view(), sign);
+    if (c > 0) {
+      ext = o.ext;
+      rows = o.rows;
+    } else if (c == 0) {
+      rows.insert(rows.end(), o.rows.begin(), o.rows.end());
+    }
   }
   double SumDouble() const {
     return static_cast<double>(isum) / static_cast<double>(Pow10(scale)) + dsum;
@@ -606,19 +622,9 @@ WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, con
           dst.ext = src.ext;
         }
       }
-      if ((a.fn == AggFn::kArgMax || a.fn == AggFn::kArgMin) && src.ext.type != ValueType::kNull) {
-        // The more extreme side's rows; both sides' on a tie (sessions
-        // merge in start order, so earlier rows stay first).
-        const int sign = a.fn == AggFn::kArgMax ? 1 : -1;
-        const int c = dst.ext.type == ValueType::kNull
-                          ? 1
-                          : sign * CompareValues(src.ext.view(), dst.ext.view());
-        if (c > 0) {
-          dst.ext = src.ext;
-          dst.rows = src.rows;
-        } else if (c == 0) {
-          dst.rows.insert(dst.rows.end(), src.rows.begin(), src.rows.end());
-        }
+      if (a.fn == AggFn::kArgMax || a.fn == AggFn::kArgMin) {
+        // Sessions merge in start order, so earlier rows stay first on a tie.
+        dst.ArgMerge(src, a.fn == AggFn::kArgMax ? 1 : -1);
       }
       dst.Merge(src);
     }

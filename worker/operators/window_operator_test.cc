@@ -15,6 +15,7 @@
 namespace caravela {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -121,6 +122,42 @@ TEST(WindowOperatorTest, ArgMaxKeepsEveryTiedRowAndSurvivesARestore) {
   EXPECT_THAT(h2.TakeOutput(), ElementsAre(HasSubstr(want + R"(,"revision":1,"state":"ON_TIME")"),
                                            HasSubstr(want + R"(,"revision":2,"state":"FINAL")")));
   RemoveTree(dir);
+}
+
+TEST(WindowOperatorTest, ArgMaxRowsOfMergedSessionsKeepTheHigherOrBothOnATie) {
+  WindowSpec spec;
+  spec.kind = WindowSpec::Kind::kSession;
+  spec.gap = 10 * kMin;
+  AggregateSpec top;
+  top.as = "top";
+  top.fn = AggFn::kArgMax;
+  top.field = "amount";
+  top.path = FieldPath::Parse("amount");
+  top.keep = {"id"};
+  top.keep_paths = {FieldPath::Parse("id")};
+  spec.aggregates = {top};
+  WindowOperator op(spec);
+  OperatorHarness h(&op);
+  ASSERT_TRUE(h.Open().ok());
+  // Two sessions, 20 min apart, each with a 9; then a record between them
+  // merges them: both 9s are kept, the earlier session's first.
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"a","amount":9})", T(10, 0)).ok());
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"b","amount":9})", T(10, 20)).ok());
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"c","amount":1})", T(10, 10)).ok());
+  // And a third, merged with a higher value: it replaces them.
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"d","amount":5})", T(11, 0)).ok());
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"e","amount":12})", T(10, 40)).ok());
+  ASSERT_TRUE(h.ProcessJson(R"({"id":"f","amount":2})", T(10, 50)).ok());
+  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  EXPECT_THAT(h.TakeOutput(), Contains(HasSubstr(R"("top":[{"id":"e"}],"revision")")));
+  WindowOperator two(spec);
+  OperatorHarness h2(&two);
+  ASSERT_TRUE(h2.Open().ok());
+  ASSERT_TRUE(h2.ProcessJson(R"({"id":"a","amount":9})", T(10, 0)).ok());
+  ASSERT_TRUE(h2.ProcessJson(R"({"id":"b","amount":9})", T(10, 20)).ok());
+  ASSERT_TRUE(h2.ProcessJson(R"({"id":"c","amount":1})", T(10, 10)).ok());
+  ASSERT_TRUE(h2.AdvanceWatermark(kMaxTime).ok());
+  EXPECT_THAT(h2.TakeOutput(), Contains(HasSubstr(R"("top":[{"id":"a"},{"id":"b"}],"revision")")));
 }
 
 TEST(WindowOperatorTest, RecordExactlyAtWatermarkIsNotLate) {

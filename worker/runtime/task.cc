@@ -389,18 +389,13 @@ absl::Status Task::Impl::Build() {
     }
     on.ctx = std::make_unique<OperatorContext>(os.name, state, metrics, clock);
     on.ctx->set_epoch(epoch);
-    on.records_in = metrics->Get("operator_records_in_total", absl::StrCat("op=\"", os.name, "\""));
-    on.records_out =
-        metrics->Get("operator_records_out_total", absl::StrCat("op=\"", os.name, "\""));
+    const std::string op_label = absl::StrCat("op=\"", os.name, "\"");
+    on.records_in = metrics->Get("operator_records_in_total", op_label);
+    on.records_out = metrics->Get("operator_records_out_total", op_label);
     for (const std::string& side : on.op->SideOutputs()) {
-      on.side_records.push_back(
-          metrics->Get("operator_side_records_total",
-                       absl::StrCat("op=\"", os.name, "\",output=\"", side, "\"")));
-    }
-    for (const std::string& side : on.op->SideOutputs()) {
-      if (side == "too_late") {
-        on.late = metrics->Get("operator_late_records_total", absl::StrCat("op=\"", os.name, "\""));
-      }
+      on.side_records.push_back(metrics->Get("operator_side_records_total",
+                                             absl::StrCat(op_label, ",output=\"", side, "\"")));
+      if (side == "too_late") on.late = metrics->Get("operator_late_records_total", op_label);
     }
     on.out.Resize(on.op->SideOutputs().size());
     on.here = OperatorHere(os);
@@ -1384,7 +1379,6 @@ absl::Status Task::Impl::ApplyManifest(const CheckpointManifest& m) {
       std::lock_guard<std::mutex> lock(partitions_mu);
       published_live.clear();
     }
-    src.live_applied.reset();
     ASSIGN_OR_RETURN(src.raw, OpenRawSource(*src.spec, src.owned, start));
     src.applied = src.raw->Positions();
     src.ResetLiveApplied();
