@@ -399,6 +399,15 @@ void Scheduler::Resume(v1::Job& job, JobRun& run) {
               run.in_flight > 0 ? absl::StrCat(", completing checkpoint ", run.in_flight) : "");
 }
 
+void Scheduler::TriggerCheckpoint(const std::string& job_id, JobRun& run, int64_t now_ms,
+                                  bool stop) {
+  run.in_flight = run.next_id++;
+  run.in_flight_since_ms = now_ms;
+  next_ids_[job_id] = run.next_id;
+  run.stop_at = stop;
+  run.finishing = stop;
+}
+
 void Scheduler::Advance(v1::Job& job, JobRun& run) {
   const int64_t now = clock_->NowMs();
   auto all_tasks = [&](auto pred) {
@@ -446,11 +455,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
   }
   if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0 && !job.savepoint_to().empty()) {
     // The job's last checkpoint, copied to the savepoint once complete.
-    run.in_flight = run.next_id++;
-    run.in_flight_since_ms = clock_->NowMs();
-    next_ids_[job.id()] = run.next_id;
-    run.stop_at = true;
-    run.finishing = true;
+    TriggerCheckpoint(job.id(), run, now, /*stop=*/true);
     Log()->info("job {} epoch {}: stopping at checkpoint {} for a savepoint to {}", job.id(),
                 run.epoch, run.in_flight, job.savepoint_to());
   }
@@ -462,12 +467,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     if (why.empty()) why = Imbalance(run);
     if (!why.empty()) {
       run.handoff = why;
-      run.in_flight = run.next_id++;
-      run.in_flight_since_ms = clock_->NowMs();
-      run.in_flight_since_ms = clock_->NowMs();
-      next_ids_[job.id()] = run.next_id;
-      run.stop_at = true;
-      run.finishing = true;
+      TriggerCheckpoint(job.id(), run, now, /*stop=*/true);
       Log()->info("job {} epoch {}: {}: stopping at checkpoint {} to move tasks", job.id(),
                   run.epoch, why, run.in_flight);
     }
@@ -476,12 +476,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     const bool end =
         all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
     if (run.interval_ms > 0 && (end || now >= run.next_trigger_at)) {
-      run.in_flight = run.next_id++;
-      run.in_flight_since_ms = clock_->NowMs();
-      run.in_flight_since_ms = clock_->NowMs();
-      next_ids_[job.id()] = run.next_id;
-      run.stop_at = end;
-      run.finishing = end;
+      TriggerCheckpoint(job.id(), run, now, /*stop=*/end);
       run.next_trigger_at = now + run.interval_ms;
     } else if (run.interval_ms <= 0 && end) {
       run.finish = true;

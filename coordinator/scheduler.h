@@ -189,6 +189,9 @@ class Scheduler {
   // An adopted run whose tasks all reported: resume its checkpoints.
   void Resume(v1::Job& job, JobRun& run);
   void Advance(v1::Job& job, JobRun& run);
+  // Triggers the run's next checkpoint at `now_ms`; `stop`: the tasks stop
+  // at it (the run is finishing).
+  void TriggerCheckpoint(const std::string& job_id, JobRun& run, int64_t now_ms, bool stop);
   void Fail(v1::Job& job, const std::string& why);
   // The run ended at its last checkpoint for a savepoint: copies it on a
   // thread; Tick() ends the job when the copy is written.
