@@ -99,7 +99,7 @@ int64_t NexmarkGenerator::RandBelow(int64_t n) {
   return n <= 1 ? 0 : static_cast<int64_t>(Rand() % static_cast<uint64_t>(n));
 }
 
-double NexmarkGenerator::Unit() { return static_cast<double>(Rand() >> 11) * 0x1.0p-53; }
+double NexmarkGenerator::Unit() { return UnitDouble(Rand()); }
 
 int64_t NexmarkGenerator::Price() { return std::llround(std::pow(10.0, Unit() * 6.0) * 100.0); }
 

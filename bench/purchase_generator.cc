@@ -17,9 +17,6 @@ constexpr const char* kCountries[] = {"US", "DE", "GB", "FR", "BR", "PT", "ES", 
                                       "DK", "NO", "FI", "CZ", "RO", "GR", "HU", "AR", "CL", "CO",
                                       "ZA", "NG", "KE", "EG", "TR", "KR", "SG", "NZ", "TH", "VN"};
 
-// Uniform double in [0, 1) from 53 random bits.
-double Unit(uint64_t r) { return static_cast<double>(r >> 11) * 0x1.0p-53; }
-
 // The i-th random draw of purchase `p` (independent of generation order).
 uint64_t Draw(uint64_t seed, int64_t p, int i) {
   return Mix64(seed ^ Mix64(static_cast<uint64_t>(p) * 8 + static_cast<uint64_t>(i)));
@@ -58,27 +55,27 @@ void PurchaseGenerator::GenerateNext() {
                        static_cast<int64_t>(static_cast<__int128>(p) * options_.span_ms / n) +
                        jitter;
   int64_t delay;
-  bool late = Unit(Draw(seed, p, 1)) < options_.late_upload_fraction;
+  bool late = UnitDouble(Draw(seed, p, 1)) < options_.late_upload_fraction;
   if (late) {
     delay = options_.late_upload_min_ms +
             static_cast<int64_t>(
-                Unit(Draw(seed, p, 2)) *
+                UnitDouble(Draw(seed, p, 2)) *
                 static_cast<double>(options_.late_upload_max_ms - options_.late_upload_min_ms));
     ++stats_.late_uploads;
   } else {
     // Most deliveries are prompt; a tail reaches max_disorder_ms.
-    double u = Unit(Draw(seed, p, 2));
+    double u = UnitDouble(Draw(seed, p, 2));
     delay = static_cast<int64_t>(u * u * static_cast<double>(options_.max_disorder_ms));
   }
   Pending first{event_time + delay, next_seq_++, p, event_time, false, false};
   heap_.push(first);
-  if (Unit(Draw(seed, p, 3)) < options_.retry_fraction) {
-    int64_t retry_delay = 100 + static_cast<int64_t>(Unit(Draw(seed, p, 4)) *
+  if (UnitDouble(Draw(seed, p, 3)) < options_.retry_fraction) {
+    int64_t retry_delay = 100 + static_cast<int64_t>(UnitDouble(Draw(seed, p, 4)) *
                                                      static_cast<double>(std::max<int64_t>(
                                                          options_.max_retry_delay_ms - 100, 0)));
     heap_.push(Pending{first.delivery + retry_delay, next_seq_++, p, event_time, true, false});
   }
-  if (options_.conflict_fraction > 0 && Unit(Draw(seed, p, 8)) < options_.conflict_fraction) {
+  if (options_.conflict_fraction > 0 && UnitDouble(Draw(seed, p, 8)) < options_.conflict_fraction) {
     int64_t conflict_delay = 1000 + static_cast<int64_t>(Draw(seed, p, 9) % 3'600'000);
     heap_.push(Pending{first.delivery + conflict_delay, next_seq_++, p, event_time, false, true});
   }
@@ -88,7 +85,7 @@ void PurchaseGenerator::Format(const Pending& pd, std::string* line) {
   const uint64_t seed = options_.seed;
   const int64_t p = pd.purchase;
   uint64_t attrs = Draw(seed, p, 5);
-  double cu = Unit(Draw(seed, p, 6));
+  double cu = UnitDouble(Draw(seed, p, 6));
   int country = static_cast<int>(std::lower_bound(country_cdf_.begin(), country_cdf_.end(), cu) -
                                  country_cdf_.begin());
   country = std::min(country, options_.countries - 1);

@@ -105,6 +105,9 @@ class PurchaseGenerator {
 absl::StatusOr<PurchaseStreamStats> WritePurchaseFile(const PurchaseStreamOptions& options,
                                                       const std::string& path);
 
+// A uniform double in [0, 1) from the top 53 bits of `r`.
+inline double UnitDouble(uint64_t r) { return static_cast<double>(r >> 11) * 0x1.0p-53; }
+
 // splitmix64: the generator's mixing function (a bijection on uint64).
 inline uint64_t Mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;

@@ -516,6 +516,12 @@ std::string Plural(int n, const char* word) {
 
 }  // namespace
 
+int JobPlan::FirstTask(int stage) const {
+  int first = 0;
+  for (int s = 0; s < stage && s < static_cast<int>(stages.size()); ++s) first += stages[s].tasks;
+  return first;
+}
+
 int JobPlan::total_tasks() const {
   int n = 0;
   for (const StagePlan& s : stages) n += s.tasks;

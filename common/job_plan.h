@@ -122,6 +122,9 @@ struct JobPlan {
   std::map<std::string, std::string> kind_of;
 
   int total_tasks() const;
+  // The global id of stage `stage`'s first task: tasks are numbered stage by
+  // stage, in stage order.
+  int FirstTask(int stage) const;
   // Human-readable plan (what `caravela plan` prints).
   std::string ToText() const;
   // The same as JSON: {"job":..,"parallelism":..,"stages":[...],"exchanges":[...]}.

@@ -69,6 +69,9 @@ TEST(JobPlanTest, HourlyRevenue) {
   ASSERT_EQ(plan.stages.size(), 3u);
   ASSERT_EQ(plan.exchanges.size(), 2u);
   EXPECT_EQ(plan.total_tasks(), 9);
+  // Global task ids go stage by stage: 0-2, 3-5, 6-8.
+  EXPECT_EQ(plan.FirstTask(0), 0);
+  EXPECT_EQ(plan.FirstTask(2), 6);
 
   const StagePlan& s0 = plan.stages[0];
   EXPECT_EQ(s0.id, 0);

@@ -12,6 +12,11 @@ namespace {
 std::string FullName(const std::string& name, const std::string& labels) {
   return labels.empty() ? name : name + "{" + labels + "}";
 }
+// FullName's inverse: name{labels} -> (name, "{labels}" or "").
+std::pair<std::string, std::string> SplitFullName(const std::string& k) {
+  const size_t brace = k.find('{');
+  return {k.substr(0, brace), brace == std::string::npos ? std::string() : k.substr(brace)};
+}
 }  // namespace
 
 Counter* MetricsRegistry::Get(const std::string& name, const std::string& labels) {
@@ -131,9 +136,9 @@ void MetricsRegistry::SetAges(const std::string& time_name, const std::string& a
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = counters_.lower_bound(time_name); it != counters_.end(); ++it) {
       if (it->first.compare(0, time_name.size(), time_name) != 0) break;
-      const std::string labels = it->first.substr(time_name.size());
-      if (!labels.empty() && labels[0] != '{') continue;  // another name
-      ages.emplace_back(labels, std::max<int64_t>(0, now_ms - it->second->value()));
+      auto [name, labels] = SplitFullName(it->first);
+      if (name != time_name) continue;  // another name with this prefix
+      ages.emplace_back(std::move(labels), std::max<int64_t>(0, now_ms - it->second->value()));
     }
   }
   for (const auto& [labels, age] : ages) {
@@ -243,21 +248,16 @@ std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
   std::map<std::string, Family> families;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto split = [](const std::string& k) {
-      const size_t brace = k.find('{');
-      return std::make_pair(k.substr(0, brace),
-                            brace == std::string::npos ? std::string() : k.substr(brace));
-    };
     for (const auto& [k, c] : counters_) {
-      auto [name, labels] = split(k);
+      auto [name, labels] = SplitFullName(k);
       families[name].series.emplace_back(labels, c->value());
     }
     for (const auto& [k, h] : histograms_) {
-      auto [name, labels] = split(k);
+      auto [name, labels] = SplitFullName(k);
       families[name].hist.emplace_back(labels, h.get());
     }
     for (const auto& [k, d] : doubles_) {
-      auto [name, labels] = split(k);
+      auto [name, labels] = SplitFullName(k);
       families[name].doubles.emplace_back(labels, d->value());
     }
   }
@@ -306,9 +306,7 @@ std::map<std::string, int64_t> MetricsRegistry::Snapshot() const {
   std::map<std::string, int64_t> out;
   for (const auto& [k, c] : counters_) out[k] = c->value();
   for (const auto& [k, h] : histograms_) {
-    const size_t brace = k.find('{');
-    const std::string name = k.substr(0, brace);
-    const std::string labels = brace == std::string::npos ? "" : k.substr(brace);
+    const auto [name, labels] = SplitFullName(k);
     out[absl::StrCat(name, "_count", labels)] = h->count();
     out[absl::StrCat(name, "_sum", labels)] = h->sum();
   }

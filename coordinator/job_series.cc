@@ -13,6 +13,11 @@ namespace {
 // A partition without a record yet reports kMinTime (a table source kMaxTime).
 bool HasWatermark(int64_t wm) { return wm > kMinTime && wm < kMaxTime; }
 
+// A watermark in the JSON: its ms, or null without one.
+nlohmann::json WatermarkJson(int64_t wm) {
+  return HasWatermark(wm) ? nlohmann::json(wm) : nlohmann::json(nullptr);
+}
+
 }  // namespace
 
 void JobSeries::Sample(const v1::Job& job, int64_t now_ms) {
@@ -127,12 +132,11 @@ std::string JobSeries::Json(const std::string& job_id) const {
   const Partition* hold = nullptr;
   for (const auto& [key, part] : s.partitions) {
     const v1::SourcePartitionStatus& st = part.status;
-    const bool seen = HasWatermark(st.watermark_ms());
     nlohmann::json j = {{"task", part.task},     {"worker", part.worker},
                         {"source", st.source()}, {"partition", st.partition()},
                         {"offset", st.offset()}, {"lag", st.lag()},
                         {"idle", st.idle()},     {"since_ms", part.since_ms}};
-    j["watermark_ms"] = seen ? nlohmann::json(st.watermark_ms()) : nlohmann::json(nullptr);
+    j["watermark_ms"] = WatermarkJson(st.watermark_ms());
     parts.push_back(std::move(j));
     // What holds the job back: a non-idle partition, one without a record
     // first, else the lowest watermark (the longest-stuck on ties).
@@ -169,7 +173,7 @@ std::string JobSeries::Json(const std::string& job_id) const {
         {"producer_task", e.producer_task()},
         {"task", channel->task},
         {"worker", channel->worker},
-        {"watermark_ms", seen ? nlohmann::json(e.watermark_ms()) : nlohmann::json(nullptr)},
+        {"watermark_ms", WatermarkJson(e.watermark_ms())},
         {"since_ms", channel->since_ms},
         {"reason", absl::StrCat("producer task ", e.producer_task(), " of exchange ", e.exchange(),
                                 seen ? " sent a watermark below every source partition's"
@@ -187,7 +191,7 @@ std::string JobSeries::Json(const std::string& job_id) const {
         {"partition", st.partition()},
         {"task", hold->task},
         {"worker", hold->worker},
-        {"watermark_ms", seen ? nlohmann::json(st.watermark_ms()) : nlohmann::json(nullptr)},
+        {"watermark_ms", WatermarkJson(st.watermark_ms())},
         {"since_ms", hold->since_ms},
         {"reason",
          seen ? absl::StrCat("source ", st.source(), " partition ", st.partition(),

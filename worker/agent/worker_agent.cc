@@ -109,13 +109,7 @@ struct WorkerAgent::Impl {
         r->set_stop_checkpoint(s.stop_checkpoint);
         r->set_state_bytes(s.state_bytes);
         for (const Task::PartitionStatus& p : s.partitions) {
-          v1::SourcePartitionStatus* ps = r->add_partitions();
-          ps->set_source(p.source);
-          ps->set_partition(p.partition);
-          ps->set_offset(p.offset);
-          ps->set_lag(p.lag);
-          ps->set_watermark_ms(p.watermark_ms);
-          ps->set_idle(p.idle);
+          Task::PartitionToProto(p, r->add_partitions());
         }
         ++n;
       }

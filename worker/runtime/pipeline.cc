@@ -56,13 +56,7 @@ v1::Job Pipeline::Status() {
       Task::ActivityToProto(t.activity(), ts->mutable_activity());
       for (const Task::PartitionStatus& p : t.partitions()) {
         ts->add_partitions(p.partition);
-        v1::SourcePartitionStatus* sp = ts->add_sources();
-        sp->set_source(p.source);
-        sp->set_partition(p.partition);
-        sp->set_offset(p.offset);
-        sp->set_lag(p.lag);
-        sp->set_watermark_ms(p.watermark_ms);
-        sp->set_idle(p.idle);
+        Task::PartitionToProto(p, ts->add_sources());
       }
     }
     if (one) break;

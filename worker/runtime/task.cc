@@ -135,6 +135,15 @@ void Task::ActivityToProto(const Activity& a, v1::TaskActivity* out) {
   }
 }
 
+void Task::PartitionToProto(const PartitionStatus& p, v1::SourcePartitionStatus* out) {
+  out->set_source(p.source);
+  out->set_partition(p.partition);
+  out->set_offset(p.offset);
+  out->set_lag(p.lag);
+  out->set_watermark_ms(p.watermark_ms);
+  out->set_idle(p.idle);
+}
+
 std::vector<Task::PartitionStatus> Task::partitions() const {
   std::lock_guard<std::mutex> lock(impl_->partitions_mu);
   std::vector<PartitionStatus> out = impl_->published_partitions;

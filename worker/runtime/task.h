@@ -55,6 +55,7 @@ class logger;
 
 namespace caravela {
 namespace v1 {
+class SourcePartitionStatus;
 class TaskActivity;
 }  // namespace v1
 
@@ -152,6 +153,7 @@ class Task {
   };
   Activity activity() const;
   static void ActivityToProto(const Activity& a, v1::TaskActivity* out);
+  static void PartitionToProto(const PartitionStatus& p, v1::SourcePartitionStatus* out);
   // Sets the per-partition gauges of `partitions` for job label `job` in
   // `metrics`: source_partition_offset, source_partition_lag_records,
   // source_partition_watermark_ms and source_partition_watermark_lag_ms

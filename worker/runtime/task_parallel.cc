@@ -58,12 +58,11 @@ absl::Status Task::Impl::OpenExchanges() {
     }
     rn.reader = std::move(*reader);
     rn.topic = ex.topic;
-    // Producer ids number the producing stages' tasks in stage order; global
-    // task ids number every stage's tasks in stage order.
+    // Producer ids number the producing stages' tasks in stage order.
     for (int ps : ex.producer_stages) {
-      int first = 0;
-      for (int s = 0; s < ps; ++s) first += plan.stages[s].tasks;
-      for (int i = 0; i < plan.stages[ps].tasks; ++i) rn.producer_tasks.push_back(first + i);
+      for (int i = 0; i < plan.stages[ps].tasks; ++i) {
+        rn.producer_tasks.push_back(plan.FirstTask(ps) + i);
+      }
     }
     const int reader_id = static_cast<int>(readers.size());
     for (const ExchangePlan::Input& in : ex.inputs) ops[op].input_reader[in.input] = reader_id;

@@ -81,8 +81,7 @@ absl::Status Task::Impl::RestoreRescaled() {
   const int s = placement.stage;
   const int n_old = old_plan.stages[s].tasks;
   const int n_new = stage->tasks;
-  int first_old = 0;
-  for (int k = 0; k < s; ++k) first_old += old_plan.stages[k].tasks;
+  const int first_old = old_plan.FirstTask(s);
 
   // The old tasks' parts of checkpoint `id`: all of them when the task count
   // changed, else only the one this task continues.
