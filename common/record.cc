@@ -308,6 +308,18 @@ void Record::AddPacked(std::string_view key, const char* packed) {
   AppendTree(key, v.nodes, v.n, v.bytes, v.bytes_len);
 }
 
+void Record::AppendFieldsJson(const std::vector<std::string>& names,
+                              const std::vector<FieldPath>& paths, std::string* out) const {
+  out->push_back('{');
+  for (size_t k = 0; k < paths.size() && k < names.size(); ++k) {
+    if (k > 0) out->push_back(',');
+    AppendJsonString(names[k], out);
+    out->push_back(':');
+    GetPath(paths[k]).AppendJson(out);
+  }
+  out->push_back('}');
+}
+
 void Record::AppendJson(std::string* out) const {
   if (nodes_.empty()) {
     out->append("{}");

@@ -206,6 +206,10 @@ class Record {
     return s;
   }
   void AppendNodeJson(uint32_t node, std::string* out) const;
+  // Appends the object {"<names[k]>": <value at paths[k]>, ...} (null for a
+  // missing field), e.g. a sink key or a row kept by arg_max.
+  void AppendFieldsJson(const std::vector<std::string>& names, const std::vector<FieldPath>& paths,
+                        std::string* out) const;
 
   size_t MemoryBytes() const { return nodes_.capacity() * sizeof(Node) + arena_.capacity(); }
 

@@ -298,3 +298,19 @@ TEST(ValueTest, Json) {
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+TEST(RecordTest, AppendFieldsJsonWritesTheNamedPathsAsAnObject) {
+  JsonDecoder decoder;
+  Record r;
+  ASSERT_TRUE(decoder.Decode(R"({"a":1,"b":{"c":"x\"y"}})", &r).ok());
+  std::string out = "key=";
+  r.AppendFieldsJson({"a", "b.c", "missing"},
+                     {FieldPath::Parse("a"), FieldPath::Parse("b.c"), FieldPath::Parse("z")}, &out);
+  EXPECT_EQ(out, R"(key={"a":1,"b.c":"x\"y","missing":null})");
+}
+
+}  // namespace
+}  // namespace caravela

@@ -460,14 +460,7 @@ void WindowOperator::Update(Window& w, const Record& r) {
         if (a.keep_paths.empty()) {
           r.AppendJson(&row);
         } else {
-          row.push_back('{');
-          for (size_t k = 0; k < a.keep_paths.size(); ++k) {
-            if (k > 0) row.push_back(',');
-            AppendJsonString(a.keep[k], &row);
-            row.push_back(':');
-            r.GetPath(a.keep_paths[k]).AppendJson(&row);
-          }
-          row.push_back('}');
+          r.AppendFieldsJson(a.keep, a.keep_paths, &row);
         }
         acc.ArgUpdate(v, a.fn == AggFn::kArgMax ? 1 : -1, std::move(row));
         ++acc.count;

@@ -757,16 +757,7 @@ absl::Status Task::Impl::WriteSink(int sink_id, int node, const Record& r,
   key.clear();
   if (side_name.empty() && node >= 0) {
     const NodeOutputs& no = outputs[node];
-    if (!no.key_fields.empty()) {
-      key.push_back('{');
-      for (size_t k = 0; k < no.key_fields.size(); ++k) {
-        if (k > 0) key.push_back(',');
-        AppendJsonString(no.key_names[k], &key);
-        key.push_back(':');
-        r.GetPath(no.key_fields[k]).AppendJson(&key);
-      }
-      key.push_back('}');
-    }
+    if (!no.key_fields.empty()) r.AppendFieldsJson(no.key_names, no.key_fields, &key);
   }
   sn.written->Add();
   records_out.fetch_add(1, std::memory_order_relaxed);
