@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,10 +65,22 @@ class Output {
     main_.clear();
     for (auto& s : sides_) s.clear();
   }
+  // Operators that emit in bursts (a watermark completing many windows) call
+  // MaybeDrain between records: once kDrainAt main records are waiting, the
+  // runtime's drain hands them downstream and clears the output, so a burst
+  // is passed on in pieces instead of held whole. Without a drain (tests,
+  // harness) it does nothing.
+  static constexpr size_t kDrainAt = 4096;
+  void SetDrain(std::function<absl::Status()> drain) { drain_ = std::move(drain); }
+  absl::Status MaybeDrain() {
+    if (drain_ == nullptr || main_.size() < kDrainAt) return absl::OkStatus();
+    return drain_();
+  }
 
  private:
   RecordBatch main_;
   std::vector<RecordBatch> sides_;
+  std::function<absl::Status()> drain_;
 };
 
 // What the runtime gives an operator.

@@ -71,6 +71,7 @@ void CanonicalText(const Value& v, std::string* out) {
 }  // namespace
 
 // A value owned by an accumulator (min/max).
+// A value owned by an accumulator (min/max).
 struct OwnedValue {
   ValueType type = ValueType::kNull;
   bool b = false;
@@ -98,6 +99,13 @@ struct OwnedValue {
   }
 };
 
+// What only count_distinct and arg_max / arg_min keep: allocated on first use,
+// so a count or a sum stays small.
+struct AccLists {
+  absl::flat_hash_set<std::string> distinct;
+  std::vector<std::string> rows;  // arg_max / arg_min: the kept rows, JSON objects
+};
+
 struct WindowOperator::Acc {
   int64_t count = 0;
   __int128 isum = 0;  // exact part, scaled by 10^scale
@@ -105,8 +113,13 @@ struct WindowOperator::Acc {
   double dsum = 0;
   bool has_double = false;
   OwnedValue ext;  // min / max; arg_max / arg_min: the extreme value
-  absl::flat_hash_set<std::string> distinct;
-  std::vector<std::string> rows;  // arg_max / arg_min: the kept rows, JSON objects
+  std::unique_ptr<AccLists> lists;
+
+  AccLists& L() {
+    if (lists == nullptr) lists = std::make_unique<AccLists>();
+    return *lists;
+  }
+  size_t distinct_size() const { return lists == nullptr ? 0 : lists->distinct.size(); }
 
   void AddNumber(const Value& v) {
     switch (v.type) {
@@ -137,18 +150,17 @@ struct WindowOperator::Acc {
     isum += o.isum * Pow10(scale - o.scale);
     dsum += o.dsum;
     has_double = has_double || o.has_double;
-    distinct.insert(o.distinct.begin(), o.distinct.end());
+    if (o.distinct_size() > 0) L().distinct.insert(o.lists->distinct.begin(), o.lists->distinct.end());
   }
   // arg_max / arg_min (`sign` 1: max, -1: min): > 0 when `v` is more
   // extreme than the rows kept (or none are), 0 on a tie.
   int ArgRank(const Value& v, int sign) const {
     return ext.type == ValueType::kNull ? 1 : sign * CompareValues(v, ext.view());
   }
-  // `row` has value `v`: it replaces the rows when more extreme, joins them
-  // on a tie.
-  void ArgUpdate(const Value& v, int sign, std::string&& row) {
-    const int c = ArgRank(v, sign);
-    if (c < 0) return;
+  // `row` has value `v` and rank `c` (ArgRank, >= 0): it replaces the rows
+  // when more extreme, joins them on a tie.
+  void ArgUpdate(const Value& v, int c, std::string&& row) {
+    std::vector<std::string>& rows = L().rows;
     if (c > 0) {
       ext.Set(v);
       rows.clear();
@@ -159,12 +171,13 @@ struct WindowOperator::Acc {
   void ArgMerge(const Acc& o, int sign) {
     if (o.ext.type == ValueType::kNull) return;
     const int c = ArgRank(o.ext.view(), sign);
+    if (c < 0) return;
+    std::vector<std::string>& rows = L().rows;
     if (c > 0) {
       ext = o.ext;
-      rows = o.rows;
-    } else if (c == 0) {
-      rows.insert(rows.end(), o.rows.begin(), o.rows.end());
+      rows.clear();
     }
+    if (o.lists != nullptr) rows.insert(rows.end(), o.lists->rows.begin(), o.lists->rows.end());
   }
   double SumDouble() const {
     return static_cast<double>(isum) / static_cast<double>(Pow10(scale)) + dsum;
@@ -184,27 +197,30 @@ struct WindowOperator::Acc {
 };
 
 struct WindowOperator::Window {
-  std::string group_key;
-  Record group;  // group-by values, fields named as in group_by
+  uint32_t gid = 0;
+  uint32_t gen = 0;  // bumped when the slot is freed
   int64_t start = 0;
   int64_t end = 0;
-  std::vector<Acc> accs;
   int64_t revision = 0;
-  bool fired = false;  // complete (ON_TIME or first LATE emitted)
-  bool dirty = false;  // changed since the last emission
   // Reconciliation (spec.reconcile_id): records aggregated and the sum of
   // XXH3-64 of their ids' JSON text (mod 2^64: order-independent, additive
   // when sessions merge).
   int64_t events = 0;
   uint64_t id_digest = 0;
+  bool live = false;
+  bool fired = false;  // complete (ON_TIME or first LATE emitted)
+  bool dirty = false;  // changed since the last emission
   // Its key is in the state table (written by a Flush, or loaded): erasing
   // it must delete it there. A window created and finalized between two
   // flushes never touches the table.
   bool stored = false;
+  bool persist_queued = false;  // in to_persist_
+  bool late_queued = false;     // in late_changed_
 };
 
 WindowOperator::WindowOperator(WindowSpec spec) : spec_(std::move(spec)) {
   if (spec_.kind == WindowSpec::Kind::kTumbling) spec_.slide = spec_.size;
+  naggs_ = spec_.aggregates.size();
 }
 WindowOperator::~WindowOperator() = default;
 
@@ -214,6 +230,166 @@ std::vector<std::string> WindowOperator::OutputKeyFields() const {
   keys.push_back("window_end");
   return keys;
 }
+
+// ---- The store.
+
+WindowOperator::Acc* WindowOperator::AccsOf(uint32_t slot) { return &accs_[slot * naggs_]; }
+
+WindowOperator::Ref WindowOperator::RefOf(uint32_t slot) const {
+  return Ref{slot, slots_[slot].gen};
+}
+
+bool WindowOperator::Valid(Ref r) const {
+  const Window& w = slots_[r.slot];
+  return w.live && w.gen == r.gen;
+}
+
+uint32_t WindowOperator::AddGroup(std::string_view key) {
+  uint32_t gid;
+  if (!free_groups_.empty()) {
+    gid = free_groups_.back();
+    free_groups_.pop_back();
+  } else {
+    gid = static_cast<uint32_t>(groups_.size());
+    groups_.emplace_back();
+  }
+  Group& g = groups_[gid];
+  g.key.assign(key);
+  g.values.Clear();
+  g.values.EnsureRoot();
+  g.refs = 0;
+  group_index_.emplace(g.key, gid);
+  return gid;
+}
+
+uint32_t WindowOperator::InternGroup(const Record& r) {
+  GroupKey(r, &key_scratch_);
+  auto it = group_index_.find(key_scratch_);
+  if (it != group_index_.end()) return it->second;
+  const uint32_t gid = AddGroup(key_scratch_);
+  Record& values = groups_[gid].values;
+  for (size_t i = 0; i < spec_.group_paths.size(); ++i) {
+    values.AddValue(spec_.group_by[i], r.GetPath(spec_.group_paths[i]));
+  }
+  return gid;
+}
+
+void WindowOperator::ReleaseGroup(uint32_t gid) {
+  Group& g = groups_[gid];
+  if (g.refs > 0) return;
+  group_index_.erase(g.key);
+  g.key.clear();
+  g.values.Clear();
+  free_groups_.push_back(gid);
+}
+
+uint32_t WindowOperator::NewSlot(uint32_t gid, int64_t start, int64_t end) {
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    accs_.resize(accs_.size() + naggs_);
+  }
+  Window& w = slots_[slot];
+  const uint32_t gen = w.gen;
+  w = Window();
+  w.gen = gen;
+  w.live = true;
+  w.gid = gid;
+  w.start = start;
+  w.end = end;
+  ++groups_[gid].refs;
+  return slot;
+}
+
+std::string WindowOperator::StateKey(const Window& w) const {
+  std::string key = groups_[w.gid].key;
+  AppendBigEndian64(&key, w.start);
+  return key;
+}
+
+void WindowOperator::SortByKey(std::vector<Ref>* refs) const {
+  // The group key's first 8 bytes as a number make most comparisons cheap.
+  struct Item {
+    int64_t end;
+    uint64_t prefix;
+    const std::string* key;
+    int64_t start;
+    Ref ref;
+  };
+  std::vector<Item> items;
+  items.reserve(refs->size());
+  for (Ref r : *refs) {
+    const Window& w = slots_[r.slot];
+    const std::string& key = groups_[w.gid].key;
+    uint64_t prefix = 0;
+    for (size_t i = 0; i < 8; ++i) {
+      prefix = (prefix << 8) | (i < key.size() ? static_cast<unsigned char>(key[i]) : 0u);
+    }
+    items.push_back(Item{w.end, prefix, &key, w.start, r});
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.end != b.end) return a.end < b.end;
+    if (a.prefix != b.prefix) return a.prefix < b.prefix;
+    if (a.key != b.key) {
+      const int c = a.key->compare(*b.key);
+      if (c != 0) return c < 0;
+    }
+    return a.start < b.start;
+  });
+  for (size_t i = 0; i < items.size(); ++i) (*refs)[i] = items[i].ref;
+}
+
+void WindowOperator::MaybeCompact() {
+  if (stale_refs_ < 1024 || stale_refs_ < 2 * index_.size()) return;
+  for (Buckets* buckets : {&pending_on_time_, &pending_final_}) {
+    for (auto it = buckets->begin(); it != buckets->end();) {
+      std::vector<Ref>& refs = it->second;
+      refs.erase(std::remove_if(refs.begin(), refs.end(), [&](Ref r) { return !Valid(r); }),
+                 refs.end());
+      it = refs.empty() ? buckets->erase(it) : std::next(it);
+    }
+  }
+  stale_refs_ = 0;
+}
+
+void WindowOperator::Index(uint32_t slot) {
+  const Window& w = slots_[slot];
+  const Ref ref = RefOf(slot);
+  if (!w.fired) pending_on_time_[w.end].push_back(ref);
+  pending_final_[SatAdd(w.end, spec_.allowed_lateness)].push_back(ref);
+  if (spec_.kind == WindowSpec::Kind::kSession) sessions_[w.gid][w.start] = slot;
+}
+
+void WindowOperator::Erase(uint32_t slot, bool final_used) {
+  Window& w = slots_[slot];
+  if (w.dirty && !w.fired) --dirty_unfired_;
+  if (spec_.kind == WindowSpec::Kind::kSession) {
+    auto it = sessions_.find(w.gid);
+    if (it != sessions_.end()) {
+      it->second.erase(w.start);
+      if (it->second.empty()) sessions_.erase(it);
+    }
+  }
+  if (w.stored) to_delete_.insert(StateKey(w));
+  index_.erase(WinKey{w.gid, w.start});
+  // Its timer references left in the buckets go stale: the on-time one
+  // while it has not fired, the final one unless it is being used.
+  stale_refs_ += (w.fired ? 0 : 1) + (final_used ? 0 : 1);
+  const uint32_t gid = w.gid;
+  w.live = false;
+  ++w.gen;
+  Acc* accs = AccsOf(slot);
+  for (size_t i = 0; i < naggs_; ++i) accs[i] = Acc();
+  free_slots_.push_back(slot);
+  --groups_[gid].refs;
+  ReleaseGroup(gid);
+}
+
+// ---- Operator.
 
 absl::Status WindowOperator::Open(OperatorContext& ctx) {
   // Read only here; written at Flush.
@@ -241,10 +417,20 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
     emitted_[s] =
         ctx.OpCounter("window_emitted_total", std::string("state=\"") + kStates[s] + "\"");
   }
-  windows_.clear();
+  slots_.clear();
+  free_slots_.clear();
+  accs_.clear();
+  index_.clear();
+  groups_.clear();
+  free_groups_.clear();
+  group_index_.clear();
   pending_on_time_.clear();
   pending_final_.clear();
+  stale_refs_ = 0;
+  late_changed_.clear();
   sessions_.clear();
+  to_persist_.clear();
+  to_delete_.clear();
   dirty_unfired_ = 0;
   next_timer_ = kMaxTime;
   // Reload every window from the state table.
@@ -258,24 +444,34 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
                                        std::string(st.message()));
       return false;
     }
-    auto w = std::make_unique<Window>();
-    w->stored = true;  // loaded from the table
-    w->group_key.assign(rec.GetPath(FieldPath::Parse("gk")).s);
-    int32_t g = rec.FindChild(0, "g");
-    w->group.EnsureRoot();
-    rec.ForEachChild(static_cast<uint32_t>(g), [&](uint32_t c) {
-      w->group.AddValue(rec.Key(c), rec.Get(static_cast<int32_t>(c)));
-    });
-    w->start = rec.Get(rec.FindChild(0, "s")).i;
-    w->end = rec.Get(rec.FindChild(0, "e")).i;
-    w->revision = rec.Get(rec.FindChild(0, "r")).i;
-    w->fired = rec.Get(rec.FindChild(0, "f")).b;
-    w->dirty = rec.Get(rec.FindChild(0, "d")).b;
-    w->events = rec.Get(rec.FindChild(0, "n")).i;  // 0 in state of older releases
-    w->id_digest = static_cast<uint64_t>(rec.Get(rec.FindChild(0, "h")).i);
-    int32_t accs = rec.FindChild(0, "a");
-    rec.ForEachChild(static_cast<uint32_t>(accs), [&](uint32_t a) {
-      Acc acc;
+    const std::string_view gk = rec.GetPath(FieldPath::Parse("gk")).s;
+    uint32_t gid;
+    if (auto git = group_index_.find(absl::string_view(gk.data(), gk.size()));
+        git != group_index_.end()) {
+      gid = git->second;
+    } else {
+      gid = AddGroup(gk);
+      Record& values = groups_[gid].values;
+      int32_t g = rec.FindChild(0, "g");
+      rec.ForEachChild(static_cast<uint32_t>(g), [&](uint32_t c) {
+        values.AddValue(rec.Key(c), rec.Get(static_cast<int32_t>(c)));
+      });
+    }
+    const int64_t start = rec.Get(rec.FindChild(0, "s")).i;
+    const uint32_t slot = NewSlot(gid, start, rec.Get(rec.FindChild(0, "e")).i);
+    Window& w = slots_[slot];
+    w.stored = true;  // loaded from the table
+    w.revision = rec.Get(rec.FindChild(0, "r")).i;
+    w.fired = rec.Get(rec.FindChild(0, "f")).b;
+    w.dirty = rec.Get(rec.FindChild(0, "d")).b;
+    w.events = rec.Get(rec.FindChild(0, "n")).i;  // 0 in state of older releases
+    w.id_digest = static_cast<uint64_t>(rec.Get(rec.FindChild(0, "h")).i);
+    Acc* accs = AccsOf(slot);
+    size_t i = 0;
+    int32_t accs_node = rec.FindChild(0, "a");
+    rec.ForEachChild(static_cast<uint32_t>(accs_node), [&](uint32_t a) {
+      if (i >= naggs_) return;
+      Acc& acc = accs[i++];
       auto field = [&](std::string_view name) { return rec.Get(rec.FindChild(a, name)); };
       acc.count = field("c").i;
       acc.isum = ParseInt128(field("is").s);
@@ -294,28 +490,26 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
       }
       if (int32_t rows = rec.FindChild(a, "rows"); rows >= 0) {
         rec.ForEachChild(static_cast<uint32_t>(rows), [&](uint32_t c) {
-          acc.rows.emplace_back(rec.Get(static_cast<int32_t>(c)).s);
+          acc.L().rows.emplace_back(rec.Get(static_cast<int32_t>(c)).s);
         });
       }
       int32_t dv = rec.FindChild(a, "dv");
       if (dv >= 0) {
         rec.ForEachChild(static_cast<uint32_t>(dv), [&](uint32_t c) {
-          acc.distinct.emplace(rec.Get(static_cast<int32_t>(c)).s);
+          acc.L().distinct.emplace(rec.Get(static_cast<int32_t>(c)).s);
         });
       }
-      w->accs.push_back(std::move(acc));
     });
-    std::string k(key);
-    Index(k, *w);
-    if (w->dirty && !w->fired) ++dirty_unfired_;
-    windows_.emplace(k, std::move(w));
+    index_.emplace(WinKey{gid, start}, slot);
+    Index(slot);
+    if (w.dirty && !w.fired) ++dirty_unfired_;
+    (void)key;
     return true;
   }));
   RETURN_IF_ERROR(load_error);
   if (dirty_unfired_ > 0) ArmEarlyTimer(ctx);
   return absl::OkStatus();
 }
-
 absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& to,
                                         const KeyOwner& owner) {
   // The partitioning key is a subset of group_by (or all of it): find each of
@@ -359,69 +553,36 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
   return bad;
 }
 
-void WindowOperator::Index(const std::string& key, const Window& w) {
-  if (!w.fired) pending_on_time_.emplace(w.end, key);
-  pending_final_.emplace(SatAdd(w.end, spec_.allowed_lateness), key);
-  if (spec_.kind == WindowSpec::Kind::kSession) sessions_[w.group_key][w.start] = key;
-}
-
-void WindowOperator::Unindex(const std::string& key, const Window& w, bool in_final) {
-  if (!w.fired) pending_on_time_.erase({w.end, key});  // a fired window left it
-  if (in_final) pending_final_.erase({SatAdd(w.end, spec_.allowed_lateness), key});
-  if (!late_changed_.empty()) late_changed_.erase({w.end, key});
-  if (spec_.kind == WindowSpec::Kind::kSession) {
-    auto it = sessions_.find(w.group_key);
-    if (it != sessions_.end()) {
-      it->second.erase(w.start);
-      if (it->second.empty()) sessions_.erase(it);
-    }
-  }
-}
-
-std::string WindowOperator::GroupKey(const Record& r) {
-  std::string k;
+void WindowOperator::GroupKey(const Record& r, std::string* out) const {
+  out->clear();
   for (const FieldPath& p : spec_.group_paths) {
-    r.GetPath(p).AppendJson(&k);
-    k.push_back('\0');
+    r.GetPath(p).AppendJson(out);
+    out->push_back('\0');
   }
-  return k;
 }
 
-WindowOperator::Window* WindowOperator::Touch(OperatorContext& ctx, const std::string& key,
-                                              const Record& group_src, int64_t start, int64_t end,
-                                              bool* created) {
-  auto it = windows_.find(key);
-  if (it != windows_.end()) {
-    *created = false;
-    return it->second.get();
-  }
-  *created = true;
-  auto w = std::make_unique<Window>();
-  w->group_key = key.substr(0, key.size() - 8);
-  w->group.EnsureRoot();
-  for (size_t i = 0; i < spec_.group_paths.size(); ++i) {
-    w->group.AddValue(spec_.group_by[i], group_src.GetPath(spec_.group_paths[i]));
-  }
-  w->start = start;
-  w->end = end;
-  w->accs.resize(spec_.aggregates.size());
-  w->fired = ctx.watermark() >= end;  // first record arrives late: starts with LATE
-  Window* raw = w.get();
-  Index(key, *raw);
-  windows_.emplace(key, std::move(w));
-  return raw;
+uint32_t WindowOperator::Touch(OperatorContext& ctx, uint32_t gid, int64_t start, int64_t end) {
+  auto [it, inserted] = index_.try_emplace(WinKey{gid, start}, 0);
+  if (!inserted) return it->second;
+  const uint32_t slot = NewSlot(gid, start, end);
+  it->second = slot;
+  slots_[slot].fired = ctx.watermark() >= end;  // first record arrives late: starts with LATE
+  Index(slot);
+  return slot;
 }
 
-void WindowOperator::Update(Window& w, const Record& r) {
+void WindowOperator::Update(uint32_t slot, const Record& r) {
+  Window& w = slots_[slot];
   if (!spec_.reconcile_path.empty()) {
     ++w.events;
     scratch_.clear();
     r.GetPath(spec_.reconcile_path).AppendJson(&scratch_);
     w.id_digest += XXH3_64bits(scratch_.data(), scratch_.size());
   }
-  for (size_t i = 0; i < spec_.aggregates.size(); ++i) {
+  Acc* accs = AccsOf(slot);
+  for (size_t i = 0; i < naggs_; ++i) {
     const AggregateSpec& a = spec_.aggregates[i];
-    Acc& acc = w.accs[i];
+    Acc& acc = accs[i];
     if (a.fn == AggFn::kCount && a.path.empty()) {
       ++acc.count;
       continue;
@@ -451,19 +612,22 @@ void WindowOperator::Update(Window& w, const Record& r) {
       }
       case AggFn::kCountDistinct:
         CanonicalText(v, &scratch_);
-        acc.distinct.insert(scratch_);
+        acc.L().distinct.insert(scratch_);
         break;
       case AggFn::kArgMax:
       case AggFn::kArgMin: {
         if (v.type == ValueType::kObject || v.type == ValueType::kArray) break;
+        ++acc.count;
+        // The row is written only when it is kept.
+        const int c = acc.ArgRank(v, a.fn == AggFn::kArgMax ? 1 : -1);
+        if (c < 0) break;
         std::string row;
         if (a.keep_paths.empty()) {
           r.AppendJson(&row);
         } else {
           r.AppendFieldsJson(a.keep, a.keep_paths, &row);
         }
-        acc.ArgUpdate(v, a.fn == AggFn::kArgMax ? 1 : -1, std::move(row));
-        ++acc.count;
+        acc.ArgUpdate(v, c, std::move(row));
         break;
       }
     }
@@ -475,10 +639,22 @@ void WindowOperator::ArmEarlyTimer(OperatorContext& ctx) {
   next_timer_ = (FloorDiv(ctx.now(), spec_.early_fire_every) + 1) * spec_.early_fire_every;
 }
 
-void WindowOperator::MarkChanged(OperatorContext& ctx, const std::string& key, Window& w) {
-  to_persist_.insert(key);
+void WindowOperator::MarkPersist(uint32_t slot) {
+  Window& w = slots_[slot];
+  if (!w.persist_queued) {
+    w.persist_queued = true;
+    to_persist_.push_back(RefOf(slot));
+  }
+}
+
+void WindowOperator::MarkChanged(OperatorContext& ctx, uint32_t slot) {
+  MarkPersist(slot);
+  Window& w = slots_[slot];
   if (w.fired) {
-    late_changed_.emplace(w.end, key);
+    if (!w.late_queued) {
+      w.late_queued = true;
+      late_changed_.push_back(RefOf(slot));
+    }
     w.dirty = true;
     return;
   }
@@ -489,7 +665,8 @@ void WindowOperator::MarkChanged(OperatorContext& ctx, const std::string& key, W
   ArmEarlyTimer(ctx);
 }
 
-void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Output& out) {
+void WindowOperator::Emit(OperatorContext& ctx, uint32_t slot, const char* state, Output& out) {
+  Window& w = slots_[slot];
   if (w.dirty && !w.fired) --dirty_unfired_;
   ++w.revision;
   w.dirty = false;
@@ -497,11 +674,13 @@ void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Ou
   o.EnsureRoot();
   o.AddString("window_start", FormatIso8601(w.start));
   o.AddString("window_end", FormatIso8601(w.end));
-  w.group.ForEachChild(
-      0, [&](uint32_t c) { o.AddValue(w.group.Key(c), w.group.Get(static_cast<int32_t>(c))); });
-  for (size_t i = 0; i < spec_.aggregates.size(); ++i) {
+  const Record& group = groups_[w.gid].values;
+  group.ForEachChild(
+      0, [&](uint32_t c) { o.AddValue(group.Key(c), group.Get(static_cast<int32_t>(c))); });
+  const Acc* accs = AccsOf(slot);
+  for (size_t i = 0; i < naggs_; ++i) {
     const AggregateSpec& a = spec_.aggregates[i];
-    const Acc& acc = w.accs[i];
+    const Acc& acc = accs[i];
     switch (a.fn) {
       case AggFn::kCount:
         o.AddInt(a.as, acc.count);
@@ -521,15 +700,17 @@ void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Ou
         o.AddValue(a.as, acc.ext.view());
         break;
       case AggFn::kCountDistinct:
-        o.AddInt(a.as, static_cast<int64_t>(acc.distinct.size()));
+        o.AddInt(a.as, static_cast<int64_t>(acc.distinct_size()));
         break;
       case AggFn::kArgMax:
       case AggFn::kArgMin: {
         o.BeginArray(a.as);
-        JsonDecoder decoder;
-        Record row;
-        for (const std::string& json : acc.rows) {
-          if (decoder.Decode(json, &row).ok()) o.AddValue("", row.Get(0));
+        if (acc.lists != nullptr) {
+          JsonDecoder decoder;
+          Record row;
+          for (const std::string& json : acc.lists->rows) {
+            if (decoder.Decode(json, &row).ok()) o.AddValue("", row.Get(0));
+          }
         }
         o.EndContainer();
         break;
@@ -550,94 +731,82 @@ void WindowOperator::Emit(OperatorContext& ctx, Window& w, const char* state, Ou
   }
 }
 
-void WindowOperator::Erase(const std::string& key, bool in_final) {
-  auto it = windows_.find(key);
-  if (it == windows_.end()) return;
-  Window& w = *it->second;
-  if (w.dirty && !w.fired) --dirty_unfired_;
-  Unindex(key, w, in_final);
-  const bool stored = w.stored;
-  windows_.erase(it);
-  to_persist_.erase(key);
-  if (stored) to_delete_.insert(key);
-}
-
 WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, const Record& r,
                                                        Output& out) {
   const int64_t W = ctx.watermark();
   int64_t start = r.event_time;
   int64_t end = SatAdd(r.event_time, spec_.gap);
-  std::string group = GroupKey(r);
+  const uint32_t gid = InternGroup(r);
   // Collect sessions that intersect [start, end] (touching sessions merge).
-  std::vector<std::string> merge;
-  auto sit = sessions_.find(group);
+  std::vector<uint32_t> merge;
+  auto sit = sessions_.find(gid);
   if (sit != sessions_.end()) {
-    for (auto& [s, key] : sit->second) {
+    for (auto& [s, slot] : sit->second) {
       if (s > end) break;
-      const Window& w = *windows_.at(key);
-      if (w.end >= start) merge.push_back(key);
+      if (slots_[slot].end >= start) merge.push_back(slot);
     }
   }
   int64_t new_start = start, new_end = end;
-  for (const std::string& k : merge) {
-    const Window& w = *windows_.at(k);
-    new_start = std::min(new_start, w.start);
-    new_end = std::max(new_end, w.end);
+  for (uint32_t slot : merge) {
+    new_start = std::min(new_start, slots_[slot].start);
+    new_end = std::max(new_end, slots_[slot].end);
   }
   // As in Flink, lateness is judged on the merged session: a late record that
   // falls into a session still open for corrections joins it.
-  if (W >= SatAdd(new_end, spec_.allowed_lateness)) return kTooLate;
-  std::string key = group;
-  AppendBigEndian64(&key, new_start);
-  // Build the merged window; its revision continues from the highest merged one.
-  auto merged = std::make_unique<Window>();
-  merged->group_key = group;
-  merged->start = new_start;
-  merged->end = new_end;
-  merged->accs.resize(spec_.aggregates.size());
-  merged->group.EnsureRoot();
-  for (size_t i = 0; i < spec_.group_paths.size(); ++i) {
-    merged->group.AddValue(spec_.group_by[i], r.GetPath(spec_.group_paths[i]));
+  if (W >= SatAdd(new_end, spec_.allowed_lateness)) {
+    ReleaseGroup(gid);  // when it was new
+    return kTooLate;
   }
-  for (const std::string& k : merge) {
-    Window& w = *windows_.at(k);
-    merged->revision = std::max(merged->revision, w.revision);
-    merged->events += w.events;
-    merged->id_digest += w.id_digest;
-    for (size_t i = 0; i < w.accs.size(); ++i) {
-      Acc& dst = merged->accs[i];
-      const Acc& src = w.accs[i];
-      const AggregateSpec& a = spec_.aggregates[i];
-      if ((a.fn == AggFn::kMin || a.fn == AggFn::kMax) && src.ext.type != ValueType::kNull) {
-        int c =
-            dst.ext.type == ValueType::kNull ? 0 : CompareValues(src.ext.view(), dst.ext.view());
-        if (dst.ext.type == ValueType::kNull || (a.fn == AggFn::kMin ? c < 0 : c > 0)) {
-          dst.ext = src.ext;
+  // One session extended at its end keeps its slot (the common case: the
+  // next record of an active session); otherwise the merged window is new and
+  // its revision continues from the highest merged one.
+  uint32_t target;
+  if (merge.size() == 1 && slots_[merge[0]].start == new_start &&
+      slots_[merge[0]].end == new_end) {
+    target = merge[0];
+  } else {
+    target = NewSlot(gid, new_start, new_end);
+    Window& m = slots_[target];
+    Acc* dst = AccsOf(target);
+    for (uint32_t slot : merge) {
+      const Window& w = slots_[slot];
+      m.revision = std::max(m.revision, w.revision);
+      m.events += w.events;
+      m.id_digest += w.id_digest;
+      const Acc* src = AccsOf(slot);
+      for (size_t i = 0; i < naggs_; ++i) {
+        const AggregateSpec& a = spec_.aggregates[i];
+        if ((a.fn == AggFn::kMin || a.fn == AggFn::kMax) && src[i].ext.type != ValueType::kNull) {
+          int c = dst[i].ext.type == ValueType::kNull
+                      ? 0
+                      : CompareValues(src[i].ext.view(), dst[i].ext.view());
+          if (dst[i].ext.type == ValueType::kNull || (a.fn == AggFn::kMin ? c < 0 : c > 0)) {
+            dst[i].ext = src[i].ext;
+          }
         }
+        if (a.fn == AggFn::kArgMax || a.fn == AggFn::kArgMin) {
+          // Sessions merge in start order, so earlier rows stay first on a tie.
+          dst[i].ArgMerge(src[i], a.fn == AggFn::kArgMax ? 1 : -1);
+        }
+        dst[i].Merge(src[i]);
       }
-      if (a.fn == AggFn::kArgMax || a.fn == AggFn::kArgMin) {
-        // Sessions merge in start order, so earlier rows stay first on a tie.
-        dst.ArgMerge(src, a.fn == AggFn::kArgMax ? 1 : -1);
-      }
-      dst.Merge(src);
     }
+    for (uint32_t slot : merge) Erase(slot);
+    // Its key may be an absorbed session's, stored: the merged one replaces it.
+    slots_[target].stored = !to_delete_.empty() && to_delete_.erase(StateKey(slots_[target])) > 0;
+    slots_[target].fired = W >= new_end;
+    index_.emplace(WinKey{gid, new_start}, target);
+    Index(target);
+    MaybeCompact();
   }
-  for (const std::string& k : merge) Erase(k);
-  // Its key may be an absorbed session's, stored: the merged one replaces it.
-  merged->stored = to_delete_.erase(key) > 0;
-  merged->fired = W >= new_end;
-  Window* w = merged.get();
-  Index(key, *w);
-  windows_.emplace(key, std::move(merged));
-  Update(*w, r);
-  MarkChanged(ctx, key, *w);
+  Update(target, r);
+  MarkChanged(ctx, target);
   return W >= new_end ? kLate : kOnTime;
 }
 
 absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                                           Output& out) {
   const int64_t W = ctx.watermark();
-  std::string key;
   int64_t records[3] = {0, 0, 0};
   double amounts[3] = {0, 0, 0};
   for (const Record& r : batch) {
@@ -647,7 +816,7 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
     } else {
       // Windows containing t: starts s = k*slide with s <= t < s + size.
       int64_t last = FloorDiv(r.event_time, spec_.slide) * spec_.slide;
-      std::string group;
+      uint32_t gid = 0;
       bool have_group = false;
       for (int64_t s = last - ((spec_.size - 1) / spec_.slide) * spec_.slide; s <= last;
            s += spec_.slide) {
@@ -655,15 +824,12 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
         if (r.event_time >= e) continue;
         if (W >= SatAdd(e, spec_.allowed_lateness)) continue;  // already final
         if (!have_group) {
-          group = GroupKey(r);
+          gid = InternGroup(r);
           have_group = true;
         }
-        key = group;
-        AppendBigEndian64(&key, s);
-        bool created;
-        Window* w = Touch(ctx, key, r, s, e, &created);
-        Update(*w, r);
-        MarkChanged(ctx, key, *w);
+        const uint32_t slot = Touch(ctx, gid, s, e);
+        Update(slot, r);
+        MarkChanged(ctx, slot);
         // Late once it changes a window the watermark completed.
         arrival = arrival == kLate || W >= e ? kLate : kOnTime;
       }
@@ -685,32 +851,48 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
     if (amount_path_ != nullptr) arrival_amounts_[a]->Add(amounts[a]);
   }
   // LATE corrections, one per changed complete window, in (end, key) order.
-  for (const TimeKey& tk : late_changed_) {
-    auto it = windows_.find(tk.second);
-    if (it != windows_.end() && it->second->dirty) Emit(ctx, *it->second, "LATE", out);
+  if (!late_changed_.empty()) {
+    late_changed_.erase(std::remove_if(late_changed_.begin(), late_changed_.end(),
+                                       [&](Ref r) { return !Valid(r); }),
+                        late_changed_.end());
+    SortByKey(&late_changed_);
+    for (Ref r : late_changed_) {
+      slots_[r.slot].late_queued = false;
+      if (slots_[r.slot].dirty) Emit(ctx, r.slot, "LATE", out);
+    }
+    late_changed_.clear();
   }
-  late_changed_.clear();
   return absl::OkStatus();
 }
 
 absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
   const int64_t W = ctx.watermark();
-  // Entries are taken out of the ordered sets whole (no key copy, no second
-  // lookup to erase them).
+  std::vector<Ref> due;
   while (!pending_on_time_.empty() && pending_on_time_.begin()->first <= W) {
-    auto node = pending_on_time_.extract(pending_on_time_.begin());
-    std::string& key = node.value().second;
-    Window& w = *windows_.at(key);
-    Emit(ctx, w, "ON_TIME", out);
-    w.fired = true;
-    to_persist_.insert(std::move(key));
+    due.swap(pending_on_time_.begin()->second);
+    pending_on_time_.erase(pending_on_time_.begin());
+    due.erase(std::remove_if(due.begin(), due.end(),
+                             [&](Ref r) { return !Valid(r) || slots_[r.slot].fired; }),
+              due.end());
+    SortByKey(&due);
+    for (Ref r : due) {
+      Emit(ctx, r.slot, "ON_TIME", out);
+      slots_[r.slot].fired = true;
+      MarkPersist(r.slot);
+      RETURN_IF_ERROR(out.MaybeDrain());
+    }
   }
   while (!pending_final_.empty() && pending_final_.begin()->first <= W) {
-    auto node = pending_final_.extract(pending_final_.begin());
-    const std::string& key = node.value().second;
-    Window& w = *windows_.at(key);
-    Emit(ctx, w, "FINAL", out);
-    Erase(key, /*in_final=*/false);
+    due.swap(pending_final_.begin()->second);
+    pending_final_.erase(pending_final_.begin());
+    due.erase(std::remove_if(due.begin(), due.end(), [&](Ref r) { return !Valid(r); }),
+              due.end());
+    SortByKey(&due);
+    for (Ref r : due) {
+      Emit(ctx, r.slot, "FINAL", out);
+      Erase(r.slot, /*final_used=*/true);
+      RETURN_IF_ERROR(out.MaybeDrain());
+    }
   }
   if (dirty_unfired_ == 0) next_timer_ = kMaxTime;
   return absl::OkStatus();
@@ -718,11 +900,16 @@ absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
 
 absl::Status WindowOperator::OnProcessingTime(OperatorContext& ctx, Output& out) {
   next_timer_ = kMaxTime;
-  for (const TimeKey& tk : pending_on_time_) {
-    Window& w = *windows_.at(tk.second);
-    if (w.dirty) {
-      Emit(ctx, w, "EARLY", out);
-      to_persist_.insert(tk.second);
+  std::vector<Ref> dirty;
+  for (auto& [end, refs] : pending_on_time_) {
+    dirty.clear();
+    for (Ref r : refs) {
+      if (Valid(r) && !slots_[r.slot].fired && slots_[r.slot].dirty) dirty.push_back(r);
+    }
+    SortByKey(&dirty);
+    for (Ref r : dirty) {
+      Emit(ctx, r.slot, "EARLY", out);
+      MarkPersist(r.slot);
     }
   }
   return absl::OkStatus();
@@ -733,14 +920,14 @@ absl::Status WindowOperator::Flush(OperatorContext& ctx) {
   to_delete_.clear();
   Record rec;
   std::string json;
-  for (const std::string& key : to_persist_) {
-    auto it = windows_.find(key);
-    if (it == windows_.end()) continue;
-    const Window& w = *it->second;
+  for (Ref ref : to_persist_) {
+    if (!Valid(ref)) continue;
+    Window& w = slots_[ref.slot];
+    w.persist_queued = false;
     rec.Clear();
     rec.EnsureRoot();
-    rec.AddString("gk", w.group_key);
-    rec.AddValue("g", w.group.Get(0));
+    rec.AddString("gk", groups_[w.gid].key);
+    rec.AddValue("g", groups_[w.gid].values.Get(0));
     rec.AddInt("s", w.start);
     rec.AddInt("e", w.end);
     rec.AddInt("r", w.revision);
@@ -749,7 +936,9 @@ absl::Status WindowOperator::Flush(OperatorContext& ctx) {
     rec.AddInt("n", w.events);
     rec.AddInt("h", static_cast<int64_t>(w.id_digest));
     rec.BeginArray("a");
-    for (const Acc& acc : w.accs) {
+    const Acc* accs = AccsOf(ref.slot);
+    for (size_t i = 0; i < naggs_; ++i) {
+      const Acc& acc = accs[i];
       rec.BeginObject("");
       rec.AddInt("c", acc.count);
       json.clear();
@@ -767,13 +956,13 @@ absl::Status WindowOperator::Flush(OperatorContext& ctx) {
       } else {
         rec.AddValue("x", acc.ext.view());
       }
-      if (!acc.rows.empty()) {
+      if (acc.lists != nullptr && !acc.lists->rows.empty()) {
         rec.BeginArray("rows");
-        for (const std::string& row : acc.rows) rec.AddString("", row);
+        for (const std::string& row : acc.lists->rows) rec.AddString("", row);
         rec.EndContainer();
       }
-      if (!acc.distinct.empty()) {
-        std::vector<std::string> sorted(acc.distinct.begin(), acc.distinct.end());
+      if (acc.distinct_size() > 0) {
+        std::vector<std::string> sorted(acc.lists->distinct.begin(), acc.lists->distinct.end());
         std::sort(sorted.begin(), sorted.end());
         rec.BeginArray("dv");
         for (const std::string& s : sorted) rec.AddString("", s);
@@ -784,8 +973,8 @@ absl::Status WindowOperator::Flush(OperatorContext& ctx) {
     rec.EndContainer();
     json.clear();
     rec.AppendJson(&json);
-    table_->Put(key, json);
-    it->second->stored = true;
+    table_->Put(StateKey(w), json);
+    w.stored = true;
   }
   to_persist_.clear();
   return absl::OkStatus();

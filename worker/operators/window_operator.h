@@ -23,13 +23,20 @@
 // values are ignored by sum/avg, nulls by every aggregate but count(*).
 //
 // State: every window lives in table "windows" (written at Flush, after each
-// batch) and in an in-memory map used for processing; Open() reloads the map
-// from the table, so a restored backend resumes exactly.
+// batch) and in an in-memory store used for processing; Open() reloads the
+// store from the table, so a restored backend resumes exactly.
+//
+// The store is compact: group-by values are interned once per group (a
+// hopping window's group has size/slide windows), windows live in a slot
+// vector indexed by (group id, start), their accumulators in one array, and
+// the timers are buckets of slot references per time, sorted by key only
+// when they fire (so emissions keep the (end, group key, start) order).
+// Slots are reused; a reference carries the slot's generation, so queues drop
+// entries of windows erased since (sessions merge) lazily.
 #pragma once
 
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -60,40 +67,85 @@ class WindowOperator : public Operator {
   absl::Status Flush(OperatorContext& ctx) override;
 
   // Number of windows currently held (tests).
-  size_t window_count() const { return windows_.size(); }
+  size_t window_count() const { return index_.size(); }
 
   struct Acc;
   struct Window;
 
  private:
-  using TimeKey = std::pair<int64_t, std::string>;
+  // A window slot and the generation it had: stale once the slot is freed.
+  struct Ref {
+    uint32_t slot;
+    uint32_t gen;
+  };
+  struct WinKey {
+    uint32_t gid;
+    int64_t start;
+    bool operator==(const WinKey& o) const { return gid == o.gid && start == o.start; }
+    template <typename H>
+    friend H AbslHashValue(H h, const WinKey& k) {
+      return H::combine(std::move(h), k.gid, k.start);
+    }
+  };
+  // Group-by values shared by the group's windows (refs of them).
+  struct Group {
+    std::string key;  // JSON text of each group-by value, '\0'-terminated
+    Record values;    // fields named as in group_by
+    uint32_t refs = 0;
+  };
+  using Buckets = std::map<int64_t, std::vector<Ref>>;
 
-  Window* Touch(OperatorContext& ctx, const std::string& key, const Record& group_src,
-                int64_t start, int64_t end, bool* created);
-  void Update(Window& w, const Record& r);
-  void MarkChanged(OperatorContext& ctx, const std::string& key, Window& w);
-  void Emit(OperatorContext& ctx, Window& w, const char* state, Output& out);
-  // Forgets window `key` (and schedules its deletion from the table if it
-  // was stored); `in_final` false: the caller already took it out of
-  // pending_final_.
-  void Erase(const std::string& key, bool in_final = true);
+  // The group of `r` (created with no windows if new).
+  uint32_t InternGroup(const Record& r);
+  // A new group with key `key` and no values yet.
+  uint32_t AddGroup(std::string_view key);
+  void ReleaseGroup(uint32_t gid);
+  // A new window slot (not yet in index_ or the timers).
+  uint32_t NewSlot(uint32_t gid, int64_t start, int64_t end);
+  Acc* AccsOf(uint32_t slot);
+  Ref RefOf(uint32_t slot) const;
+  bool Valid(Ref r) const;
+  // The window's key in the state table: group key + big-endian start.
+  std::string StateKey(const Window& w) const;
+  // Sorts references by (end, group key, start): the emission order.
+  void SortByKey(std::vector<Ref>* refs) const;
+  // Drops stale references from every timer bucket once they outnumber the
+  // windows (sessions merge often).
+  void MaybeCompact();
+
+  uint32_t Touch(OperatorContext& ctx, uint32_t gid, int64_t start, int64_t end);
+  void Update(uint32_t slot, const Record& r);
+  void MarkChanged(OperatorContext& ctx, uint32_t slot);
+  void MarkPersist(uint32_t slot);  // written at the next Flush
+  void Emit(OperatorContext& ctx, uint32_t slot, const char* state, Output& out);
+  // Forgets the window (and schedules its deletion from the table if it was
+  // stored).
+  // `final_used`: called for its final timer, whose reference is used up.
+  void Erase(uint32_t slot, bool final_used = false);
   // How a record arrived (window_records_total{arrival}); indexes below.
   enum Arrival { kOnTime = 0, kLate = 1, kTooLate = 2 };
   Arrival ProcessSession(OperatorContext& ctx, const Record& r, Output& out);
-  void Index(const std::string& key, const Window& w);
-  void Unindex(const std::string& key, const Window& w, bool in_final = true);
+  void Index(uint32_t slot);
   void ArmEarlyTimer(OperatorContext& ctx);
-  std::string GroupKey(const Record& r);
+  void GroupKey(const Record& r, std::string* out) const;
 
   WindowSpec spec_;
+  size_t naggs_ = 0;
   StateTable* table_ = nullptr;
-  absl::flat_hash_map<std::string, std::unique_ptr<Window>> windows_;
-  std::set<TimeKey> pending_on_time_;  // (end, key) of windows not yet complete
-  std::set<TimeKey> pending_final_;    // (end + lateness, key) of every window
-  std::set<TimeKey> late_changed_;     // complete windows changed in this batch
-  // Sessions: group key -> (start -> window key).
-  absl::flat_hash_map<std::string, std::map<int64_t, std::string>> sessions_;
-  absl::flat_hash_set<std::string> to_persist_;
+  std::vector<Window> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<Acc> accs_;  // naggs_ per slot
+  absl::flat_hash_map<WinKey, uint32_t> index_;
+  std::vector<Group> groups_;
+  std::vector<uint32_t> free_groups_;
+  absl::flat_hash_map<std::string, uint32_t> group_index_;
+  Buckets pending_on_time_;  // end -> windows not yet complete
+  Buckets pending_final_;    // end + lateness -> every window
+  size_t stale_refs_ = 0;    // references to freed slots left in the buckets
+  std::vector<Ref> late_changed_;  // complete windows changed in this batch
+  // Sessions: group -> (start -> slot).
+  absl::flat_hash_map<uint32_t, std::map<int64_t, uint32_t>> sessions_;
+  std::vector<Ref> to_persist_;
   absl::flat_hash_set<std::string> to_delete_;
   int64_t next_timer_ = kMaxTime;
   int64_t dirty_unfired_ = 0;  // windows with changes not yet emitted and not complete
@@ -103,6 +155,7 @@ class WindowOperator : public Operator {
   DoubleCounter* arrival_amounts_[3] = {nullptr, nullptr, nullptr};
   const FieldPath* amount_path_ = nullptr;  // the first sum aggregate's field
   std::string scratch_;
+  std::string key_scratch_;
 };
 
 }  // namespace caravela

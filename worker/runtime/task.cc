@@ -407,6 +407,7 @@ absl::Status Task::Impl::Build() {
       if (side == "too_late") on.late = metrics->Get("operator_late_records_total", op_label);
     }
     on.out.Resize(on.op->SideOutputs().size());
+    on.out.SetDrain([this, id = S() + static_cast<int>(i)] { return Dispatch(id); });
     on.here = OperatorHere(os);
     on.input_reader.assign(on.inputs.size(), -1);
     if (on.here) RETURN_IF_ERROR(on.op->Open(*on.ctx));
