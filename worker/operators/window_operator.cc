@@ -257,7 +257,7 @@ uint32_t WindowOperator::AddGroup(std::string_view key) {
   g.key.assign(key);
   g.values.Clear();
   g.values.EnsureRoot();
-  g.refs = 0;
+  g.wins.clear();
   group_index_.emplace(g.key, gid);
   return gid;
 }
@@ -276,7 +276,7 @@ uint32_t WindowOperator::InternGroup(const Record& r) {
 
 void WindowOperator::ReleaseGroup(uint32_t gid) {
   Group& g = groups_[gid];
-  if (g.refs > 0) return;
+  if (!g.wins.empty()) return;
   group_index_.erase(g.key);
   g.key.clear();
   g.values.Clear();
@@ -301,7 +301,12 @@ uint32_t WindowOperator::NewSlot(uint32_t gid, int64_t start, int64_t end) {
   w.gid = gid;
   w.start = start;
   w.end = end;
-  ++groups_[gid].refs;
+  // In start order; new windows are mostly the latest.
+  auto& wins = groups_[gid].wins;
+  auto pos = wins.end();
+  while (pos != wins.begin() && std::prev(pos)->first > start) --pos;
+  wins.insert(pos, {start, slot});
+  ++live_windows_;
   return slot;
 }
 
@@ -344,7 +349,7 @@ void WindowOperator::SortByKey(std::vector<Ref>* refs) const {
 }
 
 void WindowOperator::MaybeCompact() {
-  if (stale_refs_ < 1024 || stale_refs_ < 2 * index_.size()) return;
+  if (stale_refs_ < 1024 || stale_refs_ < 2 * live_windows_) return;
   for (Buckets* buckets : {&pending_on_time_, &pending_final_}) {
     for (auto it = buckets->begin(); it != buckets->end();) {
       std::vector<Ref>& refs = it->second;
@@ -361,21 +366,15 @@ void WindowOperator::Index(uint32_t slot) {
   const Ref ref = RefOf(slot);
   if (!w.fired) pending_on_time_[w.end].push_back(ref);
   pending_final_[SatAdd(w.end, spec_.allowed_lateness)].push_back(ref);
-  if (spec_.kind == WindowSpec::Kind::kSession) sessions_[w.gid][w.start] = slot;
 }
 
 void WindowOperator::Erase(uint32_t slot, bool final_used) {
   Window& w = slots_[slot];
   if (w.dirty && !w.fired) --dirty_unfired_;
-  if (spec_.kind == WindowSpec::Kind::kSession) {
-    auto it = sessions_.find(w.gid);
-    if (it != sessions_.end()) {
-      it->second.erase(w.start);
-      if (it->second.empty()) sessions_.erase(it);
-    }
-  }
   if (w.stored) to_delete_.insert(StateKey(w));
-  index_.erase(WinKey{w.gid, w.start});
+  auto& wins = groups_[w.gid].wins;
+  wins.erase(std::find_if(wins.begin(), wins.end(), [&](const auto& e) { return e.second == slot; }));
+  --live_windows_;
   // Its timer references left in the buckets go stale: the on-time one
   // while it has not fired, the final one unless it is being used.
   stale_refs_ += (w.fired ? 0 : 1) + (final_used ? 0 : 1);
@@ -385,7 +384,6 @@ void WindowOperator::Erase(uint32_t slot, bool final_used) {
   Acc* accs = AccsOf(slot);
   for (size_t i = 0; i < naggs_; ++i) accs[i] = Acc();
   free_slots_.push_back(slot);
-  --groups_[gid].refs;
   ReleaseGroup(gid);
 }
 
@@ -420,7 +418,7 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
   slots_.clear();
   free_slots_.clear();
   accs_.clear();
-  index_.clear();
+  live_windows_ = 0;
   groups_.clear();
   free_groups_.clear();
   group_index_.clear();
@@ -428,7 +426,6 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
   pending_final_.clear();
   stale_refs_ = 0;
   late_changed_.clear();
-  sessions_.clear();
   to_persist_.clear();
   to_delete_.clear();
   dirty_unfired_ = 0;
@@ -500,7 +497,6 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
         });
       }
     });
-    index_.emplace(WinKey{gid, start}, slot);
     Index(slot);
     if (w.dirty && !w.fired) ++dirty_unfired_;
     (void)key;
@@ -562,10 +558,11 @@ void WindowOperator::GroupKey(const Record& r, std::string* out) const {
 }
 
 uint32_t WindowOperator::Touch(OperatorContext& ctx, uint32_t gid, int64_t start, int64_t end) {
-  auto [it, inserted] = index_.try_emplace(WinKey{gid, start}, 0);
-  if (!inserted) return it->second;
+  const auto& wins = groups_[gid].wins;
+  for (auto it = wins.rbegin(); it != wins.rend() && it->first >= start; ++it) {
+    if (it->first == start) return it->second;
+  }
   const uint32_t slot = NewSlot(gid, start, end);
-  it->second = slot;
   slots_[slot].fired = ctx.watermark() >= end;  // first record arrives late: starts with LATE
   Index(slot);
   return slot;
@@ -739,12 +736,9 @@ WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, con
   const uint32_t gid = InternGroup(r);
   // Collect sessions that intersect [start, end] (touching sessions merge).
   std::vector<uint32_t> merge;
-  auto sit = sessions_.find(gid);
-  if (sit != sessions_.end()) {
-    for (auto& [s, slot] : sit->second) {
-      if (s > end) break;
-      if (slots_[slot].end >= start) merge.push_back(slot);
-    }
+  for (const auto& [s, slot] : groups_[gid].wins) {
+    if (s > end) break;
+    if (slots_[slot].end >= start) merge.push_back(slot);
   }
   int64_t new_start = start, new_end = end;
   for (uint32_t slot : merge) {
@@ -795,7 +789,6 @@ WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, con
     // Its key may be an absorbed session's, stored: the merged one replaces it.
     slots_[target].stored = !to_delete_.empty() && to_delete_.erase(StateKey(slots_[target])) > 0;
     slots_[target].fired = W >= new_end;
-    index_.emplace(WinKey{gid, new_start}, target);
     Index(target);
     MaybeCompact();
   }
@@ -865,6 +858,22 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
   return absl::OkStatus();
 }
 
+void WindowOperator::Prefetch(const std::vector<Ref>& due, size_t k) const {
+  // Due windows are visited in key order, which is random in memory: load
+  // the window, its accumulators and then its group a few steps ahead.
+  constexpr size_t kWindowAhead = 8, kGroupAhead = 4;
+  if (k + kWindowAhead < due.size()) {
+    const uint32_t slot = due[k + kWindowAhead].slot;
+    __builtin_prefetch(&slots_[slot]);
+    if (naggs_ > 0) __builtin_prefetch(&accs_[slot * naggs_]);
+  }
+  if (k + kGroupAhead < due.size()) {
+    const Group& g = groups_[slots_[due[k + kGroupAhead].slot].gid];
+    __builtin_prefetch(&g);
+    __builtin_prefetch(&g.wins);
+  }
+}
+
 absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
   const int64_t W = ctx.watermark();
   std::vector<Ref> due;
@@ -875,7 +884,9 @@ absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
                              [&](Ref r) { return !Valid(r) || slots_[r.slot].fired; }),
               due.end());
     SortByKey(&due);
-    for (Ref r : due) {
+    for (size_t k = 0; k < due.size(); ++k) {
+      Prefetch(due, k);
+      const Ref r = due[k];
       Emit(ctx, r.slot, "ON_TIME", out);
       slots_[r.slot].fired = true;
       MarkPersist(r.slot);
@@ -888,7 +899,9 @@ absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
     due.erase(std::remove_if(due.begin(), due.end(), [&](Ref r) { return !Valid(r); }),
               due.end());
     SortByKey(&due);
-    for (Ref r : due) {
+    for (size_t k = 0; k < due.size(); ++k) {
+      Prefetch(due, k);
+      const Ref r = due[k];
       Emit(ctx, r.slot, "FINAL", out);
       Erase(r.slot, /*final_used=*/true);
       RETURN_IF_ERROR(out.MaybeDrain());

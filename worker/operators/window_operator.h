@@ -28,7 +28,7 @@
 //
 // The store is compact: group-by values are interned once per group (a
 // hopping window's group has size/slide windows), windows live in a slot
-// vector indexed by (group id, start), their accumulators in one array, and
+// vector listed by start in their group, their accumulators in one array, and
 // the timers are buckets of slot references per time, sorted by key only
 // when they fire (so emissions keep the (end, group key, start) order).
 // Slots are reused; a reference carries the slot's generation, so queues drop
@@ -67,7 +67,7 @@ class WindowOperator : public Operator {
   absl::Status Flush(OperatorContext& ctx) override;
 
   // Number of windows currently held (tests).
-  size_t window_count() const { return index_.size(); }
+  size_t window_count() const { return live_windows_; }
 
   struct Acc;
   struct Window;
@@ -78,20 +78,13 @@ class WindowOperator : public Operator {
     uint32_t slot;
     uint32_t gen;
   };
-  struct WinKey {
-    uint32_t gid;
-    int64_t start;
-    bool operator==(const WinKey& o) const { return gid == o.gid && start == o.start; }
-    template <typename H>
-    friend H AbslHashValue(H h, const WinKey& k) {
-      return H::combine(std::move(h), k.gid, k.start);
-    }
-  };
-  // Group-by values shared by the group's windows (refs of them).
+  // Group-by values shared by the group's windows, and the windows: a
+  // hopping window's group has size/slide of them, a session's usually one,
+  // so finding one by start is a short scan of hot memory.
   struct Group {
     std::string key;  // JSON text of each group-by value, '\0'-terminated
     Record values;    // fields named as in group_by
-    uint32_t refs = 0;
+    std::vector<std::pair<int64_t, uint32_t>> wins;  // (start, slot), by start
   };
   using Buckets = std::map<int64_t, std::vector<Ref>>;
 
@@ -100,7 +93,7 @@ class WindowOperator : public Operator {
   // A new group with key `key` and no values yet.
   uint32_t AddGroup(std::string_view key);
   void ReleaseGroup(uint32_t gid);
-  // A new window slot (not yet in index_ or the timers).
+  // A new window slot, in its group's list (not yet in the timers).
   uint32_t NewSlot(uint32_t gid, int64_t start, int64_t end);
   Acc* AccsOf(uint32_t slot);
   Ref RefOf(uint32_t slot) const;
@@ -109,6 +102,8 @@ class WindowOperator : public Operator {
   std::string StateKey(const Window& w) const;
   // Sorts references by (end, group key, start): the emission order.
   void SortByKey(std::vector<Ref>* refs) const;
+  // Prefetches what emitting due[k + a few] will read.
+  void Prefetch(const std::vector<Ref>& due, size_t k) const;
   // Drops stale references from every timer bucket once they outnumber the
   // windows (sessions merge often).
   void MaybeCompact();
@@ -135,7 +130,7 @@ class WindowOperator : public Operator {
   std::vector<Window> slots_;
   std::vector<uint32_t> free_slots_;
   std::vector<Acc> accs_;  // naggs_ per slot
-  absl::flat_hash_map<WinKey, uint32_t> index_;
+  size_t live_windows_ = 0;
   std::vector<Group> groups_;
   std::vector<uint32_t> free_groups_;
   absl::flat_hash_map<std::string, uint32_t> group_index_;
@@ -143,8 +138,6 @@ class WindowOperator : public Operator {
   Buckets pending_final_;    // end + lateness -> every window
   size_t stale_refs_ = 0;    // references to freed slots left in the buckets
   std::vector<Ref> late_changed_;  // complete windows changed in this batch
-  // Sessions: group -> (start -> slot).
-  absl::flat_hash_map<uint32_t, std::map<int64_t, uint32_t>> sessions_;
   std::vector<Ref> to_persist_;
   absl::flat_hash_set<std::string> to_delete_;
   int64_t next_timer_ = kMaxTime;

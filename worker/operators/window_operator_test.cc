@@ -160,6 +160,38 @@ TEST(WindowOperatorTest, ArgMaxRowsOfMergedSessionsKeepTheHigherOrBothOnATie) {
   EXPECT_THAT(h2.TakeOutput(), Contains(HasSubstr(R"("top":[{"id":"a"},{"id":"b"}],"revision")")));
 }
 
+// A watermark that completes many windows hands them on in pieces
+// (Output::MaybeDrain), each ON_TIME and FINAL once, in key order.
+TEST(WindowOperatorTest, WatermarkBurstIsHandedOnInPieces) {
+  WindowSpec spec = Tumbling(kHour, 0);
+  spec.group_by = {"k"};
+  spec.group_paths = {FieldPath::Parse("k")};
+  WindowOperator op(spec);
+  OperatorHarness h(&op);
+  ASSERT_TRUE(h.Open().ok());
+  constexpr int kKeys = 3 * static_cast<int>(Output::kDrainAt);
+  std::vector<std::pair<std::string, int64_t>> batch;
+  for (int k = kKeys - 1; k >= 0; --k) {
+    batch.emplace_back("{\"k\":" + std::to_string(k) + ",\"amount\":1}", T(10, k % 60));
+  }
+  ASSERT_TRUE(h.ProcessBatch(batch).ok());
+  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
+  EXPECT_GE(h.drains(), 5);
+  const std::vector<std::string> out = h.TakeOutput();
+  ASSERT_EQ(out.size(), 2u * kKeys);
+  // ON_TIME for every key, then FINAL for every key, keys in the order of
+  // their JSON text.
+  std::vector<std::string> keys;
+  for (int k = 0; k < kKeys; ++k) keys.push_back(std::to_string(k));
+  std::sort(keys.begin(), keys.end());
+  for (int i = 0; i < 2 * kKeys; ++i) {
+    const std::string& key = keys[i % kKeys];
+    EXPECT_THAT(out[i], HasSubstr("\"k\":" + key + ",\"revenue\":1"));
+    EXPECT_THAT(out[i], HasSubstr(i < kKeys ? "ON_TIME" : "FINAL"));
+  }
+  EXPECT_EQ(op.window_count(), 0u);
+}
+
 TEST(WindowOperatorTest, RecordExactlyAtWatermarkIsNotLate) {
   WindowOperator op(Tumbling(kHour, 0));
   OperatorHarness h(&op);
@@ -486,6 +518,157 @@ TEST_P(WindowModelTest, MatchesReferenceModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, WindowModelTest, ::testing::Range(1, 13));
+
+// Sessions against a naive model: per group a map of sessions merged by
+// scanning them all. Many short sessions that merge often, so windows are
+// freed and their slots reused, stale timer references pile up and are
+// compacted, and stored sessions are replaced by merged ones after commits.
+// Checks every window's emission sequence, the too-late count, and that one
+// watermark step emits ON_TIME and then FINAL results each in (end, group,
+// start) order.
+class SessionModelTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SessionModelTest, MatchesReferenceModel) {
+  std::mt19937_64 rng(GetParam());
+  const int64_t gap = 3 * kMin;
+  const int64_t lateness = std::vector<int64_t>{0, 5 * kMin, 30 * kMin}[GetParam() % 3];
+  WindowSpec spec = Tumbling(kHour, lateness);
+  spec.kind = WindowSpec::Kind::kSession;
+  spec.size = spec.slide = 0;
+  spec.gap = gap;
+  spec.group_by = {"g"};
+  spec.group_paths = {FieldPath::Parse("g")};
+  WindowOperator op(spec);
+  OperatorHarness h(&op);
+  ASSERT_TRUE(h.Open().ok());
+
+  struct Session {
+    int64_t end, sum, count, revision;
+    bool fired, changed;
+  };
+  using Key = std::tuple<std::string, int64_t, int64_t>;  // group, start, end
+  std::map<std::string, std::map<int64_t, Session>> model;
+  std::map<Key, std::vector<Emission>> want;
+  int64_t W = kMinTime;
+  int too_late = 0;
+  auto emit = [&](const std::string& g, int64_t start, Session& s, const char* state) {
+    s.changed = false;
+    want[{g, start, s.end}].push_back({++s.revision, state, s.sum, s.count});
+  };
+  // Group names share their first 8 bytes, so ordering needs the whole key.
+  const std::vector<std::string> groups = {"groupname-a", "groupname-b", "g", "groupname-"};
+
+  std::map<Key, std::vector<Emission>> got;
+  JsonDecoder dec;
+  Record r;
+  auto take = [&](bool check_order) {
+    std::vector<std::tuple<int64_t, std::string, int64_t>> on_time, final;  // end, key, start
+    for (const std::string& line : h.TakeOutput()) {
+      ASSERT_TRUE(dec.Decode(line, &r).ok());
+      std::string g(r.GetPath(FieldPath::Parse("g")).s);
+      int64_t start = *ParseIso8601(r.GetPath(FieldPath::Parse("window_start")).s);
+      int64_t end = *ParseIso8601(r.GetPath(FieldPath::Parse("window_end")).s);
+      std::string state(r.GetPath(FieldPath::Parse("state")).s);
+      got[{g, start, end}].push_back({r.GetPath(FieldPath::Parse("revision")).i, state,
+                                      r.GetPath(FieldPath::Parse("revenue")).i,
+                                      r.GetPath(FieldPath::Parse("orders")).i});
+      // The group key is the value's JSON text: compare "g" with quotes.
+      if (state == "ON_TIME") on_time.emplace_back(end, "\"" + g + "\"", start);
+      if (state == "FINAL") final.emplace_back(end, "\"" + g + "\"", start);
+    }
+    if (check_order) {
+      EXPECT_TRUE(std::is_sorted(on_time.begin(), on_time.end()));
+      EXPECT_TRUE(std::is_sorted(final.begin(), final.end()));
+    }
+  };
+
+  int64_t max_seen = T(0, 0);
+  for (int records = 0; records < 6000;) {
+    std::vector<std::pair<std::string, int64_t>> batch;
+    const int n = 1 + static_cast<int>(rng() % 6);
+    for (int i = 0; i < n; ++i, ++records) {
+      int64_t t = max_seen + static_cast<int64_t>(rng() % 9) * kMin / 2 -
+                  static_cast<int64_t>(rng() % 12) * kMin;
+      if (rng() % 40 == 0) t -= 45 * kMin;
+      const std::string& g = groups[rng() % groups.size()];
+      const int64_t amount = static_cast<int64_t>(rng() % 50);
+      batch.emplace_back("{\"g\":\"" + g + "\",\"amount\":" + std::to_string(amount) + "}", t);
+      max_seen = std::max(max_seen, t);
+      // The model: merge every session that [t, t + gap] touches.
+      auto& sessions = model[g];
+      int64_t start = t, end = t + gap, sum = amount, count = 1, revision = 0;
+      std::vector<int64_t> merged;
+      for (auto& [s, ses] : sessions) {
+        if (s <= t + gap && ses.end >= t) merged.push_back(s);
+      }
+      for (int64_t s : merged) {
+        start = std::min(start, s);
+        end = std::max(end, sessions[s].end);
+      }
+      if (W >= end + lateness) {
+        ++too_late;
+        continue;
+      }
+      for (int64_t s : merged) {
+        sum += sessions[s].sum;
+        count += sessions[s].count;
+        revision = std::max(revision, sessions[s].revision);
+        sessions.erase(s);
+      }
+      sessions[start] = Session{end, sum, count, revision, W >= end, true};
+    }
+    ASSERT_TRUE(h.ProcessBatch(batch).ok());
+    for (auto& [g, sessions] : model) {
+      for (auto& [s, ses] : sessions) {
+        if (ses.fired && ses.changed) emit(g, s, ses, "LATE");
+      }
+    }
+    take(false);
+    if (rng() % 2 == 0) {
+      W = std::max(W, max_seen - 2 * kMin);
+      for (auto& [g, sessions] : model) {
+        for (auto& [s, ses] : sessions) {
+          if (!ses.fired && W >= ses.end) {
+            ses.fired = true;
+            emit(g, s, ses, "ON_TIME");
+          }
+        }
+      }
+      for (auto& [g, sessions] : model) {
+        for (auto it = sessions.begin(); it != sessions.end();) {
+          if (W >= it->second.end + lateness) {
+            emit(g, it->first, it->second, "FINAL");
+            it = sessions.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      ASSERT_TRUE(h.AdvanceWatermark(W).ok());
+      take(true);
+    }
+    if (rng() % 7 == 0) ASSERT_TRUE(h.Commit().ok());
+  }
+  for (auto& [g, sessions] : model) {
+    for (auto& [s, ses] : sessions) {
+      if (!ses.fired) emit(g, s, ses, "ON_TIME");
+    }
+    for (auto& [s, ses] : sessions) emit(g, s, ses, "FINAL");
+  }
+  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  take(true);
+  EXPECT_EQ(static_cast<int>(h.TakeSide("too_late").size()), too_late);
+  EXPECT_GT(too_late, 0) << "the generator should produce some too-late records";
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_GT(want.size(), 300u) << "the generator should make many sessions";
+  for (const auto& [k, seq] : want) {
+    EXPECT_EQ(got[k], seq) << "session " << std::get<0>(k) << "@"
+                           << FormatIso8601(std::get<1>(k));
+  }
+  EXPECT_EQ(op.window_count(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, SessionModelTest, ::testing::Range(1, 7));
 
 }  // namespace
 }  // namespace caravela

@@ -20,6 +20,12 @@ OperatorHarness::OperatorHarness(Operator* op, std::unique_ptr<StateBackend> bac
 absl::Status OperatorHarness::Open() {
   side_names_ = op_->SideOutputs();
   out_.Resize(side_names_.size());
+  // Like the runtime: a burst is taken in pieces (Output::MaybeDrain).
+  out_.SetDrain([this] {
+    ++drains_;
+    Collect();
+    return absl::OkStatus();
+  });
   side_lines_.resize(side_names_.size());
   return op_->Open(*ctx_);
 }

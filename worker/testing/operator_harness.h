@@ -57,6 +57,8 @@ class OperatorHarness {
   // Side-output records of side `name` since the last Take.
   std::vector<std::string> TakeSide(const std::string& name);
 
+  // Times the operator handed a burst over early (Output::MaybeDrain).
+  int drains() const { return drains_; }
   int64_t watermark() const { return ctx_->watermark(); }
   StateBackend& state() { return *backend_; }
   MetricsRegistry& metrics() { return metrics_; }
@@ -71,6 +73,7 @@ class OperatorHarness {
   std::unique_ptr<OperatorContext> ctx_;
   std::string name_;
   Output out_;
+  int drains_ = 0;
   std::vector<std::string> side_names_;
   std::vector<std::string> main_lines_;
   std::vector<std::vector<std::string>> side_lines_;
