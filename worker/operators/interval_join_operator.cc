@@ -345,6 +345,7 @@ absl::Status IntervalJoinOperator::Expire(OperatorContext& ctx, Output& out) {
         if (!sr.empty()) __builtin_prefetch(sr.rows.data() + sr.begin);
       }
       ExpireRow(ctx, b.items[b.next++], out);
+      RETURN_IF_ERROR(out.MaybeDrain());
     }
     if (b.next < b.items.size()) break;  // the rest is due later
     for (ExpiryBucket*& cached : last_bucket_) {

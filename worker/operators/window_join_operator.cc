@@ -284,7 +284,8 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   return absl::OkStatus();
 }
 
-void WindowJoinOperator::Close(OperatorContext& ctx, int64_t start, Window& w, Output& out) {
+absl::Status WindowJoinOperator::Close(OperatorContext& ctx, int64_t start, Window& w,
+                                       Output& out) {
   // Keys present on both sides, in encoded order.
   SortGroups(w, /*matched_only=*/true);
   for (uint32_t gi : groups_order_) {
@@ -296,13 +297,16 @@ void WindowJoinOperator::Close(OperatorContext& ctx, int64_t start, Window& w, O
       for (uint32_t b : sorted_other_) {
         EmitPair(ctx, start, RowRef{nullptr, w.rows[a].packed}, RowRef{nullptr, w.rows[b].packed},
                  out);
+        RETURN_IF_ERROR(out.MaybeDrain());
       }
     }
   }
+  return absl::OkStatus();
 }
 
-void WindowJoinOperator::Final(OperatorContext& ctx, int64_t start, Window& w, Output& out) {
-  if (!Outer(kLeft) && !Outer(kRight)) return;
+absl::Status WindowJoinOperator::Final(OperatorContext& ctx, int64_t start, Window& w,
+                                       Output& out) {
+  if (!Outer(kLeft) && !Outer(kRight)) return absl::OkStatus();
   SortGroups(w, /*matched_only=*/false);
   // A key's rows are unmatched if the other side has none (a null key never
   // matches): left rows, then right rows, key by key.
@@ -315,15 +319,18 @@ void WindowJoinOperator::Final(OperatorContext& ctx, int64_t start, Window& w, O
       SortedRows(w, g, kLeft);
       for (uint32_t a : sorted_) {
         EmitPair(ctx, start, RowRef{nullptr, w.rows[a].packed}, RowRef{}, out);
+        RETURN_IF_ERROR(out.MaybeDrain());
       }
     }
     if (Outer(kRight) && has_r && (!has_l || !matchable)) {
       SortedRows(w, g, kRight);
       for (uint32_t b : sorted_) {
         EmitPair(ctx, start, RowRef{}, RowRef{nullptr, w.rows[b].packed}, out);
+        RETURN_IF_ERROR(out.MaybeDrain());
       }
     }
   }
+  return absl::OkStatus();
 }
 
 absl::Status WindowJoinOperator::OnWatermark(OperatorContext& ctx, Output& out) {
@@ -332,14 +339,14 @@ absl::Status WindowJoinOperator::OnWatermark(OperatorContext& ctx, Output& out) 
   for (auto& [start, win] : windows_) {
     if (End(start) > w) break;  // ends grow with starts
     if (win.closed) continue;
-    Close(ctx, start, win, out);
+    RETURN_IF_ERROR(Close(ctx, start, win, out));
     win.closed = true;
     win.dirty = true;
   }
   // ...then finish every window that is final.
   while (!windows_.empty() && w >= SatAdd(End(windows_.begin()->first), spec_.allowed_lateness)) {
     auto it = windows_.begin();
-    Final(ctx, it->first, it->second, out);
+    RETURN_IF_ERROR(Final(ctx, it->first, it->second, out));
     if (it->second.persisted) deleted_.push_back(it->first);
     Drop(std::move(it->second));
     windows_.erase(it);

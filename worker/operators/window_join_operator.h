@@ -133,9 +133,10 @@ class WindowJoinOperator : public Operator {
   // `matched_only` those with a non-null key and rows on both sides.
   void SortGroups(const Window& w, bool matched_only);
   // Emits every pair of window `start`.
-  void Close(OperatorContext& ctx, int64_t start, Window& w, Output& out);
+  // Both hand a burst on in pieces (Output::MaybeDrain).
+  absl::Status Close(OperatorContext& ctx, int64_t start, Window& w, Output& out);
   // Emits the padded rows of window `start`; the caller drops its state.
-  void Final(OperatorContext& ctx, int64_t start, Window& w, Output& out);
+  absl::Status Final(OperatorContext& ctx, int64_t start, Window& w, Output& out);
   // Frees the rows of `w` and keeps its buffers for the next window.
   void Drop(Window&& w);
   // Appends a result for window `start`; `left`/`right` may be empty (null).
