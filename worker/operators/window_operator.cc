@@ -150,7 +150,8 @@ struct WindowOperator::Acc {
     isum += o.isum * Pow10(scale - o.scale);
     dsum += o.dsum;
     has_double = has_double || o.has_double;
-    if (o.distinct_size() > 0) L().distinct.insert(o.lists->distinct.begin(), o.lists->distinct.end());
+    if (o.distinct_size() > 0)
+      L().distinct.insert(o.lists->distinct.begin(), o.lists->distinct.end());
   }
   // arg_max / arg_min (`sign` 1: max, -1: min): > 0 when `v` is more
   // extreme than the rows kept (or none are), 0 on a tie.
@@ -373,7 +374,8 @@ void WindowOperator::Erase(uint32_t slot, bool final_used) {
   if (w.dirty && !w.fired) --dirty_unfired_;
   if (w.stored) to_delete_.insert(StateKey(w));
   auto& wins = groups_[w.gid].wins;
-  wins.erase(std::find_if(wins.begin(), wins.end(), [&](const auto& e) { return e.second == slot; }));
+  wins.erase(
+      std::find_if(wins.begin(), wins.end(), [&](const auto& e) { return e.second == slot; }));
   --live_windows_;
   // Its timer references left in the buckets go stale: the on-time one
   // while it has not fired, the final one unless it is being used.
@@ -755,8 +757,7 @@ WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, con
   // next record of an active session); otherwise the merged window is new and
   // its revision continues from the highest merged one.
   uint32_t target;
-  if (merge.size() == 1 && slots_[merge[0]].start == new_start &&
-      slots_[merge[0]].end == new_end) {
+  if (merge.size() == 1 && slots_[merge[0]].start == new_start && slots_[merge[0]].end == new_end) {
     target = merge[0];
   } else {
     target = NewSlot(gid, new_start, new_end);
@@ -896,8 +897,7 @@ absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
   while (!pending_final_.empty() && pending_final_.begin()->first <= W) {
     due.swap(pending_final_.begin()->second);
     pending_final_.erase(pending_final_.begin());
-    due.erase(std::remove_if(due.begin(), due.end(), [&](Ref r) { return !Valid(r); }),
-              due.end());
+    due.erase(std::remove_if(due.begin(), due.end(), [&](Ref r) { return !Valid(r); }), due.end());
     SortByKey(&due);
     for (size_t k = 0; k < due.size(); ++k) {
       Prefetch(due, k);

@@ -134,9 +134,9 @@ class WindowOperator : public Operator {
   std::vector<Group> groups_;
   std::vector<uint32_t> free_groups_;
   absl::flat_hash_map<std::string, uint32_t> group_index_;
-  Buckets pending_on_time_;  // end -> windows not yet complete
-  Buckets pending_final_;    // end + lateness -> every window
-  size_t stale_refs_ = 0;    // references to freed slots left in the buckets
+  Buckets pending_on_time_;        // end -> windows not yet complete
+  Buckets pending_final_;          // end + lateness -> every window
+  size_t stale_refs_ = 0;          // references to freed slots left in the buckets
   std::vector<Ref> late_changed_;  // complete windows changed in this batch
   std::vector<Ref> to_persist_;
   absl::flat_hash_set<std::string> to_delete_;

@@ -662,8 +662,7 @@ TEST_P(SessionModelTest, MatchesReferenceModel) {
   ASSERT_EQ(got.size(), want.size());
   EXPECT_GT(want.size(), 300u) << "the generator should make many sessions";
   for (const auto& [k, seq] : want) {
-    EXPECT_EQ(got[k], seq) << "session " << std::get<0>(k) << "@"
-                           << FormatIso8601(std::get<1>(k));
+    EXPECT_EQ(got[k], seq) << "session " << std::get<0>(k) << "@" << FormatIso8601(std::get<1>(k));
   }
   EXPECT_EQ(op.window_count(), 0u);
 }
