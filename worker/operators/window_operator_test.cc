@@ -647,7 +647,9 @@ TEST_P(SessionModelTest, MatchesReferenceModel) {
       ASSERT_TRUE(h.AdvanceWatermark(W).ok());
       take(true);
     }
-    if (rng() % 7 == 0) ASSERT_TRUE(h.Commit().ok());
+    if (rng() % 7 == 0) {
+      ASSERT_TRUE(h.Commit().ok());
+    }
   }
   for (auto& [g, sessions] : model) {
     for (auto& [s, ses] : sessions) {
