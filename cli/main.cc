@@ -17,6 +17,7 @@
 #include "caravela/v1/worker.pb.h"
 #include "cli/demo.h"
 #include "cli/nexmark_command.h"
+#include "cli/reconcile_command.h"
 #include "cli/service_commands.h"
 #include "common/dashboard.h"
 #include "common/http_server.h"
@@ -337,6 +338,7 @@ int main(int argc, char** argv) {
 
   caravela::AddServiceCommands(app);
   caravela::AddNexmarkCommands(app);
+  caravela::AddReconcileCommand(app);
 
   // The environment beats a --config file (CLI11 itself reads the file
   // first): with --config, each CARAVELA_<FLAG> of the subcommand being run
@@ -355,6 +357,7 @@ int main(int argc, char** argv) {
 
   if (int rc = caravela::RunServiceCommands(); rc >= 0) return rc;
   if (int rc = caravela::RunNexmarkCommands(); rc >= 0) return rc;
+  if (int rc = caravela::RunReconcileCommand(); rc >= 0) return rc;
 
   if (*demo) return caravela::RunDemo(demo_job, demo_seconds, demo_events, quiet);
 

@@ -1,0 +1,611 @@
+#include "worker/reconcile/reconcile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/json.h"
+#include "common/logging.h"
+#include "worker/connectors/kafka_source.h"
+#include "worker/connectors/sink_factory.h"
+#include "worker/operators/operator.h"
+#include "worker/runtime/pipeline.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<spdlog::logger> ReconcileLogger() { return SubsystemLogger("reconcile"); }
+
+// 1000 years: a watermark delay or retention no input outlasts.
+constexpr int64_t kForever = int64_t{1000} * 366 * 24 * 3600 * 1000;
+constexpr int64_t kEpochStride = OperatorContext::kRevisionEpochStride;
+
+std::string SinkLabel(const SinkSpec& s) {
+  switch (s.kind) {
+    case SinkSpec::Kind::kFile:
+      return "file:" + s.path;
+    case SinkSpec::Kind::kKafka:
+      return "kafka:" + s.topic;
+    case SinkSpec::Kind::kPostgres:
+      return "postgres:" + s.table;
+    case SinkSpec::Kind::kDiscard:
+      return "discard";
+    case SinkSpec::Kind::kStdout:
+      return "stdout";
+  }
+  return "?";
+}
+
+bool IsWindowSink(const JobSpec& spec, const SinkSpec& s) {
+  const OperatorSpec* op = spec.FindOperator(s.from);
+  return op != nullptr && op->kind == OperatorSpec::Kind::kWindow;
+}
+
+// The sink `want` names (label, label suffix for files, or index); empty:
+// the first sink of a window's results.
+absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
+  std::vector<std::string> labels;
+  for (const SinkSpec& s : spec.sinks) labels.push_back(SinkLabel(s));
+  const std::string known = labels.empty() ? "none" : absl::StrJoin(labels, ", ");
+  if (want.empty()) {
+    for (size_t i = 0; i < spec.sinks.size(); ++i) {
+      if (IsWindowSink(spec, spec.sinks[i])) return i;
+    }
+    bool join = false;
+    for (const SinkSpec& s : spec.sinks) {
+      const OperatorSpec* op = spec.FindOperator(s.from);
+      join = join || (op != nullptr && (op->kind == OperatorSpec::Kind::kWindowJoin ||
+                                        op->kind == OperatorSpec::Kind::kIntervalJoin));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", spec.name, " has no sink of a window's results (sinks: ", known,
+        join ? "); reconcile compares window results, and join results are not supported yet"
+             : ")"));
+  }
+  size_t found = spec.sinks.size();
+  if (!want.empty() && std::all_of(want.begin(), want.end(), ::isdigit)) {
+    found = std::stoul(want);
+  } else {
+    for (size_t i = 0; i < labels.size() && found == spec.sinks.size(); ++i) {
+      const SinkSpec& s = spec.sinks[i];
+      if (labels[i] == want) found = i;
+      // A relative file path as the user wrote it: the end of the resolved one.
+      if (s.kind == SinkSpec::Kind::kFile && absl::StartsWith(want, "file:") &&
+          absl::EndsWith(s.path, "/" + want.substr(5))) {
+        found = i;
+      }
+    }
+  }
+  if (found >= spec.sinks.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sink ", want, ": the job has no such sink (sinks: ", known, ")"));
+  }
+  const SinkSpec& s = spec.sinks[found];
+  if (!IsWindowSink(spec, s)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sink ", want, ": it writes the results of ", s.from,
+                     ", which is not a window; reconcile compares window results"));
+  }
+  if (s.kind != SinkSpec::Kind::kFile && s.kind != SinkSpec::Kind::kKafka) {
+    return absl::InvalidArgumentError(absl::StrCat("--sink ", want, ": reading back a ",
+                                                   SinkLabel(s).substr(0, SinkLabel(s).find(':')),
+                                                   " sink is not supported yet (file and kafka are)"));
+  }
+  return found;
+}
+
+// One window's result as read from a sink or recomputed.
+struct Result {
+  std::string json;
+  int64_t revision = -1;
+  std::string state;
+  int64_t start = 0;  // window_start
+};
+
+// Reads a results stream: keeps per window key the highest revision.
+class ResultMap {
+ public:
+  explicit ResultMap(std::vector<std::string> key_fields) : key_fields_(std::move(key_fields)) {}
+
+  // One result (JSON object); false if it is not one of a window's results.
+  bool Add(std::string_view json) {
+    if (!decoder_.Decode(json, &rec_).ok()) return false;
+    key_.clear();
+    key_.push_back('{');
+    for (size_t i = 0; i < key_fields_.size(); ++i) {
+      const int32_t c = rec_.FindChild(0, key_fields_[i]);
+      if (c < 0) return false;
+      if (i > 0) key_.push_back(',');
+      AppendJsonString(key_fields_[i], &key_);
+      key_.push_back(':');
+      rec_.Get(c).AppendJson(&key_);
+    }
+    key_.push_back('}');
+    const Value rev = rec_.Get(rec_.FindChild(0, "revision"));
+    const Value state = rec_.Get(rec_.FindChild(0, "state"));
+    const Value start = rec_.Get(rec_.FindChild(0, "window_start"));
+    const std::optional<int64_t> t = ParseIso8601(start.s);
+    if (rev.type != ValueType::kInt || !t.has_value()) return false;
+    ++added_;
+    Result& r = results_[key_];
+    if (r.revision >= rev.i) return true;
+    r.json.assign(json);
+    r.revision = rev.i;
+    r.state.assign(state.s);
+    r.start = *t;
+    return true;
+  }
+  const std::map<std::string, Result>& results() const { return results_; }
+  int64_t added() const { return added_; }
+
+ private:
+  std::vector<std::string> key_fields_;
+  JsonDecoder decoder_;
+  Record rec_;
+  std::string key_;
+  std::map<std::string, Result> results_;
+  int64_t added_ = 0;
+};
+
+// Lines of a JSONL file into `out`; NotFound if the file is missing.
+absl::Status ReadJsonl(const std::string& path, ResultMap* out, int64_t* skipped) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot open " + path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (!out->Add(line)) ++*skipped;
+  }
+  return absl::OkStatus();
+}
+
+// The file sink's results: `path` and its part files.
+absl::Status ReadFileSink(const std::string& path, ResultMap* out) {
+  const fs::path p(path);
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (fs::exists(p, ec)) files.push_back(path);
+  const std::string prefix = p.stem().string() + ".part-";
+  const std::string ext = p.extension().string();
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (absl::StartsWith(name, prefix) && absl::EndsWith(name, ext) &&
+        name.find(".pending") == std::string::npos) {
+      files.push_back(e.path().string());
+    }
+  }
+  if (files.empty()) {
+    return absl::NotFoundError(absl::StrCat("file sink ", path,
+                                            ": no results to read back (the file and its "
+                                            "part files are missing); has the job run?"));
+  }
+  std::sort(files.begin(), files.end());
+  int64_t skipped = 0;
+  for (const std::string& f : files) RETURN_IF_ERROR(ReadJsonl(f, out, &skipped));
+  if (skipped > 0) {
+    ReconcileLogger()->warn("{}: {} lines are not window results, ignored", path, skipped);
+  }
+  return absl::OkStatus();
+}
+
+// The topic from its start to its current end.
+absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topic,
+                           ResultMap* out) {
+  KafkaSourceOptions o;
+  o.bootstrap = bootstrap;
+  o.topic = topic;
+  o.start = "earliest";
+  o.open_timeout_ms = 5000;
+  KafkaSource source(o);
+  absl::Status st = source.Open();
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("kafka sink ", topic, " at ", bootstrap,
+                                                ": cannot read it back: ", st.message()));
+  }
+  RETURN_IF_ERROR(source.StopAtCurrentEnd());
+  int64_t skipped = 0;
+  while (!source.Exhausted()) {
+    absl::StatusOr<int> n = source.Poll(10000, 100, [&](const RawMessage& m) {
+      if (m.tombstone || !out->Add(m.payload)) ++skipped;
+    });
+    if (!n.ok()) {
+      return absl::Status(n.status().code(), absl::StrCat("kafka sink ", topic, ": ",
+                                                          n.status().message()));
+    }
+  }
+  if (skipped > 0) {
+    ReconcileLogger()->warn("kafka:{}: {} messages are not window results, ignored", topic,
+                            skipped);
+  }
+  return absl::OkStatus();
+}
+
+// The job with no lateness cut-off, writing the window's results to `out`.
+JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::string& out,
+                      const std::string& dead_letter) {
+  JobSpec s = job;
+  s.parallelism = 1;
+  s.checkpoint = CheckpointSpec{};
+  for (SourceSpec& src : s.sources) {
+    if (src.kind == SourceSpec::Kind::kKafka) {
+      src.kafka.bounded = true;
+      src.kafka.start = "earliest";
+    }
+    if (src.event_time.has_value()) {
+      src.watermark.max_out_of_orderness = kForever;
+      src.watermark.idle_timeout = 0;
+    }
+  }
+  for (OperatorSpec& op : s.operators) {
+    if (op.kind == OperatorSpec::Kind::kWindow) {
+      op.window.allowed_lateness = kForever;
+      op.window.early_fire_every = 0;
+    } else if (op.kind == OperatorSpec::Kind::kDedup) {
+      op.dedup.retention = kForever;
+    }
+  }
+  SinkSpec sink;
+  sink.from = window;
+  sink.kind = SinkSpec::Kind::kFile;
+  sink.path = out;
+  s.sinks = {sink};
+  s.dead_letter_path = dead_letter;
+  return s;
+}
+
+// Every field of a result but revision, state and reconciled, by name.
+std::map<std::string, std::string> ValueFields(const Record& r) {
+  std::map<std::string, std::string> out;
+  r.ForEachChild(0, [&](uint32_t c) {
+    const std::string_view name = r.Key(c);
+    if (name == "revision" || name == "state" || name == "reconciled") return;
+    out[std::string(name)] = std::to_string(c);
+  });
+  return out;
+}
+
+// Equal results: the same fields, numbers by value, the rest by JSON text.
+bool SameResult(std::string_view a_json, std::string_view b_json) {
+  JsonDecoder da, db;
+  Record a, b;
+  if (!da.Decode(a_json, &a).ok() || !db.Decode(b_json, &b).ok()) return false;
+  const auto fa = ValueFields(a);
+  const auto fb = ValueFields(b);
+  if (fa.size() != fb.size()) return false;
+  for (const auto& [name, ia] : fa) {
+    auto it = fb.find(name);
+    if (it == fb.end()) return false;
+    const Value va = a.Get(std::stoi(ia));
+    const Value vb = b.Get(std::stoi(it->second));
+    if (va.is_number() && vb.is_number()) {
+      if (CompareValues(va, vb) != 0) return false;
+      continue;
+    }
+    std::string ja, jb;
+    va.AppendJson(&ja);
+    vb.AppendJson(&jb);
+    if (ja != jb) return false;
+  }
+  return true;
+}
+
+// `json` as published by apply: FINAL, reconciled, the given revision.
+std::string ReconciledJson(std::string_view json, int64_t revision) {
+  JsonDecoder d;
+  Record in;
+  Record out;
+  if (!d.Decode(json, &in).ok()) return std::string(json);
+  out.EnsureRoot();
+  in.ForEachChild(0, [&](uint32_t c) {
+    const std::string_view name = in.Key(c);
+    if (name == "revision" || name == "state" || name == "reconciled") return;
+    out.AddValue(name, in.Get(static_cast<int32_t>(c)));
+  });
+  out.AddInt("revision", revision);
+  out.AddString("state", "FINAL");
+  out.AddBool("reconciled", true);
+  return out.ToJson();
+}
+
+// Apply to a file sink: reconciled lines appended to the sink's file (one
+// write and an fsync per flush), next to what the job committed; readers
+// keep the highest revision per key, as they do for the job's own lines.
+class AppendFileSink : public Sink {
+ public:
+  explicit AppendFileSink(std::string path) : path_(std::move(path)) {}
+  ~AppendFileSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  absl::Status Open() override {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return absl::InternalError("cannot open " + path_ + " for appending");
+    return absl::OkStatus();
+  }
+  absl::Status WriteRecord(const SinkRecord& r) override {
+    buf_.append(r.value);
+    buf_.push_back('\n');
+    return absl::OkStatus();
+  }
+  absl::Status Flush() override {
+    if (!buf_.empty() && (::write(fd_, buf_.data(), buf_.size()) !=
+                              static_cast<ssize_t>(buf_.size()) ||
+                          ::fsync(fd_) != 0)) {
+      return absl::InternalError("cannot append to " + path_);
+    }
+    buf_.clear();
+    return absl::OkStatus();
+  }
+  absl::Status Close() override { return Flush(); }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::string buf_;
+};
+
+// The writer apply publishes through: the sink's own kind, not
+// transactional (one batch, flushed once).
+absl::StatusOr<std::unique_ptr<Sink>> OpenReconcileSink(const SinkSpec& spec,
+                                                       const std::string& job) {
+  std::unique_ptr<Sink> sink;
+  if (spec.kind == SinkSpec::Kind::kFile) {
+    sink = std::make_unique<AppendFileSink>(spec.path);
+  } else {
+    SinkSpec s = spec;
+    s.exactly_once = false;
+    SinkContext ctx;
+    ctx.job_name = job;
+    ASSIGN_OR_RETURN(sink, MakeSink(s, ctx));
+  }
+  RETURN_IF_ERROR(sink->Open());
+  return sink;
+}
+
+const char* KindName(ReconcileDifference::Kind k) {
+  switch (k) {
+    case ReconcileDifference::Kind::kDiffers:
+      return "differs";
+    case ReconcileDifference::Kind::kOnlyRecomputed:
+      return "only_recomputed";
+    case ReconcileDifference::Kind::kOnlyInSink:
+      return "only_in_sink";
+  }
+  return "?";
+}
+
+std::string RangeText(int64_t start, int64_t end) {
+  return absl::StrCat(start == kMinTime ? "" : FormatIso8601(start), "..",
+                      end == kMaxTime ? "" : FormatIso8601(end));
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseTimeRange(std::string_view range) {
+  const std::string text(range);
+  const size_t dots = text.find("..");
+  if (dots == std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--range ", text, ": expected START..END with ISO-8601 UTC times, e.g. ",
+        "2026-10-01T00:00:00Z..2026-10-02T00:00:00Z (either side may be left out)"));
+  }
+  std::pair<int64_t, int64_t> r{kMinTime, kMaxTime};
+  const std::string a = text.substr(0, dots);
+  const std::string b = text.substr(dots + 2);
+  for (const auto& [part, out] : {std::pair{a, &r.first}, std::pair{b, &r.second}}) {
+    if (part.empty()) continue;
+    const std::optional<int64_t> t = ParseIso8601(part);
+    if (!t.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--range ", text, ": \"", part, "\" is not an ISO-8601 UTC time (2026-10-01T00:00:00Z)"));
+    }
+    *out = *t;
+  }
+  if (r.first >= r.second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--range ", text, ": the start must be before the end"));
+  }
+  return r;
+}
+
+int64_t ReconciledRevision(int64_t revision) {
+  const int64_t epoch = revision < 0 ? 0 : revision / kEpochStride;
+  return (epoch + 1) * kEpochStride + (kEpochStride - 1);
+}
+
+absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOptions& options) {
+  ASSIGN_OR_RETURN(const size_t sink_index, FindSink(spec, options.sink));
+  const SinkSpec& sink = spec.sinks[sink_index];
+  const OperatorSpec& window = *spec.FindOperator(sink.from);
+  ReconcileReport report;
+  report.job = spec.name;
+  report.window = window.name;
+  report.sink = SinkLabel(sink);
+  report.range_start = options.range_start;
+  report.range_end = options.range_end;
+  if (spec.NeedsEmbeddedBroker() && options.bootstrap.empty()) {
+    return absl::InvalidArgumentError(
+        "the job reads or writes Kafka topics on the embedded broker (no bootstrap): give "
+        "--bootstrap HOST:PORT of the broker that holds them");
+  }
+  std::vector<std::string> key_fields = window.window.group_by;
+  key_fields.push_back("window_start");
+  key_fields.push_back("window_end");
+
+  // The sink's results first: a sink that cannot be read fails fast.
+  ResultMap in_sink(key_fields);
+  if (sink.kind == SinkSpec::Kind::kFile) {
+    RETURN_IF_ERROR(ReadFileSink(sink.path, &in_sink));
+  } else {
+    RETURN_IF_ERROR(ReadKafkaSink(sink.bootstrap.empty() ? options.bootstrap : sink.bootstrap,
+                                  sink.topic, &in_sink));
+  }
+  report.sink_results = in_sink.added();
+
+  // The recomputation.
+  const std::string work = options.work_dir.empty()
+                               ? (fs::temp_directory_path() / ("caravela-reconcile-" +
+                                                               std::to_string(::getpid())))
+                                     .string()
+                               : options.work_dir;
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  fs::create_directories(work, ec);
+  if (ec) return absl::InternalError("cannot create the work directory " + work);
+  const std::string out_path = work + "/recomputed.jsonl";
+  RunOptions run;
+  run.data_dir = work + "/state";
+  run.embedded_bootstrap = options.bootstrap;
+  run.progress_interval_ms = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p,
+                     Pipeline::Create(RecomputeSpec(spec, window.name, out_path,
+                                                    work + "/dead-letter.jsonl"),
+                                      run));
+    RETURN_IF_ERROR(p->Run());
+    report.records_read = p->metrics().Sum("records_in_total");
+  }
+  report.recompute_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ResultMap recomputed(key_fields);
+  int64_t skipped = 0;
+  RETURN_IF_ERROR(ReadJsonl(out_path, &recomputed, &skipped));
+  fs::remove_all(work, ec);
+
+  // Compare, window by window, in key order.
+  auto in_range = [&](const Result& r) {
+    return r.start >= options.range_start && r.start < options.range_end;
+  };
+  const auto& a = in_sink.results();
+  const auto& b = recomputed.results();
+  auto ia = a.begin();
+  auto ib = b.begin();
+  while (ia != a.end() || ib != b.end()) {
+    const bool take_a = ib == b.end() || (ia != a.end() && ia->first <= ib->first);
+    const bool take_b = ia == a.end() || (ib != b.end() && ib->first <= ia->first);
+    const Result* ra = take_a ? &ia->second : nullptr;
+    const Result* rb = take_b ? &ib->second : nullptr;
+    const std::string& key = take_a ? ia->first : ib->first;
+    if (take_a) ++ia;
+    if (take_b) ++ib;
+    if (!in_range(ra != nullptr ? *ra : *rb)) continue;
+    ++report.windows;
+    if (ra != nullptr && ra->state != "FINAL") {
+      ++report.not_final;
+      continue;
+    }
+    ReconcileDifference d;
+    d.key = key;
+    if (ra == nullptr) {
+      d.kind = ReconcileDifference::Kind::kOnlyRecomputed;
+    } else if (rb == nullptr) {
+      d.kind = ReconcileDifference::Kind::kOnlyInSink;
+    } else if (SameResult(ra->json, rb->json)) {
+      ++report.matching;
+      continue;
+    }
+    if (ra != nullptr) {
+      d.sink = ra->json;
+      d.sink_revision = ra->revision;
+    }
+    if (rb != nullptr) d.recomputed = rb->json;
+    report.differences.push_back(std::move(d));
+  }
+
+  if (options.apply) {
+    // Through the job's own sink: one writer, committed like a checkpoint.
+    SinkSpec target = sink;
+    if (target.kind == SinkSpec::Kind::kKafka && target.bootstrap.empty()) {
+      target.bootstrap = options.bootstrap;
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Sink> writer, OpenReconcileSink(target, spec.name));
+    for (ReconcileDifference& d : report.differences) {
+      if (d.recomputed.empty()) continue;  // nothing to publish for a window only the sink has
+      SinkRecord r;
+      const std::string value = ReconciledJson(d.recomputed, ReconciledRevision(d.sink_revision));
+      r.key = d.key;
+      r.value = value;
+      r.revision = ReconciledRevision(d.sink_revision);
+      r.state = "FINAL";
+      RETURN_IF_ERROR(writer->WriteRecord(r));
+      d.applied = true;
+      ++report.applied;
+    }
+    RETURN_IF_ERROR(writer->Flush());
+    RETURN_IF_ERROR(writer->Close());
+  }
+  return report;
+}
+
+std::string ReconcileReport::ToText() const {
+  std::string out = absl::StrCat("job ", job, ": window ", window, ", sink ", sink, "\n");
+  absl::StrAppend(&out, "recomputed from ", records_read, " input records in ",
+                  absl::StrFormat("%.2f", recompute_seconds), " s; read back ", sink_results,
+                  " results\n");
+  absl::StrAppend(&out, "windows", range_start == kMinTime && range_end == kMaxTime
+                                       ? ""
+                                       : absl::StrCat(" starting in ", RangeText(range_start,
+                                                                                 range_end)),
+                  ": ", windows, ", matching ", matching, ", different ", differences.size(),
+                  ", not yet FINAL in the sink ", not_final, "\n");
+  for (const ReconcileDifference& d : differences) {
+    absl::StrAppend(&out, "\n", KindName(d.kind), " ", d.key, "\n");
+    if (!d.sink.empty()) absl::StrAppend(&out, "  sink:       ", d.sink, "\n");
+    if (!d.recomputed.empty()) absl::StrAppend(&out, "  recomputed: ", d.recomputed, "\n");
+    if (d.applied) {
+      absl::StrAppend(&out, "  applied as revision ", ReconciledRevision(d.sink_revision), "\n");
+    }
+  }
+  if (differences.empty()) absl::StrAppend(&out, "all windows match\n");
+  if (applied > 0) absl::StrAppend(&out, "applied ", applied, " reconciled results\n");
+  return out;
+}
+
+std::string ReconcileReport::ToJson() const {
+  Record r;
+  r.EnsureRoot();
+  r.AddString("job", job);
+  r.AddString("window", window);
+  r.AddString("sink", sink);
+  if (range_start != kMinTime) r.AddString("range_start", FormatIso8601(range_start));
+  if (range_end != kMaxTime) r.AddString("range_end", FormatIso8601(range_end));
+  r.AddInt("records_read", records_read);
+  r.AddDouble("recompute_seconds", recompute_seconds);
+  r.AddInt("sink_results", sink_results);
+  r.AddInt("windows", windows);
+  r.AddInt("matching", matching);
+  r.AddInt("not_final", not_final);
+  r.AddInt("applied", applied);
+  r.BeginArray("differences");
+  JsonDecoder d;
+  Record part;
+  for (const ReconcileDifference& diff : differences) {
+    r.BeginObject("");
+    r.AddString("kind", KindName(diff.kind));
+    if (d.Decode(diff.key, &part).ok()) r.AddValue("key", part.Get(0));
+    if (!diff.sink.empty() && d.Decode(diff.sink, &part).ok()) r.AddValue("sink", part.Get(0));
+    if (!diff.recomputed.empty() && d.Decode(diff.recomputed, &part).ok()) {
+      r.AddValue("recomputed", part.Get(0));
+    }
+    if (diff.applied) r.AddInt("applied_revision", ReconciledRevision(diff.sink_revision));
+    r.EndContainer();
+  }
+  r.EndContainer();
+  return r.ToJson();
+}
+
+}  // namespace caravela
