@@ -1,5 +1,8 @@
 #include "worker/reconcile/reconcile.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -7,9 +10,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -100,9 +100,9 @@ absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
                      ", which is not a window; reconcile compares window results"));
   }
   if (s.kind != SinkSpec::Kind::kFile && s.kind != SinkSpec::Kind::kKafka) {
-    return absl::InvalidArgumentError(absl::StrCat("--sink ", want, ": reading back a ",
-                                                   SinkLabel(s).substr(0, SinkLabel(s).find(':')),
-                                                   " sink is not supported yet (file and kafka are)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sink ", want, ": reading back a ", SinkLabel(s).substr(0, SinkLabel(s).find(':')),
+        " sink is not supported yet (file and kafka are)"));
   }
   return found;
 }
@@ -203,8 +203,7 @@ absl::Status ReadFileSink(const std::string& path, ResultMap* out) {
 }
 
 // The topic from its start to its current end.
-absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topic,
-                           ResultMap* out) {
+absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topic, ResultMap* out) {
   KafkaSourceOptions o;
   o.bootstrap = bootstrap;
   o.topic = topic;
@@ -223,8 +222,8 @@ absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topi
       if (m.tombstone || !out->Add(m.payload)) ++skipped;
     });
     if (!n.ok()) {
-      return absl::Status(n.status().code(), absl::StrCat("kafka sink ", topic, ": ",
-                                                          n.status().message()));
+      return absl::Status(n.status().code(),
+                          absl::StrCat("kafka sink ", topic, ": ", n.status().message()));
     }
   }
   if (skipped > 0) {
@@ -341,9 +340,9 @@ class AppendFileSink : public Sink {
     return absl::OkStatus();
   }
   absl::Status Flush() override {
-    if (!buf_.empty() && (::write(fd_, buf_.data(), buf_.size()) !=
-                              static_cast<ssize_t>(buf_.size()) ||
-                          ::fsync(fd_) != 0)) {
+    if (!buf_.empty() &&
+        (::write(fd_, buf_.data(), buf_.size()) != static_cast<ssize_t>(buf_.size()) ||
+         ::fsync(fd_) != 0)) {
       return absl::InternalError("cannot append to " + path_);
     }
     buf_.clear();
@@ -360,7 +359,7 @@ class AppendFileSink : public Sink {
 // The writer apply publishes through: the sink's own kind, not
 // transactional (one batch, flushed once).
 absl::StatusOr<std::unique_ptr<Sink>> OpenReconcileSink(const SinkSpec& spec,
-                                                       const std::string& job) {
+                                                        const std::string& job) {
   std::unique_ptr<Sink> sink;
   if (spec.kind == SinkSpec::Kind::kFile) {
     sink = std::make_unique<AppendFileSink>(spec.path);
@@ -398,9 +397,9 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ParseTimeRange(std::string_view rang
   const std::string text(range);
   const size_t dots = text.find("..");
   if (dots == std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--range ", text, ": expected START..END with ISO-8601 UTC times, e.g. ",
-        "2026-10-01T00:00:00Z..2026-10-02T00:00:00Z (either side may be left out)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--range ", text, ": expected START..END with ISO-8601 UTC times, e.g. ",
+                     "2026-10-01T00:00:00Z..2026-10-02T00:00:00Z (either side may be left out)"));
   }
   std::pair<int64_t, int64_t> r{kMinTime, kMaxTime};
   const std::string a = text.substr(0, dots);
@@ -456,11 +455,11 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   report.sink_results = in_sink.added();
 
   // The recomputation.
-  const std::string work = options.work_dir.empty()
-                               ? (fs::temp_directory_path() / ("caravela-reconcile-" +
-                                                               std::to_string(::getpid())))
-                                     .string()
-                               : options.work_dir;
+  const std::string work =
+      options.work_dir.empty()
+          ? (fs::temp_directory_path() / ("caravela-reconcile-" + std::to_string(::getpid())))
+                .string()
+          : options.work_dir;
   std::error_code ec;
   fs::remove_all(work, ec);
   fs::create_directories(work, ec);
@@ -472,10 +471,10 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   run.progress_interval_ms = 0;
   const auto t0 = std::chrono::steady_clock::now();
   {
-    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p,
-                     Pipeline::Create(RecomputeSpec(spec, window.name, out_path,
-                                                    work + "/dead-letter.jsonl"),
-                                      run));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<Pipeline> p,
+        Pipeline::Create(RecomputeSpec(spec, window.name, out_path, work + "/dead-letter.jsonl"),
+                         run));
     RETURN_IF_ERROR(p->Run());
     report.records_read = p->metrics().Sum("records_in_total");
   }
@@ -556,10 +555,10 @@ std::string ReconcileReport::ToText() const {
   absl::StrAppend(&out, "recomputed from ", records_read, " input records in ",
                   absl::StrFormat("%.2f", recompute_seconds), " s; read back ", sink_results,
                   " results\n");
-  absl::StrAppend(&out, "windows", range_start == kMinTime && range_end == kMaxTime
-                                       ? ""
-                                       : absl::StrCat(" starting in ", RangeText(range_start,
-                                                                                 range_end)),
+  absl::StrAppend(&out, "windows",
+                  range_start == kMinTime && range_end == kMaxTime
+                      ? ""
+                      : absl::StrCat(" starting in ", RangeText(range_start, range_end)),
                   ": ", windows, ", matching ", matching, ", different ", differences.size(),
                   ", not yet FINAL in the sink ", not_final, "\n");
   for (const ReconcileDifference& d : differences) {

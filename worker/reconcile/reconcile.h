@@ -70,8 +70,8 @@ int64_t ReconciledRevision(int64_t revision);
 struct ReconcileDifference {
   enum class Kind { kDiffers, kOnlyRecomputed, kOnlyInSink };
   Kind kind = Kind::kDiffers;
-  std::string key;         // JSON object of the window's key fields
-  std::string sink;        // the sink's result (JSON), empty if none
+  std::string key;   // JSON object of the window's key fields
+  std::string sink;  // the sink's result (JSON), empty if none
   int64_t sink_revision = -1;
   std::string recomputed;  // the recomputed FINAL result (JSON), empty if none
   bool applied = false;    // published by apply
@@ -83,12 +83,12 @@ struct ReconcileReport {
   std::string sink;    // its label
   int64_t range_start = kMinTime;
   int64_t range_end = kMaxTime;
-  int64_t records_read = 0;   // valid records of the recomputation's sources
+  int64_t records_read = 0;  // valid records of the recomputation's sources
   double recompute_seconds = 0;
-  int64_t sink_results = 0;   // results read back (all revisions)
-  int64_t windows = 0;        // windows in range, either side
+  int64_t sink_results = 0;  // results read back (all revisions)
+  int64_t windows = 0;       // windows in range, either side
   int64_t matching = 0;
-  int64_t not_final = 0;      // in range, the sink's result is not FINAL yet
+  int64_t not_final = 0;  // in range, the sink's result is not FINAL yet
   std::vector<ReconcileDifference> differences;
   int64_t applied = 0;
 

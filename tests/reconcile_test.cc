@@ -1,0 +1,299 @@
+// `caravela reconcile` end to end (issue 13): the hourly revenue job runs over
+// a stream with purchases that arrive after their window is FINAL, retries
+// re-stamped after the dedup retention, conflicts and plain retries; the
+// command must report exactly the windows the first two change (with both
+// values), --apply must make the file and Kafka sinks equal an offline
+// computation written here, and a second --apply finds nothing to do.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/time_util.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+#include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_test_util.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr int64_t kBase = 1790812800000;  // 2026-10-01T00:00:00Z
+constexpr int64_t kMin = 60'000;
+constexpr int64_t kHour = 60 * kMin;
+const char* const kCountries[] = {"FR", "PT", "BR"};
+
+int Sh(const std::string& command, const fs::path& out) {
+  const int rc = std::system(absl::StrCat(command, " > ", out.string(), " 2>&1").c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+struct Purchase {
+  std::string id;
+  std::string country;
+  int64_t amount;
+  int64_t event_time;
+  int64_t arrival;
+  std::string Json() const {
+    return json{{"event_id", id},
+                {"country", country},
+                {"amount", amount},
+                {"event_time", FormatIso8601(event_time)},
+                {"arrival", arrival}}
+        .dump();
+  }
+};
+
+using Key = std::tuple<std::string, std::string>;  // country, window_start text
+
+Key WindowOf(const Purchase& p) { return {p.country, FormatIso8601(p.event_time / kHour * kHour)}; }
+
+class ReconcileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto b = EmbeddedBroker::Start(0, 2);
+    ASSERT_TRUE(b.ok()) << b.status();
+    broker_ = std::move(*b);
+    dir_ = std::make_unique<TempDir>("reconcile", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
+    Generate();
+    std::ofstream(dir_->path() / "job.yaml") << absl::StrCat(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: reconciled-revenue}
+spec:
+  sources:
+    - name: purchases
+      file: {path: input.jsonl, arrival_field: arrival}
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 2m}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 1h}
+    - name: revenue
+      window:
+        from: unique
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
+        allowed_lateness: 30m
+  sinks:
+    - {from: revenue, file: {path: out/revenue.jsonl}}
+    - {from: revenue, kafka: {topic: revenue, bootstrap: ")",
+                                                             broker_->bootstrap(), R"("}}
+    - {from: revenue.too_late, file: {path: out/too_late.jsonl}}
+  dead_letter: {path: out/dead-letter.jsonl}
+)");
+  }
+
+  // Six hours of purchases, delivered up to a minute late, plus what the
+  // stream cannot count exactly.
+  void Generate() {
+    std::mt19937_64 rng(7);
+    std::vector<Purchase> in;
+    for (int i = 0; i < 3000; ++i) {
+      Purchase p;
+      p.id = absl::StrCat("p", i);
+      p.country = kCountries[rng() % 3];
+      p.amount = 1 + static_cast<int64_t>(rng() % 500);
+      p.event_time = kBase + i * 7'000;
+      p.arrival = p.event_time + static_cast<int64_t>(rng() % 60'000);
+      in.push_back(p);
+    }
+    const int64_t end = kBase + 3000 * 7'000;
+    std::vector<Purchase> extra;
+    for (int i = 0; i < 12; ++i) {
+      // After FINAL: an event of the first three hours arriving at the end.
+      Purchase p = in[static_cast<size_t>(i * 120)];
+      p.id = absl::StrCat("late", i);
+      p.arrival = end + 10 * kMin + i;
+      extra.push_back(p);
+      after_final_.insert(WindowOf(p));
+    }
+    for (int i = 0; i < 8; ++i) {
+      // Re-sent 2 h later with a new timestamp: the id left the 1 h dedup
+      // retention, so the stream counts it again; the first copy wins.
+      Purchase p = in[static_cast<size_t>(100 + i * 50)];
+      p.event_time += 2 * kHour;
+      p.arrival = p.event_time + 1'000;
+      extra.push_back(p);
+      beyond_retention_.insert(WindowOf(p));
+    }
+    for (int i = 0; i < 8; ++i) {
+      // A conflicting copy and a byte-identical retry soon after: the stream
+      // and the offline answer both keep the first copy.
+      Purchase c = in[static_cast<size_t>(1500 + i * 40)];
+      c.amount += 1;
+      c.arrival += 5'000;
+      extra.push_back(c);
+      Purchase r = in[static_cast<size_t>(1510 + i * 40)];
+      r.arrival += 3'000;
+      extra.push_back(r);
+    }
+    in.insert(in.end(), extra.begin(), extra.end());
+    std::stable_sort(in.begin(), in.end(),
+                     [](const Purchase& a, const Purchase& b) { return a.arrival < b.arrival; });
+    std::ofstream f(dir_->path() / "input.jsonl");
+    std::set<std::string> seen;
+    for (const Purchase& p : in) {
+      f << p.Json() << "\n";
+      if (!seen.insert(p.id).second) continue;  // first copy in arrival order wins
+      auto& [revenue, orders] = offline_[WindowOf(p)];
+      revenue += p.amount;
+      ++orders;
+    }
+  }
+
+  fs::path Dir() const { return dir_->path(); }
+  int Caravela(const std::string& args, const std::string& log) {
+    return Sh(absl::StrCat(CARAVELA_BINARY, " ", args), Dir() / log);
+  }
+  // Highest revision per window of a results stream.
+  static std::map<Key, json> Latest(const std::vector<std::string>& lines) {
+    std::map<Key, json> out;
+    for (const std::string& l : lines) {
+      json r = json::parse(l);
+      Key k{r["country"], r["window_start"]};
+      auto it = out.find(k);
+      if (it == out.end() || it->second["revision"] < r["revision"]) out[k] = r;
+    }
+    return out;
+  }
+  void ExpectOffline(const std::map<Key, json>& latest, const std::string& where) {
+    ASSERT_EQ(latest.size(), offline_.size()) << where;
+    for (const auto& [k, want] : offline_) {
+      auto it = latest.find(k);
+      ASSERT_NE(it, latest.end()) << where;
+      EXPECT_EQ(it->second["revenue"], want.first)
+          << where << " " << std::get<0>(k) << "@" << std::get<1>(k);
+      EXPECT_EQ(it->second["orders"], want.second) << where;
+      EXPECT_EQ(it->second["state"], "FINAL") << where;
+    }
+  }
+
+  std::unique_ptr<EmbeddedBroker> broker_;
+  std::unique_ptr<TempDir> dir_;
+  std::map<Key, std::pair<int64_t, int64_t>> offline_;  // revenue, orders
+  std::set<Key> after_final_, beyond_retention_;
+};
+
+TEST_F(ReconcileTest, ReportsExactlyTheChangedWindowsAndApplyConvergesEverySink) {
+  const std::string job = (Dir() / "job.yaml").string();
+  ASSERT_EQ(
+      Caravela(absl::StrCat("run -q ", job, " --data-dir ", (Dir() / "data").string()), "run.log"),
+      0)
+      << ReadFile(Dir() / "run.log");
+  const std::map<Key, json> stream = Latest(ReadLines(Dir() / "out/revenue.jsonl"));
+  // The 12 late purchases are behind the dedup horizon too: the stream drops
+  // them there (unique.too_late, in the dead letter) before the window.
+  size_t too_late = ReadLines(Dir() / "out/too_late.jsonl").size();
+  for (const std::string& l : ReadLines(Dir() / "out/dead-letter.jsonl")) {
+    too_late += l.find("\"unique.too_late\"") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(too_late, 12u);
+
+  // The report: exactly the windows the late records and re-stamped retries
+  // change, each with the stream's FINAL value and the recomputed one.
+  ASSERT_EQ(Caravela(absl::StrCat("reconcile ", job, " --json"), "report.json"), 3)
+      << ReadFile(Dir() / "report.json");
+  const json report = json::parse(ReadFile(Dir() / "report.json"));
+  std::set<Key> reported;
+  for (const json& d : report["differences"]) {
+    EXPECT_EQ(d["kind"], "differs");
+    const Key k{d["key"]["country"], d["key"]["window_start"]};
+    reported.insert(k);
+    EXPECT_EQ(d["sink"]["revenue"], stream.at(k)["revenue"]);
+    EXPECT_EQ(d["recomputed"]["revenue"], offline_.at(k).first);
+    EXPECT_EQ(d["recomputed"]["orders"], offline_.at(k).second);
+  }
+  std::set<Key> changed = after_final_;
+  changed.insert(beyond_retention_.begin(), beyond_retention_.end());
+  EXPECT_EQ(reported, changed);
+  EXPECT_EQ(report["windows"], offline_.size());
+  EXPECT_EQ(report["matching"], offline_.size() - changed.size());
+  for (const auto& [k, r] : stream) {
+    if (changed.count(k) == 0) {
+      EXPECT_EQ(r["revenue"], offline_.at(k).first) << "an unchanged window must match";
+    }
+  }
+
+  // A range holding only unchanged windows matches.
+  std::string quiet_hour;
+  for (int h = 0; h < 6 && quiet_hour.empty(); ++h) {
+    const std::string start = FormatIso8601(kBase + h * kHour);
+    bool touched = false;
+    for (const Key& k : changed) touched = touched || std::get<1>(k) == start;
+    if (!touched) quiet_hour = start;
+  }
+  ASSERT_FALSE(quiet_hour.empty());
+  const int64_t qh = *ParseIso8601(quiet_hour);
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --range ", quiet_hour, "..",
+                                  FormatIso8601(qh + kHour)),
+                     "range.txt"),
+            0)
+      << ReadFile(Dir() / "range.txt");
+  EXPECT_THAT(ReadFile(Dir() / "range.txt"), HasSubstr("all windows match"));
+
+  // Apply to the file sink, then to the Kafka sink: each then holds the
+  // offline answer; a second apply has nothing to do.
+  ASSERT_EQ(Caravela(absl::StrCat("reconcile ", job, " --apply"), "apply-file.txt"), 3)
+      << ReadFile(Dir() / "apply-file.txt");
+  ExpectOffline(Latest(ReadLines(Dir() / "out/revenue.jsonl")), "file sink");
+  ASSERT_EQ(Caravela(absl::StrCat("reconcile ", job, " --apply"), "again-file.txt"), 0)
+      << ReadFile(Dir() / "again-file.txt");
+  EXPECT_THAT(ReadFile(Dir() / "again-file.txt"), HasSubstr("all windows match"));
+
+  ASSERT_EQ(
+      Caravela(absl::StrCat("reconcile ", job, " --sink kafka:revenue --apply"), "apply-kafka.txt"),
+      3)
+      << ReadFile(Dir() / "apply-kafka.txt");
+  auto values = ConsumeAllValues(broker_->bootstrap(), "revenue");
+  ASSERT_TRUE(values.ok()) << values.status();
+  ExpectOffline(Latest(*values), "kafka sink");
+  // Revisions only grow: the reconciled ones lie beyond the writing epoch.
+  for (const std::string& v : *values) {
+    const json r = json::parse(v);
+    if (r.contains("reconciled")) EXPECT_GT(r["revision"].get<int64_t>(), 1'000'000'000);
+  }
+  EXPECT_EQ(
+      Caravela(absl::StrCat("reconcile ", job, " --sink kafka:revenue --apply"), "again-kafka.txt"),
+      0)
+      << ReadFile(Dir() / "again-kafka.txt");
+}
+
+TEST_F(ReconcileTest, BadArgumentsAndUnreadableSinksGiveClearErrors) {
+  const std::string job = (Dir() / "job.yaml").string();
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --range 2026-10-01"), "e1.txt"), 2);
+  EXPECT_THAT(ReadFile(Dir() / "e1.txt"), HasSubstr("expected START..END"));
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job,
+                                  " --range 2026-10-02T00:00:00Z..2026-10-01T00:00:00Z"),
+                     "e2.txt"),
+            2);
+  EXPECT_THAT(ReadFile(Dir() / "e2.txt"), HasSubstr("start must be before the end"));
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink kafka:nope"), "e3.txt"), 2);
+  EXPECT_THAT(ReadFile(Dir() / "e3.txt"), HasSubstr("no such sink (sinks: file:"));
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink 2"), "e4.txt"), 2);
+  EXPECT_THAT(ReadFile(Dir() / "e4.txt"), HasSubstr("not a window"));
+  // The job has not run: nothing to read back.
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job), "e5.txt"), 1);
+  EXPECT_THAT(ReadFile(Dir() / "e5.txt"), HasSubstr("has the job run?"));
+  // A Kafka sink whose broker is gone.
+  const std::string bootstrap = broker_->bootstrap();
+  broker_.reset();
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink kafka:revenue"), "e6.txt"), 1);
+  EXPECT_THAT(ReadFile(Dir() / "e6.txt"), HasSubstr(absl::StrCat("at ", bootstrap)));
+}
+
+}  // namespace
+}  // namespace caravela
