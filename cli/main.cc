@@ -350,6 +350,7 @@ int main(int argc, char** argv) {
   int arg_count = static_cast<int>(arg_ptrs.size());
   char** arg_values = arg_ptrs.data();
   CLI11_PARSE(app, arg_count, arg_values);
+  caravela::LogToStderr();
   if (absl::Status st = caravela::ConfigureLogging(log_format, log_level); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
     return 2;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "spdlog/pattern_formatter.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 
 namespace caravela {
 namespace {
@@ -125,6 +126,12 @@ std::shared_ptr<spdlog::logger> SubsystemLogger(const std::string& name) {
     if (auto existing = spdlog::get(name)) return existing;  // another thread won the race
   }
   return created;
+}
+
+void LogToStderr() {
+  auto err = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("", err));
+  spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& l) { l->sinks().assign({err}); });
 }
 
 absl::Status ConfigureLogging(const std::string& format, const std::string& levels) {

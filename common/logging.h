@@ -39,6 +39,11 @@ class LogContext {
 // pointer, e.g. in a function-local static).
 std::shared_ptr<spdlog::logger> SubsystemLogger(const std::string& name);
 
+// Sends every logger, existing and future ones, to stderr (spdlog's default
+// is stdout, which carries commands' output: reports, --json, the stdout
+// sink). The binary calls it first thing.
+void LogToStderr();
+
 // Sets every logger's format and levels, existing and future ones.
 // `format`: "text" ([time] [subsystem] [level] message) or "json" (one
 // object per line: ts (UTC, RFC 3339 with microseconds), level, subsystem,

@@ -23,6 +23,7 @@
 #include "tests/test_util.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/postgres_server.h"
 
 namespace caravela {
 namespace {
@@ -36,8 +37,10 @@ constexpr int64_t kMin = 60'000;
 constexpr int64_t kHour = 60 * kMin;
 const char* const kCountries[] = {"FR", "PT", "BR"};
 
-int Sh(const std::string& command, const fs::path& out) {
-  const int rc = std::system(absl::StrCat(command, " > ", out.string(), " 2>&1").c_str());
+// Runs `command`: stdout into `out`, stderr too unless `err` is given.
+int Sh(const std::string& command, const fs::path& out, const fs::path& err = {}) {
+  const std::string to_err = err.empty() ? " 2>&1" : " 2> " + err.string();
+  const int rc = std::system(absl::StrCat(command, " > ", out.string(), to_err).c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
@@ -67,9 +70,13 @@ class ReconcileTest : public ::testing::Test {
     auto b = EmbeddedBroker::Start(0, 2);
     ASSERT_TRUE(b.ok()) << b.status();
     broker_ = std::move(*b);
+    auto pg = PostgresServer::Start();
+    ASSERT_TRUE(pg.ok()) << pg.status();
+    postgres_ = std::move(*pg);
     dir_ = std::make_unique<TempDir>("reconcile", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
     Generate();
-    std::ofstream(dir_->path() / "job.yaml") << absl::StrCat(R"(apiVersion: caravela/v1
+    std::ofstream(dir_->path() / "job.yaml")
+        << absl::StrCat(R"(apiVersion: caravela/v1
 kind: Job
 metadata: {name: reconciled-revenue}
 spec:
@@ -91,7 +98,9 @@ spec:
   sinks:
     - {from: revenue, file: {path: out/revenue.jsonl}}
     - {from: revenue, kafka: {topic: revenue, bootstrap: ")",
-                                                             broker_->bootstrap(), R"("}}
+                        broker_->bootstrap(), R"("}}
+    - {from: revenue, postgres: {dsn: ")",
+                        postgres_->Dsn(), R"(", table: revenue}}
     - {from: revenue.too_late, file: {path: out/too_late.jsonl}}
   dead_letter: {path: out/dead-letter.jsonl}
 )");
@@ -156,8 +165,11 @@ spec:
   }
 
   fs::path Dir() const { return dir_->path(); }
+  // `caravela ARGS`; a .json log keeps only stdout (stderr: LOG.err).
   int Caravela(const std::string& args, const std::string& log) {
-    return Sh(absl::StrCat(CARAVELA_BINARY, " ", args), Dir() / log);
+    const bool json_out = log.size() > 5 && log.substr(log.size() - 5) == ".json";
+    return Sh(absl::StrCat(CARAVELA_BINARY, " ", args), Dir() / log,
+              json_out ? Dir() / (log + ".err") : fs::path());
   }
   // Highest revision per window of a results stream.
   static std::map<Key, json> Latest(const std::vector<std::string>& lines) {
@@ -183,6 +195,7 @@ spec:
   }
 
   std::unique_ptr<EmbeddedBroker> broker_;
+  std::unique_ptr<PostgresServer> postgres_;
   std::unique_ptr<TempDir> dir_;
   std::map<Key, std::pair<int64_t, int64_t>> offline_;  // revenue, orders
   std::set<Key> after_final_, beyond_retention_;
@@ -270,6 +283,24 @@ TEST_F(ReconcileTest, ReportsExactlyTheChangedWindowsAndApplyConvergesEverySink)
       Caravela(absl::StrCat("reconcile ", job, " --sink kafka:revenue --apply"), "again-kafka.txt"),
       0)
       << ReadFile(Dir() / "again-kafka.txt");
+
+  ASSERT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink postgres:revenue --apply --json"),
+                     "apply-pg.json"),
+            3)
+      << ReadFile(Dir() / "apply-pg.json");
+  EXPECT_EQ(json::parse(ReadFile(Dir() / "apply-pg.json"))["applied"], changed.size());
+  auto rows = postgres_->Query("SELECT value::text FROM revenue");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  std::vector<std::string> pg_values;
+  for (const auto& row : *rows) pg_values.push_back(row[0]);
+  ExpectOffline(Latest(pg_values), "postgres sink");
+  auto reconciled = postgres_->Query("SELECT count(*) FROM revenue WHERE value ? 'reconciled'");
+  ASSERT_TRUE(reconciled.ok()) << reconciled.status();
+  EXPECT_EQ((*reconciled)[0][0], std::to_string(changed.size()));
+  EXPECT_EQ(
+      Caravela(absl::StrCat("reconcile ", job, " --sink postgres:revenue --apply"), "again-pg.txt"),
+      0)
+      << ReadFile(Dir() / "again-pg.txt");
 }
 
 TEST_F(ReconcileTest, BadArgumentsAndUnreadableSinksGiveClearErrors) {
@@ -283,11 +314,15 @@ TEST_F(ReconcileTest, BadArgumentsAndUnreadableSinksGiveClearErrors) {
   EXPECT_THAT(ReadFile(Dir() / "e2.txt"), HasSubstr("start must be before the end"));
   EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink kafka:nope"), "e3.txt"), 2);
   EXPECT_THAT(ReadFile(Dir() / "e3.txt"), HasSubstr("no such sink (sinks: file:"));
-  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink 2"), "e4.txt"), 2);
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink 3"), "e4.txt"), 2);
   EXPECT_THAT(ReadFile(Dir() / "e4.txt"), HasSubstr("not a window"));
   // The job has not run: nothing to read back.
   EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job), "e5.txt"), 1);
   EXPECT_THAT(ReadFile(Dir() / "e5.txt"), HasSubstr("has the job run?"));
+  // A PostgreSQL sink whose table does not exist yet.
+  EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink postgres:revenue"), "e7.txt"), 1);
+  EXPECT_THAT(ReadFile(Dir() / "e7.txt"), HasSubstr("postgres sink revenue (dsn"));
+  EXPECT_THAT(ReadFile(Dir() / "e7.txt"), HasSubstr("cannot read it back"));
   // A Kafka sink whose broker is gone.
   const std::string bootstrap = broker_->bootstrap();
   broker_.reset();

@@ -119,6 +119,32 @@ absl::StatusCode CodeForSqlState(std::string_view state) {
 
 }  // namespace
 
+std::string MaskPostgresDsn(std::string_view dsn) { return MaskDsn(dsn); }
+
+absl::StatusOr<std::pair<std::string, std::string>> PostgresTableNames(std::string_view table) {
+  // [schema.]table, folded to lower case as PostgreSQL folds unquoted names,
+  // then quoted (so reserved words work).
+  const size_t dot = table.find('.');
+  std::vector<std::string> parts;
+  if (dot == std::string_view::npos) {
+    parts.emplace_back(table);
+  } else {
+    parts.emplace_back(table.substr(0, dot));
+    parts.emplace_back(table.substr(dot + 1));
+  }
+  std::string quoted;
+  for (std::string& p : parts) {
+    if (!IsSqlIdentifier(p)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expected [schema.]table made of SQL identifiers, got \"", std::string(table), "\""));
+    }
+    for (char& c : p) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!quoted.empty()) quoted.push_back('.');
+    quoted += QuoteIdent(p);
+  }
+  return std::make_pair(absl::StrJoin(parts, "."), quoted);
+}
+
 void PostgresSink::ResultDeleter::operator()(PGresult* r) const { PQclear(r); }
 
 PostgresSink::PostgresSink(PostgresSinkOptions options) : options_(std::move(options)) {}
@@ -192,31 +218,13 @@ absl::StatusOr<PostgresSink::Result> PostgresSink::Exec(const std::string& sql,
 }
 
 absl::Status PostgresSink::Open() {
-  // Table name: [schema.]table, folded to lower case as PostgreSQL folds
-  // unquoted names, then quoted (so reserved words work).
-  std::string_view name = options_.table;
-  size_t dot = name.find('.');
-  std::vector<std::string> parts;
-  if (dot == std::string_view::npos) {
-    parts.emplace_back(name);
-  } else {
-    parts.emplace_back(name.substr(0, dot));
-    parts.emplace_back(name.substr(dot + 1));
+  absl::StatusOr<std::pair<std::string, std::string>> names = PostgresTableNames(options_.table);
+  if (!names.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options_.yaml_path, ".table: ", names.status().message()));
   }
-  for (std::string& p : parts) {
-    if (!IsSqlIdentifier(p)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          options_.yaml_path, ".table: expected [schema.]table made of SQL identifiers, got \"",
-          options_.table, "\""));
-    }
-    for (char& c : p) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  table_display_ = absl::StrJoin(parts, ".");
-  qtable_.clear();
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) qtable_.push_back('.');
-    qtable_ += QuoteIdent(parts[i]);
-  }
+  table_display_ = names->first;
+  qtable_ = names->second;
 
   RETURN_IF_ERROR(Connect());
   if (!options_.fence_job.empty()) RETURN_IF_ERROR(RaiseFence());

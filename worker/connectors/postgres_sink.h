@@ -59,6 +59,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -71,6 +72,12 @@ typedef struct pg_conn PGconn;
 typedef struct pg_result PGresult;
 
 namespace caravela {
+
+// The DSN with its password hidden, for messages.
+std::string MaskPostgresDsn(std::string_view dsn);
+// `table` ([schema.]table of unquoted SQL identifiers) as the sink names it:
+// (lower-cased display name, quoted SQL name). InvalidArgument if malformed.
+absl::StatusOr<std::pair<std::string, std::string>> PostgresTableNames(std::string_view table);
 
 struct PostgresSinkOptions {
   std::string dsn;    // libpq "key=value ..." string or postgresql:// URI

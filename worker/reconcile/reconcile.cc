@@ -17,7 +17,9 @@
 #include "absl/strings/str_join.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "libpq-fe.h"
 #include "worker/connectors/kafka_source.h"
+#include "worker/connectors/postgres_sink.h"
 #include "worker/connectors/sink_factory.h"
 #include "worker/operators/operator.h"
 #include "worker/runtime/pipeline.h"
@@ -99,10 +101,11 @@ absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
         absl::StrCat("--sink ", want, ": it writes the results of ", s.from,
                      ", which is not a window; reconcile compares window results"));
   }
-  if (s.kind != SinkSpec::Kind::kFile && s.kind != SinkSpec::Kind::kKafka) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--sink ", want, ": reading back a ", SinkLabel(s).substr(0, SinkLabel(s).find(':')),
-        " sink is not supported yet (file and kafka are)"));
+  if (s.kind != SinkSpec::Kind::kFile && s.kind != SinkSpec::Kind::kKafka &&
+      s.kind != SinkSpec::Kind::kPostgres) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sink ", want, ": results written to ", SinkLabel(s),
+                     " cannot be read back (file, kafka and postgres sinks can)"));
   }
   return found;
 }
@@ -233,6 +236,45 @@ absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topi
   return absl::OkStatus();
 }
 
+// The table's results (keyed tables: one row per window, its value jsonb).
+absl::Status ReadPostgresSink(const SinkSpec& sink, ResultMap* out) {
+  ASSIGN_OR_RETURN(auto names, PostgresTableNames(sink.table));
+  const std::string where =
+      absl::StrCat("postgres sink ", names.first, " (dsn \"", MaskPostgresDsn(sink.dsn), "\")");
+  std::unique_ptr<PGconn, void (*)(PGconn*)> conn(PQconnectdb(sink.dsn.c_str()), PQfinish);
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    std::string err = PQerrorMessage(conn.get());
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    return absl::UnavailableError(absl::StrCat(where, ": cannot connect: ", err));
+  }
+  // Single-row mode: a big table is not held whole by libpq.
+  const std::string sql = absl::StrCat("SELECT value::text FROM ", names.second);
+  if (PQsendQuery(conn.get(), sql.c_str()) != 1 || PQsetSingleRowMode(conn.get()) != 1) {
+    return absl::UnavailableError(absl::StrCat(where, ": ", PQerrorMessage(conn.get())));
+  }
+  int64_t skipped = 0;
+  absl::Status error;
+  while (PGresult* res = PQgetResult(conn.get())) {
+    const ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_SINGLE_TUPLE) {
+      if (!out->Add(std::string_view(PQgetvalue(res, 0, 0),
+                                     static_cast<size_t>(PQgetlength(res, 0, 0))))) {
+        ++skipped;
+      }
+    } else if (st != PGRES_TUPLES_OK && error.ok()) {
+      std::string err = PQresultErrorMessage(res);
+      while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+      error = absl::FailedPreconditionError(absl::StrCat(where, ": cannot read it back: ", err));
+    }
+    PQclear(res);
+  }
+  RETURN_IF_ERROR(error);
+  if (skipped > 0) {
+    ReconcileLogger()->warn("{}: {} rows are not window results, ignored", where, skipped);
+  }
+  return absl::OkStatus();
+}
+
 // The job with no lateness cut-off, writing the window's results to `out`.
 JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::string& out,
                       const std::string& dead_letter) {
@@ -359,7 +401,7 @@ class AppendFileSink : public Sink {
 // The writer apply publishes through: the sink's own kind, not
 // transactional (one batch, flushed once).
 absl::StatusOr<std::unique_ptr<Sink>> OpenReconcileSink(const SinkSpec& spec,
-                                                        const std::string& job) {
+                                                        const std::string& job, int64_t epoch) {
   std::unique_ptr<Sink> sink;
   if (spec.kind == SinkSpec::Kind::kFile) {
     sink = std::make_unique<AppendFileSink>(spec.path);
@@ -368,6 +410,7 @@ absl::StatusOr<std::unique_ptr<Sink>> OpenReconcileSink(const SinkSpec& spec,
     s.exactly_once = false;
     SinkContext ctx;
     ctx.job_name = job;
+    ctx.epoch = epoch;  // PostgreSQL's epoch column
     ASSIGN_OR_RETURN(sink, MakeSink(s, ctx));
   }
   RETURN_IF_ERROR(sink->Open());
@@ -448,6 +491,8 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   ResultMap in_sink(key_fields);
   if (sink.kind == SinkSpec::Kind::kFile) {
     RETURN_IF_ERROR(ReadFileSink(sink.path, &in_sink));
+  } else if (sink.kind == SinkSpec::Kind::kPostgres) {
+    RETURN_IF_ERROR(ReadPostgresSink(sink, &in_sink));
   } else {
     RETURN_IF_ERROR(ReadKafkaSink(sink.bootstrap.empty() ? options.bootstrap : sink.bootstrap,
                                   sink.topic, &in_sink));
@@ -531,7 +576,11 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
     if (target.kind == SinkSpec::Kind::kKafka && target.bootstrap.empty()) {
       target.bootstrap = options.bootstrap;
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<Sink> writer, OpenReconcileSink(target, spec.name));
+    int64_t epoch = 0;
+    for (const ReconcileDifference& d : report.differences) {
+      epoch = std::max(epoch, ReconciledRevision(d.sink_revision) / kEpochStride);
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Sink> writer, OpenReconcileSink(target, spec.name, epoch));
     for (ReconcileDifference& d : report.differences) {
       if (d.recomputed.empty()) continue;  // nothing to publish for a window only the sink has
       SinkRecord r;
