@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       in, secs,
       absl::StrCat("passed=", m.Value("dedup_passed_total", "op=\"unique\""),
                    " duplicates=", m.Value("dedup_duplicates_total", "op=\"unique\""),
-                   " too_late=", m.Value("too_late_total", "op=\"revenue\""),
+                   " too_late=", m.Sum("too_late_total", "op=\"revenue\""),
                    " results=", m.Value("sink_records_total", "from=\"revenue\""),
                    " state_bytes=", state_bytes, " checkpoints=", m.Value("checkpoints_total"),
                    " checkpoint_uploaded_bytes=", m.Value("checkpoint_uploaded_bytes_total")),

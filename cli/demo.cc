@@ -217,8 +217,8 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
   }
   std::printf("\n%zu hourly results are FINAL.\n", finals.size());
   if (metrics != nullptr) {
-    const int64_t too_late = metrics->Value("too_late_total", "op=\"revenue\"") +
-                             metrics->Value("too_late_total", "op=\"unique\"");
+    const int64_t too_late = metrics->Sum("too_late_total", "op=\"revenue\"") +
+                             metrics->Sum("too_late_total", "op=\"unique\"");
     std::printf(
         "records read: %lld | duplicates dropped: %lld | conflicts: %lld | too late: %lld | "
         "invalid: %lld | revisions published: %lld\n",

@@ -313,7 +313,7 @@ absl::Status DedupOperator::Open(OperatorContext& ctx) {
   passed_ = ctx.OpCounter("dedup_passed_total");
   duplicates_ = ctx.OpCounter("dedup_duplicates_total");
   conflicts_ = ctx.OpCounter("dedup_conflicts_total");
-  too_late_ = ctx.OpCounter("too_late_total");
+  too_late_.Open(ctx, {TooLateReason::kBeyondRetention});
   missing_id_ = ctx.OpCounter("dedup_missing_id_total");
   expired_ = ctx.OpCounter("dedup_expired_ids_total");
   ctx.OpCounter("dedup_retention_ms")->Set(retention_);
@@ -470,9 +470,11 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
       continue;
     }
     if (kinds_[i] == kTooLate) {
-      too_late_->Add();
-      BuildSideRecord(ctx, r, "older than the dedup horizon (watermark - retention)",
-                      &out.EmitSide(1));
+      too_late_.Add(TooLateReason::kBeyondRetention);
+      Record& s = out.EmitSide(1);
+      BuildSideRecord(ctx, r, TooLateReason::kBeyondRetention,
+                      "older than the dedup horizon (watermark - retention)", &s);
+      s.AddString("horizon", FormatIso8601(horizon));
       continue;
     }
     const uint64_t h = hashes_[i];

@@ -88,7 +88,7 @@ class DedupOperator : public Operator {
   Counter* passed_ = nullptr;
   Counter* duplicates_ = nullptr;
   Counter* conflicts_ = nullptr;
-  Counter* too_late_ = nullptr;
+  TooLateCounters too_late_;
   Counter* missing_id_ = nullptr;
   Counter* expired_ = nullptr;
   // Per-batch scratch (kept for their capacity).

@@ -127,7 +127,7 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(tables_[kLeft], ctx.OpenWriteBehindTable("left"));
   ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenWriteBehindTable("right"));
   ASSIGN_OR_RETURN(meta_, ctx.OpenWriteBehindTable("meta"));
-  too_late_ = ctx.OpCounter("too_late_total");
+  too_late_.Open(ctx, {TooLateReason::kBeforeJoinBound});
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");
   expiry_.clear();
@@ -250,10 +250,12 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     const Record& r = batch[i];
     const int64_t t = r.event_time;
     if (t < oldest) {
-      too_late_->Add();
+      too_late_.Add(TooLateReason::kBeforeJoinBound);
       Record& s = out.EmitSide(0);
-      BuildSideRecord(ctx, r, "event time < watermark - allowed_lateness: no longer joinable", &s);
+      BuildSideRecord(ctx, r, TooLateReason::kBeforeJoinBound,
+                      "event time < watermark - allowed_lateness: no longer joinable", &s);
       s.AddString("side", kSideNames[side]);
+      s.AddString("bound", FormatIso8601(oldest));
       continue;
     }
     const absl::string_view key = key_of(i);

@@ -193,7 +193,7 @@ class IntervalJoinOperator : public Operator {
   size_t buffered_[2] = {0, 0};
   JoinSequence seq_;
 
-  Counter* too_late_ = nullptr;
+  TooLateCounters too_late_;
   Counter* matches_ = nullptr;
   Counter* padded_ = nullptr;
 

@@ -18,10 +18,32 @@ uint64_t KeyOwner::HashValues(const std::vector<Value>& values, std::string* scr
   return XXH3_64bits(scratch->data(), scratch->size());
 }
 
-void BuildSideRecord(const OperatorContext& ctx, const Record& r, std::string_view reason,
-                     Record* side) {
+const char* TooLateReasonCode(TooLateReason reason) {
+  switch (reason) {
+    case TooLateReason::kAfterFinal:
+      return "after_final";
+    case TooLateReason::kBeyondRetention:
+      return "beyond_retention";
+    case TooLateReason::kBeforeJoinBound:
+      return "before_join_bound";
+    case TooLateReason::kBehindWatermark:
+      return "behind_watermark";
+  }
+  return "unknown";
+}
+
+void TooLateCounters::Open(OperatorContext& ctx, std::initializer_list<TooLateReason> reasons) {
+  for (TooLateReason r : reasons) {
+    counters_[static_cast<int>(r)] =
+        ctx.OpCounter("too_late_total", std::string("reason=\"") + TooLateReasonCode(r) + "\"");
+  }
+}
+
+void BuildSideRecord(const OperatorContext& ctx, const Record& r, TooLateReason reason,
+                     std::string_view detail, Record* side) {
   side->AddString("operator", ctx.name());
-  side->AddString("reason", reason);
+  side->AddString("reason", TooLateReasonCode(reason));
+  side->AddString("detail", detail);
   side->AddString("event_time", FormatIso8601(r.event_time));
   if (ctx.watermark() == kMinTime) {
     side->AddNull("watermark");

@@ -149,10 +149,30 @@ struct KeyOwner {
   static uint64_t HashValues(const std::vector<Value>& values, std::string* scratch);
 };
 
+// Why a record went to a `too_late` side output (SPEC §10's audit trail):
+//   after_final        - its window (or every window it falls in) is FINAL;
+//   beyond_retention   - older than the dedup horizon (watermark - retention);
+//   before_join_bound  - older than the oldest time the join still matches;
+//   behind_watermark   - a temporal join record older than the watermark.
+enum class TooLateReason { kAfterFinal, kBeyondRetention, kBeforeJoinBound, kBehindWatermark };
+const char* TooLateReasonCode(TooLateReason reason);
+
+// too_late_total{op,reason}: one counter per reason an operator can give.
+class TooLateCounters {
+ public:
+  void Open(OperatorContext& ctx, std::initializer_list<TooLateReason> reasons);
+  void Add(TooLateReason reason) { counters_[static_cast<int>(reason)]->Add(); }
+
+ private:
+  Counter* counters_[4] = {nullptr, nullptr, nullptr, nullptr};
+};
+
 // Fills `side` with the standard side-output record for `r`:
-// {"operator", "reason", "event_time", "watermark", "record"}.
-void BuildSideRecord(const OperatorContext& ctx, const Record& r, std::string_view reason,
-                     Record* side);
+// {"operator", "reason" (a TooLateReason code), "detail" (the rule, in
+// words), "event_time", "watermark", "record"}; callers add what the record
+// missed ("window", "horizon", "bound").
+void BuildSideRecord(const OperatorContext& ctx, const Record& r, TooLateReason reason,
+                     std::string_view detail, Record* side);
 
 class Operator {
  public:

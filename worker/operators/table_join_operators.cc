@@ -151,7 +151,7 @@ absl::Status TemporalJoinOperator::AdoptState(OperatorContext& from, OperatorCon
 absl::Status TemporalJoinOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(versions_table_, ctx.OpenTable("versions"));
   ASSIGN_OR_RETURN(pending_table_, ctx.OpenTable("pending"));
-  too_late_ = ctx.OpCounter("too_late_total");
+  too_late_.Open(ctx, {TooLateReason::kBehindWatermark});
   misses_ = ctx.OpCounter("join_unmatched_total");
   versions_.clear();
   pending_.clear();
@@ -189,9 +189,9 @@ absl::Status TemporalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
   std::vector<FieldPath> paths = Paths(spec_, input == 1);
   for (const Record& r : batch) {
     if (r.event_time < W) {
-      too_late_->Add();
+      too_late_.Add(TooLateReason::kBehindWatermark);
       Record& s = out.EmitSide(0);
-      BuildSideRecord(ctx, r,
+      BuildSideRecord(ctx, r, TooLateReason::kBehindWatermark,
                       input == 1 ? "table version older than the watermark"
                                  : "stream record older than the watermark",
                       &s);

@@ -88,7 +88,7 @@ class TemporalJoinOperator : public Operator {
   absl::flat_hash_map<std::string, std::map<int64_t, Record>> versions_;
   std::map<std::pair<int64_t, int64_t>, Pending> pending_;  // (time, seq)
   int64_t next_seq_ = 0;
-  Counter* too_late_ = nullptr;
+  TooLateCounters too_late_;
   Counter* misses_ = nullptr;
   std::string key_, json_;
 };

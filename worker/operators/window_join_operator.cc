@@ -147,7 +147,7 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(tables_[kRight], ctx.OpenWriteBehindTable("right"));
   ASSIGN_OR_RETURN(windows_table_, ctx.OpenWriteBehindTable("windows"));
   ASSIGN_OR_RETURN(meta_, ctx.OpenWriteBehindTable("meta"));
-  too_late_ = ctx.OpCounter("too_late_total");
+  too_late_.Open(ctx, {TooLateReason::kAfterFinal});
   matches_ = ctx.OpCounter("join_matches_total");
   padded_ = ctx.OpCounter("join_unmatched_total");
   for (auto& [start, w] : windows_) Drop(std::move(w));
@@ -274,11 +274,16 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       AddRow(win, key_, side, t, seq_.Next(), r, /*persisted=*/false);
     }
     if (!used) {
-      too_late_->Add();
+      too_late_.Add(TooLateReason::kAfterFinal);
       Record& s = out.EmitSide(0);
-      BuildSideRecord(ctx, input_row,
+      BuildSideRecord(ctx, input_row, TooLateReason::kAfterFinal,
                       "window already final (event time < watermark - allowed_lateness)", &s);
       s.AddString("side", kSideNames[side]);
+      // The latest window it falls in (all are final).
+      s.BeginObject("window");
+      s.AddString("window_start", FormatIso8601(last));
+      s.AddString("window_end", FormatIso8601(End(last)));
+      s.EndContainer();
     }
   }
   return absl::OkStatus();

@@ -158,7 +158,7 @@ class WindowJoinOperator : public Operator {
   // kept_), or `r` itself.
   const Record& Kept(int side, const Record& r);
   Record kept_;
-  Counter* too_late_ = nullptr;
+  TooLateCounters too_late_;
   Counter* matches_ = nullptr;
   Counter* padded_ = nullptr;
 

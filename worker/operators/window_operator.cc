@@ -394,7 +394,9 @@ void WindowOperator::Erase(uint32_t slot, bool final_used) {
 absl::Status WindowOperator::Open(OperatorContext& ctx) {
   // Read only here; written at Flush.
   ASSIGN_OR_RETURN(table_, ctx.OpenWriteBehindTable("windows"));
-  too_late_ = ctx.OpCounter("too_late_total");
+  ASSIGN_OR_RETURN(finals_, ctx.OpenWriteBehindTable("finals"));
+  finals_cleared_to_ = kMinTime;
+  too_late_.Open(ctx, {TooLateReason::kAfterFinal});
   // Arrival classes, and amounts of the first sum aggregate's field.
   amount_path_ = nullptr;
   for (const AggregateSpec& a : spec_.aggregates) {
@@ -557,6 +559,38 @@ void WindowOperator::GroupKey(const Record& r, std::string* out) const {
     r.GetPath(p).AppendJson(out);
     out->push_back('\0');
   }
+}
+
+std::string WindowOperator::FinalKey(int64_t final_time, std::string_view group_key,
+                                     int64_t start) {
+  std::string key;
+  AppendBigEndian64(&key, final_time);
+  key.append(group_key);
+  AppendBigEndian64(&key, start);
+  return key;
+}
+
+void WindowOperator::AddMissedWindow(const Record& r, int64_t start, int64_t end, Record* side) {
+  side->BeginObject("window");
+  for (size_t i = 0; i < spec_.group_paths.size(); ++i) {
+    side->AddValue(spec_.group_by[i], r.GetPath(spec_.group_paths[i]));
+  }
+  side->AddString("window_start", FormatIso8601(start));
+  side->AddString("window_end", FormatIso8601(end));
+  // Sessions: the session it would have joined is not known by its bounds.
+  std::string revision;
+  absl::StatusOr<bool> found = false;
+  if (spec_.kind != WindowSpec::Kind::kSession) {
+    GroupKey(r, &key_scratch_);
+    found =
+        finals_->Get(FinalKey(SatAdd(end, spec_.allowed_lateness), key_scratch_, start), &revision);
+  }
+  if (found.ok() && *found) {
+    side->AddInt("revision", std::strtoll(revision.c_str(), nullptr, 10));
+  } else {
+    side->AddNull("revision");
+  }
+  side->EndContainer();
 }
 
 uint32_t WindowOperator::Touch(OperatorContext& ctx, uint32_t gid, int64_t start, int64_t end) {
@@ -834,9 +868,17 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
       if (v.is_number()) amounts[arrival] += v.AsDouble();
     }
     if (arrival == kTooLate) {
-      too_late_->Add();
-      BuildSideRecord(ctx, r, "window already final (event time < watermark - allowed_lateness)",
-                      &out.EmitSide(0));
+      too_late_.Add(TooLateReason::kAfterFinal);
+      Record& side = out.EmitSide(0);
+      BuildSideRecord(ctx, r, TooLateReason::kAfterFinal,
+                      "window already final (event time < watermark - allowed_lateness)", &side);
+      if (spec_.kind == WindowSpec::Kind::kSession) {
+        AddMissedWindow(r, r.event_time, SatAdd(r.event_time, spec_.gap), &side);
+      } else {
+        // The latest window it falls in (all are final).
+        const int64_t last = FloorDiv(r.event_time, spec_.slide) * spec_.slide;
+        AddMissedWindow(r, last, SatAdd(last, spec_.size), &side);
+      }
     }
   }
   for (int a = 0; a < 3; ++a) {
@@ -903,6 +945,12 @@ absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
       Prefetch(due, k);
       const Ref r = due[k];
       Emit(ctx, r.slot, "FINAL", out);
+      if (W < kMaxTime) {
+        // For too_late records that miss it later (none can after W = +inf).
+        const Window& w = slots_[r.slot];
+        finals_->Put(FinalKey(SatAdd(w.end, spec_.allowed_lateness), groups_[w.gid].key, w.start),
+                     std::to_string(ctx.Revision(w.revision)));
+      }
       Erase(r.slot, /*final_used=*/true);
       RETURN_IF_ERROR(out.MaybeDrain());
     }
@@ -929,6 +977,15 @@ absl::Status WindowOperator::OnProcessingTime(OperatorContext& ctx, Output& out)
 }
 
 absl::Status WindowOperator::Flush(OperatorContext& ctx) {
+  // Forget final revisions older than the audit horizon, an hour of event
+  // time at a time (one range tombstone each).
+  const int64_t forget = SatAdd(ctx.watermark(), -kAuditHorizon);
+  if (ctx.watermark() < kMaxTime && forget > SatAdd(finals_cleared_to_, 3'600'000)) {
+    std::string end;
+    AppendBigEndian64(&end, forget);
+    RETURN_IF_ERROR(finals_->DeleteRange("", end));
+    finals_cleared_to_ = forget;
+  }
   for (const std::string& key : to_delete_) table_->Delete(key);
   to_delete_.clear();
   Record rec;

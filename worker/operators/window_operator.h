@@ -49,6 +49,10 @@ namespace caravela {
 
 class WindowOperator : public Operator {
  public:
+  // How long (event time after FINAL) a window's last revision is kept for
+  // the too_late records that miss it.
+  static constexpr int64_t kAuditHorizon = int64_t{7} * 24 * 3600 * 1000;
+
   explicit WindowOperator(WindowSpec spec);
   ~WindowOperator() override;
 
@@ -123,10 +127,20 @@ class WindowOperator : public Operator {
   void Index(uint32_t slot);
   void ArmEarlyTimer(OperatorContext& ctx);
   void GroupKey(const Record& r, std::string* out) const;
+  static std::string FinalKey(int64_t final_time, std::string_view group_key, int64_t start);
+  // Adds "window" (group-by values, bounds, its last revision or null) to the
+  // too_late record of `r`, which missed the window [start, end).
+  void AddMissedWindow(const Record& r, int64_t start, int64_t end, Record* side);
 
   WindowSpec spec_;
   size_t naggs_ = 0;
   StateTable* table_ = nullptr;
+  // The audit trail: FINAL windows' last revisions, for the too_late records
+  // that miss them (key: big-endian end + lateness, group key, big-endian
+  // start; value: the revision as decimal text), kept kAuditHorizon of event
+  // time after FINAL.
+  StateTable* finals_ = nullptr;
+  int64_t finals_cleared_to_ = kMinTime;
   std::vector<Window> slots_;
   std::vector<uint32_t> free_slots_;
   std::vector<Acc> accs_;  // naggs_ per slot
@@ -142,7 +156,7 @@ class WindowOperator : public Operator {
   absl::flat_hash_set<std::string> to_delete_;
   int64_t next_timer_ = kMaxTime;
   int64_t dirty_unfired_ = 0;  // windows with changes not yet emitted and not complete
-  Counter* too_late_ = nullptr;
+  TooLateCounters too_late_;
   Counter* emitted_[4] = {nullptr, nullptr, nullptr, nullptr};
   Counter* arrival_records_[3] = {nullptr, nullptr, nullptr};
   DoubleCounter* arrival_amounts_[3] = {nullptr, nullptr, nullptr};

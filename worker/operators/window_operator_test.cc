@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "worker/operators/dedup_operator.h"
 #include "worker/testing/operator_harness.h"
@@ -15,6 +16,7 @@
 namespace caravela {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -676,6 +678,57 @@ INSTANTIATE_TEST_SUITE_P(Seeds, SessionModelTest, ::testing::Range(1, 7));
 
 namespace caravela {
 namespace {
+
+// The audit trail: a too_late record names the window it missed and that
+// window's last revision, across a snapshot/restore, until the horizon.
+TEST(WindowOperatorTest, TooLateRecordsSayWhichWindowTheyMissedAndItsLastRevision) {
+  WindowSpec spec = Tumbling(kHour, 30 * kMin);
+  spec.group_by = {"country"};
+  spec.group_paths = {FieldPath::Parse("country")};
+  WindowOperator op(spec);
+  WindowOperator restored(spec);  // declared before the harness: outlives it
+  const std::string dir = ::testing::TempDir() + "/audit_" + std::to_string(::getpid());
+  RemoveTree(dir);
+  auto backend = OpenRocksDbBackend(dir + "/db");
+  ASSERT_TRUE(backend.ok());
+  OperatorHarness h(&op, std::move(*backend));
+  ASSERT_TRUE(h.Open().ok());
+  auto rec = [](const char* country, int amount) {
+    return absl::StrCat(R"({"country":")", country, R"(","amount":)", amount, "}");
+  };
+  ASSERT_TRUE(h.ProcessJson(rec("FR", 5), T(10, 10)).ok());
+  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
+  ASSERT_TRUE(h.ProcessJson(rec("FR", 7), T(10, 15)).ok());  // LATE, revision 2
+  ASSERT_TRUE(h.AdvanceWatermark(T(11, 30)).ok());           // FINAL, revision 3
+  EXPECT_THAT(h.TakeOutput(),
+              Contains(HasSubstr(R"("revenue":12,"orders":2,"revision":3,"state":"FINAL")")));
+  const std::string fr_window =
+      R"("window":{"country":"FR","window_start":"2026-10-01T10:00:00.000Z","window_end":"2026-10-01T11:00:00.000Z","revision":3})";
+  ASSERT_TRUE(h.ProcessJson(rec("FR", 1), T(10, 20)).ok());
+  ASSERT_TRUE(h.ProcessJson(rec("PT", 1), T(10, 20)).ok());
+  EXPECT_THAT(
+      h.TakeSide("too_late"),
+      ElementsAre(
+          AllOf(HasSubstr(R"("reason":"after_final","detail":"window already final)"),
+                HasSubstr(fr_window)),
+          HasSubstr(
+              R"("window":{"country":"PT","window_start":"2026-10-01T10:00:00.000Z","window_end":"2026-10-01T11:00:00.000Z","revision":null})")));
+  EXPECT_EQ(h.metrics().Value("too_late_total", R"(op="op",reason="after_final")"), 2);
+
+  ASSERT_TRUE(h.Snapshot(dir + "/snap").ok());
+  ASSERT_TRUE(h.RestoreInto(&restored, dir + "/snap", h.watermark()).ok());
+  ASSERT_TRUE(h.ProcessJson(rec("FR", 1), T(10, 25)).ok());
+  EXPECT_THAT(h.TakeSide("too_late"), ElementsAre(HasSubstr(fr_window)));
+
+  // Seven days of event time later it is forgotten.
+  ASSERT_TRUE(h.AdvanceWatermark(T(11, 30) + WindowOperator::kAuditHorizon + kHour + 1).ok());
+  ASSERT_TRUE(h.Commit().ok());
+  ASSERT_TRUE(h.ProcessJson(rec("FR", 1), T(10, 25)).ok());
+  EXPECT_THAT(
+      h.TakeSide("too_late"),
+      ElementsAre(HasSubstr(R"("window_end":"2026-10-01T11:00:00.000Z","revision":null})")));
+  RemoveTree(dir);
+}
 
 // reconcile: {id: event_id}: results carry the number of records aggregated
 // and an order-independent digest of their ids, kept across snapshot/restore.
