@@ -95,6 +95,7 @@ spec:
         group_by: [country]
         aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
         allowed_lateness: 30m
+        reconcile: {id: event_id}
   sinks:
     - {from: revenue, file: {path: out/revenue.jsonl}}
     - {from: revenue, kafka: {topic: revenue, bootstrap: ")",
@@ -229,6 +230,16 @@ TEST_F(ReconcileTest, ReportsExactlyTheChangedWindowsAndApplyConvergesEverySink)
     EXPECT_EQ(d["sink"]["revenue"], stream.at(k)["revenue"]);
     EXPECT_EQ(d["recomputed"]["revenue"], offline_.at(k).first);
     EXPECT_EQ(d["recomputed"]["orders"], offline_.at(k).second);
+    // The cause, from the job's audit trail (the late purchases are behind
+    // the dedup horizon too) or from the event counts (a re-stamped retry
+    // counted twice).
+    std::string causes = d["causes"].dump();
+    if (after_final_.count(k) > 0) {
+      EXPECT_THAT(causes, HasSubstr("older than the dedup horizon (unique.too_late)")) << causes;
+    }
+    if (beyond_retention_.count(k) > 0) {
+      EXPECT_THAT(causes, HasSubstr("ids counted again after the dedup retention")) << causes;
+    }
   }
   std::set<Key> changed = after_final_;
   changed.insert(beyond_retention_.begin(), beyond_retention_.end());
@@ -328,6 +339,33 @@ TEST_F(ReconcileTest, BadArgumentsAndUnreadableSinksGiveClearErrors) {
   broker_.reset();
   EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink kafka:revenue"), "e6.txt"), 1);
   EXPECT_THAT(ReadFile(Dir() / "e6.txt"), HasSubstr(absl::StrCat("at ", bootstrap)));
+}
+
+// SPEC §4's minimum sequence: D arrives after the window's FINAL; the report
+// names the window, both values and the cause from revenue.too_late.
+TEST(ReconcileMinimalSequenceTest, TooLateRecordOfTheWindowIsTheCause) {
+  TempDir dir("reconcile_min", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
+  const fs::path golden = fs::path(CARAVELA_SOURCE_DIR) / "tests/golden/spec_minimal_sequence";
+  fs::copy_file(golden / "job.yaml", dir.path() / "job.yaml");
+  fs::copy_file(golden / "input.jsonl", dir.path() / "input.jsonl");
+  const std::string job = (dir.path() / "job.yaml").string();
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " run -q ", job, " --data-dir ",
+                            (dir.path() / "data").string()),
+               dir.path() / "run.log"),
+            0)
+      << ReadFile(dir.path() / "run.log");
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --json ", job), dir.path() / "r.json",
+               dir.path() / "r.err"),
+            3)
+      << ReadFile(dir.path() / "r.err");
+  const json r = json::parse(ReadFile(dir.path() / "r.json"));
+  ASSERT_EQ(r["differences"].size(), 1u);
+  const json& d = r["differences"][0];
+  EXPECT_EQ(d["key"]["window_start"], "2026-10-01T10:00:00.000Z");
+  EXPECT_EQ(d["sink"]["revenue"], 170.0);
+  EXPECT_EQ(d["sink"]["revision"], 3);
+  EXPECT_EQ(d["recomputed"]["revenue"], 200.0);  // D counts; the conflicting A does not
+  EXPECT_EQ(d["causes"], json::array({"1 record arrived after FINAL (revenue.too_late)"}));
 }
 
 }  // namespace

@@ -275,6 +275,126 @@ absl::Status ReadPostgresSink(const SinkSpec& sink, ResultMap* out) {
   return absl::OkStatus();
 }
 
+// Per window key, the too_late records of the job's audit trail that missed
+// it, by reason.
+class AuditTrail {
+ public:
+  AuditTrail(const JobSpec& spec, const OperatorSpec& window) : spec_(spec), window_(window) {}
+
+  // Reads every too_late output the job keeps in a file or a topic, and the
+  // dead letter. Missing files are skipped (the trail is best effort).
+  void Read(const std::string& bootstrap) {
+    for (const SinkSpec& s : spec_.sinks) {
+      if (!absl::EndsWith(s.from, ".too_late")) continue;
+      if (s.kind == SinkSpec::Kind::kFile) {
+        ReadFile(s.path);
+      } else if (s.kind == SinkSpec::Kind::kKafka) {
+        std::vector<std::string> values;
+        KafkaSourceOptions o;
+        o.bootstrap = s.bootstrap.empty() ? bootstrap : s.bootstrap;
+        o.topic = s.topic;
+        o.open_timeout_ms = 2000;
+        KafkaSource source(o);
+        if (!source.Open().ok() || !source.StopAtCurrentEnd().ok()) continue;
+        while (!source.Exhausted()) {
+          absl::StatusOr<int> n =
+              source.Poll(10000, 100, [&](const RawMessage& m) { Add(m.payload); });
+          if (!n.ok()) break;
+        }
+      }
+    }
+    if (!spec_.dead_letter_path.empty()) ReadFile(spec_.dead_letter_path);
+  }
+  // The causes of window `key`; `missed`: how many records they are.
+  std::vector<std::string> Causes(const std::string& key, int64_t* missed) const {
+    std::vector<std::string> out;
+    auto it = counts_.find(key);
+    if (it == counts_.end()) return out;
+    for (const auto& [what, n] : it->second) {
+      out.push_back(absl::StrCat(n, n == 1 ? " record " : " records ", what));
+      *missed += n;
+    }
+    return out;
+  }
+
+ private:
+  void ReadFile(const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) Add(line);
+  }
+  // One too_late record (possibly wrapped in the dead letter's envelope).
+  void Add(std::string_view json) {
+    if (!decoder_.Decode(json, &rec_).ok()) return;
+    const Value reason = rec_.Get(rec_.FindChild(0, "reason"));
+    const Value op = rec_.Get(rec_.FindChild(0, "operator"));
+    if (reason.type != ValueType::kString || op.type != ValueType::kString) return;
+    const std::string where = absl::StrCat("(", std::string(op.s), ".too_late)");
+    const WindowSpec& w = window_.window;
+    if (reason.s == "after_final" && op.s == window_.name) {
+      const int32_t win = rec_.FindChild(0, "window");
+      if (win < 0) return;
+      key_.assign("{");
+      std::vector<std::string> fields = w.group_by;
+      fields.push_back("window_start");
+      fields.push_back("window_end");
+      for (size_t i = 0; i < fields.size(); ++i) {
+        const int32_t c = rec_.FindChild(static_cast<uint32_t>(win), fields[i]);
+        if (c < 0) return;
+        if (i > 0) key_.push_back(',');
+        AppendJsonString(fields[i], &key_);
+        key_.push_back(':');
+        rec_.Get(c).AppendJson(&key_);
+      }
+      key_.push_back('}');
+      ++counts_[key_][absl::StrCat("arrived after FINAL ", where)];
+    } else if (reason.s == "beyond_retention" && w.kind != WindowSpec::Kind::kSession) {
+      // The windows its event time falls in, by the group values it carries.
+      const std::optional<int64_t> t = ParseIso8601(rec_.Get(rec_.FindChild(0, "event_time")).s);
+      const int32_t r = rec_.FindChild(0, "record");
+      if (!t.has_value() || r < 0) return;
+      std::string group;
+      for (size_t i = 0; i < w.group_by.size(); ++i) {
+        int32_t c = static_cast<int32_t>(r);
+        for (const std::string& part : w.group_paths[i].parts) {
+          c = c < 0 ? -1 : rec_.FindChild(static_cast<uint32_t>(c), part);
+        }
+        if (c < 0) return;
+        if (i > 0) group.push_back(',');
+        AppendJsonString(w.group_by[i], &group);
+        group.push_back(':');
+        rec_.Get(c).AppendJson(&group);
+      }
+      const int64_t last = FloorDiv(*t, w.slide) * w.slide;
+      for (int64_t s = last - ((w.size - 1) / w.slide) * w.slide; s <= last; s += w.slide) {
+        if (*t >= s + w.size) continue;
+        key_.assign("{");
+        key_.append(group);
+        if (!group.empty()) key_.push_back(',');
+        absl::StrAppend(&key_, "\"window_start\":\"", FormatIso8601(s), "\",\"window_end\":\"",
+                        FormatIso8601(s + w.size), "\"}");
+        ++counts_[key_][absl::StrCat("were older than the dedup horizon ", where)];
+      }
+    }
+  }
+
+  const JobSpec& spec_;
+  const OperatorSpec& window_;
+  JsonDecoder decoder_;
+  Record rec_;
+  std::string key_;
+  std::map<std::string, std::map<std::string, int64_t>> counts_;
+};
+
+// "events" of a result (reconcile: {id}), -1 without.
+int64_t EventsOf(std::string_view json) {
+  JsonDecoder d;
+  Record r;
+  if (!d.Decode(json, &r).ok()) return -1;
+  const Value v = r.Get(r.FindChild(0, "events"));
+  return v.type == ValueType::kInt ? v.i : -1;
+}
+
 // The job with no lateness cut-off, writing the window's results to `out`.
 JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::string& out,
                       const std::string& dead_letter) {
@@ -488,6 +608,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   key_fields.push_back("window_end");
 
   // The sink's results first: a sink that cannot be read fails fast.
+  const auto read_start = std::chrono::steady_clock::now();
   ResultMap in_sink(key_fields);
   if (sink.kind == SinkSpec::Kind::kFile) {
     RETURN_IF_ERROR(ReadFileSink(sink.path, &in_sink));
@@ -498,6 +619,8 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
                                   sink.topic, &in_sink));
   }
   report.sink_results = in_sink.added();
+  report.read_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
 
   // The recomputation.
   const std::string work =
@@ -569,6 +692,24 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
     if (rb != nullptr) d.recomputed = rb->json;
     report.differences.push_back(std::move(d));
   }
+  if (!report.differences.empty()) {
+    AuditTrail trail(spec, window);
+    trail.Read(options.bootstrap);
+    for (ReconcileDifference& d : report.differences) {
+      int64_t missed = 0;
+      d.causes = trail.Causes(d.key, &missed);
+      // With reconcile: {id}: events the stream counted beyond what the
+      // recomputation keeps, once the records it missed are added back.
+      const int64_t in_sink = EventsOf(d.sink);
+      const int64_t recomputed_events = EventsOf(d.recomputed);
+      const int64_t excess = in_sink + missed - recomputed_events;
+      if (in_sink >= 0 && recomputed_events >= 0 && excess > 0) {
+        d.causes.push_back(absl::StrCat(excess, excess == 1 ? " event" : " events",
+                                        " counted by the stream that the recomputation drops as "
+                                        "copies: ids counted again after the dedup retention"));
+      }
+    }
+  }
 
   if (options.apply) {
     // Through the job's own sink: one writer, committed like a checkpoint.
@@ -603,7 +744,7 @@ std::string ReconcileReport::ToText() const {
   std::string out = absl::StrCat("job ", job, ": window ", window, ", sink ", sink, "\n");
   absl::StrAppend(&out, "recomputed from ", records_read, " input records in ",
                   absl::StrFormat("%.2f", recompute_seconds), " s; read back ", sink_results,
-                  " results\n");
+                  " results in ", absl::StrFormat("%.2f", read_seconds), " s\n");
   absl::StrAppend(&out, "windows",
                   range_start == kMinTime && range_end == kMaxTime
                       ? ""
@@ -614,6 +755,7 @@ std::string ReconcileReport::ToText() const {
     absl::StrAppend(&out, "\n", KindName(d.kind), " ", d.key, "\n");
     if (!d.sink.empty()) absl::StrAppend(&out, "  sink:       ", d.sink, "\n");
     if (!d.recomputed.empty()) absl::StrAppend(&out, "  recomputed: ", d.recomputed, "\n");
+    for (const std::string& c : d.causes) absl::StrAppend(&out, "  cause:      ", c, "\n");
     if (d.applied) {
       absl::StrAppend(&out, "  applied as revision ", ReconciledRevision(d.sink_revision), "\n");
     }
@@ -634,6 +776,7 @@ std::string ReconcileReport::ToJson() const {
   r.AddInt("records_read", records_read);
   r.AddDouble("recompute_seconds", recompute_seconds);
   r.AddInt("sink_results", sink_results);
+  r.AddDouble("read_seconds", read_seconds);
   r.AddInt("windows", windows);
   r.AddInt("matching", matching);
   r.AddInt("not_final", not_final);
@@ -649,6 +792,9 @@ std::string ReconcileReport::ToJson() const {
     if (!diff.recomputed.empty() && d.Decode(diff.recomputed, &part).ok()) {
       r.AddValue("recomputed", part.Get(0));
     }
+    r.BeginArray("causes");
+    for (const std::string& c : diff.causes) r.AddString("", c);
+    r.EndContainer();
     if (diff.applied) r.AddInt("applied_revision", ReconciledRevision(diff.sink_revision));
     r.EndContainer();
   }

@@ -23,6 +23,14 @@
 // every result field but revision, state and reconciled must be equal
 // (numbers by value: 1 == 1.0). A window only one side has is a difference.
 //
+// Causes: the job's too_late records (its sinks of `<op>.too_late` outputs
+// that are files or Kafka topics, and its dead-letter file) are counted per
+// window they missed: `after_final` records of the window by their "window",
+// `beyond_retention` records of a dedup by the windows their event time falls
+// in. With `reconcile: {id}` a sink result with more `events` than the
+// recomputed one was counted twice by the stream (an id seen again after the
+// dedup retention).
+//
 // Apply (`apply`): each differing window the recomputation has is published
 // through the sink as state FINAL, `reconciled: true` and revision
 // ReconciledRevision(sink revision), which no run of the job can have reached
@@ -74,7 +82,10 @@ struct ReconcileDifference {
   std::string sink;  // the sink's result (JSON), empty if none
   int64_t sink_revision = -1;
   std::string recomputed;  // the recomputed FINAL result (JSON), empty if none
-  bool applied = false;    // published by apply
+  // Why they differ, when the job's audit trail or the results tell:
+  // "N records after FINAL", "N records beyond the dedup retention", ...
+  std::vector<std::string> causes;
+  bool applied = false;  // published by apply
 };
 
 struct ReconcileReport {
@@ -86,6 +97,7 @@ struct ReconcileReport {
   int64_t records_read = 0;  // valid records of the recomputation's sources
   double recompute_seconds = 0;
   int64_t sink_results = 0;  // results read back (all revisions)
+  double read_seconds = 0;   // reading them back
   int64_t windows = 0;       // windows in range, either side
   int64_t matching = 0;
   int64_t not_final = 0;  // in range, the sink's result is not FINAL yet
