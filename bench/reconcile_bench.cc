@@ -132,8 +132,12 @@ spec:
       static_cast<long long>(report->differences.size()));
 
   // 2. Read-back of `results` FINAL results from Kafka and PostgreSQL.
-  auto broker = caravela::EmbeddedBroker::Start(0, 8);
+  auto broker = caravela::EmbeddedBroker::Start(0, 32);
   Check(broker.status(), "embedded broker");
+  // Auto-created topics get 4 partitions and the mock broker keeps ~5 MiB
+  // per partition: enough partitions for every revision (~200 B each).
+  Check((*broker)->CreateTopic("per-sku", static_cast<int>(results * 2 * 200 / (2 << 20) + 1)),
+        "creating per-sku");
   auto pg = caravela::PostgresServer::Start();
   Check(pg.status(), "postgres");
   const fs::path windows_input = dir / absl::StrCat("windows-", results, ".jsonl");

@@ -1,5 +1,6 @@
 #include "cli/reconcile_command.h"
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -39,7 +40,8 @@ void AddReconcileCommand(CLI::App& app) {
   f.cmd->add_option("job", f.job, "Job YAML")->required()->check(CLI::ExistingFile);
   f.cmd->add_option("--range", f.range,
                     "Windows whose window_start is in [START, END), ISO-8601 UTC:\n"
-                    "2026-10-01T00:00:00Z..2026-10-02T00:00:00Z (either side may be empty)");
+                    "2026-10-01T00:00:00Z..2026-10-02T00:00:00Z (either side may be empty),\n"
+                    "or yesterday / today (UTC days)");
   f.cmd->add_option("--sink", f.sink,
                     "The sink to read back: file:PATH, kafka:TOPIC (as in the metrics' sink\n"
                     "label) or its index in spec.sinks (default: the first sink of a window)");
@@ -70,7 +72,10 @@ int RunReconcileCommand() {
   o.work_dir = f.work_dir;
   o.apply = f.apply;
   if (!f.range.empty()) {
-    absl::StatusOr<std::pair<int64_t, int64_t>> r = ParseTimeRange(f.range);
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    absl::StatusOr<std::pair<int64_t, int64_t>> r = ParseTimeRange(f.range, now);
     if (!r.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(r.status().message()).c_str());
       return 2;

@@ -212,6 +212,9 @@ absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topi
   o.topic = topic;
   o.start = "earliest";
   o.open_timeout_ms = 5000;
+  // A bounded read: an empty partition's fetch should not wait long (the
+  // mock broker answers it only when the wait ends).
+  o.config["fetch.wait.max.ms"] = "5";
   KafkaSource source(o);
   absl::Status st = source.Open();
   if (!st.ok()) {
@@ -556,8 +559,14 @@ std::string RangeText(int64_t start, int64_t end) {
 
 }  // namespace
 
-absl::StatusOr<std::pair<int64_t, int64_t>> ParseTimeRange(std::string_view range) {
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseTimeRange(std::string_view range, int64_t now_ms) {
   const std::string text(range);
+  constexpr int64_t kDay = 24 * 3600 * 1000;
+  if (text == "today" || text == "yesterday") {
+    const int64_t today = FloorDiv(now_ms, kDay) * kDay;
+    return text == "today" ? std::make_pair(today, today + kDay)
+                           : std::make_pair(today - kDay, today);
+  }
   const size_t dots = text.find("..");
   if (dots == std::string_view::npos) {
     return absl::InvalidArgumentError(
@@ -635,6 +644,9 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   const std::string out_path = work + "/recomputed.jsonl";
   RunOptions run;
   run.data_dir = work + "/state";
+  // A batch job: nothing to restore, so no RocksDB (its indexed write
+  // batches were a third of the recomputation).
+  run.in_memory_state = true;
   run.embedded_bootstrap = options.bootstrap;
   run.progress_interval_ms = 0;
   const auto t0 = std::chrono::steady_clock::now();

@@ -65,9 +65,10 @@ struct ReconcileOptions {
   bool apply = false;
 };
 
-// "START..END" with ISO-8601 UTC times (either side may be empty: open) ->
+// "START..END" with ISO-8601 UTC times (either side may be empty: open), or
+// "yesterday" / "today" (the UTC day before the one of `now_ms`, or it) ->
 // [start, end). InvalidArgument names what is wrong.
-absl::StatusOr<std::pair<int64_t, int64_t>> ParseTimeRange(std::string_view text);
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseTimeRange(std::string_view text, int64_t now_ms);
 
 // The revision a reconciled result gets when the sink holds `revision`: the
 // last one of the next epoch (revisions are epoch * 10^9 + n, SPEC §4), so it
