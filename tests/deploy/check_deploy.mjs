@@ -88,11 +88,14 @@ const help = (cmd) => {
 const dockerfile = readFileSync(join(root, "Dockerfile"), "utf8");
 const dockerUser = /^USER\s+(\d+)/m.exec(dockerfile)?.[1];
 
-const workloads = objects.filter(({ o }) => ["Deployment", "StatefulSet", "Job"].includes(o.kind));
+// A workload's pod template (a CronJob's is in its Job template).
+const podTemplate = (o) => (o.kind === "CronJob" ? o.spec.jobTemplate.spec.template : o.spec.template);
+const workloads = objects.filter(({ o }) => ["Deployment", "StatefulSet", "Job", "CronJob"].includes(o.kind));
 for (const { file, o } of workloads) {
   const where = `${file} ${o.kind}/${o.metadata.name}`;
-  const pod = o.spec.template.spec;
-  const labels = o.spec.template.metadata.labels ?? {};
+  const template = podTemplate(o);
+  const pod = template.spec;
+  const labels = template.metadata?.labels ?? {};
   if (o.spec.selector) {
     for (const [k, v] of Object.entries(o.spec.selector.matchLabels)) {
       if (labels[k] !== v) problem(where, `selector ${k}=${v} does not match its pod template`);
@@ -159,7 +162,7 @@ for (const { file, o } of workloads) {
     const ports = new Map((c.ports ?? []).map((p) => [p.name, p.containerPort]));
     const listen = args.find((x) => x.startsWith("--listen="));
     for (const probe of ["readinessProbe", "livenessProbe"]) {
-      if (o.kind === "Job") continue;
+      if (o.kind === "Job" || o.kind === "CronJob") continue;
       const p = c[probe];
       if (!p) {
         problem(cw, `no ${probe}`);
@@ -194,7 +197,7 @@ for (const s of services.values()) {
 }
 for (const { o } of objects.filter(({ o }) => o.kind === "PodDisruptionBudget")) {
   const sel = Object.entries(o.spec.selector.matchLabels);
-  const hit = workloads.some(({ o: w }) => sel.every(([k, v]) => w.spec.template.metadata.labels?.[k] === v));
+  const hit = workloads.some(({ o: w }) => sel.every(([k, v]) => podTemplate(w).metadata?.labels?.[k] === v));
   if (!hit) problem(`PodDisruptionBudget/${o.metadata.name}`, "selects no pod template");
 }
 // The coordinator's address the CLI and workers use is its Service.
