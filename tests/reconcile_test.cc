@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/time_util.h"
 #include "nlohmann/json.hpp"
+#include "tests/child_process.h"
 #include "tests/test_util.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
@@ -366,6 +367,123 @@ TEST(ReconcileMinimalSequenceTest, TooLateRecordOfTheWindowIsTheCause) {
   EXPECT_EQ(d["sink"]["revision"], 3);
   EXPECT_EQ(d["recomputed"]["revenue"], 200.0);  // D counts; the conflicting A does not
   EXPECT_EQ(d["causes"], json::array({"1 record arrived after FINAL (revenue.too_late)"}));
+}
+
+// --apply while the job runs (started, reconciled, the job goes on): no
+// revision of any window goes backwards in the Kafka changelog, and the
+// windows the job finalizes afterwards are its own.
+TEST(ReconcileRaceTest, ApplyWhileTheJobRunsNeverLowersARevision) {
+  auto b = EmbeddedBroker::Start(0, 1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string bootstrap = (*b)->bootstrap();
+  ASSERT_TRUE((*b)->CreateTopic("purchases", 1).ok());
+  TempDir dir("reconcile_race", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
+  const fs::path job = dir.path() / "job.yaml";
+  std::ofstream(job) << absl::StrCat(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: raced-revenue}
+spec:
+  sources:
+    - name: purchases
+      kafka: {topic: purchases, bootstrap: ")",
+                                     bootstrap, R"("}
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 1m}
+  operators:
+    - name: revenue
+      window:
+        from: purchases
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
+        allowed_lateness: 10m
+  sinks:
+    - {from: revenue, kafka: {topic: revenue, bootstrap: ")",
+                                     bootstrap, R"("}}
+)");
+  // Hours [h0, h1) of purchases, one a minute per country; `late`: one more
+  // for each earlier hour, after their FINAL.
+  int n = 0;
+  auto produce = [&](int h0, int h1, bool late) {
+    std::vector<std::pair<int32_t, std::string>> msgs;
+    for (int m = h0 * 60; m < h1 * 60; ++m) {
+      for (const char* c : kCountries) {
+        msgs.emplace_back(0, Purchase{absl::StrCat("p", n++), c, 10, kBase + m * kMin, 0}.Json());
+      }
+    }
+    for (int h = 0; late && h < h0 - 1; ++h) {
+      msgs.emplace_back(
+          0,
+          Purchase{absl::StrCat("late", n++), "FR", 1000, kBase + h * kHour + 5 * kMin, 0}.Json());
+    }
+    ASSERT_TRUE(ProduceLines(bootstrap, "purchases", msgs).ok());
+  };
+  auto finals = [&](const std::string& start) {
+    auto v = ConsumeAllValues(bootstrap, "revenue");
+    if (!v.ok()) return 0;
+    int count = 0;
+    for (const std::string& line : *v) {
+      const json r = json::parse(line);
+      count += r["window_start"] == start && r["state"] == "FINAL" ? 1 : 0;
+    }
+    return count;
+  };
+  produce(0, 3, false);
+  ChildProcess run(
+      {CARAVELA_BINARY, "run", "-q", job.string(), "--data-dir", (dir.path() / "data").string()},
+      dir.path() / "run.log");
+  ASSERT_TRUE(run.started());
+  ASSERT_TRUE(Eventually([&] { return finals(FormatIso8601(kBase + kHour)) == 3; },
+                         std::chrono::seconds(30)))
+      << run.Log();
+  produce(3, 4, true);  // late purchases for hours 0..1, FINAL already
+  ASSERT_TRUE(Eventually([&] { return finals(FormatIso8601(kBase + 2 * kHour)) == 3; },
+                         std::chrono::seconds(30)))
+      << run.Log();
+
+  // Reconcile while the job runs: hours 0 and 1 of FR get a correction.
+  const fs::path out = dir.path() / "apply.json";
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --json --apply ", job.string()), out,
+               dir.path() / "apply.err"),
+            3)
+      << ReadFile(dir.path() / "apply.err");
+  const json report = json::parse(ReadFile(out));
+  EXPECT_EQ(report["applied"], 2);
+  EXPECT_GT(report["not_final"].get<int>(), 0) << "the open hours are the job's, not compared";
+
+  // The job goes on: more hours, FINAL in their turn; then it stops.
+  produce(4, 6, false);
+  ASSERT_TRUE(Eventually([&] { return finals(FormatIso8601(kBase + 4 * kHour)) == 3; },
+                         std::chrono::seconds(30)))
+      << run.Log();
+  EXPECT_EQ(run.Stop(SIGTERM), 0) << run.Log();
+
+  auto values = ConsumeAllValues(bootstrap, "revenue");
+  ASSERT_TRUE(values.ok()) << values.status();
+  std::map<Key, int64_t> last;
+  std::map<Key, json> latest;
+  for (const std::string& line : *values) {
+    const json r = json::parse(line);
+    const Key k{r["country"], r["window_start"]};
+    const int64_t rev = r["revision"];
+    auto it = last.find(k);
+    if (it != last.end()) {
+      EXPECT_GT(rev, it->second) << "revision went backwards for " << std::get<0>(k) << "@"
+                                 << std::get<1>(k);
+    }
+    last[k] = rev;
+    latest[k] = r;
+  }
+  for (int h = 0; h < 2; ++h) {
+    const json& fr = latest.at(Key{"FR", FormatIso8601(kBase + h * kHour)});
+    EXPECT_EQ(fr["revenue"], 600 + 1000) << "hour " << h;
+    EXPECT_EQ(fr["reconciled"], true);
+    EXPECT_EQ(fr["state"], "FINAL");
+  }
+  // A second reconcile right after finds every FINAL window matching.
+  EXPECT_EQ(
+      Sh(absl::StrCat(CARAVELA_BINARY, " reconcile ", job.string()), dir.path() / "again.txt"), 0)
+      << ReadFile(dir.path() / "again.txt");
 }
 
 }  // namespace

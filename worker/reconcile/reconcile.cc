@@ -116,6 +116,7 @@ struct Result {
   int64_t revision = -1;
   std::string state;
   int64_t start = 0;  // window_start
+  int64_t end = 0;    // window_end
 };
 
 // Reads a results stream: keeps per window key the highest revision.
@@ -141,7 +142,8 @@ class ResultMap {
     const Value state = rec_.Get(rec_.FindChild(0, "state"));
     const Value start = rec_.Get(rec_.FindChild(0, "window_start"));
     const std::optional<int64_t> t = ParseIso8601(start.s);
-    if (rev.type != ValueType::kInt || !t.has_value()) return false;
+    const std::optional<int64_t> end = ParseIso8601(rec_.Get(rec_.FindChild(0, "window_end")).s);
+    if (rev.type != ValueType::kInt || !t.has_value() || !end.has_value()) return false;
     ++added_;
     Result& r = results_[key_];
     if (r.revision >= rev.i) return true;
@@ -149,6 +151,7 @@ class ResultMap {
     r.revision = rev.i;
     r.state.assign(state.s);
     r.start = *t;
+    r.end = *end;
     return true;
   }
   const std::map<std::string, Result>& results() const { return results_; }
@@ -671,6 +674,14 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   };
   const auto& a = in_sink.results();
   const auto& b = recomputed.results();
+  // A FINAL result of a window ending at E means the stream's watermark
+  // reached E + lateness, so every window ending by E is final there too. A
+  // window only the recomputation has and that ends later may still be open
+  // in the stream (no result yet): it is the stream's, not a difference.
+  int64_t final_by = kMinTime;
+  for (const auto& [key, r] : a) {
+    if (r.state == "FINAL") final_by = std::max(final_by, r.end);
+  }
   auto ia = a.begin();
   auto ib = b.begin();
   while (ia != a.end() || ib != b.end()) {
@@ -683,7 +694,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
     if (take_b) ++ib;
     if (!in_range(ra != nullptr ? *ra : *rb)) continue;
     ++report.windows;
-    if (ra != nullptr && ra->state != "FINAL") {
+    if ((ra != nullptr && ra->state != "FINAL") || (ra == nullptr && rb->end > final_by)) {
       ++report.not_final;
       continue;
     }
