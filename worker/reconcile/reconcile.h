@@ -11,11 +11,12 @@
 //    before the input ends; then W = +inf fires every window once, FINAL;
 //  * dedup retention unbounded: the first copy of an id in arrival order
 //    wins over the whole input, as the stream decides within its retention;
-//  * no EARLY timers, no checkpoints, one task; scratch state in a work dir.
+//  * no EARLY timers, no checkpoints, one task; the in-memory state backend
+//    (nothing is restored) with scratch files in a work dir.
 //
 // Read-back: JSONL files (the configured path and the part files of a
-// parallel job, `<stem>.part-N<ext>`), or a Kafka topic read from its start
-// to its current end. Per window key (group-by values and window bounds) the
+// parallel job, `<stem>.part-N<ext>`), a Kafka topic read from its start to
+// its current end, or a PostgreSQL table (each row's `value` jsonb). Per window key (group-by values and window bounds) the
 // highest revision wins.
 //
 // Comparison, per window whose window_start lies in the range: a window the
