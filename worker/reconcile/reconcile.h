@@ -16,8 +16,8 @@
 //
 // Read-back: JSONL files (the configured path and the part files of a
 // parallel job, `<stem>.part-N<ext>`), a Kafka topic read from its start to
-// its current end, or a PostgreSQL table (each row's `value` jsonb). Per window key (group-by values and window bounds) the
-// highest revision wins.
+// its current end, or a PostgreSQL table (each row's `value` jsonb). Per
+// window key (group-by values and window bounds) the highest revision wins.
 //
 // Comparison, per window whose window_start lies in the range: a window the
 // sink holds as not yet FINAL is the stream's (skipped, counted); otherwise
