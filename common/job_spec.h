@@ -75,6 +75,9 @@ struct DedupSpec {
   FieldPath id;
   int64_t retention = 0;
   std::vector<FieldPath> fingerprint;  // empty: every field but the arrival field
+  // Not in YAML: set by `caravela reconcile`, whose batch run never expires
+  // an id nor restores state: ids live in an in-memory set only.
+  bool batch = false;
 };
 
 // kArgMax / kArgMin: the rows with the highest / lowest value of `field`

@@ -456,7 +456,11 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
     }
     kinds_[i] = kHasId;
     hashes_[i] = IdHash(id, &scratch_);
-    index_->Prefetch(hashes_[i]);
+    if (batch_) {
+      first_fingerprint_.prefetch(hashes_[i]);
+    } else {
+      index_->Prefetch(hashes_[i]);
+    }
     fingerprints_[i] = Fingerprint(r);
   }
   // Pass 2: decide, in order.
@@ -480,7 +484,14 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
     const uint64_t h = hashes_[i];
     const uint64_t fp = fingerprints_[i];
     uint64_t first_fp = 0;
-    ASSIGN_OR_RETURN(bool found, FindFirst(h, horizon, &first_fp));
+    bool found;
+    if (batch_) {
+      auto [it, inserted] = first_fingerprint_.try_emplace(h, fp);
+      found = !inserted;
+      first_fp = it->second;
+    } else {
+      ASSIGN_OR_RETURN(found, FindFirst(h, horizon, &first_fp));
+    }
     if (found) {
       if (first_fp == fp) {
         duplicates_->Add();
@@ -495,6 +506,11 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
       s.AddString("fingerprint", Hex(fp));
       s.AddValue("record", r.Get(0));
       s.event_time = r.event_time;
+      continue;
+    }
+    if (batch_) {
+      passed_->Add();
+      out.Emit() = r;
       continue;
     }
     auto [it, inserted] = pending_by_hash_.try_emplace(h, kNoPending);

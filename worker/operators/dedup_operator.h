@@ -65,6 +65,12 @@ class DedupOperator : public Operator {
                             Output& out) override;
   absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;
 
+  // Batch mode (reconciliation): no retention and no state; the first copy
+  // of every id is kept in an in-memory map (64-bit id hash -> fingerprint,
+  // the same identity the stored blobs use), so decisions are those of an
+  // unbounded retention without the index, blobs or expiry. Set before Open.
+  void set_batch(bool batch) { batch_ = batch; }
+
   // Payload fingerprint as used by this operator (exposed for tests).
   uint64_t Fingerprint(const Record& r) const;
 
@@ -77,6 +83,8 @@ class DedupOperator : public Operator {
 
   FieldPath id_;
   int64_t retention_;
+  bool batch_ = false;
+  absl::flat_hash_map<uint64_t, uint64_t> first_fingerprint_;  // batch mode
   std::vector<FieldPath> fingerprint_fields_;
   std::string exclude_field_;
   StateTable* ids_ = nullptr;

@@ -140,3 +140,48 @@ TEST(DedupOperatorModelTest, MatchesReferenceOnRocksDbWithRestores) {
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// Batch mode (reconciliation): decisions over the whole stream, first copy
+// in arrival order wins, nothing expires and nothing is stored.
+TEST(DedupOperatorBatchTest, FirstCopyWinsOverTheWholeStreamAndNothingIsStored) {
+  DedupOperator op(FieldPath::Parse("event_id"), kRetention, {}, "");
+  op.set_batch(true);
+  OperatorHarness h(&op, NewMemoryBackend(), "unique");
+  ASSERT_TRUE(h.Open().ok());
+  std::mt19937 rng(11);
+  std::map<std::string, std::string> first;  // id -> first payload
+  for (int step = 0; step < 200; ++step) {
+    std::vector<std::pair<std::string, int64_t>> batch;
+    std::vector<std::string> want_out, want_conflicts;
+    for (int i = 0; i < 30; ++i) {
+      const std::string id = absl::StrCat("id-", rng() % 500);
+      const std::string json = Json(id, rng() % 6 == 0 ? 2 : 1);
+      // Event times spread over days: no horizon applies in batch mode.
+      batch.emplace_back(json, kStart + static_cast<int64_t>(rng() % 5) * 24 * kRetention);
+      auto [it, inserted] = first.emplace(id, json);
+      if (inserted) {
+        want_out.push_back(json);
+      } else if (it->second != json) {
+        want_conflicts.push_back(json);
+      }
+    }
+    ASSERT_TRUE(h.ProcessBatch(batch).ok());
+    EXPECT_EQ(h.TakeOutput(), want_out) << "step " << step;
+    std::vector<std::string> conflicts = h.TakeSide("conflicts");
+    ASSERT_EQ(conflicts.size(), want_conflicts.size()) << "step " << step;
+    for (size_t i = 0; i < conflicts.size(); ++i) {
+      EXPECT_THAT(conflicts[i], ::testing::HasSubstr(want_conflicts[i]));
+    }
+    EXPECT_THAT(h.TakeSide("too_late"), ::testing::IsEmpty());
+    ASSERT_TRUE(h.Commit().ok());
+  }
+  auto table = h.state().OpenTable("unique/ids");
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(*(*table)->CountKeys(), 0u) << "batch mode stores no ids";
+}
+
+}  // namespace
+}  // namespace caravela

@@ -423,6 +423,7 @@ JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::
       op.window.early_fire_every = 0;
     } else if (op.kind == OperatorSpec::Kind::kDedup) {
       op.dedup.retention = kForever;
+      op.dedup.batch = true;  // ids in memory only: nothing expires or is restored
     }
   }
   SinkSpec sink;

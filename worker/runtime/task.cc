@@ -371,8 +371,10 @@ absl::Status Task::Impl::Build() {
           exclude =
               us.kind == SourceSpec::Kind::kFile ? us.file.arrival_field : us.kafka.arrival_field;
         }
-        on.op = std::make_unique<DedupOperator>(os.dedup.id, os.dedup.retention,
-                                                os.dedup.fingerprint, exclude);
+        auto dedup = std::make_unique<DedupOperator>(os.dedup.id, os.dedup.retention,
+                                                     os.dedup.fingerprint, exclude);
+        dedup->set_batch(os.dedup.batch);
+        on.op = std::move(dedup);
         break;
       }
       case OperatorSpec::Kind::kWindow:
