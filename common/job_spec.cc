@@ -105,6 +105,22 @@ bool JobSpec::NeedsEmbeddedBroker() const {
   return false;
 }
 
+std::string SinkSpec::Label() const {
+  switch (kind) {
+    case Kind::kFile:
+      return "file:" + path;
+    case Kind::kKafka:
+      return "kafka:" + topic;
+    case Kind::kPostgres:
+      return "postgres:" + table;
+    case Kind::kDiscard:
+      return "discard";
+    case Kind::kStdout:
+      return "stdout";
+  }
+  return "?";
+}
+
 bool IsSqlIdentifier(std::string_view name) {
   if (name.empty() || name.size() > 63) return false;
   for (size_t i = 0; i < name.size(); ++i) {

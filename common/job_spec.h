@@ -212,6 +212,10 @@ struct SinkSpec {
   bool exactly_once = false;
   std::string dsn;    // postgres: libpq connection string or postgresql:// URI
   std::string table;  // postgres: [schema.]table, SQL identifiers (see IsSqlIdentifier)
+
+  // "file:PATH", "kafka:TOPIC", "postgres:TABLE", "discard" or "stdout": the
+  // metrics' `sink` label and `caravela reconcile --sink`.
+  std::string Label() const;
 };
 
 // True for an unquoted SQL identifier: [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes

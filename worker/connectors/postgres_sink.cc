@@ -121,6 +121,8 @@ absl::StatusCode CodeForSqlState(std::string_view state) {
 
 std::string MaskPostgresDsn(std::string_view dsn) { return MaskDsn(dsn); }
 
+std::string PostgresMessage(const char* message) { return Trimmed(message); }
+
 absl::StatusOr<std::pair<std::string, std::string>> PostgresTableNames(std::string_view table) {
   // [schema.]table, folded to lower case as PostgreSQL folds unquoted names,
   // then quoted (so reserved words work).

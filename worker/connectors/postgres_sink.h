@@ -75,6 +75,8 @@ namespace caravela {
 
 // The DSN with its password hidden, for messages.
 std::string MaskPostgresDsn(std::string_view dsn);
+// A libpq error message on one line, without its trailing newline.
+std::string PostgresMessage(const char* message);
 // `table` ([schema.]table of unquoted SQL identifiers) as the sink names it:
 // (lower-cased display name, quoted SQL name). InvalidArgument if malformed.
 absl::StatusOr<std::pair<std::string, std::string>> PostgresTableNames(std::string_view table);

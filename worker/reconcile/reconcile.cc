@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -35,20 +36,59 @@ std::shared_ptr<spdlog::logger> ReconcileLogger() { return SubsystemLogger("reco
 constexpr int64_t kForever = int64_t{1000} * 366 * 24 * 3600 * 1000;
 constexpr int64_t kEpochStride = OperatorContext::kRevisionEpochStride;
 
-std::string SinkLabel(const SinkSpec& s) {
-  switch (s.kind) {
-    case SinkSpec::Kind::kFile:
-      return "file:" + s.path;
-    case SinkSpec::Kind::kKafka:
-      return "kafka:" + s.topic;
-    case SinkSpec::Kind::kPostgres:
-      return "postgres:" + s.table;
-    case SinkSpec::Kind::kDiscard:
-      return "discard";
-    case SinkSpec::Kind::kStdout:
-      return "stdout";
+// Result fields that say which version a result is, not what it holds.
+bool IsVersionField(std::string_view name) {
+  return name == "revision" || name == "state" || name == "reconciled";
+}
+
+// Appends {"name": value, ...} of the children `names` of object `node` of
+// `r`; false if one is missing. The window key of a result and of a
+// too_late record's "window".
+bool AppendNamedFieldsJson(const Record& r, uint32_t node, const std::vector<std::string>& names,
+                           std::string* out) {
+  out->push_back('{');
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int32_t c = r.FindChild(node, names[i]);
+    if (c < 0) return false;
+    if (i > 0) out->push_back(',');
+    AppendJsonString(names[i], out);
+    out->push_back(':');
+    r.Get(c).AppendJson(out);
   }
-  return "?";
+  out->push_back('}');
+  return true;
+}
+
+// Calls `f` with every line of the file at `path`; NotFound if it cannot be
+// opened.
+absl::Status ForEachLine(const std::string& path, const std::function<void(std::string_view)>& f) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot open " + path);
+  std::string line;
+  while (std::getline(in, line)) f(line);
+  return absl::OkStatus();
+}
+
+// Calls `f` with every message of `topic` from its start to its current end.
+// Errors name the topic and the broker.
+absl::Status ForEachKafkaMessage(const std::string& bootstrap, const std::string& topic,
+                                 int open_timeout_ms,
+                                 const std::function<void(const RawMessage&)>& f) {
+  KafkaSourceOptions o;
+  o.bootstrap = bootstrap;
+  o.topic = topic;
+  o.start = "earliest";
+  o.open_timeout_ms = open_timeout_ms;
+  // A bounded read: an empty partition's fetch should not wait long (the
+  // mock broker answers it only when the wait ends).
+  o.config["fetch.wait.max.ms"] = "5";
+  KafkaSource source(o);
+  absl::Status st = source.Open();
+  if (st.ok()) st = source.StopAtCurrentEnd();
+  while (st.ok() && !source.Exhausted()) st = source.Poll(10000, 100, f).status();
+  if (st.ok()) return st;
+  return absl::Status(st.code(),
+                      absl::StrCat("kafka ", topic, " at ", bootstrap, ": ", st.message()));
 }
 
 bool IsWindowSink(const JobSpec& spec, const SinkSpec& s) {
@@ -60,7 +100,7 @@ bool IsWindowSink(const JobSpec& spec, const SinkSpec& s) {
 // the first sink of a window's results.
 absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
   std::vector<std::string> labels;
-  for (const SinkSpec& s : spec.sinks) labels.push_back(SinkLabel(s));
+  for (const SinkSpec& s : spec.sinks) labels.push_back(s.Label());
   const std::string known = labels.empty() ? "none" : absl::StrJoin(labels, ", ");
   if (want.empty()) {
     for (size_t i = 0; i < spec.sinks.size(); ++i) {
@@ -78,7 +118,7 @@ absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
              : ")"));
   }
   size_t found = spec.sinks.size();
-  if (!want.empty() && std::all_of(want.begin(), want.end(), ::isdigit)) {
+  if (std::all_of(want.begin(), want.end(), ::isdigit)) {
     found = std::stoul(want);
   } else {
     for (size_t i = 0; i < labels.size() && found == spec.sinks.size(); ++i) {
@@ -104,7 +144,7 @@ absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
   if (s.kind != SinkSpec::Kind::kFile && s.kind != SinkSpec::Kind::kKafka &&
       s.kind != SinkSpec::Kind::kPostgres) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--sink ", want, ": results written to ", SinkLabel(s),
+        absl::StrCat("--sink ", want, ": results written to ", s.Label(),
                      " cannot be read back (file, kafka and postgres sinks can)"));
   }
   return found;
@@ -128,16 +168,7 @@ class ResultMap {
   bool Add(std::string_view json) {
     if (!decoder_.Decode(json, &rec_).ok()) return false;
     key_.clear();
-    key_.push_back('{');
-    for (size_t i = 0; i < key_fields_.size(); ++i) {
-      const int32_t c = rec_.FindChild(0, key_fields_[i]);
-      if (c < 0) return false;
-      if (i > 0) key_.push_back(',');
-      AppendJsonString(key_fields_[i], &key_);
-      key_.push_back(':');
-      rec_.Get(c).AppendJson(&key_);
-    }
-    key_.push_back('}');
+    if (!AppendNamedFieldsJson(rec_, 0, key_fields_, &key_)) return false;
     const Value rev = rec_.Get(rec_.FindChild(0, "revision"));
     const Value state = rec_.Get(rec_.FindChild(0, "state"));
     const Value start = rec_.Get(rec_.FindChild(0, "window_start"));
@@ -168,14 +199,9 @@ class ResultMap {
 
 // Lines of a JSONL file into `out`; NotFound if the file is missing.
 absl::Status ReadJsonl(const std::string& path, ResultMap* out, int64_t* skipped) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError("cannot open " + path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    if (!out->Add(line)) ++*skipped;
-  }
-  return absl::OkStatus();
+  return ForEachLine(path, [&](std::string_view line) {
+    if (!line.empty() && !out->Add(line)) ++*skipped;
+  });
 }
 
 // The file sink's results: `path` and its part files.
@@ -210,30 +236,12 @@ absl::Status ReadFileSink(const std::string& path, ResultMap* out) {
 
 // The topic from its start to its current end.
 absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topic, ResultMap* out) {
-  KafkaSourceOptions o;
-  o.bootstrap = bootstrap;
-  o.topic = topic;
-  o.start = "earliest";
-  o.open_timeout_ms = 5000;
-  // A bounded read: an empty partition's fetch should not wait long (the
-  // mock broker answers it only when the wait ends).
-  o.config["fetch.wait.max.ms"] = "5";
-  KafkaSource source(o);
-  absl::Status st = source.Open();
-  if (!st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("kafka sink ", topic, " at ", bootstrap,
-                                                ": cannot read it back: ", st.message()));
-  }
-  RETURN_IF_ERROR(source.StopAtCurrentEnd());
   int64_t skipped = 0;
-  while (!source.Exhausted()) {
-    absl::StatusOr<int> n = source.Poll(10000, 100, [&](const RawMessage& m) {
-      if (m.tombstone || !out->Add(m.payload)) ++skipped;
-    });
-    if (!n.ok()) {
-      return absl::Status(n.status().code(),
-                          absl::StrCat("kafka sink ", topic, ": ", n.status().message()));
-    }
+  absl::Status st = ForEachKafkaMessage(bootstrap, topic, 5000, [&](const RawMessage& m) {
+    if (m.tombstone || !out->Add(m.payload)) ++skipped;
+  });
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("kafka sink: cannot read it back: ", st.message()));
   }
   if (skipped > 0) {
     ReconcileLogger()->warn("kafka:{}: {} messages are not window results, ignored", topic,
@@ -249,14 +257,14 @@ absl::Status ReadPostgresSink(const SinkSpec& sink, ResultMap* out) {
       absl::StrCat("postgres sink ", names.first, " (dsn \"", MaskPostgresDsn(sink.dsn), "\")");
   std::unique_ptr<PGconn, void (*)(PGconn*)> conn(PQconnectdb(sink.dsn.c_str()), PQfinish);
   if (PQstatus(conn.get()) != CONNECTION_OK) {
-    std::string err = PQerrorMessage(conn.get());
-    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
-    return absl::UnavailableError(absl::StrCat(where, ": cannot connect: ", err));
+    return absl::UnavailableError(
+        absl::StrCat(where, ": cannot connect: ", PostgresMessage(PQerrorMessage(conn.get()))));
   }
   // Single-row mode: a big table is not held whole by libpq.
   const std::string sql = absl::StrCat("SELECT value::text FROM ", names.second);
   if (PQsendQuery(conn.get(), sql.c_str()) != 1 || PQsetSingleRowMode(conn.get()) != 1) {
-    return absl::UnavailableError(absl::StrCat(where, ": ", PQerrorMessage(conn.get())));
+    return absl::UnavailableError(
+        absl::StrCat(where, ": ", PostgresMessage(PQerrorMessage(conn.get()))));
   }
   int64_t skipped = 0;
   absl::Status error;
@@ -268,9 +276,8 @@ absl::Status ReadPostgresSink(const SinkSpec& sink, ResultMap* out) {
         ++skipped;
       }
     } else if (st != PGRES_TUPLES_OK && error.ok()) {
-      std::string err = PQresultErrorMessage(res);
-      while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
-      error = absl::FailedPreconditionError(absl::StrCat(where, ": cannot read it back: ", err));
+      error = absl::FailedPreconditionError(absl::StrCat(
+          where, ": cannot read it back: ", PostgresMessage(PQresultErrorMessage(res))));
     }
     PQclear(res);
   }
@@ -285,7 +292,9 @@ absl::Status ReadPostgresSink(const SinkSpec& sink, ResultMap* out) {
 // it, by reason.
 class AuditTrail {
  public:
-  AuditTrail(const JobSpec& spec, const OperatorSpec& window) : spec_(spec), window_(window) {}
+  AuditTrail(const JobSpec& spec, const OperatorSpec& window,
+             const std::vector<std::string>& key_fields)
+      : spec_(spec), window_(window), key_fields_(key_fields) {}
 
   // Reads every too_late output the job keeps in a file or a topic, and the
   // dead letter. Missing files are skipped (the trail is best effort).
@@ -295,18 +304,8 @@ class AuditTrail {
       if (s.kind == SinkSpec::Kind::kFile) {
         ReadFile(s.path);
       } else if (s.kind == SinkSpec::Kind::kKafka) {
-        std::vector<std::string> values;
-        KafkaSourceOptions o;
-        o.bootstrap = s.bootstrap.empty() ? bootstrap : s.bootstrap;
-        o.topic = s.topic;
-        o.open_timeout_ms = 2000;
-        KafkaSource source(o);
-        if (!source.Open().ok() || !source.StopAtCurrentEnd().ok()) continue;
-        while (!source.Exhausted()) {
-          absl::StatusOr<int> n =
-              source.Poll(10000, 100, [&](const RawMessage& m) { Add(m.payload); });
-          if (!n.ok()) break;
-        }
+        (void)ForEachKafkaMessage(s.bootstrap.empty() ? bootstrap : s.bootstrap, s.topic, 2000,
+                                  [&](const RawMessage& m) { Add(m.payload); });
       }
     }
     if (!spec_.dead_letter_path.empty()) ReadFile(spec_.dead_letter_path);
@@ -325,9 +324,7 @@ class AuditTrail {
 
  private:
   void ReadFile(const std::string& path) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) Add(line);
+    (void)ForEachLine(path, [&](std::string_view line) { Add(line); });
   }
   // One too_late record (possibly wrapped in the dead letter's envelope).
   void Add(std::string_view json) {
@@ -339,20 +336,10 @@ class AuditTrail {
     const WindowSpec& w = window_.window;
     if (reason.s == "after_final" && op.s == window_.name) {
       const int32_t win = rec_.FindChild(0, "window");
-      if (win < 0) return;
-      key_.assign("{");
-      std::vector<std::string> fields = w.group_by;
-      fields.push_back("window_start");
-      fields.push_back("window_end");
-      for (size_t i = 0; i < fields.size(); ++i) {
-        const int32_t c = rec_.FindChild(static_cast<uint32_t>(win), fields[i]);
-        if (c < 0) return;
-        if (i > 0) key_.push_back(',');
-        AppendJsonString(fields[i], &key_);
-        key_.push_back(':');
-        rec_.Get(c).AppendJson(&key_);
+      key_.clear();
+      if (win < 0 || !AppendNamedFieldsJson(rec_, static_cast<uint32_t>(win), key_fields_, &key_)) {
+        return;
       }
-      key_.push_back('}');
       ++counts_[key_][absl::StrCat("arrived after FINAL ", where)];
     } else if (reason.s == "beyond_retention" && w.kind != WindowSpec::Kind::kSession) {
       // The windows its event time falls in, by the group values it carries.
@@ -386,6 +373,7 @@ class AuditTrail {
 
   const JobSpec& spec_;
   const OperatorSpec& window_;
+  const std::vector<std::string>& key_fields_;  // group-by fields, window bounds
   JsonDecoder decoder_;
   Record rec_;
   std::string key_;
@@ -435,41 +423,46 @@ JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::
   return s;
 }
 
-// Every field of a result but revision, state and reconciled, by name.
-std::map<std::string, std::string> ValueFields(const Record& r) {
-  std::map<std::string, std::string> out;
-  r.ForEachChild(0, [&](uint32_t c) {
-    const std::string_view name = r.Key(c);
-    if (name == "revision" || name == "state" || name == "reconciled") return;
-    out[std::string(name)] = std::to_string(c);
-  });
-  return out;
-}
-
-// Equal results: the same fields, numbers by value, the rest by JSON text.
-bool SameResult(std::string_view a_json, std::string_view b_json) {
-  JsonDecoder da, db;
-  Record a, b;
-  if (!da.Decode(a_json, &a).ok() || !db.Decode(b_json, &b).ok()) return false;
-  const auto fa = ValueFields(a);
-  const auto fb = ValueFields(b);
-  if (fa.size() != fb.size()) return false;
-  for (const auto& [name, ia] : fa) {
-    auto it = fb.find(name);
-    if (it == fb.end()) return false;
-    const Value va = a.Get(std::stoi(ia));
-    const Value vb = b.Get(std::stoi(it->second));
-    if (va.is_number() && vb.is_number()) {
-      if (CompareValues(va, vb) != 0) return false;
-      continue;
+// Compares results: the same fields but the version ones, numbers by value
+// (1 == 1.0), the rest by JSON text. Its decoders serve every comparison.
+class ResultComparer {
+ public:
+  bool Same(std::string_view a_json, std::string_view b_json) {
+    if (!da_.Decode(a_json, &a_).ok() || !db_.Decode(b_json, &b_).ok()) return false;
+    ValueFields(a_, &fa_);
+    ValueFields(b_, &fb_);
+    if (fa_.size() != fb_.size()) return false;
+    for (const auto& [name, ia] : fa_) {
+      auto it = fb_.find(name);
+      if (it == fb_.end()) return false;
+      const Value va = a_.Get(ia);
+      const Value vb = b_.Get(it->second);
+      if (va.is_number() && vb.is_number()) {
+        if (CompareValues(va, vb) != 0) return false;
+        continue;
+      }
+      ja_.clear();
+      jb_.clear();
+      va.AppendJson(&ja_);
+      vb.AppendJson(&jb_);
+      if (ja_ != jb_) return false;
     }
-    std::string ja, jb;
-    va.AppendJson(&ja);
-    vb.AppendJson(&jb);
-    if (ja != jb) return false;
+    return true;
   }
-  return true;
-}
+
+ private:
+  // Field name -> child index, but the version fields.
+  static void ValueFields(const Record& r, std::map<std::string, int32_t>* out) {
+    out->clear();
+    r.ForEachChild(0, [&](uint32_t c) {
+      if (!IsVersionField(r.Key(c))) (*out)[std::string(r.Key(c))] = static_cast<int32_t>(c);
+    });
+  }
+  JsonDecoder da_, db_;
+  Record a_, b_;
+  std::map<std::string, int32_t> fa_, fb_;
+  std::string ja_, jb_;
+};
 
 // `json` as published by apply: FINAL, reconciled, the given revision.
 std::string ReconciledJson(std::string_view json, int64_t revision) {
@@ -479,9 +472,7 @@ std::string ReconciledJson(std::string_view json, int64_t revision) {
   if (!d.Decode(json, &in).ok()) return std::string(json);
   out.EnsureRoot();
   in.ForEachChild(0, [&](uint32_t c) {
-    const std::string_view name = in.Key(c);
-    if (name == "revision" || name == "state" || name == "reconciled") return;
-    out.AddValue(name, in.Get(static_cast<int32_t>(c)));
+    if (!IsVersionField(in.Key(c))) out.AddValue(in.Key(c), in.Get(static_cast<int32_t>(c)));
   });
   out.AddInt("revision", revision);
   out.AddString("state", "FINAL");
@@ -608,7 +599,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   ReconcileReport report;
   report.job = spec.name;
   report.window = window.name;
-  report.sink = SinkLabel(sink);
+  report.sink = sink.Label();
   report.range_start = options.range_start;
   report.range_end = options.range_end;
   if (spec.NeedsEmbeddedBroker() && options.bootstrap.empty()) {
@@ -683,6 +674,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   for (const auto& [key, r] : a) {
     if (r.state == "FINAL") final_by = std::max(final_by, r.end);
   }
+  ResultComparer comparer;
   auto ia = a.begin();
   auto ib = b.begin();
   while (ia != a.end() || ib != b.end()) {
@@ -705,7 +697,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
       d.kind = ReconcileDifference::Kind::kOnlyRecomputed;
     } else if (rb == nullptr) {
       d.kind = ReconcileDifference::Kind::kOnlyInSink;
-    } else if (SameResult(ra->json, rb->json)) {
+    } else if (comparer.Same(ra->json, rb->json)) {
       ++report.matching;
       continue;
     }
@@ -717,7 +709,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
     report.differences.push_back(std::move(d));
   }
   if (!report.differences.empty()) {
-    AuditTrail trail(spec, window);
+    AuditTrail trail(spec, window, key_fields);
     trail.Read(options.bootstrap);
     for (ReconcileDifference& d : report.differences) {
       int64_t missed = 0;

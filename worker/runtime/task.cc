@@ -470,11 +470,7 @@ absl::Status Task::Impl::Build() {
     ASSIGN_OR_RETURN(sn.sink, OpenTaskSink(sink_index, placement.index, placement.global_id));
     sn.written = metrics->Get("sink_records_total", absl::StrCat("from=\"", ss.from, "\""));
     // Per sink (several may read one output): "file:out/x.jsonl", "kafka:topic", ...
-    const std::string target = ss.kind == SinkSpec::Kind::kFile       ? "file:" + ss.path
-                               : ss.kind == SinkSpec::Kind::kKafka    ? "kafka:" + ss.topic
-                               : ss.kind == SinkSpec::Kind::kPostgres ? "postgres:" + ss.table
-                               : ss.kind == SinkSpec::Kind::kDiscard  ? std::string("discard")
-                                                                      : std::string("stdout");
+    const std::string target = ss.Label();
     const std::string sink_labels = absl::StrCat(
         "from=\"", ss.from, "\",sink=\"",
         absl::StrReplaceAll(target, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}}), "\"");
