@@ -44,6 +44,15 @@ inline int64_t FloorMod(int64_t a, int64_t b) {
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
 }
+// Windows [s, s + size) whose starts are multiples of `slide` (tumbling:
+// slide == size): the latest start at or before t, and the earliest start of
+// a window that can hold t. Every window holding t starts between them
+// (stepping by slide); with size not a multiple of slide, check t < s + size.
+inline int64_t LastWindowStart(int64_t t, int64_t slide) { return FloorDiv(t, slide) * slide; }
+inline int64_t FirstWindowStart(int64_t t, int64_t size, int64_t slide) {
+  return LastWindowStart(t, slide) - ((size - 1) / slide) * slide;
+}
+
 // Saturating add for times near the int64 limits (watermarks at +/- infinity).
 inline int64_t SatAdd(int64_t a, int64_t b) {
   int64_t r;

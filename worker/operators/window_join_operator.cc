@@ -244,9 +244,8 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     if (!has_key) key_.assign(1, kNullKeyPrefix);
     bool used = false;
     // Windows containing t: starts s = k * slide with s <= t < s + size.
-    const int64_t last = FloorDiv(t, spec_.slide) * spec_.slide;
-    for (int64_t s = last - ((spec_.size - 1) / spec_.slide) * spec_.slide; s <= last;
-         s += spec_.slide) {
+    const int64_t last = LastWindowStart(t, spec_.slide);
+    for (int64_t s = FirstWindowStart(t, spec_.size, spec_.slide); s <= last; s += spec_.slide) {
       const int64_t end = End(s);
       if (t >= end || w >= SatAdd(end, spec_.allowed_lateness)) continue;  // final
       used = true;

@@ -843,10 +843,10 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
       arrival = ProcessSession(ctx, r, out);
     } else {
       // Windows containing t: starts s = k*slide with s <= t < s + size.
-      int64_t last = FloorDiv(r.event_time, spec_.slide) * spec_.slide;
+      const int64_t last = LastWindowStart(r.event_time, spec_.slide);
       uint32_t gid = 0;
       bool have_group = false;
-      for (int64_t s = last - ((spec_.size - 1) / spec_.slide) * spec_.slide; s <= last;
+      for (int64_t s = FirstWindowStart(r.event_time, spec_.size, spec_.slide); s <= last;
            s += spec_.slide) {
         int64_t e = SatAdd(s, spec_.size);
         if (r.event_time >= e) continue;
@@ -876,7 +876,7 @@ absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const
         AddMissedWindow(r, r.event_time, SatAdd(r.event_time, spec_.gap), &side);
       } else {
         // The latest window it falls in (all are final).
-        const int64_t last = FloorDiv(r.event_time, spec_.slide) * spec_.slide;
+        const int64_t last = LastWindowStart(r.event_time, spec_.slide);
         AddMissedWindow(r, last, SatAdd(last, spec_.size), &side);
       }
     }

@@ -358,8 +358,8 @@ class AuditTrail {
         group.push_back(':');
         rec_.Get(c).AppendJson(&group);
       }
-      const int64_t last = FloorDiv(*t, w.slide) * w.slide;
-      for (int64_t s = last - ((w.size - 1) / w.slide) * w.slide; s <= last; s += w.slide) {
+      const int64_t last = LastWindowStart(*t, w.slide);
+      for (int64_t s = FirstWindowStart(*t, w.size, w.slide); s <= last; s += w.slide) {
         if (*t >= s + w.size) continue;
         key_.assign("{");
         key_.append(group);
