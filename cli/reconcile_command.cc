@@ -35,19 +35,22 @@ void AddReconcileCommand(CLI::App& app) {
       "Recompute a job's window results from its raw input (JSONL files, or Kafka topics\n"
       "from their earliest retained offset) with the same filters, dedup and aggregates\n"
       "but no lateness cut-off, and compare them with the FINAL results in one of its\n"
-      "sinks, window by window. Exit 0: every window matches; 3: differences (listed);\n"
-      "2: usage errors; 1: other failures.");
+      "sinks, window by window. A join's rows are compared as a whole (report only).\n"
+      "Exit 0: everything matches; 3: differences (listed); 2: usage errors; 1: other\n"
+      "failures.");
   f.cmd->add_option("job", f.job, "Job YAML")->required()->check(CLI::ExistingFile);
   f.cmd->add_option("--range", f.range,
                     "Windows whose window_start is in [START, END), ISO-8601 UTC:\n"
                     "2026-10-01T00:00:00Z..2026-10-02T00:00:00Z (either side may be empty),\n"
-                    "or yesterday / today (UTC days)");
+                    "or yesterday / today (UTC days); for a join, only a window join's rows\n"
+                    "can be selected");
   f.cmd->add_option("--sink", f.sink,
                     "The sink to read back: file:PATH, kafka:TOPIC (as in the metrics' sink\n"
-                    "label) or its index in spec.sinks (default: the first sink of a window)");
+                    "label) or its index in spec.sinks (default: the first sink of a window,\n"
+                    "else of a join)");
   f.cmd->add_flag("--apply", f.apply,
                   "Publish each differing window through the sink as a higher revision with\n"
-                  "state FINAL and reconciled: true");
+                  "state FINAL and reconciled: true (window results only)");
   f.cmd->add_flag("--json", f.json, "Print the report as one JSON object");
   f.cmd->add_option("--bootstrap", f.bootstrap,
                     "Kafka broker (HOST:PORT) for the job's topics that name no bootstrap\n"

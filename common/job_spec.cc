@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -113,6 +114,8 @@ std::string SinkSpec::Label() const {
       return "kafka:" + topic;
     case Kind::kPostgres:
       return "postgres:" + table;
+    case Kind::kClickHouse:
+      return "clickhouse:" + database + "." + table;
     case Kind::kDiscard:
       return "discard";
     case Kind::kStdout:
@@ -149,6 +152,7 @@ void JobSpec::ResolvePaths(const std::string& base_dir) {
   }
   for (SinkSpec& s : sinks) {
     if (s.kind == SinkSpec::Kind::kFile) ResolvePath(base_dir, &s.path);
+    if (!s.password_file.empty()) ResolvePath(base_dir, &s.password_file);
   }
   ResolvePath(base_dir, &dead_letter_path);
 }
@@ -1276,10 +1280,14 @@ class SpecParser {
   }
 
   void Sink(const YAML::Node& n, const std::string& path) {
-    if (!CheckMap(n, path, {"from", "file", "kafka", "postgres", "stdout", "discard"})) return;
+    if (!CheckMap(n, path,
+                  {"from", "file", "kafka", "postgres", "clickhouse", "stdout", "discard"})) {
+      return;
+    }
     SinkSpec sink;
     SinkInput(n, path, &sink.from);
-    std::string kind = ExactlyOne(n, path, {"file", "kafka", "postgres", "stdout", "discard"});
+    std::string kind =
+        ExactlyOne(n, path, {"file", "kafka", "postgres", "clickhouse", "stdout", "discard"});
     std::string kpath = Join(path, kind);
     YAML::Node k = Field(n, kind);
     if (kind == "file") {
@@ -1327,6 +1335,9 @@ class SpecParser {
           }
         }
       }
+    } else if (kind == "clickhouse") {
+      sink.kind = SinkSpec::Kind::kClickHouse;
+      ClickHouseSink(k, kpath, &sink);
     } else if (kind == "stdout" || kind == "discard") {
       sink.kind = kind == "stdout" ? SinkSpec::Kind::kStdout : SinkSpec::Kind::kDiscard;
       bool ok =
@@ -1334,6 +1345,36 @@ class SpecParser {
       if (!ok) Err(kpath, absl::StrCat("expected {} or true, got ", Describe(k)));
     }
     spec().sinks.push_back(std::move(sink));
+  }
+
+  // clickhouse: {url, database?, table, user?, password_file?}
+  void ClickHouseSink(const YAML::Node& k, const std::string& kpath, SinkSpec* sink) {
+    if (!CheckMap(k, kpath, {"url", "database", "table", "user", "password_file"})) return;
+    if (auto u = String(k, "url", kpath, true)) {
+      sink->url = *u;
+      const bool http = absl::StartsWith(*u, "http://") || absl::StartsWith(*u, "https://");
+      if (!http || u->find('?') != std::string::npos) {
+        Err(Join(kpath, "url"),
+            absl::StrCat("expected the server's HTTP interface such as http://127.0.0.1:8123 ",
+                         "(scheme http or https, no query), got ", Quote(*u)));
+      }
+    }
+    for (const char* field : {"database", "table"}) {
+      const bool required = std::string_view(field) == "table";
+      if (auto v = String(k, field, kpath, required)) {
+        if (!IsSqlIdentifier(*v)) {
+          Err(Join(kpath, field),
+              absl::StrCat("expected a ClickHouse name such as hourly_revenue (letters, digits ",
+                           "and _, not starting with a digit), got ", Quote(*v)));
+        } else if (required) {
+          sink->table = *v;
+        } else {
+          sink->database = *v;
+        }
+      }
+    }
+    if (auto u = String(k, "user", kpath, false)) sink->user = *u;
+    if (auto f = String(k, "password_file", kpath, false)) sink->password_file = *f;
   }
 
   ParseResult result_;

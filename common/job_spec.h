@@ -198,7 +198,7 @@ std::string_view OperatorKindName(OperatorSpec::Kind kind);
 struct SinkSpec {
   std::string from;  // a source, an operator, or "<node>.<side output>"
   // kDiscard: results are serialized and dropped (benchmarks, dry runs).
-  enum class Kind { kFile, kKafka, kStdout, kPostgres, kDiscard } kind = Kind::kFile;
+  enum class Kind { kFile, kKafka, kStdout, kPostgres, kDiscard, kClickHouse } kind = Kind::kFile;
   std::string path;       // file
   std::string topic;      // kafka
   std::string bootstrap;  // kafka; empty: the embedded broker
@@ -211,9 +211,18 @@ struct SinkSpec {
   // idempotent producer, at-least-once.
   bool exactly_once = false;
   std::string dsn;    // postgres: libpq connection string or postgresql:// URI
-  std::string table;  // postgres: [schema.]table, SQL identifiers (see IsSqlIdentifier)
+  std::string table;  // postgres: [schema.]table, SQL identifiers (see IsSqlIdentifier);
+                      // clickhouse: the table (an identifier)
+  // clickhouse: the server's HTTP interface (http://host:port), the database
+  // (default "default"), the user (default "default") and a file holding the
+  // password (no secrets in the job YAML; empty: no password).
+  std::string url;
+  std::string database = "default";
+  std::string user = "default";
+  std::string password_file;
 
-  // "file:PATH", "kafka:TOPIC", "postgres:TABLE", "discard" or "stdout": the
+  // "file:PATH", "kafka:TOPIC", "postgres:TABLE", "clickhouse:DB.TABLE",
+  // "discard" or "stdout": the
   // metrics' `sink` label and `caravela reconcile --sink`.
   std::string Label() const;
 };

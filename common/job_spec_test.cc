@@ -509,12 +509,13 @@ TEST(JobSpecTest, FromReferences) {
               ElementsAre("spec.sinks[0].from: required field is missing"));
   EXPECT_THAT(JobErrors("", "    - {from: src.invalid, stdout: {}}\n"), IsEmpty());
   EXPECT_THAT(JobErrors("", "    - {from: src}\n"),
-              ElementsAre("spec.sinks[0]: expected one of file, kafka, postgres, stdout, discard"));
+              ElementsAre("spec.sinks[0]: expected one of file, kafka, postgres, clickhouse, "
+                          "stdout, discard"));
   EXPECT_THAT(JobErrors("", "    - {from: src, stdout: false}\n"),
               ElementsAre("spec.sinks[0].stdout: expected {} or true, got \"false\""));
   EXPECT_THAT(JobErrors("", "    - {from: src, stdout: {}, file: {path: x}}\n"),
               ElementsAre("spec.sinks[0]: expected exactly one of file, kafka, postgres, "
-                          "stdout, discard, got file and stdout"));
+                          "clickhouse, stdout, discard, got file and stdout"));
   EXPECT_THAT(JobErrors("", "    - {from: src, discard: {}}\n"), IsEmpty());
   EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {bootstrap: x}}\n"),
               ElementsAre("spec.sinks[0].kafka.topic: required field is missing"));
@@ -526,6 +527,40 @@ TEST(JobSpecTest, FromReferences) {
   EXPECT_THAT(JobErrors(many, "    - {from: nope, stdout: {}}\n"),
               ElementsAre("spec.sinks[0].from: unknown node \"nope\" (known: src, f0, f1, f2, f3, "
                           "f4, f5, f6, f7, f8, ...)"));
+}
+
+TEST(JobSpecTest, ClickHouseSink) {
+  ParseResult r = ParseJobSpec(
+      Job("",
+          "    - {from: src, clickhouse: {url: \"http://127.0.0.1:8123\", table: hourly}}\n"
+          "    - {from: src, clickhouse: {url: \"https://ch:8443/\", database: analytics, "
+          "table: t, user: writer, password_file: ch-password}}\n"));
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
+  ASSERT_EQ(r.spec.sinks.size(), 2u);
+  EXPECT_EQ(r.spec.sinks[0].kind, SinkSpec::Kind::kClickHouse);
+  EXPECT_EQ(r.spec.sinks[0].url, "http://127.0.0.1:8123");
+  EXPECT_EQ(r.spec.sinks[0].database, "default");
+  EXPECT_EQ(r.spec.sinks[0].user, "default");
+  EXPECT_EQ(r.spec.sinks[0].Label(), "clickhouse:default.hourly");
+  EXPECT_EQ(r.spec.sinks[1].database, "analytics");
+  EXPECT_EQ(r.spec.sinks[1].user, "writer");
+  r.spec.ResolvePaths("/etc/jobs");
+  EXPECT_EQ(r.spec.sinks[1].password_file, "/etc/jobs/ch-password");
+
+  EXPECT_THAT(JobErrors("", "    - {from: src, clickhouse: {table: t}}\n"),
+              ElementsAre("spec.sinks[0].clickhouse.url: required field is missing"));
+  EXPECT_THAT(JobErrors("", "    - {from: src, clickhouse: {url: \"http://h:8123\"}}\n"),
+              ElementsAre("spec.sinks[0].clickhouse.table: required field is missing"));
+  EXPECT_THAT(JobErrors("", "    - {from: src, clickhouse: {url: \"tcp://h:9000\", table: t}}\n"),
+              ElementsAre(StartsWith("spec.sinks[0].clickhouse.url: expected the server's HTTP "
+                                     "interface such as http://127.0.0.1:8123")));
+  EXPECT_THAT(
+      JobErrors("", "    - {from: src, clickhouse: {url: \"http://h\", table: \"a-b\"}}\n"),
+      ElementsAre(StartsWith("spec.sinks[0].clickhouse.table: expected a ClickHouse name")));
+  EXPECT_THAT(JobErrors("",
+                        "    - {from: src, clickhouse: {url: \"http://h\", table: t, "
+                        "password: x}}\n"),
+              ElementsAre(StartsWith("spec.sinks[0].clickhouse.password: unknown field")));
 }
 
 TEST(JobSpecTest, PostgresSink) {

@@ -327,7 +327,7 @@ TEST_F(ReconcileTest, BadArgumentsAndUnreadableSinksGiveClearErrors) {
   EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink kafka:nope"), "e3.txt"), 2);
   EXPECT_THAT(ReadFile(Dir() / "e3.txt"), HasSubstr("no such sink (sinks: file:"));
   EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job, " --sink 3"), "e4.txt"), 2);
-  EXPECT_THAT(ReadFile(Dir() / "e4.txt"), HasSubstr("not a window"));
+  EXPECT_THAT(ReadFile(Dir() / "e4.txt"), HasSubstr("reconcile compares the results of windows"));
   // The job has not run: nothing to read back.
   EXPECT_EQ(Caravela(absl::StrCat("reconcile ", job), "e5.txt"), 1);
   EXPECT_THAT(ReadFile(Dir() / "e5.txt"), HasSubstr("has the job run?"));
@@ -367,6 +367,90 @@ TEST(ReconcileMinimalSequenceTest, TooLateRecordOfTheWindowIsTheCause) {
   EXPECT_EQ(d["sink"]["revision"], 3);
   EXPECT_EQ(d["recomputed"]["revenue"], 200.0);  // D counts; the conflicting A does not
   EXPECT_EQ(d["causes"], json::array({"1 record arrived after FINAL (revenue.too_late)"}));
+}
+
+// Runs the golden job `name` in a fresh directory; its path.
+fs::path RunGoldenJob(const TempDir& dir, const std::string& name) {
+  const fs::path golden = fs::path(CARAVELA_SOURCE_DIR) / "tests/golden" / name;
+  for (const auto& e : fs::directory_iterator(golden)) {
+    if (e.is_regular_file()) fs::copy_file(e.path(), dir.path() / e.path().filename());
+  }
+  const fs::path job = dir.path() / "job.yaml";
+  EXPECT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " run -q ", job.string(), " --data-dir ",
+                            (dir.path() / "data").string()),
+               dir.path() / "run.log"),
+            0)
+      << ReadFile(dir.path() / "run.log");
+  return job;
+}
+
+// Join results are reported, not applied (issue 13): the interval join's
+// click c7 was too late, so the stream padded impression i2 (right: null)
+// where the recomputation matches it with c7; every other row matches.
+TEST(ReconcileJoinTest, IntervalJoinRowsDifferWhereARecordWasTooLate) {
+  TempDir dir("reconcile_join", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
+  const std::string job = RunGoldenJob(dir, "interval_join_left_outer").string();
+  const std::vector<std::string> rows = ReadLines(dir.path() / "out/attributed.jsonl");
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --json ", job), dir.path() / "r.json",
+               dir.path() / "r.err"),
+            3)
+      << ReadFile(dir.path() / "r.err");
+  const json r = json::parse(ReadFile(dir.path() / "r.json"));
+  EXPECT_EQ(r["compared"], "rows");
+  EXPECT_EQ(r["matching"], rows.size() - 1);
+  ASSERT_EQ(r["differences"].size(), 2u) << r.dump(1);
+  for (const json& d : r["differences"]) {
+    EXPECT_EQ(d["rows"], 1);
+    if (d["kind"] == "only_in_sink") {
+      EXPECT_EQ(d["sink"]["left"]["imp"], "i2");
+      EXPECT_TRUE(d["sink"]["right"].is_null());
+      EXPECT_EQ(d["causes"], json::array());
+    } else {
+      EXPECT_EQ(d["kind"], "only_recomputed");
+      EXPECT_EQ(d["recomputed"]["left"]["imp"], "i2");
+      EXPECT_EQ(d["recomputed"]["right"]["click"], "c7");
+      EXPECT_EQ(d["causes"], json::array({"its right record was too late (before_join_bound, "
+                                          "attributed.too_late)"}));
+    }
+  }
+  // Report only, and no window to select rows by.
+  EXPECT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --apply ", job), dir.path() / "a.txt"), 2);
+  EXPECT_THAT(ReadFile(dir.path() / "a.txt"), HasSubstr("its rows are reported, not applied"));
+  EXPECT_EQ(
+      Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --range today ", job), dir.path() / "g.txt"), 2);
+  EXPECT_THAT(ReadFile(dir.path() / "g.txt"), HasSubstr("carry no window"));
+  // The sink's rows as the recomputation has them (c7 in i2's row): match.
+  std::ofstream out(dir.path() / "out/attributed.jsonl", std::ios::trunc);
+  for (const json& d : r["differences"]) {
+    if (d["kind"] == "only_recomputed") out << d["recomputed"].dump() << "\n";
+  }
+  for (const std::string& row : rows) {
+    if (row.find("\"i2\"") == std::string::npos) out << row << "\n";
+  }
+  out.close();
+  EXPECT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile ", job), dir.path() / "m.txt"), 0)
+      << ReadFile(dir.path() / "m.txt");
+  EXPECT_THAT(ReadFile(dir.path() / "m.txt"), HasSubstr("all rows match"));
+}
+
+// A window join's rows can be selected by window: auction a7 came after its
+// window was FINAL; a range over a later window matches.
+TEST(ReconcileJoinTest, WindowJoinRowsBySelectedWindow) {
+  TempDir dir("reconcile_wjoin", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
+  const std::string job = RunGoldenJob(dir, "window_join_left_tumbling").string();
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile ", job), dir.path() / "r.txt"), 3)
+      << ReadFile(dir.path() / "r.txt");
+  const std::string report = ReadFile(dir.path() / "r.txt");
+  EXPECT_THAT(report, HasSubstr("only_recomputed"));
+  EXPECT_THAT(report, HasSubstr("\"auction\":\"a7\""));
+  EXPECT_THAT(report, HasSubstr("its right record was too late (arrived after FINAL, "
+                                "sellers.too_late)"));
+  EXPECT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --range ",
+                            "2026-10-01T10:00:10Z..2026-10-01T11:00:00Z ", job),
+               dir.path() / "l.txt"),
+            0)
+      << ReadFile(dir.path() / "l.txt");
+  EXPECT_THAT(ReadFile(dir.path() / "l.txt"), HasSubstr(": 2, matching 2, different 0"));
 }
 
 // --apply while the job runs (started, reconciled, the job goes on): no

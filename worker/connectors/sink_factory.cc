@@ -1,6 +1,7 @@
 #include "worker/connectors/sink_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/connectors/clickhouse_sink.h"
 #include "worker/connectors/file_connectors.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/postgres_sink.h"
@@ -39,6 +40,17 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
       if (ctx.fence) po.fence_job = ctx.job_name;
       po.yaml_path = absl::StrCat("spec.sinks[", ctx.sink_index, "].postgres");
       return std::make_unique<PostgresSink>(po);
+    }
+    case SinkSpec::Kind::kClickHouse: {
+      ClickHouseSinkOptions co;
+      co.url = spec.url;
+      co.database = spec.database;
+      co.table = spec.table;
+      co.user = spec.user;
+      co.password_file = spec.password_file;
+      if (ctx.from != nullptr) co.hints = ClickHouseTypeHints(*ctx.from);
+      co.yaml_path = absl::StrCat("spec.sinks[", ctx.sink_index, "].clickhouse");
+      return std::make_unique<ClickHouseSink>(co);
     }
   }
   return absl::InvalidArgumentError("unknown sink kind");

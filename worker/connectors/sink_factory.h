@@ -31,6 +31,10 @@ struct SinkContext {
   // File sinks under this directory live on this worker's own disk (see
   // FileSink's `local`); empty: none.
   std::string local_dir;
+  // The operator whose results the sink writes (nullptr for a source or a
+  // side output): what the sink may know of them beforehand (ClickHouse's
+  // column types).
+  const OperatorSpec* from = nullptr;
 };
 
 // Returns the sink, not yet opened.

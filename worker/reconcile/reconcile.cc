@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -96,26 +97,32 @@ bool IsWindowSink(const JobSpec& spec, const SinkSpec& s) {
   return op != nullptr && op->kind == OperatorSpec::Kind::kWindow;
 }
 
+// Joins whose rows a recomputation reproduces (a lookup join enriches with
+// the table as it was when the row passed: not replayable).
+bool IsJoinSink(const JobSpec& spec, const SinkSpec& s) {
+  const OperatorSpec* op = spec.FindOperator(s.from);
+  return op != nullptr && (op->kind == OperatorSpec::Kind::kWindowJoin ||
+                           op->kind == OperatorSpec::Kind::kIntervalJoin ||
+                           op->kind == OperatorSpec::Kind::kTemporalJoin);
+}
+
 // The sink `want` names (label, label suffix for files, or index); empty:
-// the first sink of a window's results.
+// the first sink of a window's results, else of a join's.
 absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
   std::vector<std::string> labels;
   for (const SinkSpec& s : spec.sinks) labels.push_back(s.Label());
   const std::string known = labels.empty() ? "none" : absl::StrJoin(labels, ", ");
+  constexpr const char* kWhat =
+      "reconcile compares the results of windows and of window, interval and temporal joins";
   if (want.empty()) {
-    for (size_t i = 0; i < spec.sinks.size(); ++i) {
-      if (IsWindowSink(spec, spec.sinks[i])) return i;
-    }
-    bool join = false;
-    for (const SinkSpec& s : spec.sinks) {
-      const OperatorSpec* op = spec.FindOperator(s.from);
-      join = join || (op != nullptr && (op->kind == OperatorSpec::Kind::kWindowJoin ||
-                                        op->kind == OperatorSpec::Kind::kIntervalJoin));
+    for (const auto& is : {IsWindowSink, IsJoinSink}) {
+      for (size_t i = 0; i < spec.sinks.size(); ++i) {
+        if (is(spec, spec.sinks[i])) return i;
+      }
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        "job ", spec.name, " has no sink of a window's results (sinks: ", known,
-        join ? "); reconcile compares window results, and join results are not supported yet"
-             : ")"));
+        "job ", spec.name, " has no sink of a window's or a join's results (sinks: ", known, "); ",
+        kWhat));
   }
   size_t found = spec.sinks.size();
   if (std::all_of(want.begin(), want.end(), ::isdigit)) {
@@ -136,10 +143,9 @@ absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
         absl::StrCat("--sink ", want, ": the job has no such sink (sinks: ", known, ")"));
   }
   const SinkSpec& s = spec.sinks[found];
-  if (!IsWindowSink(spec, s)) {
+  if (!IsWindowSink(spec, s) && !IsJoinSink(spec, s)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--sink ", want, ": it writes the results of ", s.from,
-                     ", which is not a window; reconcile compares window results"));
+        absl::StrCat("--sink ", want, ": it writes the results of ", s.from, "; ", kWhat));
   }
   if (s.kind != SinkSpec::Kind::kFile && s.kind != SinkSpec::Kind::kKafka &&
       s.kind != SinkSpec::Kind::kPostgres) {
@@ -197,15 +203,18 @@ class ResultMap {
   int64_t added_ = 0;
 };
 
-// Lines of a JSONL file into `out`; NotFound if the file is missing.
-absl::Status ReadJsonl(const std::string& path, ResultMap* out, int64_t* skipped) {
+// Takes one result read back (JSON); false if it is not one.
+using AddResult = std::function<bool(std::string_view)>;
+
+// Lines of a JSONL file into `add`; NotFound if the file is missing.
+absl::Status ReadJsonl(const std::string& path, const AddResult& add, int64_t* skipped) {
   return ForEachLine(path, [&](std::string_view line) {
-    if (!line.empty() && !out->Add(line)) ++*skipped;
+    if (!line.empty() && !add(line)) ++*skipped;
   });
 }
 
 // The file sink's results: `path` and its part files.
-absl::Status ReadFileSink(const std::string& path, ResultMap* out) {
+absl::Status ReadFileSink(const std::string& path, const AddResult& out) {
   const fs::path p(path);
   std::vector<std::string> files;
   std::error_code ec;
@@ -235,10 +244,11 @@ absl::Status ReadFileSink(const std::string& path, ResultMap* out) {
 }
 
 // The topic from its start to its current end.
-absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topic, ResultMap* out) {
+absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topic,
+                           const AddResult& out) {
   int64_t skipped = 0;
   absl::Status st = ForEachKafkaMessage(bootstrap, topic, 5000, [&](const RawMessage& m) {
-    if (m.tombstone || !out->Add(m.payload)) ++skipped;
+    if (m.tombstone || !out(m.payload)) ++skipped;
   });
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("kafka sink: cannot read it back: ", st.message()));
@@ -251,7 +261,7 @@ absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topi
 }
 
 // The table's results (keyed tables: one row per window, its value jsonb).
-absl::Status ReadPostgresSink(const SinkSpec& sink, ResultMap* out) {
+absl::Status ReadPostgresSink(const SinkSpec& sink, const AddResult& out) {
   ASSIGN_OR_RETURN(auto names, PostgresTableNames(sink.table));
   const std::string where =
       absl::StrCat("postgres sink ", names.first, " (dsn \"", MaskPostgresDsn(sink.dsn), "\")");
@@ -271,8 +281,8 @@ absl::Status ReadPostgresSink(const SinkSpec& sink, ResultMap* out) {
   while (PGresult* res = PQgetResult(conn.get())) {
     const ExecStatusType st = PQresultStatus(res);
     if (st == PGRES_SINGLE_TUPLE) {
-      if (!out->Add(std::string_view(PQgetvalue(res, 0, 0),
-                                     static_cast<size_t>(PQgetlength(res, 0, 0))))) {
+      if (!out(std::string_view(PQgetvalue(res, 0, 0),
+                                static_cast<size_t>(PQgetlength(res, 0, 0))))) {
         ++skipped;
       }
     } else if (st != PGRES_TUPLES_OK && error.ok()) {
@@ -288,6 +298,23 @@ absl::Status ReadPostgresSink(const SinkSpec& sink, ResultMap* out) {
   return absl::OkStatus();
 }
 
+// Calls `f` with every record of the job's audit trail: the too_late outputs
+// it keeps in a file or a topic, and the dead letter. Missing files are
+// skipped (the trail is best effort).
+void ForEachAuditRecord(const JobSpec& spec, const std::string& bootstrap,
+                        const std::function<void(std::string_view)>& f) {
+  for (const SinkSpec& s : spec.sinks) {
+    if (!absl::EndsWith(s.from, ".too_late")) continue;
+    if (s.kind == SinkSpec::Kind::kFile) {
+      (void)ForEachLine(s.path, f);
+    } else if (s.kind == SinkSpec::Kind::kKafka) {
+      (void)ForEachKafkaMessage(s.bootstrap.empty() ? bootstrap : s.bootstrap, s.topic, 2000,
+                                [&](const RawMessage& m) { f(m.payload); });
+    }
+  }
+  if (!spec.dead_letter_path.empty()) (void)ForEachLine(spec.dead_letter_path, f);
+}
+
 // Per window key, the too_late records of the job's audit trail that missed
 // it, by reason.
 class AuditTrail {
@@ -296,19 +323,8 @@ class AuditTrail {
              const std::vector<std::string>& key_fields)
       : spec_(spec), window_(window), key_fields_(key_fields) {}
 
-  // Reads every too_late output the job keeps in a file or a topic, and the
-  // dead letter. Missing files are skipped (the trail is best effort).
   void Read(const std::string& bootstrap) {
-    for (const SinkSpec& s : spec_.sinks) {
-      if (!absl::EndsWith(s.from, ".too_late")) continue;
-      if (s.kind == SinkSpec::Kind::kFile) {
-        ReadFile(s.path);
-      } else if (s.kind == SinkSpec::Kind::kKafka) {
-        (void)ForEachKafkaMessage(s.bootstrap.empty() ? bootstrap : s.bootstrap, s.topic, 2000,
-                                  [&](const RawMessage& m) { Add(m.payload); });
-      }
-    }
-    if (!spec_.dead_letter_path.empty()) ReadFile(spec_.dead_letter_path);
+    ForEachAuditRecord(spec_, bootstrap, [&](std::string_view json) { Add(json); });
   }
   // The causes of window `key`; `missed`: how many records they are.
   std::vector<std::string> Causes(const std::string& key, int64_t* missed) const {
@@ -323,9 +339,6 @@ class AuditTrail {
   }
 
  private:
-  void ReadFile(const std::string& path) {
-    (void)ForEachLine(path, [&](std::string_view line) { Add(line); });
-  }
   // One too_late record (possibly wrapped in the dead letter's envelope).
   void Add(std::string_view json) {
     if (!decoder_.Decode(json, &rec_).ok()) return;
@@ -378,6 +391,136 @@ class AuditTrail {
   Record rec_;
   std::string key_;
   std::map<std::string, std::map<std::string, int64_t>> counts_;
+};
+
+// Canonical JSON of node `node` of `r`, for comparing rows whatever wrote
+// them: object members sorted by name (a PostgreSQL jsonb column reorders
+// them), numbers by value (1 == 1.0), the version fields of the top level
+// (and the member `drop`, if given) left out.
+void AppendCanonicalJson(const Record& r, uint32_t node, bool top, std::string* out,
+                         std::string_view drop = {}) {
+  const Value v = r.Get(static_cast<int32_t>(node));
+  if (v.type == ValueType::kObject) {
+    std::vector<uint32_t> members;
+    r.ForEachChild(node, [&](uint32_t c) {
+      if (!top || (!IsVersionField(r.Key(c)) && (drop.empty() || r.Key(c) != drop))) {
+        members.push_back(c);
+      }
+    });
+    std::sort(members.begin(), members.end(),
+              [&](uint32_t a, uint32_t b) { return r.Key(a) < r.Key(b); });
+    out->push_back('{');
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (i > 0) out->push_back(',');
+      AppendJsonString(r.Key(members[i]), out);
+      out->push_back(':');
+      AppendCanonicalJson(r, members[i], false, out);
+    }
+    out->push_back('}');
+  } else if (v.type == ValueType::kArray) {
+    out->push_back('[');
+    bool first = true;
+    r.ForEachChild(node, [&](uint32_t c) {
+      if (!first) out->push_back(',');
+      first = false;
+      AppendCanonicalJson(r, c, false, out);
+    });
+    out->push_back(']');
+  } else if (v.is_number() && v.type != ValueType::kInt) {
+    const double d = v.AsDouble();
+    if (d == static_cast<double>(static_cast<int64_t>(d)) && std::abs(d) < 9.0e15) {
+      absl::StrAppend(out, static_cast<int64_t>(d));
+    } else {
+      absl::StrAppendFormat(out, "%.17g", d);
+    }
+  } else {
+    v.AppendJson(out);
+  }
+}
+
+// A join's rows as a multiset (join rows have no key and no revision: each
+// is published once), by canonical JSON.
+class RowMultiset {
+ public:
+  struct Row {
+    std::string json;  // as read (the first copy)
+    int64_t count = 0;
+    int64_t start = kMinTime;  // window_start of a window join's row
+  };
+  bool Add(std::string_view json) {
+    if (!decoder_.Decode(json, &rec_).ok() || rec_.empty()) return false;
+    key_.clear();
+    AppendCanonicalJson(rec_, 0, true, &key_);
+    Row& row = rows_[key_];
+    if (row.count++ == 0) {
+      row.json.assign(json);
+      const Value start = rec_.Get(rec_.FindChild(0, "window_start"));
+      if (start.type == ValueType::kString) row.start = ParseIso8601(start.s).value_or(kMinTime);
+    }
+    ++added_;
+    return true;
+  }
+  const std::map<std::string, Row>& rows() const { return rows_; }
+  int64_t added() const { return added_; }
+
+ private:
+  JsonDecoder decoder_;
+  Record rec_;
+  std::string key_;
+  std::map<std::string, Row> rows_;
+  int64_t added_ = 0;
+};
+
+// The join's too_late records by the canonical JSON of the record that was
+// too late: a recomputed row holding it on one side is explained by it.
+class JoinAuditTrail {
+ public:
+  // `table`: a temporal join's table source (its rows nest the table's row
+  // under that name in the stream record).
+  JoinAuditTrail(const JobSpec& spec, const std::string& join, std::string table,
+                 const std::string& bootstrap)
+      : table_(std::move(table)) {
+    ForEachAuditRecord(spec, bootstrap, [&](std::string_view json) {
+      if (!decoder_.Decode(json, &rec_).ok()) return;
+      const Value op = rec_.Get(rec_.FindChild(0, "operator"));
+      const Value reason = rec_.Get(rec_.FindChild(0, "reason"));
+      const int32_t record = rec_.FindChild(0, "record");
+      if (op.s != join || reason.type != ValueType::kString || record < 0) return;
+      key_.clear();
+      AppendCanonicalJson(rec_, static_cast<uint32_t>(record), false, &key_);
+      const Value side = rec_.Get(rec_.FindChild(0, "side"));
+      what_[key_] = absl::StrCat(
+          "its ", side.type == ValueType::kString ? std::string(side.s) : std::string("input"),
+          " record was too late (",
+          reason.s == "after_final" ? std::string("arrived after FINAL") : std::string(reason.s),
+          ", ", join, ".too_late)");
+    });
+  }
+  // Why the row `json` is missing from the sink, if its left or right record
+  // (or, for a temporal join, the stream record) was too late.
+  std::vector<std::string> Causes(std::string_view json) {
+    std::vector<std::string> out;
+    if (what_.empty() || !decoder_.Decode(json, &rec_).ok() || rec_.empty()) return out;
+    auto check = [&](uint32_t node, bool top) {
+      key_.clear();
+      AppendCanonicalJson(rec_, node, top, &key_, table_);
+      auto it = what_.find(key_);
+      if (it != what_.end()) out.push_back(it->second);
+    };
+    for (const char* side : {"left", "right"}) {
+      const int32_t c = rec_.FindChild(0, side);
+      if (c >= 0) check(static_cast<uint32_t>(c), false);
+    }
+    if (out.empty() && !table_.empty()) check(0, true);
+    return out;
+  }
+
+ private:
+  std::string table_;
+  JsonDecoder decoder_;
+  Record rec_;
+  std::string key_;
+  std::map<std::string, std::string> what_;
 };
 
 // "events" of a result (reconcile: {id}), -1 without.
@@ -552,6 +695,224 @@ std::string RangeText(int64_t start, int64_t end) {
                       end == kMaxTime ? "" : FormatIso8601(end));
 }
 
+// Reads the sink's results into `add`.
+absl::Status ReadSink(const SinkSpec& sink, const std::string& bootstrap, const AddResult& add) {
+  if (sink.kind == SinkSpec::Kind::kFile) return ReadFileSink(sink.path, add);
+  if (sink.kind == SinkSpec::Kind::kPostgres) return ReadPostgresSink(sink, add);
+  return ReadKafkaSink(sink.bootstrap.empty() ? bootstrap : sink.bootstrap, sink.topic, add);
+}
+
+// Runs the recomputation of `op`'s results into `add`.
+absl::Status Recompute(const JobSpec& spec, const std::string& op, const ReconcileOptions& options,
+                       const AddResult& add, ReconcileReport* report) {
+  const std::string work =
+      options.work_dir.empty()
+          ? (fs::temp_directory_path() / ("caravela-reconcile-" + std::to_string(::getpid())))
+                .string()
+          : options.work_dir;
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  fs::create_directories(work, ec);
+  if (ec) return absl::InternalError("cannot create the work directory " + work);
+  const std::string out_path = work + "/recomputed.jsonl";
+  RunOptions run;
+  run.data_dir = work + "/state";
+  // A batch job: nothing to restore, so no RocksDB (its indexed write
+  // batches were a third of the recomputation).
+  run.in_memory_state = true;
+  run.embedded_bootstrap = options.bootstrap;
+  run.progress_interval_ms = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<Pipeline> p,
+        Pipeline::Create(RecomputeSpec(spec, op, out_path, work + "/dead-letter.jsonl"), run));
+    RETURN_IF_ERROR(p->Run());
+    report->records_read = p->metrics().Sum("records_in_total");
+  }
+  report->recompute_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int64_t skipped = 0;
+  RETURN_IF_ERROR(ReadJsonl(out_path, add, &skipped));
+  fs::remove_all(work, ec);
+  return absl::OkStatus();
+}
+
+// Window results: compared window by window (key order), with causes from
+// the audit trail and, with apply, published as reconciled revisions.
+absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const OperatorSpec& window,
+                              const ReconcileOptions& options, ReconcileReport* report) {
+  std::vector<std::string> key_fields = window.window.group_by;
+  key_fields.push_back("window_start");
+  key_fields.push_back("window_end");
+
+  // The sink's results first: a sink that cannot be read fails fast.
+  const auto read_start = std::chrono::steady_clock::now();
+  ResultMap in_sink(key_fields);
+  RETURN_IF_ERROR(
+      ReadSink(sink, options.bootstrap, [&](std::string_view j) { return in_sink.Add(j); }));
+  report->sink_results = in_sink.added();
+  report->read_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
+  ResultMap recomputed(key_fields);
+  RETURN_IF_ERROR(Recompute(
+      spec, window.name, options, [&](std::string_view j) { return recomputed.Add(j); }, report));
+
+  // Compare, window by window, in key order.
+  auto in_range = [&](const Result& r) {
+    return r.start >= options.range_start && r.start < options.range_end;
+  };
+  const auto& a = in_sink.results();
+  const auto& b = recomputed.results();
+  // A FINAL result of a window ending at E means the stream's watermark
+  // reached E + lateness, so every window ending by E is final there too. A
+  // window only the recomputation has and that ends later may still be open
+  // in the stream (no result yet): it is the stream's, not a difference.
+  int64_t final_by = kMinTime;
+  for (const auto& [key, r] : a) {
+    if (r.state == "FINAL") final_by = std::max(final_by, r.end);
+  }
+  ResultComparer comparer;
+  auto ia = a.begin();
+  auto ib = b.begin();
+  while (ia != a.end() || ib != b.end()) {
+    const bool take_a = ib == b.end() || (ia != a.end() && ia->first <= ib->first);
+    const bool take_b = ia == a.end() || (ib != b.end() && ib->first <= ia->first);
+    const Result* ra = take_a ? &ia->second : nullptr;
+    const Result* rb = take_b ? &ib->second : nullptr;
+    const std::string& key = take_a ? ia->first : ib->first;
+    if (take_a) ++ia;
+    if (take_b) ++ib;
+    if (!in_range(ra != nullptr ? *ra : *rb)) continue;
+    ++report->windows;
+    if ((ra != nullptr && ra->state != "FINAL") || (ra == nullptr && rb->end > final_by)) {
+      ++report->not_final;
+      continue;
+    }
+    ReconcileDifference d;
+    d.key = key;
+    if (ra == nullptr) {
+      d.kind = ReconcileDifference::Kind::kOnlyRecomputed;
+    } else if (rb == nullptr) {
+      d.kind = ReconcileDifference::Kind::kOnlyInSink;
+    } else if (comparer.Same(ra->json, rb->json)) {
+      ++report->matching;
+      continue;
+    }
+    if (ra != nullptr) {
+      d.sink = ra->json;
+      d.sink_revision = ra->revision;
+    }
+    if (rb != nullptr) d.recomputed = rb->json;
+    report->differences.push_back(std::move(d));
+  }
+  if (!report->differences.empty()) {
+    AuditTrail trail(spec, window, key_fields);
+    trail.Read(options.bootstrap);
+    for (ReconcileDifference& d : report->differences) {
+      int64_t missed = 0;
+      d.causes = trail.Causes(d.key, &missed);
+      // With reconcile: {id}: events the stream counted beyond what the
+      // recomputation keeps, once the records it missed are added back.
+      const int64_t in_sink = EventsOf(d.sink);
+      const int64_t recomputed_events = EventsOf(d.recomputed);
+      const int64_t excess = in_sink + missed - recomputed_events;
+      if (in_sink >= 0 && recomputed_events >= 0 && excess > 0) {
+        d.causes.push_back(absl::StrCat(excess, excess == 1 ? " event" : " events",
+                                        " counted by the stream that the recomputation drops as "
+                                        "copies: ids counted again after the dedup retention"));
+      }
+    }
+  }
+  if (!options.apply) return absl::OkStatus();
+
+  // Through the job's own sink: one writer, committed like a checkpoint.
+  SinkSpec target = sink;
+  if (target.kind == SinkSpec::Kind::kKafka && target.bootstrap.empty()) {
+    target.bootstrap = options.bootstrap;
+  }
+  int64_t epoch = 0;
+  for (const ReconcileDifference& d : report->differences) {
+    epoch = std::max(epoch, ReconciledRevision(d.sink_revision) / kEpochStride);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Sink> writer, OpenReconcileSink(target, spec.name, epoch));
+  for (ReconcileDifference& d : report->differences) {
+    if (d.recomputed.empty()) continue;  // nothing to publish for a window only the sink has
+    SinkRecord r;
+    const std::string value = ReconciledJson(d.recomputed, ReconciledRevision(d.sink_revision));
+    r.key = d.key;
+    r.value = value;
+    r.revision = ReconciledRevision(d.sink_revision);
+    r.state = "FINAL";
+    RETURN_IF_ERROR(writer->WriteRecord(r));
+    d.applied = true;
+    ++report->applied;
+  }
+  RETURN_IF_ERROR(writer->Flush());
+  return writer->Close();
+}
+
+// A join's rows: compared as multisets (report only).
+absl::Status ReconcileJoinRows(const JobSpec& spec, const SinkSpec& sink, const OperatorSpec& join,
+                               const ReconcileOptions& options, ReconcileReport* report) {
+  const auto read_start = std::chrono::steady_clock::now();
+  RowMultiset in_sink;
+  RETURN_IF_ERROR(
+      ReadSink(sink, options.bootstrap, [&](std::string_view j) { return in_sink.Add(j); }));
+  report->sink_results = in_sink.added();
+  report->read_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
+  RowMultiset recomputed;
+  RETURN_IF_ERROR(Recompute(
+      spec, join.name, options, [&](std::string_view j) { return recomputed.Add(j); }, report));
+
+  const auto& a = in_sink.rows();
+  const auto& b = recomputed.rows();
+  auto ia = a.begin();
+  auto ib = b.begin();
+  while (ia != a.end() || ib != b.end()) {
+    const bool take_a = ib == b.end() || (ia != a.end() && ia->first <= ib->first);
+    const bool take_b = ia == a.end() || (ib != b.end() && ib->first <= ia->first);
+    const RowMultiset::Row* ra = take_a ? &ia->second : nullptr;
+    const RowMultiset::Row* rb = take_b ? &ib->second : nullptr;
+    if (take_a) ++ia;
+    if (take_b) ++ib;
+    const int64_t start = ra != nullptr ? ra->start : rb->start;
+    if (start < options.range_start || start >= options.range_end) continue;
+    const int64_t na = ra != nullptr ? ra->count : 0;
+    const int64_t nb = rb != nullptr ? rb->count : 0;
+    report->windows += std::max(na, nb);
+    report->matching += std::min(na, nb);
+    if (na == nb) continue;
+    ReconcileDifference d;
+    d.kind = na > nb ? ReconcileDifference::Kind::kOnlyInSink
+                     : ReconcileDifference::Kind::kOnlyRecomputed;
+    d.rows = std::abs(na - nb);
+    if (ra != nullptr) d.sink = ra->json;
+    if (rb != nullptr) d.recomputed = rb->json;
+    if (na > 0 && nb > 0) {
+      d.causes.push_back(absl::StrCat("the sink holds ", na,
+                                      " copies of the row, the recomputation ", nb,
+                                      na > nb && sink.kind != SinkSpec::Kind::kFile
+                                          ? " (a sink without transactions may repeat rows "
+                                            "after a recovery)"
+                                          : ""));
+    }
+    report->differences.push_back(std::move(d));
+  }
+  if (!report->differences.empty()) {
+    JoinAuditTrail trail(
+        spec, join.name,
+        join.kind == OperatorSpec::Kind::kTemporalJoin ? join.table_join.table : std::string(),
+        options.bootstrap);
+    for (ReconcileDifference& d : report->differences) {
+      if (d.kind != ReconcileDifference::Kind::kOnlyRecomputed) continue;
+      for (std::string& c : trail.Causes(d.recomputed)) d.causes.push_back(std::move(c));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::pair<int64_t, int64_t>> ParseTimeRange(std::string_view range, int64_t now_ms) {
@@ -595,188 +956,74 @@ int64_t ReconciledRevision(int64_t revision) {
 absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOptions& options) {
   ASSIGN_OR_RETURN(const size_t sink_index, FindSink(spec, options.sink));
   const SinkSpec& sink = spec.sinks[sink_index];
-  const OperatorSpec& window = *spec.FindOperator(sink.from);
+  const OperatorSpec& op = *spec.FindOperator(sink.from);
   ReconcileReport report;
   report.job = spec.name;
-  report.window = window.name;
+  report.window = op.name;
   report.sink = sink.Label();
   report.range_start = options.range_start;
   report.range_end = options.range_end;
+  report.join_rows = op.kind != OperatorSpec::Kind::kWindow;
   if (spec.NeedsEmbeddedBroker() && options.bootstrap.empty()) {
     return absl::InvalidArgumentError(
         "the job reads or writes Kafka topics on the embedded broker (no bootstrap): give "
         "--bootstrap HOST:PORT of the broker that holds them");
   }
-  std::vector<std::string> key_fields = window.window.group_by;
-  key_fields.push_back("window_start");
-  key_fields.push_back("window_end");
-
-  // The sink's results first: a sink that cannot be read fails fast.
-  const auto read_start = std::chrono::steady_clock::now();
-  ResultMap in_sink(key_fields);
-  if (sink.kind == SinkSpec::Kind::kFile) {
-    RETURN_IF_ERROR(ReadFileSink(sink.path, &in_sink));
-  } else if (sink.kind == SinkSpec::Kind::kPostgres) {
-    RETURN_IF_ERROR(ReadPostgresSink(sink, &in_sink));
-  } else {
-    RETURN_IF_ERROR(ReadKafkaSink(sink.bootstrap.empty() ? options.bootstrap : sink.bootstrap,
-                                  sink.topic, &in_sink));
+  if (!report.join_rows) {
+    RETURN_IF_ERROR(ReconcileWindows(spec, sink, op, options, &report));
+    return report;
   }
-  report.sink_results = in_sink.added();
-  report.read_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
-
-  // The recomputation.
-  const std::string work =
-      options.work_dir.empty()
-          ? (fs::temp_directory_path() / ("caravela-reconcile-" + std::to_string(::getpid())))
-                .string()
-          : options.work_dir;
-  std::error_code ec;
-  fs::remove_all(work, ec);
-  fs::create_directories(work, ec);
-  if (ec) return absl::InternalError("cannot create the work directory " + work);
-  const std::string out_path = work + "/recomputed.jsonl";
-  RunOptions run;
-  run.data_dir = work + "/state";
-  // A batch job: nothing to restore, so no RocksDB (its indexed write
-  // batches were a third of the recomputation).
-  run.in_memory_state = true;
-  run.embedded_bootstrap = options.bootstrap;
-  run.progress_interval_ms = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  {
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<Pipeline> p,
-        Pipeline::Create(RecomputeSpec(spec, window.name, out_path, work + "/dead-letter.jsonl"),
-                         run));
-    RETURN_IF_ERROR(p->Run());
-    report.records_read = p->metrics().Sum("records_in_total");
-  }
-  report.recompute_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ResultMap recomputed(key_fields);
-  int64_t skipped = 0;
-  RETURN_IF_ERROR(ReadJsonl(out_path, &recomputed, &skipped));
-  fs::remove_all(work, ec);
-
-  // Compare, window by window, in key order.
-  auto in_range = [&](const Result& r) {
-    return r.start >= options.range_start && r.start < options.range_end;
-  };
-  const auto& a = in_sink.results();
-  const auto& b = recomputed.results();
-  // A FINAL result of a window ending at E means the stream's watermark
-  // reached E + lateness, so every window ending by E is final there too. A
-  // window only the recomputation has and that ends later may still be open
-  // in the stream (no result yet): it is the stream's, not a difference.
-  int64_t final_by = kMinTime;
-  for (const auto& [key, r] : a) {
-    if (r.state == "FINAL") final_by = std::max(final_by, r.end);
-  }
-  ResultComparer comparer;
-  auto ia = a.begin();
-  auto ib = b.begin();
-  while (ia != a.end() || ib != b.end()) {
-    const bool take_a = ib == b.end() || (ia != a.end() && ia->first <= ib->first);
-    const bool take_b = ia == a.end() || (ib != b.end() && ib->first <= ia->first);
-    const Result* ra = take_a ? &ia->second : nullptr;
-    const Result* rb = take_b ? &ib->second : nullptr;
-    const std::string& key = take_a ? ia->first : ib->first;
-    if (take_a) ++ia;
-    if (take_b) ++ib;
-    if (!in_range(ra != nullptr ? *ra : *rb)) continue;
-    ++report.windows;
-    if ((ra != nullptr && ra->state != "FINAL") || (ra == nullptr && rb->end > final_by)) {
-      ++report.not_final;
-      continue;
-    }
-    ReconcileDifference d;
-    d.key = key;
-    if (ra == nullptr) {
-      d.kind = ReconcileDifference::Kind::kOnlyRecomputed;
-    } else if (rb == nullptr) {
-      d.kind = ReconcileDifference::Kind::kOnlyInSink;
-    } else if (comparer.Same(ra->json, rb->json)) {
-      ++report.matching;
-      continue;
-    }
-    if (ra != nullptr) {
-      d.sink = ra->json;
-      d.sink_revision = ra->revision;
-    }
-    if (rb != nullptr) d.recomputed = rb->json;
-    report.differences.push_back(std::move(d));
-  }
-  if (!report.differences.empty()) {
-    AuditTrail trail(spec, window, key_fields);
-    trail.Read(options.bootstrap);
-    for (ReconcileDifference& d : report.differences) {
-      int64_t missed = 0;
-      d.causes = trail.Causes(d.key, &missed);
-      // With reconcile: {id}: events the stream counted beyond what the
-      // recomputation keeps, once the records it missed are added back.
-      const int64_t in_sink = EventsOf(d.sink);
-      const int64_t recomputed_events = EventsOf(d.recomputed);
-      const int64_t excess = in_sink + missed - recomputed_events;
-      if (in_sink >= 0 && recomputed_events >= 0 && excess > 0) {
-        d.causes.push_back(absl::StrCat(excess, excess == 1 ? " event" : " events",
-                                        " counted by the stream that the recomputation drops as "
-                                        "copies: ids counted again after the dedup retention"));
-      }
-    }
-  }
-
   if (options.apply) {
-    // Through the job's own sink: one writer, committed like a checkpoint.
-    SinkSpec target = sink;
-    if (target.kind == SinkSpec::Kind::kKafka && target.bootstrap.empty()) {
-      target.bootstrap = options.bootstrap;
-    }
-    int64_t epoch = 0;
-    for (const ReconcileDifference& d : report.differences) {
-      epoch = std::max(epoch, ReconciledRevision(d.sink_revision) / kEpochStride);
-    }
-    ASSIGN_OR_RETURN(std::unique_ptr<Sink> writer, OpenReconcileSink(target, spec.name, epoch));
-    for (ReconcileDifference& d : report.differences) {
-      if (d.recomputed.empty()) continue;  // nothing to publish for a window only the sink has
-      SinkRecord r;
-      const std::string value = ReconciledJson(d.recomputed, ReconciledRevision(d.sink_revision));
-      r.key = d.key;
-      r.value = value;
-      r.revision = ReconciledRevision(d.sink_revision);
-      r.state = "FINAL";
-      RETURN_IF_ERROR(writer->WriteRecord(r));
-      d.applied = true;
-      ++report.applied;
-    }
-    RETURN_IF_ERROR(writer->Flush());
-    RETURN_IF_ERROR(writer->Close());
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--apply: ", op.name, " is a join; its rows are reported, not applied (a join row ",
+        "has no revision to raise); run without --apply for the report"));
   }
+  const bool ranged = options.range_start != kMinTime || options.range_end != kMaxTime;
+  if (ranged && op.kind != OperatorSpec::Kind::kWindowJoin) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--range: the rows of ", op.name,
+                     " carry no window to select them by; leave --range out to compare them all"));
+  }
+  RETURN_IF_ERROR(ReconcileJoinRows(spec, sink, op, options, &report));
   return report;
 }
 
 std::string ReconcileReport::ToText() const {
-  std::string out = absl::StrCat("job ", job, ": window ", window, ", sink ", sink, "\n");
+  const char* unit = join_rows ? "rows" : "windows";
+  std::string out = absl::StrCat("job ", job, ": ", join_rows ? "join " : "window ", window,
+                                 ", sink ", sink, "\n");
   absl::StrAppend(&out, "recomputed from ", records_read, " input records in ",
                   absl::StrFormat("%.2f", recompute_seconds), " s; read back ", sink_results,
                   " results in ", absl::StrFormat("%.2f", read_seconds), " s\n");
-  absl::StrAppend(&out, "windows",
+  absl::StrAppend(&out, unit,
                   range_start == kMinTime && range_end == kMaxTime
                       ? ""
-                      : absl::StrCat(" starting in ", RangeText(range_start, range_end)),
-                  ": ", windows, ", matching ", matching, ", different ", differences.size(),
-                  ", not yet FINAL in the sink ", not_final, "\n");
+                      : absl::StrCat(" with window_start in ", RangeText(range_start, range_end)),
+                  ": ", windows, ", matching ", matching, ", different ", differences.size());
+  if (!join_rows) absl::StrAppend(&out, ", not yet FINAL in the sink ", not_final);
+  absl::StrAppend(&out, "\n");
   for (const ReconcileDifference& d : differences) {
-    absl::StrAppend(&out, "\n", KindName(d.kind), " ", d.key, "\n");
-    if (!d.sink.empty()) absl::StrAppend(&out, "  sink:       ", d.sink, "\n");
-    if (!d.recomputed.empty()) absl::StrAppend(&out, "  recomputed: ", d.recomputed, "\n");
+    if (join_rows) {
+      absl::StrAppend(&out, "\n", KindName(d.kind), d.rows == 1 ? "" : absl::StrCat(" x", d.rows),
+                      "\n  row:        ",
+                      d.kind == ReconcileDifference::Kind::kOnlyInSink ? d.sink : d.recomputed,
+                      "\n");
+    } else {
+      absl::StrAppend(&out, "\n", KindName(d.kind), " ", d.key, "\n");
+      if (!d.sink.empty()) absl::StrAppend(&out, "  sink:       ", d.sink, "\n");
+      if (!d.recomputed.empty()) absl::StrAppend(&out, "  recomputed: ", d.recomputed, "\n");
+    }
     for (const std::string& c : d.causes) absl::StrAppend(&out, "  cause:      ", c, "\n");
     if (d.applied) {
       absl::StrAppend(&out, "  applied as revision ", ReconciledRevision(d.sink_revision), "\n");
     }
   }
-  if (differences.empty()) absl::StrAppend(&out, "all windows match\n");
+  if (differences.empty()) absl::StrAppend(&out, "all ", unit, " match\n");
+  if (join_rows && !differences.empty()) {
+    absl::StrAppend(&out,
+                    "join rows are reported only (--apply publishes window results); rows a "
+                    "running job has not emitted yet show as only_recomputed\n");
+  }
   if (applied > 0) absl::StrAppend(&out, "applied ", applied, " reconciled results\n");
   return out;
 }
@@ -793,9 +1040,10 @@ std::string ReconcileReport::ToJson() const {
   r.AddDouble("recompute_seconds", recompute_seconds);
   r.AddInt("sink_results", sink_results);
   r.AddDouble("read_seconds", read_seconds);
-  r.AddInt("windows", windows);
+  r.AddString("compared", join_rows ? "rows" : "windows");
+  r.AddInt(join_rows ? "rows" : "windows", windows);
   r.AddInt("matching", matching);
-  r.AddInt("not_final", not_final);
+  if (!join_rows) r.AddInt("not_final", not_final);
   r.AddInt("applied", applied);
   r.BeginArray("differences");
   JsonDecoder d;
@@ -803,7 +1051,8 @@ std::string ReconcileReport::ToJson() const {
   for (const ReconcileDifference& diff : differences) {
     r.BeginObject("");
     r.AddString("kind", KindName(diff.kind));
-    if (d.Decode(diff.key, &part).ok()) r.AddValue("key", part.Get(0));
+    if (join_rows) r.AddInt("rows", diff.rows);
+    if (!diff.key.empty() && d.Decode(diff.key, &part).ok()) r.AddValue("key", part.Get(0));
     if (!diff.sink.empty() && d.Decode(diff.sink, &part).ok()) r.AddValue("sink", part.Get(0));
     if (!diff.recomputed.empty() && d.Decode(diff.recomputed, &part).ok()) {
       r.AddValue("recomputed", part.Get(0));

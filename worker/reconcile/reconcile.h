@@ -32,6 +32,16 @@
 // recomputed one was counted twice by the stream (an id seen again after the
 // dedup retention).
 //
+// Joins (window, interval and temporal joins; report only): a join row has
+// no key and no revision, so the rows are compared as multisets by their
+// canonical JSON (members sorted, numbers by value). A row only the
+// recomputation has is explained when its left or right record (a temporal
+// join's stream record) is in the join's too_late output. --range selects a
+// window join's rows by window_start; other joins' rows are compared whole.
+// Rows a running job has not emitted yet (outer rows wait for the
+// watermark) show as only_recomputed: reconcile a join once its input is
+// behind its watermark. `apply` is refused for joins.
+//
 // Apply (`apply`): each differing window the recomputation has is published
 // through the sink as state FINAL, `reconciled: true` and revision
 // ReconciledRevision(sink revision), which no run of the job can have reached
@@ -88,19 +98,21 @@ struct ReconcileDifference {
   // "N records after FINAL", "N records beyond the dedup retention", ...
   std::vector<std::string> causes;
   bool applied = false;  // published by apply
+  int64_t rows = 1;      // join rows: copies the other side lacks
 };
 
 struct ReconcileReport {
   std::string job;
-  std::string window;  // the operator whose results are compared
-  std::string sink;    // its label
+  std::string window;      // the operator whose results are compared
+  bool join_rows = false;  // a join's rows (multisets), not window results
+  std::string sink;        // its label
   int64_t range_start = kMinTime;
   int64_t range_end = kMaxTime;
   int64_t records_read = 0;  // valid records of the recomputation's sources
   double recompute_seconds = 0;
   int64_t sink_results = 0;  // results read back (all revisions)
   double read_seconds = 0;   // reading them back
-  int64_t windows = 0;       // windows in range, either side
+  int64_t windows = 0;       // windows in range, either side (join: rows)
   int64_t matching = 0;
   int64_t not_final = 0;  // in range, the sink's result is not FINAL yet
   std::vector<ReconcileDifference> differences;
@@ -114,7 +126,8 @@ struct ReconcileReport {
 
 // Runs the reconciliation of `spec` (as LoadJobSpec returned it: paths
 // resolved). Errors: InvalidArgument (no such sink, a sink that does not
-// read a window's results, a Kafka part with no broker to reach), and what
+// read a window's or a join's results, apply or an unusable range for a
+// join, a Kafka part with no broker to reach), and what
 // reading the input or the sink returns (naming it).
 absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOptions& options);
 

@@ -244,6 +244,7 @@ absl::StatusOr<std::unique_ptr<Sink>> Task::Impl::OpenTaskSink(size_t sink_index
   sc.fence = placement.fence_sinks;
   if (placement.fence_sinks) sc.local_dir = options.data_dir;
   sc.task = parallel() ? global_id : -1;
+  sc.from = spec.FindOperator(ss.from);
   ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, MakeSink(ss, sc));
   absl::Status st = sink->Open();
   if (!st.ok()) {

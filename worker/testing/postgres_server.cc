@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/testing/local_port.h"
 #include "worker/testing/operator_harness.h"
 
 namespace caravela {
@@ -74,25 +75,6 @@ int Run(const std::vector<std::string>& argv, const std::string& cwd, const std:
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// A free TCP port on 127.0.0.1 (bound to port 0, then released).
-absl::StatusOr<int> FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::string err = std::strerror(errno);
-    close(fd);
-    return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", err));
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 struct ConnDeleter {
@@ -206,12 +188,12 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
                                             " (delete the template directory to rebuild it)"));
   }
 
-  // The free port may be taken between FreePort() and the server's bind: retry.
+  // The free port may be taken between FreeLoopbackPort() and the server's bind: retry.
   const std::string server_log = s->dir_ + "/server.log";
   const std::string ctl_log = s->dir_ + "/pg_ctl.log";
   std::string last_error;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    ASSIGN_OR_RETURN(int port, FreePort());
+    ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
     std::string opts =
         absl::StrCat("-p ", port, " -k ", s->dir_,
                      " -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"

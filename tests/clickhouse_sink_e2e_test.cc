@@ -1,0 +1,221 @@
+// `caravela run` with a ClickHouse sink against a real clickhouse-server
+// (issue 14): the hourly revenue job with early fires and late corrections;
+// after OPTIMIZE TABLE ... FINAL, SELECT ... FINAL equals the FINAL results of
+// a file sink of the same job. A SIGKILL between a sink write and the next
+// checkpoint (failpoint sink.after_write) followed by a restart leaves the
+// same table. Skips (with the reason) only when clickhouse-server is missing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/time_util.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+#include "worker/testing/clickhouse_server.h"
+
+namespace caravela {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr int64_t kBase = 1790812800000;  // 2026-10-01T00:00:00Z
+constexpr int64_t kMin = 60'000;
+
+// (country, window_start ms) -> (revenue, orders, state)
+using Results =
+    std::map<std::tuple<std::string, int64_t>, std::tuple<double, int64_t, std::string>>;
+
+int RunJob(const fs::path& dir, const std::string& data, const std::string& failpoint = "") {
+  const std::string cmd =
+      absl::StrCat("cd '", dir.string(), "' && ",
+                   failpoint.empty() ? "" : "CARAVELA_FAILPOINT=" + failpoint + " ",
+                   CARAVELA_BINARY, " run -q job.yaml --data-dir ", data, " >> run.log 2>&1");
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string Job(const std::string& url, const std::string& table, const std::string& extra) {
+  return absl::StrCat(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: clickhouse-e2e}
+spec:
+  checkpoint: {interval: 10m, retain: 2}
+  sources:
+    - name: purchases
+      file: {path: input.jsonl, arrival_field: arrival}
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 5m}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 24h}
+    - name: revenue
+      window:
+        from: unique
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
+        early_fire_every: 1m
+        allowed_lateness: 30m
+  sinks:
+    - {from: revenue, file: {path: out/revenue.jsonl}}
+    - {from: revenue, clickhouse: {url: ")",
+                      url, R"(", database: analytics, table: )", table, extra, R"(}}
+  dead_letter: {path: out/dead-letter.jsonl}
+)");
+}
+
+class ClickHouseSinkE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string missing = ClickHouseServer::Missing(); !missing.empty()) {
+      GTEST_SKIP() << missing;
+    }
+    auto s = ClickHouseServer::Start();
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    dir_ =
+        std::make_unique<TempDir>("clickhouse_e2e", "CARAVELA_KEEP_TEST_DIRS", "clickhouse test");
+    // Purchases over 6 hours in 3 countries, arriving in order of arrival
+    // with up to 20 minutes of delay (EARLY, ON_TIME and LATE revisions),
+    // some retried (dedup), a few an hour late (too late).
+    std::mt19937 rng(7);
+    std::ofstream in(dir_->path() / "input.jsonl");
+    const char* countries[] = {"PT", "ES", "FR"};
+    for (int i = 0; i < 3000; ++i) {
+      const int64_t arrival = kBase + i * 7'000;
+      int64_t delay = static_cast<int64_t>(rng() % 20) * kMin;
+      if (i % 97 == 0) delay = 95 * kMin;
+      const nlohmann::json p = {{"event_id", absl::StrCat("e", i)},
+                                {"country", countries[rng() % 3]},
+                                {"amount", static_cast<double>(rng() % 10000) / 100},
+                                {"event_time", FormatIso8601(arrival - delay)},
+                                {"arrival", arrival}};
+      in << p.dump() << "\n";
+      if (i % 13 == 0) in << p.dump() << "\n";  // a retry
+    }
+  }
+
+  fs::path Dir() const { return dir_->path(); }
+
+  // The file sink's FINAL results.
+  Results FileFinals(const fs::path& file) {
+    Results out;
+    for (const std::string& line : ReadLines(file)) {
+      const nlohmann::json r = nlohmann::json::parse(line);
+      if (r["state"] != "FINAL") continue;
+      out[{r["country"], *ParseIso8601(r["window_start"].get<std::string>())}] = {
+          r["revenue"].get<double>(), r["orders"].get<int64_t>(), "FINAL"};
+    }
+    return out;
+  }
+
+  // The table after OPTIMIZE ... FINAL, read with SELECT ... FINAL.
+  Results TableFinals(const std::string& table, int64_t* rows = nullptr) {
+    Results out;
+    const std::string t = "analytics." + table;
+    EXPECT_TRUE(server_->Query("OPTIMIZE TABLE " + t + " FINAL").ok());
+    auto body = server_->Query(absl::StrCat(
+        "SELECT country, window_start, toString(revenue), orders, state FROM ", t, " FINAL"));
+    EXPECT_TRUE(body.ok()) << body.status();
+    if (!body.ok()) return out;
+    for (absl::string_view line : absl::StrSplit(*body, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> f = absl::StrSplit(line, '\t');
+      if (f.size() != 5) continue;
+      out[{f[0], std::stoll(f[1])}] = {std::stod(f[2]), std::stoll(f[3]), f[4]};
+    }
+    if (rows != nullptr) {
+      auto n = server_->Query("SELECT count() FROM " + t);
+      *rows = n.ok() ? std::stoll(*n) : -1;
+    }
+    return out;
+  }
+
+  static void ExpectSame(const Results& a, const Results& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [key, v] : a) {
+      auto it = b.find(key);
+      ASSERT_NE(it, b.end()) << std::get<0>(key) << " " << std::get<1>(key);
+      EXPECT_NEAR(std::get<0>(v), std::get<0>(it->second), 1e-6 * (1 + std::abs(std::get<0>(v))));
+      EXPECT_EQ(std::get<1>(v), std::get<1>(it->second));
+      EXPECT_EQ(std::get<2>(v), std::get<2>(it->second));
+    }
+  }
+
+  std::unique_ptr<ClickHouseServer> server_;
+  std::unique_ptr<TempDir> dir_;
+};
+
+TEST_F(ClickHouseSinkE2ETest, SelectFinalEqualsTheJobsFinalResultsAndSurvivesACrash) {
+  std::ofstream(Dir() / "job.yaml") << Job(server_->url(), "hourly_revenue", "");
+  ASSERT_EQ(RunJob(Dir(), "data1"), 0) << ReadFile(Dir() / "run.log");
+  const Results expected = FileFinals(Dir() / "out/revenue.jsonl");
+  ASSERT_GE(expected.size(), 3u * 6u);  // 3 countries, 6 hours and more
+  const std::string all = ReadFile(Dir() / "out/revenue.jsonl");
+  ASSERT_THAT(all, HasSubstr(R"("state":"EARLY")"));
+  ASSERT_THAT(all, HasSubstr(R"("state":"LATE")"));
+  int64_t rows = 0;
+  ExpectSame(TableFinals("hourly_revenue", &rows), expected);
+  EXPECT_EQ(rows, static_cast<int64_t>(expected.size()));  // merged to one row per window
+  // The table's types: window bounds as epoch milliseconds on this server
+  // (no DateTime64 before 20.1), counts Int64, sums Nullable(Float64).
+  auto types = server_->Query(
+      "SELECT name, type FROM system.columns WHERE database = 'analytics' AND table = "
+      "'hourly_revenue' FORMAT TabSeparated");
+  ASSERT_TRUE(types.ok());
+  auto version = server_->Query("SELECT version()");
+  ASSERT_TRUE(version.ok());
+  const std::string time_type = std::stoi(*version) >= 20 ? "DateTime64(3, 'UTC')" : "Int64";
+  EXPECT_EQ(*types,
+            absl::StrCat("country\tString\nwindow_start\t", time_type, "\nwindow_end\t", time_type,
+                         "\nrevenue\tNullable(Float64)\norders\tInt64\nrevision\tUInt64\n"
+                         "state\tString\nreconciled\tUInt8\n_result\tString\n"));
+
+  // A crash after a sink write, before the next checkpoint: the restart
+  // restores the checkpoint and writes those revisions again.
+  std::ofstream(Dir() / "job.yaml", std::ios::trunc) << Job(server_->url(), "crashed", "");
+  fs::remove_all(Dir() / "out");
+  const int killed = RunJob(Dir(), "data2", "sink.after_write:40");
+  ASSERT_NE(killed, 0) << ReadFile(Dir() / "run.log");
+  ASSERT_EQ(RunJob(Dir(), "data2"), 0) << ReadFile(Dir() / "run.log");
+  ExpectSame(TableFinals("crashed"), expected);
+  // The restart restored a checkpoint: its revisions are of epoch 1.
+  auto max_revision = server_->Query("SELECT max(revision) FROM analytics.crashed");
+  ASSERT_TRUE(max_revision.ok());
+  EXPECT_GE(std::stoll(*max_revision), 1'000'000'000) << *max_revision;
+}
+
+TEST_F(ClickHouseSinkE2ETest, WrongPasswordOrUnreachableServerFailWithTheUrl) {
+  std::ofstream(Dir() / "password") << "not-the-password\n";
+  std::ofstream(Dir() / "job.yaml") << Job(
+      server_->url(), "t",
+      absl::StrCat(", user: ", std::string(ClickHouseServer::kUser), ", password_file: password"));
+  EXPECT_EQ(RunJob(Dir(), "data1"), 1);
+  EXPECT_THAT(ReadFile(Dir() / "run.log"),
+              HasSubstr(absl::StrCat("spec.sinks[1].clickhouse (table analytics.t): clickhouse ",
+                                     server_->url(), " as user caravela")));
+  // The right password works.
+  std::ofstream(Dir() / "password", std::ios::trunc) << ClickHouseServer::kPassword << "\n";
+  fs::remove_all(Dir() / "out");
+  EXPECT_EQ(RunJob(Dir(), "data2"), 0) << ReadFile(Dir() / "run.log");
+  // Nothing listens on port 1.
+  std::ofstream(Dir() / "job.yaml", std::ios::trunc) << Job("http://127.0.0.1:1", "t", "");
+  EXPECT_EQ(RunJob(Dir(), "data3"), 1);
+  EXPECT_THAT(ReadFile(Dir() / "run.log"),
+              HasSubstr("clickhouse http://127.0.0.1:1: Failed to connect"));
+}
+
+}  // namespace
+}  // namespace caravela
