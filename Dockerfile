@@ -33,6 +33,7 @@ RUN apt-get update \
        libprotobuf32 \
        librdkafka1 \
        librocksdb7.8 \
+       libxml2 \
        libsimdjson14 \
        libspdlog1.10 \
        libxxhash0 \

@@ -124,6 +124,16 @@ std::string SinkSpec::Label() const {
   return "?";
 }
 
+bool IsS3BucketName(std::string_view b) {
+  if (b.size() < 3 || b.size() > 63) return false;
+  for (char c : b) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  return alnum(b.front()) && alnum(b.back());
+}
+
 bool IsSqlIdentifier(std::string_view name) {
   if (name.empty() || name.size() > 63) return false;
   for (size_t i = 0; i < name.size(); ++i) {
@@ -596,10 +606,29 @@ class SpecParser {
     CheckpointSpec& cp = spec().checkpoint;
     if (auto d = Duration(n, "interval", path, true, Bound::kNonNegative)) cp.interval = *d;
     if (auto st = String(n, "storage", path, false)) {
+      const std::string storage_path = Join(path, "storage");
       if (st->rfind("file://", 0) == 0 && st->size() > 7) {
         cp.storage = *st;
+      } else if (st->rfind("s3://", 0) == 0) {
+        const std::string rest = st->substr(5);
+        const std::string bucket = rest.substr(0, rest.find('/'));
+        if (bucket.empty()) {
+          Err(storage_path,
+              absl::StrCat("names no bucket: expected s3://bucket/prefix, got ", Quote(*st)));
+        } else if (!IsS3BucketName(bucket)) {
+          Err(storage_path,
+              absl::StrCat(Quote(bucket), " is not a bucket name (3-63 characters: lower-case ",
+                           "letters, digits, '.' and '-')"));
+        } else if (rest.find('?') != std::string::npos) {
+          Err(storage_path,
+              absl::StrCat("takes no query: expected s3://bucket/prefix (endpoint, region and "
+                           "credentials come from the environment, docs/deploy.md), got ",
+                           Quote(*st)));
+        } else {
+          cp.storage = *st;
+        }
       } else {
-        Err(Join(path, "storage"), absl::StrCat("expected a file:// URL, got ", Quote(*st)));
+        Err(storage_path, absl::StrCat("expected a file:// or s3:// URL, got ", Quote(*st)));
       }
     }
     if (auto r = PositiveInt(n, "retain", path)) cp.retain = *r;

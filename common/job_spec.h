@@ -232,6 +232,10 @@ struct SinkSpec {
 // PostgreSQL does for unquoted names.
 bool IsSqlIdentifier(std::string_view name);
 
+// True for an S3 bucket name: 3-63 characters of [a-z0-9.-], starting and
+// ending with a letter or digit.
+bool IsS3BucketName(std::string_view name);
+
 struct CheckpointSpec {
   int64_t interval = 0;  // 0 = no checkpoints
   std::string storage;

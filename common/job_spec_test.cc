@@ -456,11 +456,26 @@ TEST(JobSpecTest, CheckpointAndDeadLetterErrors) {
   EXPECT_THAT(Errors(ParseJobSpec(base + "  checkpoint: {interval: soon, storage: "
                                          "\"s3://b/c\", retain: 0}\n")),
               ElementsAre("spec.checkpoint.interval: expected a duration, got \"soon\"",
-                          "spec.checkpoint.storage: expected a file:// URL, got \"s3://b/c\"",
+                          "spec.checkpoint.storage: \"b\" is not a bucket name (3-63 characters: "
+                          "lower-case letters, digits, '.' and '-')",
                           "spec.checkpoint.retain: expected an integer >= 1, got \"0\""));
   EXPECT_THAT(Errors(ParseJobSpec(base + "  checkpoint: {storage: \"file:///x\", retain: 2x}\n")),
               ElementsAre("spec.checkpoint.interval: required field is missing",
                           "spec.checkpoint.retain: expected an integer >= 1, got \"2x\""));
+  for (const auto& [url, error] : std::vector<std::pair<std::string, std::string>>{
+           {"gs://b/p", "expected a file:// or s3:// URL, got \"gs://b/p\""},
+           {"s3:///p", "names no bucket: expected s3://bucket/prefix, got \"s3:///p\""},
+           {"s3://My_Bucket/p", "\"My_Bucket\" is not a bucket name"},
+           {"s3://bucket/p?region=x", "takes no query: expected s3://bucket/prefix"}}) {
+    EXPECT_THAT(
+        Errors(ParseJobSpec(base + "  checkpoint: {interval: 1m, storage: \"" + url + "\"}\n")),
+        ElementsAre(StartsWith("spec.checkpoint.storage: " + error)))
+        << url;
+  }
+  ParseResult s3 =
+      ParseJobSpec(base + "  checkpoint: {interval: 1m, storage: \"s3://caravela-ckpt/prod\"}\n");
+  ASSERT_TRUE(s3.ok()) << ::testing::PrintToString(Errors(s3));
+  EXPECT_EQ(s3.spec.checkpoint.storage, "s3://caravela-ckpt/prod");
   ParseResult ok = ParseJobSpec(base + "  checkpoint: {interval: 10s, retain: 5}\n");
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok.spec.checkpoint.interval, 10'000);

@@ -14,10 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/failpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/testing/operator_harness.h"
+#include "worker/testing/s3_server.h"
 #include "worker/testing/status_testing.h"
 #define XXH_STATIC_LINKING_ONLY
 #include "xxhash.h"
@@ -109,12 +111,29 @@ CheckpointManifest RuntimeFields() {
   return m;
 }
 
-class CheckpointManagerTest : public ::testing::Test {
+// Every test runs against file:// and against s3:// (a real s3rver,
+// started once for the suite): the CheckpointStorage contract as the manager
+// uses it.
+class CheckpointManagerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     root_ = MakeTempDir("checkpoint");
-    url_ = "file://" + root_ + "/store";
+    if (file()) {
+      url_ = "file://" + root_ + "/store";
+      return;
+    }
+    if (s3_ == nullptr) {
+      auto s = S3Server::Start();
+      ASSERT_TRUE(s.ok()) << s.status();
+      s3_ = s->release();
+    }
+    s3_->ExportEnvironment();
+    // A prefix of its own per test (the bucket is shared).
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    url_ = absl::StrCat("s3://", S3Server::kBucket, "/", name, "-", prefixes_++);
   }
+  bool file() const { return GetParam() == "file"; }
   void TearDown() override {
     backend_.reset();
     RemoveTree(root_);
@@ -152,13 +171,18 @@ class CheckpointManagerTest : public ::testing::Test {
     return Dump(*fresh, tables);
   }
 
+  static inline S3Server* s3_ = nullptr;  // lives until the process exits
+  static inline int prefixes_ = 0;
   std::string root_;
   std::string url_;
   std::unique_ptr<StateBackend> backend_;
   int restores_ = 0;
 };
 
-TEST_F(CheckpointManagerTest, WriteThenRestoreGivesIdenticalState) {
+INSTANTIATE_TEST_SUITE_P(Storage, CheckpointManagerTest, ::testing::Values("file", "s3"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST_P(CheckpointManagerTest, WriteThenRestoreGivesIdenticalState) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 3000);
   Fill(*backend_, "b", 100, 900, 1);
@@ -199,13 +223,14 @@ TEST_F(CheckpointManagerTest, WriteThenRestoreGivesIdenticalState) {
     }
   }
   EXPECT_TRUE(has_sst);
-  EXPECT_TRUE(fs::exists(root_ + "/store/job-1/task-3/chk-1.manifest"));
+  EXPECT_TRUE(*mgr->storage().Exists(mgr->prefix() + "chk-1.manifest"));
 
   Contents expected = Dump(*backend_, {"a", "b"});
   EXPECT_EQ(expected["a"].size(), 3000u);
   // Same filesystem: SSTs are hard-linked from the store, others copied.
   EXPECT_EQ(RestoreAndDump(*mgr, m, {"a", "b"}), expected);
   for (const auto& f : m.files()) {
+    if (!file()) break;  // S3: everything is downloaded
     auto links = fs::hard_link_count(root_ + "/store/job-1/task-3/" + f.key());
     EXPECT_EQ(links, f.name().ends_with(".sst") ? 2u : 1u) << f.key();
   }
@@ -222,7 +247,7 @@ TEST_F(CheckpointManagerTest, WriteThenRestoreGivesIdenticalState) {
   EXPECT_EQ(Dump(*backend_, {"a", "b"}), expected);
 }
 
-TEST_F(CheckpointManagerTest, SecondCheckpointUploadsOnlyNewSsts) {
+TEST_P(CheckpointManagerTest, SecondCheckpointUploadsOnlyNewSsts) {
   // ~3.6 MB over three tables: one SST per table (each below the L0
   // compaction trigger, so no background compaction rewrites them).
   backend_ = NewBackend(root_ + "/db");
@@ -258,7 +283,7 @@ TEST_F(CheckpointManagerTest, SecondCheckpointUploadsOnlyNewSsts) {
   EXPECT_EQ(CountShared(*again), shared_after_first + 1);
 }
 
-TEST_F(CheckpointManagerTest, TornCheckpointsAreSkipped) {
+TEST_P(CheckpointManagerTest, TornCheckpointsAreSkipped) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 1000);
   auto mgr = OpenManager(/*retain=*/5);
@@ -310,7 +335,7 @@ TEST_F(CheckpointManagerTest, TornCheckpointsAreSkipped) {
 
 // A shared file lost by the storage makes the checkpoints referencing it
 // torn; the manager notices at its next GC and uploads the file again.
-TEST_F(CheckpointManagerTest, LostSharedFileIsUploadedAgain) {
+TEST_P(CheckpointManagerTest, LostSharedFileIsUploadedAgain) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 2000);
   auto mgr = OpenManager();
@@ -336,7 +361,7 @@ TEST_F(CheckpointManagerTest, LostSharedFileIsUploadedAgain) {
   EXPECT_EQ(RestoreAndDump(*mgr, m, {"a"}), Dump(*backend_, {"a"}));
 }
 
-TEST_F(CheckpointManagerTest, CorruptManifestFailsNamingTheFile) {
+TEST_P(CheckpointManagerTest, CorruptManifestFailsNamingTheFile) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 100);
   auto mgr = OpenManager();
@@ -364,7 +389,7 @@ TEST_F(CheckpointManagerTest, CorruptManifestFailsNamingTheFile) {
   EXPECT_THAT(decoded.status().message(), HasSubstr("some/name"));
 }
 
-TEST_F(CheckpointManagerTest, NewerLayoutVersionIsRefused) {
+TEST_P(CheckpointManagerTest, NewerLayoutVersionIsRefused) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 100);
   auto mgr = OpenManager();
@@ -383,7 +408,7 @@ TEST_F(CheckpointManagerTest, NewerLayoutVersionIsRefused) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeManifest(EncodeManifest(*m), "x").status()));
 }
 
-TEST_F(CheckpointManagerTest, GarbageCollectionLeavesNoUnreferencedFiles) {
+TEST_P(CheckpointManagerTest, GarbageCollectionLeavesNoUnreferencedFiles) {
   backend_ = NewBackend(root_ + "/db");
   auto mgr = OpenManager(/*retain=*/2);
   std::map<int64_t, Contents> states;
@@ -406,8 +431,10 @@ TEST_F(CheckpointManagerTest, GarbageCollectionLeavesNoUnreferencedFiles) {
   ASSERT_OK(s.Write(mgr->prefix() + "shared/00000000000000000000000000000000-3.sst", "abc"));
   ASSERT_OK(s.Write(mgr->prefix() + "chk-3/MANIFEST-000009", "m"));
   std::string tmp = root_ + "/store/job-1/task-3/shared/.x.sst.tmp.1.1";
-  std::ofstream(tmp) << "partial";
-  fs::last_write_time(tmp, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  if (file()) {
+    std::ofstream(tmp) << "partial";
+    fs::last_write_time(tmp, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  }
 
   for (int round = 2; round < 5; ++round) {
     Fill(*backend_, "a", round * 1000, round * 1000 + 1000);
@@ -448,7 +475,7 @@ TEST_F(CheckpointManagerTest, GarbageCollectionLeavesNoUnreferencedFiles) {
 // A parallel task pins the job's last complete checkpoint: any number of
 // newer checkpoints it stored alone (runs that died before the job completed
 // them) never push it out.
-TEST_F(CheckpointManagerTest, PinnedCheckpointSurvivesNewerOnes) {
+TEST_P(CheckpointManagerTest, PinnedCheckpointSurvivesNewerOnes) {
   backend_ = NewBackend(root_ + "/db");
   auto mgr = OpenManager(/*retain=*/2);
   std::map<int64_t, Contents> states;
@@ -475,7 +502,7 @@ TEST_F(CheckpointManagerTest, PinnedCheckpointSurvivesNewerOnes) {
   EXPECT_FALSE(s.Exists(mgr->prefix() + "chk-2.manifest").value());
 }
 
-TEST_F(CheckpointManagerTest, RestoreDetectsCorruptFileAndKeepsState) {
+TEST_P(CheckpointManagerTest, RestoreDetectsCorruptFileAndKeepsState) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 2000);
   auto mgr = OpenManager();
@@ -499,7 +526,7 @@ TEST_F(CheckpointManagerTest, RestoreDetectsCorruptFileAndKeepsState) {
   EXPECT_EQ(Dump(*backend_, {"a"}), before);  // untouched
 }
 
-TEST_F(CheckpointManagerTest, SavepointIsSelfContained) {
+TEST_P(CheckpointManagerTest, SavepointIsSelfContained) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 2000);
   Fill(*backend_, "b", 0, 10);
@@ -559,7 +586,7 @@ TEST_F(CheckpointManagerTest, SavepointIsSelfContained) {
   EXPECT_THAT(incomplete.status().message(), HasSubstr("state/CURRENT"));
 }
 
-TEST_F(CheckpointManagerTest, ArgumentErrors) {
+TEST_P(CheckpointManagerTest, ArgumentErrors) {
   for (const char* job : {"", ".hidden", "a/b", "job name"}) {
     auto m = CheckpointManager::Open(url_, job, 0, root_ + "/scratch", 1);
     EXPECT_TRUE(absl::IsInvalidArgument(m.status())) << job << ": " << m.status();
@@ -567,7 +594,8 @@ TEST_F(CheckpointManagerTest, ArgumentErrors) {
   EXPECT_FALSE(CheckpointManager::Open(url_, "j", -1, root_ + "/scratch", 1).ok());
   EXPECT_FALSE(CheckpointManager::Open(url_, "j", 0, root_ + "/scratch", 0).ok());
   auto s3 = CheckpointManager::Open("s3://b/p", "j", 0, root_ + "/scratch", 1);
-  EXPECT_TRUE(absl::IsUnimplemented(s3.status())) << s3.status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s3.status())) << s3.status();
+  EXPECT_THAT(s3.status().message(), HasSubstr("\"b\" is not a bucket name"));
 
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 10);
@@ -604,10 +632,17 @@ std::string CrashDir() {
 
 // Checkpoint 1 = keys [0, 1000), then keys [1000, 1500) and checkpoint 2
 // with `failpoint` armed. Only returns if the failpoint did not fire.
+// The store: file://<dir>/store, or the URL the parent put in
+// CARAVELA_CHECKPOINT_CRASH_URL (the child inherits the environment).
+std::string CrashStore(const std::string& dir) {
+  const char* url = getenv("CARAVELA_CHECKPOINT_CRASH_URL");
+  return url != nullptr ? std::string(url) : "file://" + dir + "/store";
+}
+
 void WriteTwoCheckpoints(const std::string& dir, const std::string& failpoint) {
   auto backend = OpenRocksDbBackend(dir + "/db");
   if (!backend.ok()) exit(2);
-  auto mgr = CheckpointManager::Open("file://" + dir + "/store", "job", 0, dir + "/scratch", 3);
+  auto mgr = CheckpointManager::Open(CrashStore(dir), "job", 0, dir + "/scratch", 3);
   if (!mgr.ok()) exit(3);
   Fill(**backend, "a", 0, 1000);
   if (!(*mgr)->Write(**backend, CheckpointManifest()).ok()) exit(4);
@@ -617,7 +652,7 @@ void WriteTwoCheckpoints(const std::string& dir, const std::string& failpoint) {
 }
 
 void CheckRecovery(const std::string& dir, int64_t expect_id, size_t expect_keys) {
-  auto mgr = CheckpointManager::Open("file://" + dir + "/store", "job", 0, dir + "/scratch", 3);
+  auto mgr = CheckpointManager::Open(CrashStore(dir), "job", 0, dir + "/scratch", 3);
   ASSERT_TRUE(mgr.ok()) << mgr.status();
   EXPECT_EQ((*mgr)->next_checkpoint_id(), 3);  // id 2 is used even if not committed
   auto latest = (*mgr)->Latest();
@@ -648,6 +683,7 @@ class CheckpointCrashTest : public ::testing::Test {
   void TearDown() override {
     GTEST_FLAG_SET(death_test_style, "fast");
     unsetenv("CARAVELA_CHECKPOINT_CRASH_DIR");
+    unsetenv("CARAVELA_CHECKPOINT_CRASH_URL");
     RemoveTree(dir_);
   }
   std::string dir_;
@@ -664,6 +700,36 @@ TEST_F(CheckpointCrashTest, CrashAfterFilesBeforeManifestRecoversPreviousCheckpo
   // The crashed checkpoint's files are there, its manifest is not.
   EXPECT_TRUE(fs::exists(dir_ + "/store/job/task-0/chk-2"));
   EXPECT_FALSE(fs::exists(dir_ + "/store/job/task-0/chk-2.manifest"));
+  CheckRecovery(dir_, 1, 1000);
+}
+
+// The same crash on S3 (a real s3rver): SIGKILL after the SSTs and small
+// files went up, before the manifest.
+TEST_F(CheckpointCrashTest, CrashAfterUploadBeforeManifestOnS3) {
+  dir_ = CrashDir();
+  // The death test's child re-runs this body: the server and the URL are
+  // the parent's (inherited through the environment).
+  std::unique_ptr<S3Server> s3;
+  if (getenv("CARAVELA_CHECKPOINT_CRASH_URL") == nullptr) {
+    auto started = S3Server::Start();
+    ASSERT_TRUE(started.ok()) << started.status();
+    s3 = std::move(*started);
+    s3->ExportEnvironment();
+  }
+  const std::string url = absl::StrCat("s3://", S3Server::kBucket, "/crash");
+  setenv("CARAVELA_CHECKPOINT_CRASH_URL", url.c_str(), 1);
+  EXPECT_EXIT(
+      {
+        WriteTwoCheckpoints(dir_, "checkpoint.after_files");
+        exit(0);
+      },
+      ::testing::KilledBySignal(SIGKILL), "failpoint checkpoint.after_files hit 1");
+  auto storage = OpenCheckpointStorage(url);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  auto uploaded = (*storage)->List("job/task-0/chk-2/");
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  EXPECT_FALSE(uploaded->empty());
+  EXPECT_FALSE(*(*storage)->Exists("job/task-0/chk-2.manifest"));
   CheckRecovery(dir_, 1, 1000);
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/failpoint.h"
+#include "worker/checkpoint/s3_storage.h"
 
 namespace caravela {
 namespace {
@@ -376,7 +377,7 @@ absl::StatusOr<std::optional<int64_t>> ReadEpoch(CheckpointStorage& storage, std
 
 absl::StatusOr<std::unique_ptr<CheckpointStorage>> OpenCheckpointStorage(const std::string& url) {
   constexpr absl::string_view kExpected =
-      "expected file:///absolute/dir (a local, NFS or PVC directory)";
+      "expected file:///absolute/dir (a local, NFS or PVC directory) or s3://bucket/prefix";
   if (absl::StartsWith(url, "file://")) {
     std::string path = url.substr(strlen("file://"));
     if (path.empty() || path[0] != '/') {
@@ -386,11 +387,11 @@ absl::StatusOr<std::unique_ptr<CheckpointStorage>> OpenCheckpointStorage(const s
     return OpenFileStorage(path);
   }
   if (absl::StartsWith(url, "s3://")) {
-    return absl::UnimplementedError(absl::StrCat("checkpoint storage URL '", url,
-                                                 "': s3:// is not supported yet; ", kExpected));
+    ASSIGN_OR_RETURN(S3Config config, S3ConfigFromEnvironment(url));
+    return OpenS3Storage(config);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unsupported checkpoint storage URL '", url, "'; ",
-                                                 kExpected, " (s3:// is not supported yet)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported checkpoint storage URL '", url, "'; ", kExpected));
 }
 
 }  // namespace caravela

@@ -175,10 +175,16 @@ TEST_F(FileStorageTest, CrashBeforeRenameLeavesOldObject) {
 }
 
 TEST(OpenCheckpointStorageTest, UrlErrors) {
+  // s3:// without credentials in the environment or a credentials file.
+  for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"}) unsetenv(v);
+  setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials", 1);
   auto s3 = OpenCheckpointStorage("s3://bucket/prefix");
-  EXPECT_TRUE(absl::IsUnimplemented(s3.status())) << s3.status();
-  EXPECT_THAT(s3.status().message(), HasSubstr("not supported yet"));
-  EXPECT_THAT(s3.status().message(), HasSubstr("s3://bucket/prefix"));
+  unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+  EXPECT_TRUE(absl::IsInvalidArgument(s3.status())) << s3.status();
+  EXPECT_THAT(s3.status().message(), HasSubstr("s3://bucket/prefix: no S3 credentials"));
+  EXPECT_THAT(s3.status().message(), HasSubstr("/nonexistent/credentials"));
+  auto no_bucket = OpenCheckpointStorage("s3:///prefix");
+  EXPECT_THAT(no_bucket.status().message(), HasSubstr("names no bucket"));
 
   auto other = OpenCheckpointStorage("/plain/path");
   EXPECT_TRUE(absl::IsInvalidArgument(other.status())) << other.status();

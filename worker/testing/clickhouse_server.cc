@@ -1,6 +1,7 @@
 #include "worker/testing/clickhouse_server.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,6 +80,10 @@ absl::StatusOr<std::unique_ptr<ClickHouseServer>> ClickHouseServer::Start() {
     FILE* f = std::freopen(out.c_str(), "a", stdout);
     (void)f;
     dup2(1, 2);
+    // Dies with the test, and holds none of its descriptors (a death test's
+    // pipe held open would keep its parent waiting).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (int fd = 3; fd < 1024; ++fd) close(fd);
     execl(binary.c_str(), binary.c_str(), config.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
