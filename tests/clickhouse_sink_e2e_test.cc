@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "common/time_util.h"
 #include "nlohmann/json.hpp"
+#include "tests/purchases_input.h"
 #include "tests/test_util.h"
 #include "worker/testing/clickhouse_server.h"
 
@@ -30,9 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-constexpr int64_t kBase = 1790812800000;  // 2026-10-01T00:00:00Z
-constexpr int64_t kMin = 60'000;
 
 // (country, window_start ms) -> (revenue, orders, state)
 using Results =
@@ -88,24 +85,7 @@ class ClickHouseSinkE2ETest : public ::testing::Test {
     server_ = std::move(*s);
     dir_ =
         std::make_unique<TempDir>("clickhouse_e2e", "CARAVELA_KEEP_TEST_DIRS", "clickhouse test");
-    // Purchases over 6 hours in 3 countries, arriving in order of arrival
-    // with up to 20 minutes of delay (EARLY, ON_TIME and LATE revisions),
-    // some retried (dedup), a few an hour late (too late).
-    std::mt19937 rng(7);
-    std::ofstream in(dir_->path() / "input.jsonl");
-    const char* countries[] = {"PT", "ES", "FR"};
-    for (int i = 0; i < 3000; ++i) {
-      const int64_t arrival = kBase + i * 7'000;
-      int64_t delay = static_cast<int64_t>(rng() % 20) * kMin;
-      if (i % 97 == 0) delay = 95 * kMin;
-      const nlohmann::json p = {{"event_id", absl::StrCat("e", i)},
-                                {"country", countries[rng() % 3]},
-                                {"amount", static_cast<double>(rng() % 10000) / 100},
-                                {"event_time", FormatIso8601(arrival - delay)},
-                                {"arrival", arrival}};
-      in << p.dump() << "\n";
-      if (i % 13 == 0) in << p.dump() << "\n";  // a retry
-    }
+    WritePurchases(dir_->path() / "input.jsonl", 3000);
   }
 
   fs::path Dir() const { return dir_->path(); }
