@@ -1,7 +1,7 @@
 // Bench (e): incremental checkpoints and restore (SPEC §6).
 //
 //   checkpoint_bench [--gb 1] [--work-dir DIR] [--change-fraction 0.01] [--no-compact]
-//                    [--warm] [--copy-restore] [--keep]
+//                    [--warm] [--copy-restore] [--keep] [--s3]
 //
 // Fills a RocksDB backend with --gb GB of ~100-byte entries (16-byte hashed
 // keys in random order, 84-byte xxhash-random values, so nothing compresses
@@ -15,6 +15,10 @@
 // The store being on the same filesystem, restore hard-links the SSTs (still
 // reading each once to verify its checksum); --copy-restore copies them, as
 // for a store on another filesystem.
+// --s3: the store is s3://caravela/bench on a real S3-protocol server on
+// loopback (s3rver, worker/testing/s3_server.h; its objects on the same
+// disk), so uploads and the restore go through S3Storage (HTTP, multipart
+// above 16 MiB); compare with the file:// run.
 // Refuses to start if the work dir's filesystem has less than 3x the state
 // size free (state + store + restored copy).
 //
@@ -36,6 +40,7 @@
 #include "bench/bench_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
+#include "worker/testing/s3_server.h"
 #include "worker/state/state_backend.h"
 #define XXH_STATIC_LINKING_ONLY
 #include "xxhash.h"
@@ -150,8 +155,18 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(keys), load_s, compact_s,
               Mb(backend.ApproximateBytes()));
 
-  auto mgr_or = caravela::CheckpointManager::Open("file://" + work + "/store", "bench", 0,
-                                                  work + "/scratch", /*retain=*/2);
+  std::string store = "file://" + work + "/store";
+  std::unique_ptr<caravela::S3Server> s3;
+  if (flags.Bool("s3")) {
+    auto started = caravela::S3Server::Start();
+    if (!started.ok()) Die("s3rver", started.status());
+    s3 = std::move(*started);
+    s3->ExportEnvironment();
+    store = std::string("s3://") + caravela::S3Server::kBucket + "/bench";
+  }
+  std::printf("store %s\n", store.c_str());
+  auto mgr_or = caravela::CheckpointManager::Open(store, "bench", 0, work + "/scratch",
+                                                  /*retain=*/2);
   if (!mgr_or.ok()) Die("open checkpoint manager", mgr_or.status());
   auto& mgr = **mgr_or;
 
@@ -200,7 +215,7 @@ int main(int argc, char** argv) {
   // ---- restore into a fresh backend ----
   auto latest = mgr.Latest();
   if (!latest.ok() || !latest->has_value()) Die("latest", latest.status());
-  if (!flags.Bool("warm")) EvictFromPageCache(work + "/store");
+  if (!flags.Bool("warm") && s3 == nullptr) EvictFromPageCache(work + "/store");
   auto restored_or = caravela::OpenRocksDbBackend(work + "/restored");
   if (!restored_or.ok()) Die("open restored db", restored_or.status());
   // The store is on the same filesystem: SSTs are hard-linked (and read once
