@@ -1,6 +1,7 @@
 #include "worker/connectors/clickhouse_sink.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -24,6 +25,12 @@ std::string Backquote(std::string_view name) { return absl::StrCat("`", std::str
 bool IsWindowBound(std::string_view name) { return name == "window_start" || name == "window_end"; }
 
 constexpr char kResultColumn[] = "_result";
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -335,24 +342,52 @@ absl::Status ClickHouseSink::WriteRecord(const SinkRecord& r) {
         "the table keeps revisions per key (it has a revision column) but this result has no "
         "key: write keyless rows (joins, side outputs) to a table of their own"));
   }
+  if (buffered_rows_ == 0) oldest_ms_ = NowMs();
   AppendRow(r);
-  if (buf_.size() >= options_.max_buffered_bytes) return Flush();
+  if (buf_.size() >= options_.max_buffered_bytes) return Send();
   return absl::OkStatus();
 }
 
 absl::Status ClickHouseSink::Flush() {
   if (buffered_rows_ == 0) return absl::OkStatus();
-  absl::StatusOr<std::string> r = client_->Execute(insert_, buf_);
-  if (!r.ok()) return Error(r.status());
-  written_ += static_cast<int64_t>(buffered_rows_);
-  buffered_rows_ = 0;
+  if (buf_.size() < options_.max_buffered_bytes &&
+      NowMs() - oldest_ms_ < options_.flush_interval_ms) {
+    return absl::OkStatus();
+  }
+  return Send();
+}
+
+absl::StatusOr<std::string> ClickHouseSink::PreCommit(int64_t checkpoint_id) {
+  RETURN_IF_ERROR(Send());
+  RETURN_IF_ERROR(Wait());
+  return std::string();
+}
+
+absl::Status ClickHouseSink::Wait() {
+  if (!inflight_.valid()) return absl::OkStatus();
+  return inflight_.get();
+}
+
+absl::Status ClickHouseSink::Send() {
+  RETURN_IF_ERROR(Wait());
+  if (buffered_rows_ == 0) return absl::OkStatus();
+  sending_.swap(buf_);
   buf_.clear();
+  const auto rows = static_cast<int64_t>(buffered_rows_);
+  buffered_rows_ = 0;
+  inflight_ = std::async(std::launch::async, [this, rows]() -> absl::Status {
+    absl::StatusOr<std::string> r = client_->Execute(insert_, sending_);
+    if (!r.ok()) return Error(r.status());
+    written_ += rows;
+    return absl::OkStatus();
+  });
   return absl::OkStatus();
 }
 
 absl::Status ClickHouseSink::Close() {
   if (client_ == nullptr) return absl::OkStatus();
-  return Flush();
+  RETURN_IF_ERROR(Send());
+  return Wait();
 }
 
 }  // namespace caravela

@@ -27,7 +27,15 @@
 // fit its column (text in a number column) is written as NULL (or the
 // column's default) and counted (`mismatched()`); `_result` keeps it.
 //
-// Checkpoints: no transaction; PreCommit = Flush. After a crash the runtime
+// Batching: ClickHouse wants few, large INSERTs (each one is a part that
+// merges must fold), so Flush() at the end of a runtime batch sends only
+// once `max_buffered_bytes` are buffered or the oldest buffered row waited
+// `flush_interval_ms`; PreCommit (every checkpoint) and Close send
+// everything. One INSERT is in flight at a time, on a thread of its own,
+// while the task goes on building the next one; PreCommit and Close wait
+// for it, and its error comes back from the next call.
+//
+// Checkpoints: no transaction; PreCommit sends the buffer. After a crash the runtime
 // re-delivers the results computed after the checkpoint; the same revision of
 // a key is the same row, which the ReplacingMergeTree collapses, so a batch
 // written twice is harmless and the table converges to the job's results.
@@ -39,7 +47,9 @@
 // Not thread-safe: one task thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -67,7 +77,8 @@ struct ClickHouseSinkOptions {
   absl::flat_hash_map<std::string, std::string> hints;
   // Named in error messages, e.g. "spec.sinks[0].clickhouse".
   std::string yaml_path = "clickhouse sink";
-  size_t max_buffered_bytes = size_t{8} << 20;  // Write flushes past this
+  size_t max_buffered_bytes = size_t{8} << 20;  // Write and Flush send past this
+  int64_t flush_interval_ms = 1000;             // Flush sends rows older than this
   int retries = 5;
   int64_t backoff_ms = 100;
 };
@@ -89,10 +100,13 @@ class ClickHouseSink : public Sink {
   // if missing and reads the table's columns if it exists.
   absl::Status Open() override;
   absl::Status WriteRecord(const SinkRecord& r) override;
+  // Sends the buffer if it is big or old enough (see Batching).
   absl::Status Flush() override;
+  // Sends the buffer.
+  absl::StatusOr<std::string> PreCommit(int64_t checkpoint_id) override;
   absl::Status Close() override;
 
-  int64_t written() const { return written_; }
+  int64_t written() const { return written_.load(); }
   int64_t mismatched() const { return mismatched_; }
   int64_t retried() const { return client_ == nullptr ? 0 : client_->retried(); }
   const std::string& time_type() const { return time_type_; }
@@ -113,6 +127,10 @@ class ClickHouseSink : public Sink {
   void AppendRow(const SinkRecord& r);
   void AppendCell(const Column& c, const Value& v);
   absl::Status Error(const absl::Status& st) const;
+  // Starts sending the buffer (after the INSERT in flight finished).
+  absl::Status Send();
+  // Waits for the INSERT in flight; its status.
+  absl::Status Wait();
 
   ClickHouseSinkOptions options_;
   std::unique_ptr<ClickHouseClient> client_;
@@ -125,10 +143,13 @@ class ClickHouseSink : public Sink {
   std::string insert_;  // INSERT INTO ... (columns) FORMAT JSONEachRow
   std::string buf_;     // JSONEachRow lines
   size_t buffered_rows_ = 0;
+  int64_t oldest_ms_ = 0;  // steady clock, when the first buffered row came
   JsonDecoder decoder_;
   Record rec_;
   std::string scratch_;
-  int64_t written_ = 0;
+  std::string sending_;  // the body of the INSERT in flight
+  std::future<absl::Status> inflight_;
+  std::atomic<int64_t> written_{0};
   int64_t mismatched_ = 0;
 };
 
