@@ -1501,6 +1501,9 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
     if (spec.sinks[i].kind == SinkSpec::Kind::kFile) {
       check(absl::StrCat("spec.sinks[", i, "].file.path"), spec.sinks[i].path);
     }
+    // A secret the worker reads and sends to the job's URL: same rule.
+    check(absl::StrCat("spec.sinks[", i, "].clickhouse.password_file"),
+          spec.sinks[i].password_file);
   }
   check("spec.dead_letter.path", spec.dead_letter_path);
   const std::string& storage = spec.checkpoint.storage;

@@ -1220,6 +1220,7 @@ spec:
     - {from: a, file: {path: out/a.jsonl}}
     - {from: b, file: {path: ../../b.jsonl}}
     - {from: c, file: {path: /srv/data/out/c.jsonl}}
+    - {from: c, clickhouse: {url: "http://ch:8123", table: t, password_file: /root/.ssh/id_rsa}}
   dead_letter: {path: /srv/data-other/dead.jsonl}
   checkpoint: {interval: 1s, storage: "file:///tmp/x"}
 )");
@@ -1229,6 +1230,7 @@ spec:
   for (const SpecError& e : errors) paths.push_back(e.path);
   EXPECT_THAT(paths, ::testing::ElementsAre("spec.sources[1].file.path",
                                             "spec.sources[2].file.path", "spec.sinks[1].file.path",
+                                            "spec.sinks[3].clickhouse.password_file",
                                             "spec.dead_letter.path", "spec.checkpoint.storage"));
   EXPECT_THAT(errors[0].message, ::testing::HasSubstr("--allow-path"));
   EXPECT_THAT(errors[2].message, ::testing::HasSubstr("leaves the worker's data directory"));

@@ -80,7 +80,8 @@ class CheckpointStorage {
 // Opens the storage named by `url`:
 //   file:///absolute/dir  -> FileStorage rooted at /absolute/dir (created if
 //                            missing), e.g. a local disk, NFS or PVC mount.
-//   s3://...              -> Unimplemented ("not supported yet").
+//   s3://bucket/prefix    -> S3Storage (s3_storage.h; endpoint, region and
+//                            credentials from the environment).
 // Anything else is InvalidArgument naming the URL and the expected form.
 absl::StatusOr<std::unique_ptr<CheckpointStorage>> OpenCheckpointStorage(const std::string& url);
 

@@ -320,29 +320,44 @@ class S3Storage : public CheckpointStorage {
   // `older_than_unix_ms` (stores that cannot list them: nothing to do).
   absl::Status DeleteStaleTemporaries(std::string_view prefix,
                                       int64_t older_than_unix_ms) override {
-    ASSIGN_OR_RETURN(
-        Response r,
-        Send("GET", "", absl::StrCat("prefix=", UriEncode(ObjectKey(prefix), false), "&uploads="),
-             nullptr, nullptr));
-    if (r.status != 200) {
-      Logger()->debug("{}: cannot list incomplete uploads: {}", url_, S3Error(r.status, r.body));
-      return absl::OkStatus();
-    }
-    XmlDoc doc(r.body);
-    const xmlNode* root = doc.root();
-    if (root == nullptr) return absl::OkStatus();
-    for (const xmlNode* n = root->children; n != nullptr; n = n->next) {
-      if (n->type != XML_ELEMENT_NODE || xmlStrcmp(n->name, BAD_CAST "Upload") != 0) continue;
-      const std::string initiated = ElementText(n, "Initiated");
-      absl::Time t;
-      std::string err;
-      if (!absl::ParseTime(absl::RFC3339_full, initiated, &t, &err) ||
-          absl::ToUnixMillis(t) >= older_than_unix_ms) {
-        continue;
+    std::string key_marker;
+    std::string id_marker;
+    while (true) {
+      // Parameters in sorted order (Signature V4's canonical query).
+      std::string query;
+      if (!key_marker.empty()) {
+        absl::StrAppend(&query, "key-marker=", UriEncode(key_marker, false), "&");
       }
-      (void)Send("DELETE", ElementText(n, "Key"),
-                 absl::StrCat("uploadId=", UriEncode(ElementText(n, "UploadId"), false)), nullptr,
-                 nullptr);
+      absl::StrAppend(&query, "prefix=", UriEncode(ObjectKey(prefix), false));
+      if (!id_marker.empty()) {
+        absl::StrAppend(&query, "&upload-id-marker=", UriEncode(id_marker, false));
+      }
+      query += "&uploads=";
+      ASSIGN_OR_RETURN(Response r, Send("GET", "", query, nullptr, nullptr));
+      if (r.status != 200) {
+        Logger()->debug("{}: cannot list incomplete uploads: {}", url_, S3Error(r.status, r.body));
+        return absl::OkStatus();
+      }
+      XmlDoc doc(r.body);
+      const xmlNode* root = doc.root();
+      if (root == nullptr) return absl::OkStatus();
+      for (const xmlNode* n = root->children; n != nullptr; n = n->next) {
+        if (n->type != XML_ELEMENT_NODE || xmlStrcmp(n->name, BAD_CAST "Upload") != 0) continue;
+        const std::string initiated = ElementText(n, "Initiated");
+        absl::Time t;
+        std::string err;
+        if (!absl::ParseTime(absl::RFC3339_full, initiated, &t, &err) ||
+            absl::ToUnixMillis(t) >= older_than_unix_ms) {
+          continue;
+        }
+        (void)Send("DELETE", ElementText(n, "Key"),
+                   absl::StrCat("uploadId=", UriEncode(ElementText(n, "UploadId"), false)), nullptr,
+                   nullptr);
+      }
+      if (ElementText(root, "IsTruncated") != "true") break;
+      key_marker = ElementText(root, "NextKeyMarker");
+      id_marker = ElementText(root, "NextUploadIdMarker");
+      if (key_marker.empty()) break;
     }
     return absl::OkStatus();
   }
@@ -628,6 +643,11 @@ absl::StatusOr<S3Config> S3ConfigFromEnvironment(const std::string& url) {
   c.access_key_id = Env("AWS_ACCESS_KEY_ID");
   c.secret_access_key = Env("AWS_SECRET_ACCESS_KEY");
   c.session_token = Env("AWS_SESSION_TOKEN");
+  if (c.access_key_id.empty() != c.secret_access_key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint storage ", url, ": set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (only ",
+        c.access_key_id.empty() ? "the secret" : "the key id", " is set)"));
+  }
   if (c.access_key_id.empty()) {
     std::string file = Env("AWS_SHARED_CREDENTIALS_FILE");
     if (file.empty() && !Env("HOME").empty()) file = Env("HOME") + "/.aws/credentials";

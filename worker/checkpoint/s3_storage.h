@@ -3,8 +3,8 @@
 //
 // Key "a/b/c" is the object "<prefix>/a/b/c" of the bucket. Requests are
 // signed with AWS Signature V4 by libcurl (CURLOPT_AWS_SIGV4; no signer of
-// our own), payloads sent as UNSIGNED-PAYLOAD (the transport's TLS and the
-// S3 ETag check carry integrity).
+// our own), payloads sent as UNSIGNED-PAYLOAD (integrity: the transport's
+// TLS, and the checkpoint manager's XXH3 of every file, checked at restore).
 //
 // Configuration, none of it in the job YAML (S3ConfigFromEnvironment):
 //   * endpoint: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else

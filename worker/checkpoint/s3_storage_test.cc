@@ -217,6 +217,10 @@ TEST(S3ConfigTest, FromTheUrlAndTheEnvironment) {
   EXPECT_THAT(S3ConfigFromEnvironment("s3://Bad_Bucket/p").status().message(),
               HasSubstr("is not a bucket name"));
   unsetenv("AWS_ACCESS_KEY_ID");
+  auto half = S3ConfigFromEnvironment("s3://my-bucket/p");
+  EXPECT_THAT(half.status().message(),
+              HasSubstr("set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (only the secret"));
+  unsetenv("AWS_SECRET_ACCESS_KEY");
   setenv("AWS_PROFILE", "nobody", 1);
   auto none = S3ConfigFromEnvironment("s3://my-bucket/p");
   EXPECT_TRUE(absl::IsInvalidArgument(none.status()));

@@ -8,9 +8,11 @@
 // safe to repeat: the sink's INSERTs are (a revision written twice is the same
 // row to a ReplacingMergeTree). An answer with an exception (HTTP 4xx/5xx) is
 // not retried: its first line becomes the error, with the URL.
-// Not thread-safe: one task thread.
+// Not thread-safe: one thread at a time (the sink's INSERTs run on a thread
+// of their own, one at a time); retried() may be read from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,13 +47,13 @@ class ClickHouseClient {
 
   const std::string& url() const { return options_.url; }
   // Requests retried so far (connection errors, 503).
-  int64_t retried() const { return retried_; }
+  int64_t retried() const { return retried_.load(); }
 
  private:
   struct Curl;
   ClickHouseClientOptions options_;
   std::unique_ptr<Curl> curl_;
-  int64_t retried_ = 0;
+  std::atomic<int64_t> retried_{0};
 };
 
 // `text` as a ClickHouse string literal ('...' with \ and ' escaped).

@@ -337,6 +337,11 @@ absl::Status ClickHouseSink::WriteRecord(const SinkRecord& r) {
     RETURN_IF_ERROR(CheckTable(r));
   }
   checked_ = true;
+  if (keyed_ && !r.key.empty() && r.revision < 0) {
+    return Error(absl::InvalidArgumentError(
+        "a keyed result without a revision: the table keeps the highest revision per key, so "
+        "write results of a window (or a keyless stream) here"));
+  }
   if (keyed_ && r.key.empty()) {
     return Error(absl::InvalidArgumentError(
         "the table keeps revisions per key (it has a revision column) but this result has no "

@@ -17,7 +17,7 @@
 //     DateTime64, and DateTime has neither milliseconds nor dates before
 //     1970);
 //   * `hints` (the window's aggregates: counts Int64, sums, averages, min and
-//     max Nullable(Float64), arg_max/arg_min String);
+//     max Nullable(Float64), arg_max/arg_min Nullable(String));
 //   * else by the first result's value: a key field String or Int64 (other
 //     JSON as its text in a String); a value field Nullable(Float64) for
 //     numbers, Nullable(UInt8) for booleans, Nullable(String) otherwise.
@@ -40,7 +40,9 @@
 // a key is the same row, which the ReplacingMergeTree collapses, so a batch
 // written twice is harmless and the table converges to the job's results.
 // Between merges a key can have several rows: read with `SELECT ... FINAL`
-// or `argMax(col, revision) ... GROUP BY key` (docs/sinks.md).
+// or `argMax(col, revision) ... GROUP BY key` (docs/semantics.md,
+// "ClickHouse sink"). A keyed result without a revision is an error (the
+// PostgreSQL sink's rule).
 //
 // Errors name the YAML path and the URL; connection errors are retried with
 // backoff (ClickHouseClient). Logs go to the spdlog logger "clickhouse".

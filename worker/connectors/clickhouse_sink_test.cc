@@ -124,6 +124,10 @@ TEST_F(ClickHouseSinkTest, RevisionsCollapseToTheHighestAndABatchWrittenTwiceIsH
   // _result keeps the whole result.
   EXPECT_THAT(Query("SELECT _result FROM caravela_test.rev WHERE country = 'PT'"),
               HasSubstr(R"("total":30.25)"));
+  // A keyed result must carry a revision (the table keeps the highest).
+  absl::Status no_revision = sink.WriteRecord(Result(key_pt, R"({"country":"PT"})", -1));
+  EXPECT_EQ(no_revision.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_revision.message(), HasSubstr("a keyed result without a revision"));
   ASSERT_TRUE(sink.Close().ok());
 
   // A second sink on the existing table uses it as it is.
