@@ -2,8 +2,10 @@
 // (issue 14): the hourly revenue job with early fires and late corrections;
 // after OPTIMIZE TABLE ... FINAL, SELECT ... FINAL equals the FINAL results of
 // a file sink of the same job. A SIGKILL between a sink write and the next
-// checkpoint (failpoint sink.after_write) followed by a restart leaves the
-// same table. Skips (with the reason) only when clickhouse-server is missing.
+// checkpoint (failpoint sink.after_write), or between a checkpoint's
+// PreCommit and its manifest (checkpoint.after_files), followed by a restart
+// leaves the same table. Skips (with the reason) only when clickhouse-server
+// is missing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -45,33 +47,10 @@ int RunJob(const fs::path& dir, const std::string& data, const std::string& fail
 }
 
 std::string Job(const std::string& url, const std::string& table, const std::string& extra) {
-  return absl::StrCat(R"(apiVersion: caravela/v1
-kind: Job
-metadata: {name: clickhouse-e2e}
-spec:
-  checkpoint: {interval: 10m, retain: 2}
-  sources:
-    - name: purchases
-      file: {path: input.jsonl, arrival_field: arrival}
-      event_time: {field: event_time, format: iso8601}
-      watermark: {max_out_of_orderness: 5m}
-  operators:
-    - name: unique
-      dedup: {from: purchases, id: event_id, retention: 24h}
-    - name: revenue
-      window:
-        from: unique
-        tumbling: 1h
-        group_by: [country]
-        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
-        early_fire_every: 1m
-        allowed_lateness: 30m
-  sinks:
-    - {from: revenue, file: {path: out/revenue.jsonl}}
-    - {from: revenue, clickhouse: {url: ")",
-                      url, R"(", database: analytics, table: )", table, extra, R"(}}
-  dead_letter: {path: out/dead-letter.jsonl}
-)");
+  return PurchasesRevenueJob(
+      "clickhouse-e2e", "",
+      absl::StrCat("    - {from: revenue, clickhouse: {url: \"", url,
+                   "\", database: analytics, table: ", table, extra, "}}\n"));
 }
 
 class ClickHouseSinkE2ETest : public ::testing::Test {
@@ -163,18 +142,27 @@ TEST_F(ClickHouseSinkE2ETest, SelectFinalEqualsTheJobsFinalResultsAndSurvivesACr
                          "\nrevenue\tNullable(Float64)\norders\tInt64\nrevision\tUInt64\n"
                          "state\tString\nreconciled\tUInt8\n_result\tString\n"));
 
-  // A crash after a sink write, before the next checkpoint: the restart
-  // restores the checkpoint and writes those revisions again.
-  std::ofstream(Dir() / "job.yaml", std::ios::trunc) << Job(server_->url(), "crashed", "");
-  fs::remove_all(Dir() / "out");
-  const int killed = RunJob(Dir(), "data2", "sink.after_write:40");
-  ASSERT_NE(killed, 0) << ReadFile(Dir() / "run.log");
-  ASSERT_EQ(RunJob(Dir(), "data2"), 0) << ReadFile(Dir() / "run.log");
-  ExpectSame(TableFinals("crashed"), expected);
-  // The restart restored a checkpoint: its revisions are of epoch 1.
-  auto max_revision = server_->Query("SELECT max(revision) FROM analytics.crashed");
-  ASSERT_TRUE(max_revision.ok());
-  EXPECT_GE(std::stoll(*max_revision), 1'000'000'000) << *max_revision;
+  // Two crashes: after a sink write, before the next checkpoint (its rows
+  // still buffered); and after the checkpoint's PreCommit sent the rows to
+  // ClickHouse, before its manifest (the rows are in the table, the
+  // checkpoint is not: the restart writes the same revisions again).
+  for (const auto& [table, failpoint] :
+       {std::pair<std::string, std::string>{"crashed", "sink.after_write:40"},
+        std::pair<std::string, std::string>{"crashed_at_checkpoint", "checkpoint.after_files:3"}}) {
+    std::ofstream(Dir() / "job.yaml", std::ios::trunc) << Job(server_->url(), table, "");
+    fs::remove_all(Dir() / "out");
+    const std::string data = "data-" + table;
+    const int killed = RunJob(Dir(), data, failpoint);
+    ASSERT_NE(killed, 0) << ReadFile(Dir() / "run.log");
+    ASSERT_THAT(ReadFile(Dir() / "run.log"),
+                HasSubstr("failpoint " + failpoint.substr(0, failpoint.find(':'))));
+    ASSERT_EQ(RunJob(Dir(), data), 0) << ReadFile(Dir() / "run.log");
+    ExpectSame(TableFinals(table), expected);
+    // The restart restored a checkpoint: its revisions are of epoch 1.
+    auto max_revision = server_->Query("SELECT max(revision) FROM analytics." + table);
+    ASSERT_TRUE(max_revision.ok());
+    EXPECT_GE(std::stoll(*max_revision), 1'000'000'000) << table << " " << *max_revision;
+  }
 }
 
 TEST_F(ClickHouseSinkE2ETest, WrongPasswordOrUnreachableServerFailWithTheUrl) {

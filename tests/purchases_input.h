@@ -1,4 +1,5 @@
-// A small purchase stream for the sink and storage end-to-end tests: `n`
+// A small purchase stream, and the job over it, for the sink and storage
+// end-to-end tests: `n`
 // purchases in 3 countries arriving every 7 s from 2026-10-01T00:00:00Z, up
 // to 20 minutes late (EARLY, ON_TIME and LATE revisions of an hourly window),
 // every 13th retried, every 97th 95 minutes late (too late for a 30 minute
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/time_util.h"
@@ -35,6 +37,38 @@ inline void WritePurchases(const std::filesystem::path& path, int n, uint32_t se
     out << p.dump() << "\n";
     if (i % 13 == 0) out << p.dump() << "\n";  // a retry
   }
+}
+
+// The job both tests run over it (job name `name`): dedup by event_id,
+// revenue and orders per country and hour with EARLY fires every minute and
+// 30 minutes of lateness, a file sink out/revenue.jsonl, checkpoints every
+// 10 minutes into `storage` (empty: the default), plus `extra_sink` (one
+// line of YAML, e.g. "    - {from: revenue, clickhouse: {...}}\n").
+inline std::string PurchasesRevenueJob(const std::string& name, const std::string& storage,
+                                       const std::string& extra_sink = "") {
+  return absl::StrCat("apiVersion: caravela/v1\nkind: Job\nmetadata: {name: ", name,
+                      "}\nspec:\n  checkpoint: {interval: 10m, retain: 2",
+                      storage.empty() ? "" : absl::StrCat(", storage: \"", storage, "\""), R"(}
+  sources:
+    - name: purchases
+      file: {path: input.jsonl, arrival_field: arrival}
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 5m}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 24h}
+    - name: revenue
+      window:
+        from: unique
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
+        early_fire_every: 1m
+        allowed_lateness: 30m
+  sinks:
+    - {from: revenue, file: {path: out/revenue.jsonl}}
+)",
+                      extra_sink, "  dead_letter: {path: out/dead-letter.jsonl}\n");
 }
 
 }  // namespace caravela

@@ -25,34 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string Job(const std::string& storage) {
-  return absl::StrCat(R"(apiVersion: caravela/v1
-kind: Job
-metadata: {name: s3-e2e}
-spec:
-  checkpoint: {interval: 10m, retain: 2, storage: ")",
-                      storage, R"("}
-  sources:
-    - name: purchases
-      file: {path: input.jsonl, arrival_field: arrival}
-      event_time: {field: event_time, format: iso8601}
-      watermark: {max_out_of_orderness: 5m}
-  operators:
-    - name: unique
-      dedup: {from: purchases, id: event_id, retention: 24h}
-    - name: revenue
-      window:
-        from: unique
-        tumbling: 1h
-        group_by: [country]
-        aggregates: [{as: revenue, sum: amount}, {as: orders, count: "*"}]
-        early_fire_every: 1m
-        allowed_lateness: 30m
-  sinks:
-    - {from: revenue, file: {path: out/revenue.jsonl}}
-  dead_letter: {path: out/dead-letter.jsonl}
-)");
-}
+std::string Job(const std::string& storage) { return PurchasesRevenueJob("s3-e2e", storage); }
 
 class S3CheckpointE2ETest : public ::testing::Test {
  protected:
