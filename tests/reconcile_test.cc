@@ -453,6 +453,63 @@ TEST(ReconcileJoinTest, WindowJoinRowsBySelectedWindow) {
   EXPECT_THAT(ReadFile(dir.path() / "l.txt"), HasSubstr(": 2, matching 2, different 0"));
 }
 
+// A temporal join: the rate version valid from 09:30 came after the
+// watermark passed it, so order 1 (10:00) was converted with the 09:00 rate
+// in the stream and with the 09:30 one in the recomputation; the version
+// that was too late is the cause. The other orders match.
+TEST(ReconcileJoinTest, TemporalJoinRowsNameTheTableVersionThatWasTooLate) {
+  TempDir dir("reconcile_tjoin", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
+  const fs::path golden = fs::path(CARAVELA_SOURCE_DIR) / "tests/golden/lookup_then_temporal";
+  for (const char* f : {"orders.jsonl", "rates.jsonl"}) {
+    fs::copy_file(golden / f, dir.path() / f);
+  }
+  std::ofstream(dir.path() / "job.yaml") << R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: temporal}
+spec:
+  sources:
+    - name: orders
+      file: {path: orders.jsonl, arrival_field: at}
+      event_time: {field: ts, format: iso8601}
+      watermark: {max_out_of_orderness: 1m}
+    - name: rates
+      file: {path: rates.jsonl, arrival_field: at}
+      event_time: {field: valid_from, format: iso8601}
+      watermark: {max_out_of_orderness: 1m}
+  operators:
+    - name: converted
+      temporal_join: {stream: orders, table: rates, on: [currency], type: left}
+  sinks:
+    - {from: converted, file: {path: out/converted.jsonl}}
+    - {from: converted.too_late, file: {path: out/too_late.jsonl}}
+  dead_letter: {path: out/dead-letter.jsonl}
+)";
+  const std::string job = (dir.path() / "job.yaml").string();
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " run -q ", job, " --data-dir ",
+                            (dir.path() / "data").string()),
+               dir.path() / "run.log"),
+            0)
+      << ReadFile(dir.path() / "run.log");
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --json ", job), dir.path() / "r.json",
+               dir.path() / "r.err"),
+            3)
+      << ReadFile(dir.path() / "r.err");
+  const json r = json::parse(ReadFile(dir.path() / "r.json"));
+  EXPECT_EQ(r["matching"], 3);
+  ASSERT_EQ(r["differences"].size(), 2u) << r.dump(1);
+  for (const json& d : r["differences"]) {
+    if (d["kind"] == "only_in_sink") {
+      EXPECT_EQ(d["sink"]["order"], 1);
+      EXPECT_EQ(d["sink"]["rates"]["rate"], 0.9);
+    } else {
+      EXPECT_EQ(d["recomputed"]["order"], 1);
+      EXPECT_EQ(d["recomputed"]["rates"]["rate"], 0.5);
+      EXPECT_EQ(d["causes"], json::array({"its table record was too late (behind_watermark, "
+                                          "converted.too_late)"}));
+    }
+  }
+}
+
 // --apply while the job runs (started, reconciled, the job goes on): no
 // revision of any window goes backwards in the Kafka changelog, and the
 // windows the job finalizes afterwards are its own.

@@ -507,8 +507,11 @@ class JoinAuditTrail {
       auto it = what_.find(key_);
       if (it != what_.end()) out.push_back(it->second);
     };
-    for (const char* side : {"left", "right"}) {
-      const int32_t c = rec_.FindChild(0, side);
+    // A window or interval join's sides; a temporal join's table row,
+    // nested under the table's name.
+    for (std::string_view side :
+         {std::string_view("left"), std::string_view("right"), std::string_view(table_)}) {
+      const int32_t c = side.empty() ? -1 : rec_.FindChild(0, side);
       if (c >= 0) check(static_cast<uint32_t>(c), false);
     }
     if (out.empty() && !table_.empty()) check(0, true);
