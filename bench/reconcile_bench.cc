@@ -14,8 +14,6 @@
 //    sku and hour) into a Kafka topic on the embedded broker and a PostgreSQL
 //    table (a real server, Debian's binaries); times reading each back
 //    (ReconcileReport::read_seconds).
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -36,13 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using caravela::bench::Flags;
-
-double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
 
 caravela::JobSpec Parse(const std::string& yaml, const fs::path& dir) {
   caravela::ParseResult r = caravela::ParseJobSpec(yaml);
@@ -108,9 +99,9 @@ int main(int argc, char** argv) {
   RunJob(revenue, dir / "data", "");
   caravela::ReconcileOptions ro;
   ro.work_dir = (dir / "reconcile").string();
-  const double cpu0 = CpuSeconds();
+  const double cpu0 = caravela::bench::ProcessCpuSeconds();
   auto report = caravela::Reconcile(revenue, ro);
-  const double cpu = CpuSeconds() - cpu0;
+  const double cpu = caravela::bench::ProcessCpuSeconds() - cpu0;
   Check(report.status(), "reconcile");
   std::printf(
       "recompute: %lld records in %.2f s wall, %.2f CPU s: %.0f records/s (wall), %.0f "
