@@ -178,7 +178,7 @@ class S3Storage : public CheckpointStorage {
 
   // Checks the bucket answers (a listing of at most one key).
   absl::Status Check() {
-    ASSIGN_OR_RETURN(Response r, Send("GET", "", "list-type=2&max-keys=1", nullptr, nullptr));
+    ASSIGN_OR_RETURN(Response r, Send("GET", "", "list-type=2&max-keys=1", nullptr));
     if (r.status == 200) return absl::OkStatus();
     return Error(r, "GET", "(the bucket)");
   }
@@ -210,7 +210,7 @@ class S3Storage : public CheckpointStorage {
 
   absl::StatusOr<std::string> Read(std::string_view key) override {
     RETURN_IF_ERROR(ValidateStorageKey(key));
-    ASSIGN_OR_RETURN(Response r, Send("GET", ObjectKey(key), "", nullptr, nullptr));
+    ASSIGN_OR_RETURN(Response r, Send("GET", ObjectKey(key), "", nullptr));
     if (r.status == 200) return std::move(r.body);
     return Error(r, "GET", key);
   }
@@ -223,7 +223,6 @@ class S3Storage : public CheckpointStorage {
       const std::function<absl::Status(std::string_view)>* f;
       std::string buf;
       absl::Status status;
-      long http = 0;
       bool delivered = false;
       absl::Status Drain() {
         if (buf.empty() || !status.ok()) return status;
@@ -232,21 +231,20 @@ class S3Storage : public CheckpointStorage {
         buf.clear();
         return status;
       }
-    } sink{&f, {}, absl::OkStatus(), 0, false};
+    } sink{&f, {}, absl::OkStatus(), false};
     auto write = [](char* data, size_t size, size_t n, void* self) -> size_t {
       Sink* s = static_cast<Sink*>(self);
       s->buf.append(data, size * n);
-      if (s->http == 200 && s->buf.size() >= (size_t{4} << 20) && !s->Drain().ok()) return 0;
+      if (s->buf.size() >= (size_t{4} << 20) && !s->Drain().ok()) return 0;
       return size * n;
     };
-    ASSIGN_OR_RETURN(Response r, Send("GET", ObjectKey(key), "", nullptr, nullptr, [&](CURL* h) {
+    ASSIGN_OR_RETURN(Response r, Send("GET", ObjectKey(key), "", nullptr, [&](CURL* h) {
                        if (sink.delivered) return false;
                        curl_easy_setopt(
                            h, CURLOPT_WRITEFUNCTION,
                            +static_cast<size_t (*)(char*, size_t, size_t, void*)>(write));
                        curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
                        sink.buf.clear();
-                       sink.http = 200;
                        return true;
                      }));
     if (r.status != 200) {
@@ -284,7 +282,7 @@ class S3Storage : public CheckpointStorage {
         absl::StrAppend(&query, "continuation-token=", UriEncode(token, false), "&");
       absl::StrAppend(&query, "list-type=2&max-keys=", config_.list_page_size,
                       "&prefix=", UriEncode(full, false));
-      ASSIGN_OR_RETURN(Response r, Send("GET", "", query, nullptr, nullptr));
+      ASSIGN_OR_RETURN(Response r, Send("GET", "", query, nullptr));
       if (r.status != 200) return Error(r, "GET", absl::StrCat("(listing ", Sv(prefix), ")"));
       XmlDoc doc(r.body);
       const xmlNode* root = doc.root();
@@ -311,7 +309,7 @@ class S3Storage : public CheckpointStorage {
 
   absl::Status Delete(std::string_view key) override {
     RETURN_IF_ERROR(ValidateStorageKey(key));
-    ASSIGN_OR_RETURN(Response r, Send("DELETE", ObjectKey(key), "", nullptr, nullptr));
+    ASSIGN_OR_RETURN(Response r, Send("DELETE", ObjectKey(key), "", nullptr));
     if (r.status == 200 || r.status == 204 || r.status == 404) return absl::OkStatus();
     return Error(r, "DELETE", key);
   }
@@ -333,7 +331,7 @@ class S3Storage : public CheckpointStorage {
         absl::StrAppend(&query, "&upload-id-marker=", UriEncode(id_marker, false));
       }
       query += "&uploads=";
-      ASSIGN_OR_RETURN(Response r, Send("GET", "", query, nullptr, nullptr));
+      ASSIGN_OR_RETURN(Response r, Send("GET", "", query, nullptr));
       if (r.status != 200) {
         Logger()->debug("{}: cannot list incomplete uploads: {}", url_, S3Error(r.status, r.body));
         return absl::OkStatus();
@@ -351,7 +349,7 @@ class S3Storage : public CheckpointStorage {
           continue;
         }
         (void)Send("DELETE", ElementText(n, "Key"),
-                   absl::StrCat("uploadId=", UriEncode(ElementText(n, "UploadId"), false)), nullptr,
+                   absl::StrCat("uploadId=", UriEncode(ElementText(n, "UploadId"), false)),
                    nullptr);
       }
       if (ElementText(root, "IsTruncated") != "true") break;
@@ -379,12 +377,12 @@ class S3Storage : public CheckpointStorage {
   }
 
   absl::StatusOr<Response> Head(std::string_view key) {
-    return Send("HEAD", ObjectKey(key), "", nullptr, nullptr);
+    return Send("HEAD", ObjectKey(key), "", nullptr);
   }
 
   absl::Status Put(std::string_view key, Body body) {
     if (body.size > config_.multipart_threshold) return PutMultipart(key, body);
-    ASSIGN_OR_RETURN(Response r, Send("PUT", ObjectKey(key), "", &body, nullptr));
+    ASSIGN_OR_RETURN(Response r, Send("PUT", ObjectKey(key), "", &body));
     if (r.status != 200) return Error(r, "PUT", key);
     g_objects.fetch_add(1);
     g_bytes.fetch_add(static_cast<int64_t>(body.size));
@@ -393,7 +391,7 @@ class S3Storage : public CheckpointStorage {
 
   absl::Status PutMultipart(std::string_view key, const Body& whole) {
     const std::string object = ObjectKey(key);
-    ASSIGN_OR_RETURN(Response init, Send("POST", object, "uploads=", nullptr, nullptr));
+    ASSIGN_OR_RETURN(Response init, Send("POST", object, "uploads=", nullptr));
     if (init.status != 200) return Error(init, "POST (start multipart upload)", key);
     const std::string upload_id = ElementText(XmlDoc(init.body).root(), "UploadId");
     if (upload_id.empty()) {
@@ -421,7 +419,7 @@ class S3Storage : public CheckpointStorage {
           part.offset = 0;
         }
         absl::StatusOr<Response> r =
-            Send("PUT", object, absl::StrCat("partNumber=", i + 1, "&", id_query), &part, nullptr);
+            Send("PUT", object, absl::StrCat("partNumber=", i + 1, "&", id_query), &part);
         std::lock_guard<std::mutex> l(mu);
         if (!r.ok()) {
           failed = r.status();
@@ -449,7 +447,7 @@ class S3Storage : public CheckpointStorage {
       Body body;
       body.memory = xml;
       body.size = xml.size();
-      absl::StatusOr<Response> r = Send("POST", object, id_query, &body, nullptr);
+      absl::StatusOr<Response> r = Send("POST", object, id_query, &body);
       if (!r.ok()) {
         failed = r.status();
       } else if (r->status != 200 || absl::StrContains(r->body, "<Error>")) {
@@ -457,7 +455,7 @@ class S3Storage : public CheckpointStorage {
       }
     }
     if (!failed.ok()) {
-      (void)Send("DELETE", object, id_query, nullptr, nullptr);  // abort, best effort
+      (void)Send("DELETE", object, id_query, nullptr);  // abort, best effort
       return failed;
     }
     g_objects.fetch_add(1);
@@ -487,7 +485,7 @@ class S3Storage : public CheckpointStorage {
   // callback (streaming reads); before a retry, it returns false to give up
   // (a stream that already delivered data).
   absl::StatusOr<Response> Send(std::string_view method, std::string_view object,
-                                std::string_view query, Body* body, const char* content_type,
+                                std::string_view query, Body* body,
                                 const std::function<bool(CURL*)>& setup = nullptr) {
     std::string url = base_;
     if (!object.empty()) absl::StrAppend(&url, "/", UriEncode(object, true));
@@ -507,9 +505,6 @@ class S3Storage : public CheckpointStorage {
       if (!config_.session_token.empty()) {
         headers = curl_slist_append(
             headers, absl::StrCat("x-amz-security-token: ", config_.session_token).c_str());
-      }
-      if (content_type != nullptr) {
-        headers = curl_slist_append(headers, absl::StrCat("Content-Type: ", content_type).c_str());
       }
       curl_easy_setopt(h, CURLOPT_URL, url.c_str());
       curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);

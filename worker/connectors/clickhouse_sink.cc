@@ -226,10 +226,11 @@ void ClickHouseSink::AppendCell(const Column& c, const Value& v) {
     case ColumnKind::kString:
       if (v.type == ValueType::kString) {
         AppendJsonString(v.s, &out);
-      } else if (v.is_null() && null_or_default()) {
+      } else if (v.is_null()) {
+        if (!null_or_default()) out.append("\"\"");
       } else {
         scratch_.clear();
-        if (!v.is_null()) v.AppendJson(&scratch_);
+        v.AppendJson(&scratch_);
         AppendJsonString(scratch_, &out);
       }
       return;

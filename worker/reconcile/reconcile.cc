@@ -741,6 +741,39 @@ absl::Status Recompute(const JobSpec& spec, const std::string& op, const Reconci
   return absl::OkStatus();
 }
 
+// Reads the sink's results into `in_sink` (first: a sink that cannot be
+// read fails fast), then recomputes `op`'s into `recomputed`; `Results` is
+// ResultMap or RowMultiset.
+template <typename Results>
+absl::Status ReadBothSides(const JobSpec& spec, const SinkSpec& sink, const std::string& op,
+                           const ReconcileOptions& options, Results* in_sink, Results* recomputed,
+                           ReconcileReport* report) {
+  const auto read_start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(
+      ReadSink(sink, options.bootstrap, [&](std::string_view j) { return in_sink->Add(j); }));
+  report->sink_results = in_sink->added();
+  report->read_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
+  return Recompute(
+      spec, op, options, [&](std::string_view j) { return recomputed->Add(j); }, report);
+}
+
+// Calls f(key, a's value or nullptr, b's value or nullptr) for every key of
+// either sorted map, in key order.
+template <typename V, typename F>
+void ForEachKeyOfEither(const std::map<std::string, V>& a, const std::map<std::string, V>& b, F f) {
+  auto ia = a.begin();
+  auto ib = b.begin();
+  while (ia != a.end() || ib != b.end()) {
+    const bool take_a = ib == b.end() || (ia != a.end() && ia->first <= ib->first);
+    const bool take_b = ia == a.end() || (ib != b.end() && ib->first <= ia->first);
+    const std::string& key = take_a ? ia->first : ib->first;
+    f(key, take_a ? &ia->second : nullptr, take_b ? &ib->second : nullptr);
+    if (take_a) ++ia;
+    if (take_b) ++ib;
+  }
+}
+
 // Window results: compared window by window (key order), with causes from
 // the audit trail and, with apply, published as reconciled revisions.
 absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const OperatorSpec& window,
@@ -749,17 +782,9 @@ absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const O
   key_fields.push_back("window_start");
   key_fields.push_back("window_end");
 
-  // The sink's results first: a sink that cannot be read fails fast.
-  const auto read_start = std::chrono::steady_clock::now();
   ResultMap in_sink(key_fields);
-  RETURN_IF_ERROR(
-      ReadSink(sink, options.bootstrap, [&](std::string_view j) { return in_sink.Add(j); }));
-  report->sink_results = in_sink.added();
-  report->read_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
   ResultMap recomputed(key_fields);
-  RETURN_IF_ERROR(Recompute(
-      spec, window.name, options, [&](std::string_view j) { return recomputed.Add(j); }, report));
+  RETURN_IF_ERROR(ReadBothSides(spec, sink, window.name, options, &in_sink, &recomputed, report));
 
   // Compare, window by window, in key order.
   auto in_range = [&](const Result& r) {
@@ -776,21 +801,12 @@ absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const O
     if (r.state == "FINAL") final_by = std::max(final_by, r.end);
   }
   ResultComparer comparer;
-  auto ia = a.begin();
-  auto ib = b.begin();
-  while (ia != a.end() || ib != b.end()) {
-    const bool take_a = ib == b.end() || (ia != a.end() && ia->first <= ib->first);
-    const bool take_b = ia == a.end() || (ib != b.end() && ib->first <= ia->first);
-    const Result* ra = take_a ? &ia->second : nullptr;
-    const Result* rb = take_b ? &ib->second : nullptr;
-    const std::string& key = take_a ? ia->first : ib->first;
-    if (take_a) ++ia;
-    if (take_b) ++ib;
-    if (!in_range(ra != nullptr ? *ra : *rb)) continue;
+  ForEachKeyOfEither(a, b, [&](const std::string& key, const Result* ra, const Result* rb) {
+    if (!in_range(ra != nullptr ? *ra : *rb)) return;
     ++report->windows;
     if ((ra != nullptr && ra->state != "FINAL") || (ra == nullptr && rb->end > final_by)) {
       ++report->not_final;
-      continue;
+      return;
     }
     ReconcileDifference d;
     d.key = key;
@@ -800,7 +816,7 @@ absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const O
       d.kind = ReconcileDifference::Kind::kOnlyInSink;
     } else if (comparer.Same(ra->json, rb->json)) {
       ++report->matching;
-      continue;
+      return;
     }
     if (ra != nullptr) {
       d.sink = ra->json;
@@ -808,7 +824,7 @@ absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const O
     }
     if (rb != nullptr) d.recomputed = rb->json;
     report->differences.push_back(std::move(d));
-  }
+  });
   if (!report->differences.empty()) {
     AuditTrail trail(spec, window, key_fields);
     trail.Read(options.bootstrap);
@@ -858,51 +874,35 @@ absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const O
 // A join's rows: compared as multisets (report only).
 absl::Status ReconcileJoinRows(const JobSpec& spec, const SinkSpec& sink, const OperatorSpec& join,
                                const ReconcileOptions& options, ReconcileReport* report) {
-  const auto read_start = std::chrono::steady_clock::now();
   RowMultiset in_sink;
-  RETURN_IF_ERROR(
-      ReadSink(sink, options.bootstrap, [&](std::string_view j) { return in_sink.Add(j); }));
-  report->sink_results = in_sink.added();
-  report->read_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
   RowMultiset recomputed;
-  RETURN_IF_ERROR(Recompute(
-      spec, join.name, options, [&](std::string_view j) { return recomputed.Add(j); }, report));
-
-  const auto& a = in_sink.rows();
-  const auto& b = recomputed.rows();
-  auto ia = a.begin();
-  auto ib = b.begin();
-  while (ia != a.end() || ib != b.end()) {
-    const bool take_a = ib == b.end() || (ia != a.end() && ia->first <= ib->first);
-    const bool take_b = ia == a.end() || (ib != b.end() && ib->first <= ia->first);
-    const RowMultiset::Row* ra = take_a ? &ia->second : nullptr;
-    const RowMultiset::Row* rb = take_b ? &ib->second : nullptr;
-    if (take_a) ++ia;
-    if (take_b) ++ib;
-    const int64_t start = ra != nullptr ? ra->start : rb->start;
-    if (start < options.range_start || start >= options.range_end) continue;
-    const int64_t na = ra != nullptr ? ra->count : 0;
-    const int64_t nb = rb != nullptr ? rb->count : 0;
-    report->windows += std::max(na, nb);
-    report->matching += std::min(na, nb);
-    if (na == nb) continue;
-    ReconcileDifference d;
-    d.kind = na > nb ? ReconcileDifference::Kind::kOnlyInSink
-                     : ReconcileDifference::Kind::kOnlyRecomputed;
-    d.rows = std::abs(na - nb);
-    if (ra != nullptr) d.sink = ra->json;
-    if (rb != nullptr) d.recomputed = rb->json;
-    if (na > 0 && nb > 0) {
-      d.causes.push_back(absl::StrCat("the sink holds ", na,
-                                      " copies of the row, the recomputation ", nb,
-                                      na > nb && sink.kind != SinkSpec::Kind::kFile
-                                          ? " (a sink without transactions may repeat rows "
-                                            "after a recovery)"
-                                          : ""));
-    }
-    report->differences.push_back(std::move(d));
-  }
+  RETURN_IF_ERROR(ReadBothSides(spec, sink, join.name, options, &in_sink, &recomputed, report));
+  using Row = RowMultiset::Row;
+  ForEachKeyOfEither(
+      in_sink.rows(), recomputed.rows(), [&](const std::string&, const Row* ra, const Row* rb) {
+        const int64_t start = ra != nullptr ? ra->start : rb->start;
+        if (start < options.range_start || start >= options.range_end) return;
+        const int64_t na = ra != nullptr ? ra->count : 0;
+        const int64_t nb = rb != nullptr ? rb->count : 0;
+        report->windows += std::max(na, nb);
+        report->matching += std::min(na, nb);
+        if (na == nb) return;
+        ReconcileDifference d;
+        d.kind = na > nb ? ReconcileDifference::Kind::kOnlyInSink
+                         : ReconcileDifference::Kind::kOnlyRecomputed;
+        d.rows = std::abs(na - nb);
+        if (ra != nullptr) d.sink = ra->json;
+        if (rb != nullptr) d.recomputed = rb->json;
+        if (na > 0 && nb > 0) {
+          d.causes.push_back(absl::StrCat("the sink holds ", na,
+                                          " copies of the row, the recomputation ", nb,
+                                          na > nb && sink.kind != SinkSpec::Kind::kFile
+                                              ? " (a sink without transactions may repeat rows "
+                                                "after a recovery)"
+                                              : ""));
+        }
+        report->differences.push_back(std::move(d));
+      });
   if (!report->differences.empty()) {
     JoinAuditTrail trail(
         spec, join.name,
