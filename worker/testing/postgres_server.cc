@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/testing/local_port.h"
+#include "worker/testing/local_server.h"
 #include "worker/testing/operator_harness.h"
 
 namespace caravela {

@@ -1,24 +1,17 @@
 #include "worker/testing/s3_server.h"
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <thread>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "worker/checkpoint/s3_storage.h"
-#include "worker/testing/local_port.h"
+#include "worker/testing/local_server.h"
 
 namespace caravela {
 namespace {
-
-namespace fs = std::filesystem;
 
 std::string S3rverScript() {
   const char* env = std::getenv("CARAVELA_S3RVER");
@@ -47,65 +40,30 @@ absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start() {
                      "ci in tests/s3), or set CARAVELA_S3RVER to s3rver's bin/s3rver.js"));
   }
   std::unique_ptr<S3Server> s(new S3Server());
-  char tmpl[] = "/tmp/caravela-s3rver-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
-  s->dir_ = tmpl;
+  ASSIGN_OR_RETURN(s->dir_, MakeServerDir("s3rver"));
   ASSIGN_OR_RETURN(s->port_, FreeLoopbackPort());
-  const std::string data = s->dir_ + "/data";
   const std::string log = s->dir_ + "/s3rver.log";
-  const std::string port = std::to_string(s->port_);
-  s->pid_ = fork();
-  if (s->pid_ < 0) return absl::InternalError("fork failed");
-  if (s->pid_ == 0) {
-    FILE* f = std::freopen(log.c_str(), "a", stdout);
-    (void)f;
-    dup2(1, 2);
-    // Dies with the test, and holds none of its descriptors (a death test's
-    // pipe held open would keep its parent waiting).
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    for (int fd = 3; fd < 1024; ++fd) close(fd);
-    // s3rver's continuation tokens use a cipher OpenSSL 3 keeps in its
-    // legacy provider.
-    execlp("node", "node", "--openssl-legacy-provider", script.c_str(), "-d", data.c_str(), "-a",
-           "127.0.0.1", "-p", port.c_str(), "--configure-bucket", kBucket, "-s",
-           static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  // s3rver's continuation tokens use a cipher OpenSSL 3 keeps in its legacy
+  // provider.
+  ASSIGN_OR_RETURN(
+      s->pid_, SpawnServer({"node", "--openssl-legacy-provider", script, "-d", s->dir_ + "/data",
+                            "-a", "127.0.0.1", "-p", std::to_string(s->port_), "--configure-bucket",
+                            kBucket, "-s"},
+                           log));
   S3Config config;
   config.bucket = kBucket;
   config.endpoint = s->endpoint();
   config.access_key_id = kAccessKeyId;
   config.secret_access_key = kSecretAccessKey;
   config.retries = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (true) {
-    absl::StatusOr<std::unique_ptr<CheckpointStorage>> probe = OpenS3Storage(config);
-    if (probe.ok()) return s;
-    int status = 0;
-    if (waitpid(s->pid_, &status, WNOHANG) == s->pid_) {
-      s->pid_ = -1;
-      std::ifstream in(log);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      return absl::InternalError(absl::StrCat("s3rver exited at start: ", text.substr(0, 2000)));
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("s3rver did not answer on ", s->endpoint(),
-                                                      " within 30 s: ", probe.status().message()));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  RETURN_IF_ERROR(WaitUntilServing(&s->pid_, "s3rver on " + s->endpoint(), s->dir_, log,
+                                   [&] { return OpenS3Storage(config).status(); }));
+  return s;
 }
 
 S3Server::~S3Server() {
-  if (pid_ > 0) {
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-  if (std::getenv("CARAVELA_KEEP_TEST_DIRS") == nullptr) {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  StopServer(&pid_, std::chrono::milliseconds(0));
+  RemoveServerDir(dir_);
 }
 
 }  // namespace caravela
