@@ -222,8 +222,8 @@ struct SinkSpec {
   std::string password_file;
 
   // "file:PATH", "kafka:TOPIC", "postgres:TABLE", "clickhouse:DB.TABLE",
-  // "discard" or "stdout": the
-  // metrics' `sink` label and `caravela reconcile --sink`.
+  // "discard" or "stdout": the metrics' `sink` label and `caravela reconcile
+  // --sink`.
   std::string Label() const;
 };
 
