@@ -456,11 +456,8 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
     }
     kinds_[i] = kHasId;
     hashes_[i] = IdHash(id, &scratch_);
-    if (batch_) {
-      first_fingerprint_.prefetch(hashes_[i]);
-    } else {
-      index_->Prefetch(hashes_[i]);
-    }
+    if (batch_) continue;  // no fingerprint; its set is prefetched in pass 2
+    index_->Prefetch(hashes_[i]);
     fingerprints_[i] = Fingerprint(r);
   }
   // Pass 2: decide, in order.
@@ -468,6 +465,12 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
   pending_by_hash_.clear();
   for (size_t i = 0; i < n; ++i) {
     const Record& r = batch[i];
+    // Batch mode: the set's slot a few ids ahead, close enough that its
+    // cache line and TLB entry are still there when its turn comes.
+    constexpr size_t kAhead = 16;
+    if (batch_ && i + kAhead < n && kinds_[i + kAhead] == kHasId) {
+      first_ids_.Prefetch(hashes_[i + kAhead]);
+    }
     if (kinds_[i] == kMissingId) {
       missing_id_->Add();
       out.Emit() = r;
@@ -482,16 +485,18 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
       continue;
     }
     const uint64_t h = hashes_[i];
+    if (batch_) {
+      if (first_ids_.Insert(h)) {
+        passed_->Add();
+        out.Emit() = r;
+      } else {
+        duplicates_->Add();
+      }
+      continue;
+    }
     const uint64_t fp = fingerprints_[i];
     uint64_t first_fp = 0;
-    bool found;
-    if (batch_) {
-      auto [it, inserted] = first_fingerprint_.try_emplace(h, fp);
-      found = !inserted;
-      first_fp = it->second;
-    } else {
-      ASSIGN_OR_RETURN(found, FindFirst(h, horizon, &first_fp));
-    }
+    ASSIGN_OR_RETURN(bool found, FindFirst(h, horizon, &first_fp));
     if (found) {
       if (first_fp == fp) {
         duplicates_->Add();
@@ -506,11 +511,6 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
       s.AddString("fingerprint", Hex(fp));
       s.AddValue("record", r.Get(0));
       s.event_time = r.event_time;
-      continue;
-    }
-    if (batch_) {
-      passed_->Add();
-      out.Emit() = r;
       continue;
     }
     auto [it, inserted] = pending_by_hash_.try_emplace(h, kNoPending);

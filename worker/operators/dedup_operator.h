@@ -42,6 +42,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "common/record.h"
+#include "worker/operators/id_hash_set.h"
 #include "worker/operators/operator.h"
 
 namespace caravela {
@@ -65,10 +66,13 @@ class DedupOperator : public Operator {
                             Output& out) override;
   absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;
 
-  // Batch mode (reconciliation): no retention and no state; the first copy
-  // of every id is kept in an in-memory map (64-bit id hash -> fingerprint,
-  // the same identity the stored blobs use), so decisions are those of an
-  // unbounded retention without the index, blobs or expiry. Set before Open.
+  // Batch mode (reconciliation): no retention and no state; the 64-bit hash
+  // of every id seen (the identity the stored blobs use) is kept in an
+  // in-memory set, so decisions are those of an unbounded retention without
+  // the index, blobs or expiry: the first copy of an id passes, every later
+  // one is dropped. Payloads are not compared (a recomputation's answer does
+  // not depend on it), so later copies all count as duplicates and
+  // `conflicts` stays empty. Set before Open.
   void set_batch(bool batch) { batch_ = batch; }
 
   // Payload fingerprint as used by this operator (exposed for tests).
@@ -84,7 +88,7 @@ class DedupOperator : public Operator {
   FieldPath id_;
   int64_t retention_;
   bool batch_ = false;
-  absl::flat_hash_map<uint64_t, uint64_t> first_fingerprint_;  // batch mode
+  IdHashSet first_ids_;  // batch mode
   std::vector<FieldPath> fingerprint_fields_;
   std::string exclude_field_;
   StateTable* ids_ = nullptr;

@@ -1,0 +1,91 @@
+#include "worker/operators/id_hash_set.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+namespace caravela {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kFirstCapacity = size_t{1} << 16;
+
+// Zeroed memory for `slots` hashes, 2 MiB-aligned and marked for transparent
+// huge pages when it spans at least one. Returns the mapping (to unmap) and
+// sets *bytes to its length.
+uint64_t* MapSlots(size_t slots, void** mapping, size_t* bytes) {
+  const size_t want = slots * sizeof(uint64_t);
+  *bytes = want < kHugePage ? want : want + kHugePage;
+  void* p = mmap(nullptr, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  *mapping = p;
+  if (want < kHugePage) return static_cast<uint64_t*>(p);
+  const uintptr_t aligned =
+      (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~static_cast<uintptr_t>(kHugePage - 1);
+  // Advice only: without THP the set works the same, with more TLB misses.
+  (void)madvise(reinterpret_cast<void*>(aligned), want, MADV_HUGEPAGE);
+  return reinterpret_cast<uint64_t*>(aligned);
+}
+
+}  // namespace
+
+IdHashSet::~IdHashSet() { Clear(); }
+
+void IdHashSet::Clear() {
+  if (mapping_ != nullptr) munmap(mapping_, bytes_);
+  slots_ = nullptr;
+  mapping_ = nullptr;
+  mask_ = 0;
+  size_ = 0;
+  bytes_ = 0;
+}
+
+bool IdHashSet::Insert(uint64_t h) {
+  // Grow past a load of 0.7: linear probing stays within a line or two.
+  if (10 * (size_ + 1) > 7 * capacity()) Grow();
+  const uint64_t v = Stored(h);
+  for (size_t s = static_cast<size_t>(v) & mask_;; s = (s + 1) & mask_) {
+    if (slots_[s] == v) return false;
+    if (slots_[s] == 0) {
+      slots_[s] = v;
+      ++size_;
+      return true;
+    }
+  }
+}
+
+bool IdHashSet::Contains(uint64_t h) const {
+  if (slots_ == nullptr) return false;
+  const uint64_t v = Stored(h);
+  for (size_t s = static_cast<size_t>(v) & mask_;; s = (s + 1) & mask_) {
+    if (slots_[s] == v) return true;
+    if (slots_[s] == 0) return false;
+  }
+}
+
+void IdHashSet::Grow() {
+  const size_t capacity = mask_ == 0 ? kFirstCapacity : 2 * (mask_ + 1);
+  void* mapping = nullptr;
+  size_t bytes = 0;
+  uint64_t* slots = MapSlots(capacity, &mapping, &bytes);
+  const size_t mask = capacity - 1;
+  for (size_t i = 0; i <= mask_ && slots_ != nullptr; ++i) {
+    const uint64_t v = slots_[i];
+    if (v == 0) continue;
+    size_t s = static_cast<size_t>(v) & mask;
+    while (slots[s] != 0) s = (s + 1) & mask;
+    slots[s] = v;
+  }
+  const size_t size = size_;
+  Clear();
+  slots_ = slots;
+  mapping_ = mapping;
+  bytes_ = bytes;
+  mask_ = mask;
+  size_ = size;
+}
+
+}  // namespace caravela
