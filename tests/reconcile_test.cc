@@ -369,6 +369,80 @@ TEST(ReconcileMinimalSequenceTest, TooLateRecordOfTheWindowIsTheCause) {
   EXPECT_EQ(d["causes"], json::array({"1 record arrived after FINAL (revenue.too_late)"}));
 }
 
+// Nested values compare by content, not by text: a PostgreSQL jsonb column
+// gives an arg_max row's members back in its own order (shorter names
+// first), so the largest purchase per window, read back from PostgreSQL,
+// must still match its recomputation; a changed member must not.
+TEST(ReconcileNestedValuesTest, ArgMaxRowsReadBackFromPostgresCompareByContent) {
+  auto pg = PostgresServer::Start();
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  TempDir dir("reconcile_nested", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
+  {
+    std::ofstream in(dir.path() / "input.jsonl");
+    for (int i = 0; i < 40; ++i) {
+      in << json{{"event_id", absl::StrCat("p", i)},
+                 {"country", kCountries[i % 3]},
+                 {"amount", 10 + (i * 37) % 101},
+                 {"event_time", FormatIso8601(kBase + i * 9 * kMin)}}
+                .dump()
+         << "\n";
+    }
+  }
+  std::ofstream(dir.path() / "job.yaml") << absl::StrCat(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: largest-purchase}
+spec:
+  sources:
+    - name: purchases
+      file: {path: input.jsonl}
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 1m}
+  operators:
+    - name: largest
+      window:
+        from: purchases
+        tumbling: 1h
+        group_by: [country]
+        aggregates: [{as: top, arg_max: amount, keep: [event_id, amount, country]}]
+  sinks:
+    - {from: largest, postgres: {dsn: ")",
+                                                         (*pg)->Dsn(), R"(", table: largest}}
+)");
+  const std::string job = (dir.path() / "job.yaml").string();
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " run -q ", job, " --data-dir ",
+                            (dir.path() / "data").string()),
+               dir.path() / "run.log"),
+            0)
+      << ReadFile(dir.path() / "run.log");
+  // PostgreSQL really reorders the members.
+  auto top = (*pg)->Query("SELECT value->'top'->0 FROM largest LIMIT 1");
+  ASSERT_TRUE(top.ok()) << top.status();
+  ASSERT_EQ(top->size(), 1u);
+  EXPECT_THAT((*top)[0][0], ::testing::StartsWith(R"({"amount": )")) << (*top)[0][0];
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --json ", job), dir.path() / "r.json",
+               dir.path() / "r.err"),
+            0)
+      << ReadFile(dir.path() / "r.json") << ReadFile(dir.path() / "r.err");
+  const json r = json::parse(ReadFile(dir.path() / "r.json"));
+  EXPECT_EQ(r["windows"], r["matching"]);
+  EXPECT_GT(r["windows"].get<int>(), 10);
+
+  // One kept row's member changed in the sink: that window, and only it,
+  // differs.
+  auto changed = (*pg)->Query(
+      "UPDATE largest SET value = jsonb_set(value, '{top,0,event_id}', '\"other\"') "
+      "WHERE ctid = (SELECT min(ctid) FROM largest) RETURNING revision");
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  ASSERT_EQ(changed->size(), 1u);
+  ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --json ", job), dir.path() / "r2.json",
+               dir.path() / "r2.err"),
+            3)
+      << ReadFile(dir.path() / "r2.json") << ReadFile(dir.path() / "r2.err");
+  const json r2 = json::parse(ReadFile(dir.path() / "r2.json"));
+  ASSERT_EQ(r2["differences"].size(), 1u) << r2.dump();
+  EXPECT_EQ(r2["differences"][0]["sink"]["top"][0]["event_id"], "other");
+}
+
 // Runs the golden job `name` in a fresh directory; its path.
 fs::path RunGoldenJob(const TempDir& dir, const std::string& name) {
   const fs::path golden = fs::path(CARAVELA_SOURCE_DIR) / "tests/golden" / name;

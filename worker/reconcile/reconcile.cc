@@ -570,7 +570,9 @@ JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::
 }
 
 // Compares results: the same fields but the version ones, numbers by value
-// (1 == 1.0), the rest by JSON text. Its decoders serve every comparison.
+// (1 == 1.0), the rest by canonical JSON (members sorted: a PostgreSQL jsonb
+// column reorders an arg_max row's members). Its decoders serve every
+// comparison.
 class ResultComparer {
  public:
   bool Same(std::string_view a_json, std::string_view b_json) {
@@ -589,8 +591,8 @@ class ResultComparer {
       }
       ja_.clear();
       jb_.clear();
-      va.AppendJson(&ja_);
-      vb.AppendJson(&jb_);
+      AppendCanonicalJson(a_, static_cast<uint32_t>(ia), false, &ja_);
+      AppendCanonicalJson(b_, static_cast<uint32_t>(it->second), false, &jb_);
       if (ja_ != jb_) return false;
     }
     return true;
