@@ -118,7 +118,38 @@ unsigned DaysInMonth(int64_t y, unsigned m) {
 }
 }  // namespace
 
+namespace {
+// The form FormatIso8601 writes and most producers send,
+// "YYYY-MM-DDTHH:MM:SS.sssZ", at fixed positions. Returns false for
+// anything else, and for what needs the general parser's rules (a day that
+// does not exist, 24:00, a leap second), which then decides.
+bool ParseCanonicalIso8601(std::string_view s, int64_t* out) {
+  if (s.size() != 24 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+      s[16] != ':' || s[19] != '.' || s[23] != 'Z') {
+    return false;
+  }
+  unsigned d[24];
+  unsigned bad = 0;
+  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22}) {
+    d[i] = static_cast<unsigned>(static_cast<unsigned char>(s[i])) - '0';
+    bad |= d[i] > 9 ? 1u : 0u;
+  }
+  if (bad != 0) return false;
+  const int64_t year = d[0] * 1000 + d[1] * 100 + d[2] * 10 + d[3];
+  const unsigned month = d[5] * 10 + d[6], day = d[8] * 10 + d[9];
+  const int64_t hh = d[11] * 10 + d[12], mm = d[14] * 10 + d[15], ss = d[17] * 10 + d[18];
+  const int64_t ms = d[20] * 100 + d[21] * 10 + d[22];
+  if (month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, month) || hh > 23 || mm > 59 ||
+      ss > 59) {
+    return false;
+  }
+  *out = ((DaysFromCivil(year, month, day) * 24 + hh) * 60 + mm) * 60'000 + ss * 1000 + ms;
+  return true;
+}
+}  // namespace
+
 std::optional<int64_t> ParseIso8601(std::string_view s) {
+  if (int64_t t; ParseCanonicalIso8601(s, &t)) return t;
   size_t p = 0;
   int sign = 1;
   if (!s.empty() && (s[0] == '-' || s[0] == '+')) {

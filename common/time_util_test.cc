@@ -1,6 +1,7 @@
 #include "common/time_util.h"
 
 #include <optional>
+#include <random>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -142,6 +143,33 @@ TEST(FormatIso8601Test, RoundTrips) {
     int64_t t = day * kDay + (day % 1000) * 86'399;
     if (t < day * kDay) t = day * kDay;
     EXPECT_EQ(ParseIso8601(FormatIso8601(t)), t);
+  }
+}
+
+// "YYYY-MM-DDTHH:MM:SS.sssZ" has a fixed-position fast path; the same
+// instants written with an offset ("+00:00") or without milliseconds take
+// the general parser: both must agree, and what the fast path does not
+// accept must fall through to the general rules.
+TEST(ParseIso8601Test, CanonicalFormAgreesWithTheGeneralParser) {
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200'000; ++i) {
+    // Years 0000-9999.
+    const int64_t t = -62167219200000 + static_cast<int64_t>(rng() % 315537897600000ULL);
+    const std::string canonical = FormatIso8601(t);
+    ASSERT_EQ(canonical.size(), 24u) << canonical;
+    ASSERT_EQ(ParseIso8601(canonical), t) << canonical;
+    const std::string offset = canonical.substr(0, 23) + "+00:00";
+    ASSERT_EQ(ParseIso8601(offset), t) << offset;
+  }
+  EXPECT_EQ(ParseIso8601("2026-10-01T24:00:00.000Z"), ParseIso8601("2026-10-02T00:00:00.000Z"));
+  EXPECT_EQ(ParseIso8601("2026-10-01T23:59:60.500Z"), ParseIso8601("2026-10-01T23:59:59.500Z"));
+  EXPECT_EQ(ParseIso8601("2024-02-29T12:00:00.000Z"), ParseIso8601("2024-02-29T12:00:00Z"));
+  for (const char* bad :
+       {"2026-02-29T00:00:00.000Z", "2026-13-01T00:00:00.000Z", "2026-00-10T00:00:00.000Z",
+        "2026-04-31T00:00:00.000Z", "2026-10-01T24:00:01.000Z", "2026-10-01T12:60:00.000Z",
+        "2026-1a-01T00:00:00.000Z", "2026-10-01T00:00:00.0/0Z", "2026-10-01T00:00:00.000X",
+        "2026-10-01X00:00:00.000Z"}) {
+    EXPECT_EQ(ParseIso8601(bad), std::nullopt) << bad;
   }
 }
 
