@@ -11,20 +11,36 @@
 #   bench/parallel_scaling.sh [BUILD_DIR] [PAIRS]     (defaults: build-release 5)
 #   PURCHASES=1000000 EXTRA="--exchange kafka" bench/parallel_scaling.sh
 set -euo pipefail
+shopt -s inherit_errexit
 build=${1:-build-release}
 pairs=${2:-5}
 purchases=${PURCHASES:-1000000}
 bench="$build/bench/kafka_bench"
 [[ -x $bench ]] || { echo "no $bench: build it first (ninja -C $build bench/kafka_bench)" >&2; exit 2; }
+[[ $pairs =~ ^[1-9][0-9]*$ ]] || { echo "PAIRS must be a positive number, not '$pairs'" >&2; exit 2; }
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
-field() { grep -o "$1=[0-9.]*" <<<"$2" | head -1 | cut -d= -f2; }
+# The value of NAME=... in a RESULT line; fails loudly if it is not there.
+field() {
+  local v
+  v=$(grep -o "$1=[0-9.]*" <<<"$2" | head -1 | cut -d= -f2) || true
+  [[ -n $v ]] || { echo "no $1= in: $2" >&2; exit 1; }
+  echo "$v"
+}
 run() {
-  local line
+  local out
   # shellcheck disable=SC2086  # EXTRA is a list of flags
-  line=$("$bench" --only job --purchases "$purchases" --parallelism "$1" ${EXTRA:-} 2>/dev/null |
-    grep '^RESULT kafka_job')
-  [[ -n $line ]] || { echo "kafka_bench --parallelism $1 printed no RESULT" >&2; exit 1; }
-  echo "$line"
+  if ! out=$("$bench" --only job --purchases "$purchases" --parallelism "$1" ${EXTRA:-} 2>"$log"); then
+    echo "kafka_bench --parallelism $1 failed:" >&2
+    cat "$log" >&2
+    exit 1
+  fi
+  grep '^RESULT kafka_job' <<<"$out" || {
+    echo "kafka_bench --parallelism $1 printed no RESULT:" >&2
+    cat "$log" >&2
+    exit 1
+  }
 }
 
 ratios=()

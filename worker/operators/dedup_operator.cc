@@ -460,14 +460,17 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
     index_->Prefetch(hashes_[i]);
     fingerprints_[i] = Fingerprint(r);
   }
-  // Pass 2: decide, in order.
+  // Pass 2: decide, in order. Batch mode prefetches the set's slot a few ids
+  // ahead, close enough that its cache line and TLB entry are still there
+  // when its turn comes.
+  constexpr size_t kAhead = 16;
+  for (size_t i = 0; batch_ && i < kAhead && i < n; ++i) {
+    if (kinds_[i] == kHasId) first_ids_.Prefetch(hashes_[i]);
+  }
   pending_.clear();
   pending_by_hash_.clear();
   for (size_t i = 0; i < n; ++i) {
     const Record& r = batch[i];
-    // Batch mode: the set's slot a few ids ahead, close enough that its
-    // cache line and TLB entry are still there when its turn comes.
-    constexpr size_t kAhead = 16;
     if (batch_ && i + kAhead < n && kinds_[i + kAhead] == kHasId) {
       first_ids_.Prefetch(hashes_[i + kAhead]);
     }

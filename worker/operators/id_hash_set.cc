@@ -3,9 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <new>
-#include <utility>
 
 namespace caravela {
 namespace {
@@ -39,6 +37,7 @@ void IdHashSet::Clear() {
   slots_ = nullptr;
   mapping_ = nullptr;
   mask_ = 0;
+  shift_ = 63;
   size_ = 0;
   bytes_ = 0;
 }
@@ -47,7 +46,7 @@ bool IdHashSet::Insert(uint64_t h) {
   // Grow past a load of 0.7: linear probing stays within a line or two.
   if (10 * (size_ + 1) > 7 * capacity()) Grow();
   const uint64_t v = Stored(h);
-  for (size_t s = static_cast<size_t>(v) & mask_;; s = (s + 1) & mask_) {
+  for (size_t s = Slot(v);; s = (s + 1) & mask_) {
     if (slots_[s] == v) return false;
     if (slots_[s] == 0) {
       slots_[s] = v;
@@ -60,7 +59,7 @@ bool IdHashSet::Insert(uint64_t h) {
 bool IdHashSet::Contains(uint64_t h) const {
   if (slots_ == nullptr) return false;
   const uint64_t v = Stored(h);
-  for (size_t s = static_cast<size_t>(v) & mask_;; s = (s + 1) & mask_) {
+  for (size_t s = Slot(v);; s = (s + 1) & mask_) {
     if (slots_[s] == v) return true;
     if (slots_[s] == 0) return false;
   }
@@ -71,21 +70,22 @@ void IdHashSet::Grow() {
   void* mapping = nullptr;
   size_t bytes = 0;
   uint64_t* slots = MapSlots(capacity, &mapping, &bytes);
-  const size_t mask = capacity - 1;
-  for (size_t i = 0; i <= mask_ && slots_ != nullptr; ++i) {
-    const uint64_t v = slots_[i];
-    if (v == 0) continue;
-    size_t s = static_cast<size_t>(v) & mask;
-    while (slots[s] != 0) s = (s + 1) & mask;
-    slots[s] = v;
-  }
-  const size_t size = size_;
-  Clear();
+  uint64_t* const old_slots = slots_;
+  void* const old_mapping = mapping_;
+  const size_t old_capacity = this->capacity(), old_bytes = bytes_;
   slots_ = slots;
   mapping_ = mapping;
   bytes_ = bytes;
-  mask_ = mask;
-  size_ = size;
+  mask_ = capacity - 1;
+  shift_ = static_cast<unsigned>(64 - __builtin_ctzll(capacity));
+  for (size_t i = 0; i < old_capacity; ++i) {
+    const uint64_t v = old_slots[i];
+    if (v == 0) continue;
+    size_t s = Slot(v);
+    while (slots_[s] != 0) s = (s + 1) & mask_;
+    slots_[s] = v;
+  }
+  if (old_mapping != nullptr) munmap(old_mapping, old_bytes);
 }
 
 }  // namespace caravela

@@ -13,8 +13,11 @@
 //  * Prefetch(h) lets a caller overlap the misses of the next few ids.
 // Measured in docs/benchmarks.md "Reconciliation".
 //
-// Hash 0 marks an empty slot, so ids hashing to 0 and 1 are one id (a 2^-63
-// chance, beside the 2^-64 of any two ids colliding).
+// Hash 0 marks an empty slot, so ids hashing to 0 and 1 are one id
+// (negligible next to the 2^-64 of any two ids colliding). A hash's slot
+// comes from its high bits after a multiplication (Fibonacci hashing): ids
+// routed to a task by `hash % tasks` share their low bits, which would pile
+// them up in a table indexed by those bits.
 #pragma once
 
 #include <cstddef>
@@ -43,12 +46,17 @@ class IdHashSet {
 
  private:
   static uint64_t Stored(uint64_t h) { return h == 0 ? 1 : h; }
-  size_t Slot(uint64_t h) const { return static_cast<size_t>(Stored(h)) & mask_; }
+  // Doubling the capacity maps slot s to 2s or 2s + 1, so a rehash writes
+  // nearly in order.
+  size_t Slot(uint64_t h) const {
+    return static_cast<size_t>((Stored(h) * 0x9e3779b97f4a7c15ULL) >> shift_);
+  }
   // Doubles the array (first: 2^16 slots) and inserts every hash again.
   void Grow();
 
   uint64_t* slots_ = nullptr;
   size_t mask_ = 0;
+  unsigned shift_ = 63;  // 64 - log2(capacity)
   size_t size_ = 0;
   size_t bytes_ = 0;  // of the mapping behind slots_
   void* mapping_ = nullptr;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <random>
 #include <unordered_set>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -31,19 +32,38 @@ TEST(IdHashSetTest, AgreesWithAReferenceSetThroughGrowth) {
   EXPECT_FALSE(set.Contains(rng()));
 }
 
-// Hashes that share their low bits collide on one slot and probe linearly,
-// wrapping at the end of the array.
-TEST(IdHashSetTest, CollidingHashesAndWrapAround) {
+// Hashes that all share their low bits, as the ids one task of a parallel
+// job owns do (routed by hash % tasks), spread over the table.
+TEST(IdHashSetTest, HashesSharingTheirLowBits) {
   IdHashSet set;
-  const uint64_t cap = 1 << 16;  // the first capacity
-  for (uint64_t k = 1; k <= 100; ++k) {
-    ASSERT_TRUE(set.Insert((k << 32) | (cap - 3)));
+  std::unordered_set<uint64_t> ref;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 300'000; ++i) {
+    const uint64_t h = rng() << 16;  // low 16 bits all zero
+    ASSERT_EQ(set.Insert(h), ref.insert(h).second);
   }
-  for (uint64_t k = 1; k <= 100; ++k) {
-    EXPECT_FALSE(set.Insert((k << 32) | (cap - 3)));
+  for (uint64_t h : ref) ASSERT_FALSE(set.Insert(h));
+  EXPECT_EQ(set.size(), ref.size());
+}
+
+// Hashes whose slot is the last one probe past the end of the array and
+// wrap to its start. (The slot is the top 16 bits of h * K for the first
+// capacity; h = target * K^-1 mod 2^64 lands where wanted.)
+TEST(IdHashSetTest, ProbesWrapAroundTheEnd) {
+  const uint64_t k = 0x9e3779b97f4a7c15ULL;
+  uint64_t inv = k;  // Newton's iteration for the inverse of an odd number mod 2^64
+  for (int i = 0; i < 6; ++i) inv *= 2 - k * inv;
+  ASSERT_EQ(k * inv, 1u);
+  IdHashSet set;
+  for (uint64_t j = 1; j <= 100; ++j) {
+    ASSERT_TRUE(set.Insert(((uint64_t{0xffff} << 48) | j) * inv));
+  }
+  ASSERT_EQ(set.capacity(), uint64_t{1} << 16) << "still the first capacity";
+  for (uint64_t j = 1; j <= 100; ++j) {
+    EXPECT_FALSE(set.Insert(((uint64_t{0xffff} << 48) | j) * inv));
+    EXPECT_TRUE(set.Contains(((uint64_t{0xffff} << 48) | j) * inv));
   }
   EXPECT_EQ(set.size(), 100u);
-  EXPECT_EQ(set.capacity(), cap);
 }
 
 // 0 marks an empty slot: hash 0 is stored as 1.
