@@ -45,8 +45,9 @@ void AddReconcileCommand(CLI::App& app) {
                     "or yesterday / today (UTC days); for a join, only a window join's rows\n"
                     "can be selected");
   f.cmd->add_option("--sink", f.sink,
-                    "The sink to read back: file:PATH, kafka:TOPIC (as in the metrics' sink\n"
-                    "label) or its index in spec.sinks (default: the first sink of a window,\n"
+                    "The sink to read back: file:PATH, kafka:TOPIC, postgres:TABLE or\n"
+                    "clickhouse:DB.TABLE (as in the metrics' sink label) or its index in "
+                    "spec.sinks (default: the first sink of a window,\n"
                     "else of a join)");
   f.cmd->add_flag("--apply", f.apply,
                   "Publish each differing window through the sink as a higher revision with\n"

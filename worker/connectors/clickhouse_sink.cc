@@ -103,17 +103,18 @@ ClickHouseSink::Column ClickHouseSink::MakeColumn(std::string name, std::string 
   return c;
 }
 
-absl::Status ClickHouseSink::Open() {
+namespace {
+// The client the sink's options describe, its password read from the file.
+absl::StatusOr<ClickHouseClientOptions> ClientOptions(const ClickHouseSinkOptions& o) {
   ClickHouseClientOptions co;
-  co.url = options_.url;
-  co.user = options_.user;
-  co.retries = options_.retries;
-  co.backoff_ms = options_.backoff_ms;
-  if (!options_.password_file.empty()) {
-    std::ifstream in(options_.password_file);
+  co.url = o.url;
+  co.user = o.user;
+  co.retries = o.retries;
+  co.backoff_ms = o.backoff_ms;
+  if (!o.password_file.empty()) {
+    std::ifstream in(o.password_file);
     if (!in) {
-      return Error(
-          absl::NotFoundError(absl::StrCat("cannot read password_file ", options_.password_file)));
+      return absl::NotFoundError(absl::StrCat("cannot read password_file ", o.password_file));
     }
     std::stringstream ss;
     ss << in.rdbuf();
@@ -122,7 +123,40 @@ absl::Status ClickHouseSink::Open() {
       co.password.pop_back();
     }
   }
-  client_ = std::make_unique<ClickHouseClient>(co);
+  return co;
+}
+}  // namespace
+
+absl::Status ReadClickHouseResults(const ClickHouseSinkOptions& options,
+                                   const std::function<void(std::string_view)>& each) {
+  const std::string where =
+      absl::StrCat("clickhouse sink ", options.database, ".", options.table, " at ", options.url);
+  absl::StatusOr<ClickHouseClientOptions> co = ClientOptions(options);
+  if (!co.ok())
+    return absl::Status(co.status().code(), absl::StrCat(where, ": ", co.status().message()));
+  ClickHouseClient client(*co);
+  // TabSeparatedRaw: one JSON object per line as it is (JSON text holds no
+  // raw tab or newline).
+  absl::StatusOr<std::string> body = client.Execute(
+      absl::StrCat("SELECT ", Backquote(kResultColumn), " FROM ", Backquote(options.database), ".",
+                   Backquote(options.table), " FORMAT TabSeparatedRaw"));
+  if (!body.ok()) {
+    return absl::Status(body.status().code() == absl::StatusCode::kUnavailable ||
+                                body.status().code() == absl::StatusCode::kUnauthenticated
+                            ? body.status().code()
+                            : absl::StatusCode::kFailedPrecondition,
+                        absl::StrCat(where, ": cannot read it back: ", body.status().message()));
+  }
+  for (absl::string_view line : absl::StrSplit(*body, '\n', absl::SkipEmpty())) {
+    each(std::string_view(line.data(), line.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClickHouseSink::Open() {
+  absl::StatusOr<ClickHouseClientOptions> co = ClientOptions(options_);
+  if (!co.ok()) return Error(co.status());
+  client_ = std::make_unique<ClickHouseClient>(*co);
   absl::StatusOr<std::string> version = client_->Execute("SELECT version()");
   if (!version.ok()) return Error(version.status());
   time_type_ = ClickHouseTimeType(*version);

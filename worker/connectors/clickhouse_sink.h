@@ -51,6 +51,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -84,6 +85,14 @@ struct ClickHouseSinkOptions {
   int retries = 5;
   int64_t backoff_ms = 100;
 };
+
+// Reads back every result the sink wrote to its table: the `_result`
+// column, one JSON object per row, in no order and with the revisions a
+// ReplacingMergeTree has not collapsed yet (`caravela reconcile` keeps the
+// highest per window). `each` gets each. Errors name the table and the URL;
+// a missing table is FailedPrecondition.
+absl::Status ReadClickHouseResults(const ClickHouseSinkOptions& options,
+                                   const std::function<void(std::string_view)>& each);
 
 // The column types a window's results get (hints for the sink): its
 // aggregates, and `events` / `id_digest` with reconcile: {id}.

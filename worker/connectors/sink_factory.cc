@@ -8,6 +8,17 @@
 
 namespace caravela {
 
+ClickHouseSinkOptions ClickHouseOptionsOf(const SinkSpec& spec, int sink_index) {
+  ClickHouseSinkOptions co;
+  co.url = spec.url;
+  co.database = spec.database;
+  co.table = spec.table;
+  co.user = spec.user;
+  co.password_file = spec.password_file;
+  co.yaml_path = absl::StrCat("spec.sinks[", sink_index, "].clickhouse");
+  return co;
+}
+
 absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkContext& ctx) {
   switch (spec.kind) {
     case SinkSpec::Kind::kFile:
@@ -42,14 +53,8 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
       return std::make_unique<PostgresSink>(po);
     }
     case SinkSpec::Kind::kClickHouse: {
-      ClickHouseSinkOptions co;
-      co.url = spec.url;
-      co.database = spec.database;
-      co.table = spec.table;
-      co.user = spec.user;
-      co.password_file = spec.password_file;
+      ClickHouseSinkOptions co = ClickHouseOptionsOf(spec, ctx.sink_index);
       if (ctx.from != nullptr) co.hints = ClickHouseTypeHints(*ctx.from);
-      co.yaml_path = absl::StrCat("spec.sinks[", ctx.sink_index, "].clickhouse");
       return std::make_unique<ClickHouseSink>(co);
     }
   }

@@ -8,6 +8,7 @@
 
 #include "common/job_spec.h"
 #include "common/status.h"
+#include "worker/connectors/clickhouse_sink.h"
 #include "worker/connectors/sink.h"
 
 namespace caravela {
@@ -36,6 +37,10 @@ struct SinkContext {
   // column types).
   const OperatorSpec* from = nullptr;
 };
+
+// The options of a `clickhouse:` sink spec (without type hints), for the
+// sink and for reading its table back.
+ClickHouseSinkOptions ClickHouseOptionsOf(const SinkSpec& spec, int sink_index);
 
 // Returns the sink, not yet opened.
 absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkContext& ctx);

@@ -147,11 +147,10 @@ absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
     return absl::InvalidArgumentError(
         absl::StrCat("--sink ", want, ": it writes the results of ", s.from, "; ", kWhat));
   }
-  if (s.kind != SinkSpec::Kind::kFile && s.kind != SinkSpec::Kind::kKafka &&
-      s.kind != SinkSpec::Kind::kPostgres) {
+  if (s.kind == SinkSpec::Kind::kStdout || s.kind == SinkSpec::Kind::kDiscard) {
     return absl::InvalidArgumentError(
         absl::StrCat("--sink ", want, ": results written to ", s.Label(),
-                     " cannot be read back (file, kafka and postgres sinks can)"));
+                     " cannot be read back (file, kafka, postgres and clickhouse sinks can)"));
   }
   return found;
 }
@@ -700,11 +699,37 @@ std::string RangeText(int64_t start, int64_t end) {
                       end == kMaxTime ? "" : FormatIso8601(end));
 }
 
+// The table's rows (its `_result` column); a ReplacingMergeTree may still
+// hold older revisions next to the newest, which the caller keeps.
+absl::Status ReadClickHouseSink(const SinkSpec& sink, const AddResult& out) {
+  const ClickHouseSinkOptions options = ClickHouseOptionsOf(sink, 0);
+  int64_t skipped = 0;
+  RETURN_IF_ERROR(ReadClickHouseResults(options, [&](std::string_view json) {
+    if (!out(json)) ++skipped;
+  }));
+  if (skipped > 0) {
+    ReconcileLogger()->warn("clickhouse:{}.{}: {} rows are not window results, ignored",
+                            options.database, options.table, skipped);
+  }
+  return absl::OkStatus();
+}
+
 // Reads the sink's results into `add`.
 absl::Status ReadSink(const SinkSpec& sink, const std::string& bootstrap, const AddResult& add) {
-  if (sink.kind == SinkSpec::Kind::kFile) return ReadFileSink(sink.path, add);
-  if (sink.kind == SinkSpec::Kind::kPostgres) return ReadPostgresSink(sink, add);
-  return ReadKafkaSink(sink.bootstrap.empty() ? bootstrap : sink.bootstrap, sink.topic, add);
+  switch (sink.kind) {
+    case SinkSpec::Kind::kFile:
+      return ReadFileSink(sink.path, add);
+    case SinkSpec::Kind::kPostgres:
+      return ReadPostgresSink(sink, add);
+    case SinkSpec::Kind::kClickHouse:
+      return ReadClickHouseSink(sink, add);
+    case SinkSpec::Kind::kKafka:
+      return ReadKafkaSink(sink.bootstrap.empty() ? bootstrap : sink.bootstrap, sink.topic, add);
+    case SinkSpec::Kind::kStdout:
+    case SinkSpec::Kind::kDiscard:
+      break;  // refused by the --sink check
+  }
+  return absl::InvalidArgumentError(absl::StrCat(sink.Label(), " cannot be read back"));
 }
 
 // Runs the recomputation of `op`'s results into `add`.

@@ -61,7 +61,8 @@ namespace caravela {
 
 struct ReconcileOptions {
   // The sink to read back: its label (`file:PATH`, `kafka:TOPIC`,
-  // `postgres:TABLE`; a relative file path matches the end of the sink's) or
+  // `postgres:TABLE`, `clickhouse:DB.TABLE`; a relative file path matches the
+  // end of the sink's) or
   // its index in spec.sinks. Empty: the first sink of a window's results.
   std::string sink;
   // Windows compared: window_start in [range_start, range_end).
