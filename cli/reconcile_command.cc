@@ -46,9 +46,8 @@ void AddReconcileCommand(CLI::App& app) {
                     "can be selected");
   f.cmd->add_option("--sink", f.sink,
                     "The sink to read back: file:PATH, kafka:TOPIC, postgres:TABLE or\n"
-                    "clickhouse:DB.TABLE (as in the metrics' sink label) or its index in "
-                    "spec.sinks (default: the first sink of a window,\n"
-                    "else of a join)");
+                    "clickhouse:DB.TABLE (as in the metrics' sink label), or its index in\n"
+                    "spec.sinks (default: the first sink of a window, else of a join)");
   f.cmd->add_flag("--apply", f.apply,
                   "Publish each differing window through the sink as a higher revision with\n"
                   "state FINAL and reconciled: true (window results only)");
