@@ -116,9 +116,7 @@ unsigned DaysInMonth(int64_t y, unsigned m) {
   static const unsigned kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
   return m == 2 && IsLeap(y) ? 29 : kDays[m - 1];
 }
-}  // namespace
 
-namespace {
 // The form FormatIso8601 writes and most producers send,
 // "YYYY-MM-DDTHH:MM:SS.sssZ", at fixed positions. Returns false for
 // anything else, and for what needs the general parser's rules (a day that

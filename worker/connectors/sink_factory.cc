@@ -8,14 +8,13 @@
 
 namespace caravela {
 
-ClickHouseSinkOptions ClickHouseOptionsOf(const SinkSpec& spec, int sink_index) {
+ClickHouseSinkOptions ClickHouseOptionsOf(const SinkSpec& spec) {
   ClickHouseSinkOptions co;
   co.url = spec.url;
   co.database = spec.database;
   co.table = spec.table;
   co.user = spec.user;
   co.password_file = spec.password_file;
-  co.yaml_path = absl::StrCat("spec.sinks[", sink_index, "].clickhouse");
   return co;
 }
 
@@ -53,7 +52,8 @@ absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkC
       return std::make_unique<PostgresSink>(po);
     }
     case SinkSpec::Kind::kClickHouse: {
-      ClickHouseSinkOptions co = ClickHouseOptionsOf(spec, ctx.sink_index);
+      ClickHouseSinkOptions co = ClickHouseOptionsOf(spec);
+      co.yaml_path = absl::StrCat("spec.sinks[", ctx.sink_index, "].clickhouse");
       if (ctx.from != nullptr) co.hints = ClickHouseTypeHints(*ctx.from);
       return std::make_unique<ClickHouseSink>(co);
     }

@@ -38,9 +38,9 @@ struct SinkContext {
   const OperatorSpec* from = nullptr;
 };
 
-// The options of a `clickhouse:` sink spec (without type hints), for the
-// sink and for reading its table back.
-ClickHouseSinkOptions ClickHouseOptionsOf(const SinkSpec& spec, int sink_index);
+// The connection and table of a `clickhouse:` sink spec (no type hints, no
+// YAML path), for the sink and for reading its table back.
+ClickHouseSinkOptions ClickHouseOptionsOf(const SinkSpec& spec);
 
 // Returns the sink, not yet opened.
 absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkContext& ctx);

@@ -206,9 +206,9 @@ class ResultMap {
 using AddResult = std::function<bool(std::string_view)>;
 
 // Lines of a JSONL file into `add`; NotFound if the file is missing.
-absl::Status ReadJsonl(const std::string& path, const AddResult& add, int64_t* skipped) {
+absl::Status ReadJsonl(const std::string& path, const AddResult& add) {
   return ForEachLine(path, [&](std::string_view line) {
-    if (!line.empty() && !add(line)) ++*skipped;
+    if (!line.empty()) add(line);
   });
 }
 
@@ -234,27 +234,20 @@ absl::Status ReadFileSink(const std::string& path, const AddResult& out) {
                                             "part files are missing); has the job run?"));
   }
   std::sort(files.begin(), files.end());
-  int64_t skipped = 0;
-  for (const std::string& f : files) RETURN_IF_ERROR(ReadJsonl(f, out, &skipped));
-  if (skipped > 0) {
-    ReconcileLogger()->warn("{}: {} lines are not window results, ignored", path, skipped);
-  }
+  for (const std::string& f : files) RETURN_IF_ERROR(ReadJsonl(f, out));
   return absl::OkStatus();
 }
 
 // The topic from its start to its current end.
 absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topic,
                            const AddResult& out) {
-  int64_t skipped = 0;
   absl::Status st = ForEachKafkaMessage(bootstrap, topic, 5000, [&](const RawMessage& m) {
-    if (m.tombstone || !out(m.payload)) ++skipped;
+    // A tombstone (a deletion) is no result: offered as empty, it is refused
+    // and counted with the other skipped messages.
+    out(m.tombstone ? std::string_view() : m.payload);
   });
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("kafka sink: cannot read it back: ", st.message()));
-  }
-  if (skipped > 0) {
-    ReconcileLogger()->warn("kafka:{}: {} messages are not window results, ignored", topic,
-                            skipped);
   }
   return absl::OkStatus();
 }
@@ -275,26 +268,18 @@ absl::Status ReadPostgresSink(const SinkSpec& sink, const AddResult& out) {
     return absl::UnavailableError(
         absl::StrCat(where, ": ", PostgresMessage(PQerrorMessage(conn.get()))));
   }
-  int64_t skipped = 0;
   absl::Status error;
   while (PGresult* res = PQgetResult(conn.get())) {
     const ExecStatusType st = PQresultStatus(res);
     if (st == PGRES_SINGLE_TUPLE) {
-      if (!out(std::string_view(PQgetvalue(res, 0, 0),
-                                static_cast<size_t>(PQgetlength(res, 0, 0))))) {
-        ++skipped;
-      }
+      out(std::string_view(PQgetvalue(res, 0, 0), static_cast<size_t>(PQgetlength(res, 0, 0))));
     } else if (st != PGRES_TUPLES_OK && error.ok()) {
       error = absl::FailedPreconditionError(absl::StrCat(
           where, ": cannot read it back: ", PostgresMessage(PQresultErrorMessage(res))));
     }
     PQclear(res);
   }
-  RETURN_IF_ERROR(error);
-  if (skipped > 0) {
-    ReconcileLogger()->warn("{}: {} rows are not window results, ignored", where, skipped);
-  }
-  return absl::OkStatus();
+  return error;
 }
 
 // Calls `f` with every record of the job's audit trail: the too_late outputs
@@ -699,37 +684,45 @@ std::string RangeText(int64_t start, int64_t end) {
                       end == kMaxTime ? "" : FormatIso8601(end));
 }
 
-// The table's rows (its `_result` column); a ReplacingMergeTree may still
-// hold older revisions next to the newest, which the caller keeps.
-absl::Status ReadClickHouseSink(const SinkSpec& sink, const AddResult& out) {
-  const ClickHouseSinkOptions options = ClickHouseOptionsOf(sink, 0);
-  int64_t skipped = 0;
-  RETURN_IF_ERROR(ReadClickHouseResults(options, [&](std::string_view json) {
-    if (!out(json)) ++skipped;
-  }));
-  if (skipped > 0) {
-    ReconcileLogger()->warn("clickhouse:{}.{}: {} rows are not window results, ignored",
-                            options.database, options.table, skipped);
-  }
-  return absl::OkStatus();
-}
-
-// Reads the sink's results into `add`.
+// Reads the sink's results into `add`; what `add` refuses (lines, messages
+// or rows that are no results) is counted and logged once.
 absl::Status ReadSink(const SinkSpec& sink, const std::string& bootstrap, const AddResult& add) {
+  int64_t skipped = 0;
+  const AddResult counted = [&](std::string_view json) {
+    if (add(json)) return true;
+    ++skipped;
+    return false;
+  };
+  absl::Status st;
   switch (sink.kind) {
     case SinkSpec::Kind::kFile:
-      return ReadFileSink(sink.path, add);
+      st = ReadFileSink(sink.path, counted);
+      break;
     case SinkSpec::Kind::kPostgres:
-      return ReadPostgresSink(sink, add);
+      st = ReadPostgresSink(sink, counted);
+      break;
     case SinkSpec::Kind::kClickHouse:
-      return ReadClickHouseSink(sink, add);
+      // The table's `_result` column; a ReplacingMergeTree may still hold
+      // older revisions next to the newest, which the caller keeps.
+      st = ReadClickHouseResults(ClickHouseOptionsOf(sink),
+                                 [&](std::string_view json) { counted(json); });
+      break;
     case SinkSpec::Kind::kKafka:
-      return ReadKafkaSink(sink.bootstrap.empty() ? bootstrap : sink.bootstrap, sink.topic, add);
+      st = ReadKafkaSink(sink.bootstrap.empty() ? bootstrap : sink.bootstrap, sink.topic, counted);
+      break;
     case SinkSpec::Kind::kStdout:
     case SinkSpec::Kind::kDiscard:
-      break;  // refused by the --sink check
+      // Refused by the --sink check.
+      return absl::InvalidArgumentError(absl::StrCat(sink.Label(), " cannot be read back"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(sink.Label(), " cannot be read back"));
+  RETURN_IF_ERROR(st);
+  if (skipped > 0) {
+    ReconcileLogger()->warn(
+        "{}: {} of the results read back are not results of the job's "
+        "window or join, ignored",
+        sink.Label(), skipped);
+  }
+  return absl::OkStatus();
 }
 
 // Runs the recomputation of `op`'s results into `add`.
@@ -762,8 +755,7 @@ absl::Status Recompute(const JobSpec& spec, const std::string& op, const Reconci
   }
   report->recompute_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  int64_t skipped = 0;
-  RETURN_IF_ERROR(ReadJsonl(out_path, add, &skipped));
+  RETURN_IF_ERROR(ReadJsonl(out_path, add));
   fs::remove_all(work, ec);
   return absl::OkStatus();
 }
