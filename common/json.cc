@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -91,66 +92,124 @@ bool DoubleToDecimal(double d, int64_t* mantissa, uint8_t* scale) {
   return true;
 }
 
-void AddElement(simdjson::dom::element e, std::string_view key, Record* out) {
-  using simdjson::dom::element_type;
-  switch (e.type()) {
-    case element_type::OBJECT:
-      out->BeginObject(key);
-      for (auto field : simdjson::dom::object(e)) AddElement(field.value, field.key, out);
-      out->EndContainer();
-      return;
-    case element_type::ARRAY:
-      out->BeginArray(key);
-      for (auto item : simdjson::dom::array(e)) AddElement(item, "", out);
-      out->EndContainer();
-      return;
-    case element_type::STRING:
-      out->AddString(key, std::string_view(e));
-      return;
-    case element_type::INT64:
-      out->AddInt(key, int64_t(e));
-      return;
-    case element_type::UINT64:
-      out->AddDouble(key, static_cast<double>(uint64_t(e)));
-      return;
-    case element_type::DOUBLE: {
-      double d = double(e);
-      int64_t m;
-      uint8_t sc;
-      if (DoubleToDecimal(d, &m, &sc)) {
-        out->AddDecimal(key, m, sc);
-      } else {
-        out->AddDouble(key, d);
+// Writes a decoded document's nodes straight into a record: the record's
+// arena is sized once to the JSON text's length, a bound on every key and
+// string it will hold (unescaping never lengthens text), and each node is
+// written whole, with no per-field capacity checks or parent updates.
+class TreeBuilder {
+ public:
+  TreeBuilder(std::vector<Node>* nodes, char* bytes) : nodes_(nodes), bytes_(bytes) {}
+
+  // Appends `e` under `key` with its subtree.
+  void Add(simdjson::dom::element e, std::string_view key) {
+    using simdjson::dom::element_type;
+    // Filled in place: a Node built on the stack and copied in whole stalls
+    // on store forwarding (its one-byte fields, then a 16-byte load).
+    const size_t at = nodes_->size();
+    Node& n = nodes_->emplace_back();
+    n.key_off = Intern(key);
+    n.key_len = static_cast<uint32_t>(key.size());
+    switch (e.type()) {
+      case element_type::OBJECT: {
+        n.type = ValueType::kObject;
+        for (auto field : simdjson::dom::object(e)) Add(field.value, field.key);
+        (*nodes_)[at].size = static_cast<uint32_t>(nodes_->size() - at);
+        return;
       }
-      return;
+      case element_type::ARRAY: {
+        n.type = ValueType::kArray;
+        for (auto item : simdjson::dom::array(e)) Add(item, "");
+        (*nodes_)[at].size = static_cast<uint32_t>(nodes_->size() - at);
+        return;
+      }
+      case element_type::STRING: {
+        const std::string_view v(e);
+        n.type = ValueType::kString;
+        n.s.off = Intern(v);
+        n.s.len = static_cast<uint32_t>(v.size());
+        break;
+      }
+      case element_type::INT64:
+        n.type = ValueType::kInt;
+        n.i = int64_t(e);
+        break;
+      case element_type::UINT64:
+        n.type = ValueType::kDouble;
+        n.d = static_cast<double>(uint64_t(e));
+        break;
+      case element_type::DOUBLE: {
+        const double d = double(e);
+        int64_t m;
+        uint8_t sc;
+        if (DoubleToDecimal(d, &m, &sc)) {
+          n.type = ValueType::kDecimal;
+          n.i = m;
+          n.scale = sc;
+        } else {
+          n.type = ValueType::kDouble;
+          n.d = d;
+        }
+        break;
+      }
+      case element_type::BOOL:
+        n.type = ValueType::kBool;
+        n.b = bool(e);
+        break;
+      case element_type::NULL_VALUE:
+        n.type = ValueType::kNull;
+        break;
     }
-    case element_type::BOOL:
-      out->AddBool(key, bool(e));
-      return;
-    case element_type::NULL_VALUE:
-      out->AddNull(key);
-      return;
   }
-}
+
+  uint32_t used() const { return used_; }
+
+ private:
+  uint32_t Intern(std::string_view s) {
+    const uint32_t off = used_;
+    std::memcpy(bytes_ + used_, s.data(), s.size());
+    used_ += static_cast<uint32_t>(s.size());
+    return off;
+  }
+
+  std::vector<Node>* nodes_;
+  char* bytes_;
+  uint32_t used_ = 0;
+};
 }  // namespace
 
-absl::Status JsonDecoder::Decode(std::string_view json, Record* out) {
-  out->Clear();
+std::string_view JsonDecoder::TrimEnd(std::string_view json) {
   while (!json.empty() && (json.back() == '\r' || json.back() == ' ' || json.back() == '\t')) {
     json.remove_suffix(1);
   }
-  if (json.empty()) return absl::InvalidArgumentError("empty line, not JSON");
-  if (padded_.size() < json.size() + simdjson::SIMDJSON_PADDING) {
-    padded_.resize(json.size() + simdjson::SIMDJSON_PADDING + 256);
-  }
+  return json;
+}
+
+absl::Status JsonDecoder::Decode(std::string_view json, Record* out) {
+  json = TrimEnd(json);
+  if (padded_.size() < json.size() + kPadding) padded_.resize(json.size() + kPadding + 256);
   std::memcpy(padded_.data(), json.data(), json.size());
+  return Parse(padded_.data(), json.size(), out);
+}
+
+absl::Status JsonDecoder::DecodePadded(std::string_view json, Record* out) {
+  json = TrimEnd(json);
+  return Parse(json.data(), json.size(), out);
+}
+
+absl::Status JsonDecoder::Parse(const char* padded, size_t len, Record* out) {
+  out->Clear();
+  if (len == 0) return absl::InvalidArgumentError("empty line, not JSON");
   simdjson::dom::element doc;
-  if (auto e = parser_.parse(padded_.data(), json.size(), false).get(doc)) return JsonError(e);
+  if (auto e = parser_.parse(padded, len, false).get(doc)) return JsonError(e);
   if (doc.type() != simdjson::dom::element_type::OBJECT) {
     return absl::InvalidArgumentError("top-level value is not an object");
   }
-  out->EnsureRoot();
-  for (auto field : simdjson::dom::object(doc)) AddElement(field.value, field.key, out);
+  // Keys and strings, unescaped, never exceed the text they came from.
+  out->arena_.resize(len);
+  TreeBuilder b(&out->nodes_, out->arena_.data());
+  b.Add(doc, "");
+  out->arena_.resize(b.used());
+  out->open_.push_back(0);  // the root stays open for fields added later
   return absl::OkStatus();
 }
 

@@ -22,7 +22,17 @@ class JsonDecoder {
   // "invalid UTF-8", "top-level value is not an object". Never crashes on input.
   absl::Status Decode(std::string_view json, Record* out);
 
+  // Bytes that must be readable after the text passed to DecodePadded.
+  static constexpr size_t kPadding = simdjson::SIMDJSON_PADDING;
+  // Decode for text followed by at least kPadding readable bytes (a source's
+  // read buffer): parsed where it lies instead of copied first.
+  absl::Status DecodePadded(std::string_view json, Record* out);
+
  private:
+  static std::string_view TrimEnd(std::string_view json);
+  // Parses `len` bytes at `padded` (kPadding readable after) into `out`.
+  absl::Status Parse(const char* padded, size_t len, Record* out);
+
   simdjson::dom::parser parser_;
   std::string padded_;
 };

@@ -70,6 +70,7 @@ struct Node {
 };
 
 class Record;
+class JsonDecoder;
 
 // A value read from a record or computed by an expression. Strings, objects and
 // arrays are views: valid while the record (or expression scratch) they point
@@ -228,6 +229,7 @@ class Record {
   void AddPacked(std::string_view key, const char* packed);
 
  private:
+  friend class JsonDecoder;  // builds nodes and arena in bulk
   static constexpr size_t kPackedHeader = 8;
   // The parts of a packed record.
   struct PackedView {

@@ -79,6 +79,57 @@ TEST(JsonTest, NestedObjectsAndArrays) {
   EXPECT_EQ(r.Find(FieldPath()), -1);
 }
 
+// The decoder writes nodes in bulk; the result must be the record the
+// field-by-field builder makes, and stay open for fields added after.
+TEST(JsonTest, DecodedRecordEqualsOneBuiltFieldByField) {
+  Record built;
+  built.AddString("id", "e\"1");
+  built.BeginObject("o");
+  built.AddInt("n", -3);
+  built.BeginArray("a");
+  built.AddDecimal("", 1999, 2);
+  built.AddBool("", true);
+  built.AddNull("");
+  built.EndContainer();
+  built.EndContainer();
+  built.AddDouble("big", 1e300);
+  JsonDecoder dec;
+  Record r;
+  ASSERT_TRUE(
+      dec.Decode(R"({"id":"e\"1","o":{"n":-3,"a":[19.99,true,null]},"big":1e300})", &r).ok());
+  ASSERT_EQ(r.nodes().size(), built.nodes().size());
+  for (size_t i = 0; i < r.nodes().size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(r.nodes()[i].type, built.nodes()[i].type);
+    EXPECT_EQ(r.nodes()[i].size, built.nodes()[i].size);
+    EXPECT_EQ(r.Key(static_cast<uint32_t>(i)), built.Key(static_cast<uint32_t>(i)));
+    EXPECT_EQ(r.Get(static_cast<int32_t>(i)).ToJson(), built.Get(static_cast<int32_t>(i)).ToJson());
+  }
+  r.AddInt("added", 7);
+  EXPECT_EQ(r.ToJson(),
+            R"({"id":"e\"1","o":{"n":-3,"a":[19.99,true,null]},"big":1e+300,"added":7})");
+  EXPECT_EQ(r.GetPath(FieldPath::Parse("added")).i, 7);
+}
+
+// Text followed by readable padding (a source's read buffer) decodes where
+// it lies, to the same record and the same errors.
+TEST(JsonTest, DecodePaddedMatchesDecode) {
+  JsonDecoder dec;
+  for (std::string_view line :
+       {R"({"a":1,"s":"x\ny"})", R"({"a":1} )", "{\"a\":1}\r", R"({"a":[1,2)", "   ", "[1]"}) {
+    SCOPED_TRACE(line);
+    std::string buf(line);
+    buf.push_back('\n');
+    buf.append(JsonDecoder::kPadding, ' ');
+    Record a;
+    Record b;
+    const absl::Status sa = dec.Decode(line, &a);
+    const absl::Status sb = dec.DecodePadded(std::string_view(buf.data(), line.size()), &b);
+    EXPECT_EQ(sa, sb);
+    EXPECT_EQ(a.ToJson(), b.ToJson());
+  }
+}
+
 TEST(JsonTest, DeeplyNestedRoundTrips) {
   // Deeper than the serializer's inline stack of open containers.
   std::string deep;

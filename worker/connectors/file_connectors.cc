@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/json.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 
@@ -43,17 +44,27 @@ absl::Status FileSource::Open() {
 
 bool FileSource::Fill() {
   if (eof_) return false;
-  buf_.erase(0, pos_);
+  // Keep the partial line, then read a chunk after it: no zero-filling,
+  // padding kept readable for the decoder.
+  const size_t keep = end_ - pos_;
+  if (cap_ < keep + kChunk + 1 + JsonDecoder::kPadding) {
+    cap_ = keep + kChunk + 1 + JsonDecoder::kPadding;
+    auto bigger = std::make_unique_for_overwrite<char[]>(cap_);
+    if (keep > 0) std::memcpy(bigger.get(), buf_.get() + pos_, keep);
+    buf_ = std::move(bigger);
+  } else if (keep > 0 && pos_ > 0) {
+    std::memmove(buf_.get(), buf_.get() + pos_, keep);
+  }
   pos_ = 0;
-  size_t old = buf_.size();
-  buf_.resize(old + kChunk);
-  size_t n = std::fread(buf_.data() + old, 1, kChunk, file_);
-  buf_.resize(old + n);
+  end_ = keep;
+  const size_t n = std::fread(buf_.get() + end_, 1, kChunk, file_);
+  end_ += n;
   if (n == 0) {
     eof_ = true;
     // A last line without a trailing newline.
-    if (!buf_.empty() && buf_.back() != '\n') buf_.push_back('\n');
+    if (end_ > 0 && buf_[end_ - 1] != '\n') buf_[end_++] = '\n';
   }
+  std::memset(buf_.get() + end_, ' ', JsonDecoder::kPadding);
   return n > 0;
 }
 
@@ -61,10 +72,9 @@ absl::StatusOr<int> FileSource::Poll(int max_messages, int timeout_ms,
                                      const std::function<void(const RawMessage&)>& f) {
   int delivered = 0;
   while (delivered < max_messages) {
-    const std::string_view rest = std::string_view(buf_).substr(pos_);
-    const char* start = rest.data();
-    const size_t newline = rest.find('\n');
-    const char* nl = newline == std::string_view::npos ? nullptr : start + newline;
+    const char* start = buf_.get() + pos_;
+    const char* nl =
+        pos_ < end_ ? static_cast<const char*>(std::memchr(start, '\n', end_ - pos_)) : nullptr;
     if (nl == nullptr) {
       if (eof_) break;
       Fill();
@@ -73,6 +83,7 @@ absl::StatusOr<int> FileSource::Poll(int max_messages, int timeout_ms,
     size_t len = nl - start;
     RawMessage m;
     m.payload = std::string_view(start, len);
+    m.padded = true;  // the newline and the rest of the buffer follow
     if (!m.payload.empty() && m.payload.back() == '\r') m.payload.remove_suffix(1);
     m.offset = next_line_++;
     pos_ += len + 1;

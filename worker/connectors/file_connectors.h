@@ -21,7 +21,7 @@ class FileSource : public RawSource {
   absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
                            const std::function<void(const RawMessage&)>& f) override;
   bool Bounded() const override { return true; }
-  bool Exhausted() const override { return eof_ && pos_ >= buf_.size(); }
+  bool Exhausted() const override { return eof_ && pos_ >= end_; }
   int64_t Backlog(int32_t partition) const override { return Exhausted() ? 0 : 1; }
   std::vector<int64_t> Positions() const override { return {next_line_}; }
   // Skips the first `lines` lines (restore).
@@ -31,8 +31,12 @@ class FileSource : public RawSource {
   bool Fill();
   std::string path_;
   std::FILE* file_ = nullptr;
-  std::string buf_;
+  // Lines read but not yet delivered are buf_[pos_, end_), followed by
+  // JsonDecoder::kPadding readable bytes, so lines are decoded in place.
+  std::unique_ptr<char[]> buf_;
+  size_t cap_ = 0;
   size_t pos_ = 0;
+  size_t end_ = 0;
   bool eof_ = false;
   int64_t next_line_ = 0;
 };

@@ -22,6 +22,9 @@ struct RawMessage {
   int64_t offset = 0;
   int64_t timestamp_ms = -1;  // broker/producer timestamp; -1 if none
   bool tombstone = false;     // a Kafka record with a null value (a deletion)
+  // JsonDecoder::kPadding readable bytes follow the payload: it is decoded
+  // in place, not copied.
+  bool padded = false;
 };
 
 class RawSource {

@@ -550,7 +550,7 @@ void Task::Impl::Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
     }
     r.tombstone = st.ok();
   } else {
-    st = decoder.Decode(m.payload, &r);
+    st = m.padded ? decoder.DecodePadded(m.payload, &r) : decoder.Decode(m.payload, &r);
   }
   if (st.ok() && !r.tombstone) {
     if (arrival_mode) {
