@@ -92,51 +92,82 @@ bool DoubleToDecimal(double d, int64_t* mantissa, uint8_t* scale) {
   return true;
 }
 
+// Copies n bytes with no call into libc for the short keys and strings of
+// typical events; never reads or writes past either range.
+inline void CopyBytes(char* dst, const char* src, size_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t head;
+    uint64_t tail;
+    std::memcpy(&head, src, 8);
+    std::memcpy(&tail, src + n - 8, 8);
+    std::memcpy(dst, &head, 8);
+    std::memcpy(dst + n - 8, &tail, 8);
+  } else if (n >= 4 && n < 8) {
+    uint32_t head;
+    uint32_t tail;
+    std::memcpy(&head, src, 4);
+    std::memcpy(&tail, src + n - 4, 4);
+    std::memcpy(dst, &head, 4);
+    std::memcpy(dst + n - 4, &tail, 4);
+  } else if (n < 4) {
+    for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
 // Writes a decoded document's nodes straight into a record: the record's
 // arena is sized once to the JSON text's length, a bound on every key and
 // string it will hold (unescaping never lengthens text), and each node is
-// written whole, with no per-field capacity checks or parent updates.
+// written in place (a Node built on the stack and copied in whole stalls on
+// store forwarding: one-byte fields, then a 16-byte load), with no
+// per-field capacity checks or parent updates. Scalars are written in the
+// loop over their container; only containers recurse.
 class TreeBuilder {
  public:
   TreeBuilder(std::vector<Node>* nodes, char* bytes) : nodes_(nodes), bytes_(bytes) {}
 
-  // Appends `e` under `key` with its subtree.
-  void Add(simdjson::dom::element e, std::string_view key) {
+  // Appends the root object and its subtree.
+  void AddRoot(simdjson::dom::object root) {
+    nodes_->emplace_back().type = ValueType::kObject;
+    for (auto field : root) Add(field.value, field.key);
+    (*nodes_)[0].size = static_cast<uint32_t>(nodes_->size());
+  }
+
+  uint32_t used() const { return used_; }
+
+ private:
+  // Appends `e` under `key`, with its subtree.
+  __attribute__((always_inline)) void Add(simdjson::dom::element e, std::string_view key) {
     using simdjson::dom::element_type;
-    // Filled in place: a Node built on the stack and copied in whole stalls
-    // on store forwarding (its one-byte fields, then a 16-byte load).
     const size_t at = nodes_->size();
     Node& n = nodes_->emplace_back();
     n.key_off = Intern(key);
     n.key_len = static_cast<uint32_t>(key.size());
     switch (e.type()) {
-      case element_type::OBJECT: {
+      case element_type::OBJECT:
         n.type = ValueType::kObject;
-        for (auto field : simdjson::dom::object(e)) Add(field.value, field.key);
-        (*nodes_)[at].size = static_cast<uint32_t>(nodes_->size() - at);
+        AddObject(simdjson::dom::object(e), at);
         return;
-      }
-      case element_type::ARRAY: {
+      case element_type::ARRAY:
         n.type = ValueType::kArray;
-        for (auto item : simdjson::dom::array(e)) Add(item, "");
-        (*nodes_)[at].size = static_cast<uint32_t>(nodes_->size() - at);
+        AddArray(simdjson::dom::array(e), at);
         return;
-      }
       case element_type::STRING: {
         const std::string_view v(e);
         n.type = ValueType::kString;
         n.s.off = Intern(v);
         n.s.len = static_cast<uint32_t>(v.size());
-        break;
+        return;
       }
       case element_type::INT64:
         n.type = ValueType::kInt;
         n.i = int64_t(e);
-        break;
+        return;
       case element_type::UINT64:
         n.type = ValueType::kDouble;
         n.d = static_cast<double>(uint64_t(e));
-        break;
+        return;
       case element_type::DOUBLE: {
         const double d = double(e);
         int64_t m;
@@ -149,24 +180,31 @@ class TreeBuilder {
           n.type = ValueType::kDouble;
           n.d = d;
         }
-        break;
+        return;
       }
       case element_type::BOOL:
         n.type = ValueType::kBool;
         n.b = bool(e);
-        break;
+        return;
       case element_type::NULL_VALUE:
         n.type = ValueType::kNull;
-        break;
+        return;
     }
   }
 
-  uint32_t used() const { return used_; }
+  // The children of the container node at `at`, then its size.
+  __attribute__((noinline)) void AddObject(simdjson::dom::object o, size_t at) {
+    for (auto field : o) Add(field.value, field.key);
+    (*nodes_)[at].size = static_cast<uint32_t>(nodes_->size() - at);
+  }
+  __attribute__((noinline)) void AddArray(simdjson::dom::array a, size_t at) {
+    for (auto item : a) Add(item, "");
+    (*nodes_)[at].size = static_cast<uint32_t>(nodes_->size() - at);
+  }
 
- private:
   uint32_t Intern(std::string_view s) {
     const uint32_t off = used_;
-    std::memcpy(bytes_ + used_, s.data(), s.size());
+    CopyBytes(bytes_ + used_, s.data(), s.size());
     used_ += static_cast<uint32_t>(s.size());
     return off;
   }
@@ -207,7 +245,7 @@ absl::Status JsonDecoder::Parse(const char* padded, size_t len, Record* out) {
   // Keys and strings, unescaped, never exceed the text they came from.
   out->arena_.resize(len);
   TreeBuilder b(&out->nodes_, out->arena_.data());
-  b.Add(doc, "");
+  b.AddRoot(simdjson::dom::object(doc));
   out->arena_.resize(b.used());
   out->open_.push_back(0);  // the root stays open for fields added later
   return absl::OkStatus();
