@@ -35,6 +35,12 @@ absl::Status JsonError(simdjson::error_code e) {
 // shorter in scientific notation), and with exactly one candidate mantissa
 // round-tripping at the smallest scale it is the text std::to_chars prints.
 // Returns false when unsure; the caller then takes the general path.
+//
+// One candidate per scale suffices: if c / p == a (p = 10^s <= 1000), the
+// exact quotient is within half an ulp of a, so |c - a*p| <= p*ulp(a)/2 <=
+// a*p*2^-53, and the product a*p is computed within a*p*2^-53; with
+// a*p < 1e15 both together stay under 0.23, so nearbyint(a*p) is c. And two
+// candidates cannot both round-trip: 1/p >= 1e-3 exceeds ulp(a) for a < 1e12.
 bool DoubleToDecimalFast(double d, int64_t* mantissa, uint8_t* scale) {
   const double a = std::fabs(d);
   if (!(a >= 1.0 && a < 1e12)) return false;  // mantissas stay < 2^53: exact doubles
@@ -42,17 +48,9 @@ bool DoubleToDecimalFast(double d, int64_t* mantissa, uint8_t* scale) {
   for (int s = 1; s <= 3; ++s) {
     const double p = kPow[s];
     const int64_t m = static_cast<int64_t>(std::nearbyint(a * p));
-    int64_t found = -1;
-    int hits = 0;
-    for (int64_t c : {m - 1, m, m + 1}) {
-      if (static_cast<double>(c) / p == a) {
-        found = c;
-        ++hits;
-      }
-    }
-    if (hits == 0) continue;
-    if (hits > 1 || found % 10 == 0) return false;  // ambiguous, or integral at s == 1
-    *mantissa = d < 0 ? -found : found;
+    if (static_cast<double>(m) / p != a) continue;
+    if (m % 10 == 0) return false;  // integral at s == 1 (the general path prints it)
+    *mantissa = d < 0 ? -m : m;
     *scale = static_cast<uint8_t>(s);
     return true;
   }

@@ -298,13 +298,35 @@ inline void Record::AddString(std::string_view key, std::string_view v) {
   n.s.len = static_cast<uint32_t>(v.size());
 }
 
+// Equality of two byte ranges of length n; field names of 4 to 16 bytes
+// compare as two overlapping words each, with no call into libc.
+inline bool BytesEqual(const char* a, const char* b, size_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t a0, a1, b0, b1;
+    std::memcpy(&a0, a, 8);
+    std::memcpy(&b0, b, 8);
+    std::memcpy(&a1, a + n - 8, 8);
+    std::memcpy(&b1, b + n - 8, 8);
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+  }
+  if (n >= 4 && n < 8) {
+    uint32_t a0, a1, b0, b1;
+    std::memcpy(&a0, a, 4);
+    std::memcpy(&b0, b, 4);
+    std::memcpy(&a1, a + n - 4, 4);
+    std::memcpy(&b1, b + n - 4, 4);
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+  }
+  return std::memcmp(a, b, n) == 0;
+}
+
 inline int32_t Record::FindChild(uint32_t parent, std::string_view key) const {
   if (parent >= nodes_.size() || nodes_[parent].type != ValueType::kObject) return -1;
   uint32_t end = parent + nodes_[parent].size;
   const char* a = arena_.data();
   for (uint32_t c = parent + 1; c < end; c += nodes_[c].size) {
     const Node& n = nodes_[c];
-    if (n.key_len == key.size() && std::memcmp(a + n.key_off, key.data(), key.size()) == 0) {
+    if (n.key_len == key.size() && BytesEqual(a + n.key_off, key.data(), key.size())) {
       return static_cast<int32_t>(c);
     }
   }

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -47,8 +48,10 @@ bool FileSource::Fill() {
   // Keep the partial line, then read a chunk after it: no zero-filling,
   // padding kept readable for the decoder.
   const size_t keep = end_ - pos_;
-  if (cap_ < keep + kChunk + 1 + JsonDecoder::kPadding) {
-    cap_ = keep + kChunk + 1 + JsonDecoder::kPadding;
+  const size_t need = keep + kChunk + 1 + JsonDecoder::kPadding;
+  if (cap_ < need) {
+    // Allocated once for lines under 1 MiB; doubling for longer ones.
+    cap_ = std::max(need + kChunk, 2 * cap_);
     auto bigger = std::make_unique_for_overwrite<char[]>(cap_);
     if (keep > 0) std::memcpy(bigger.get(), buf_.get() + pos_, keep);
     buf_ = std::move(bigger);
