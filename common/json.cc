@@ -90,23 +90,23 @@ bool DoubleToDecimal(double d, int64_t* mantissa, uint8_t* scale) {
   return true;
 }
 
+// Copies n bytes, W <= n <= 2W, as the first and last W-byte words.
+template <typename W>
+inline void CopyEnds(char* dst, const char* src, size_t n) {
+  W head, tail;
+  std::memcpy(&head, src, sizeof(W));
+  std::memcpy(&tail, src + n - sizeof(W), sizeof(W));
+  std::memcpy(dst, &head, sizeof(W));
+  std::memcpy(dst + n - sizeof(W), &tail, sizeof(W));
+}
+
 // Copies n bytes with no call into libc for the short keys and strings of
 // typical events; never reads or writes past either range.
 inline void CopyBytes(char* dst, const char* src, size_t n) {
   if (n >= 8 && n <= 16) {
-    uint64_t head;
-    uint64_t tail;
-    std::memcpy(&head, src, 8);
-    std::memcpy(&tail, src + n - 8, 8);
-    std::memcpy(dst, &head, 8);
-    std::memcpy(dst + n - 8, &tail, 8);
+    CopyEnds<uint64_t>(dst, src, n);
   } else if (n >= 4 && n < 8) {
-    uint32_t head;
-    uint32_t tail;
-    std::memcpy(&head, src, 4);
-    std::memcpy(&tail, src + n - 4, 4);
-    std::memcpy(dst, &head, 4);
-    std::memcpy(dst + n - 4, &tail, 4);
+    CopyEnds<uint32_t>(dst, src, n);
   } else if (n < 4) {
     for (size_t i = 0; i < n; ++i) dst[i] = src[i];
   } else {

@@ -299,24 +299,20 @@ inline void Record::AddString(std::string_view key, std::string_view v) {
 }
 
 // Equality of two byte ranges of length n; field names of 4 to 16 bytes
-// compare as two overlapping words each, with no call into libc.
+// compare as two overlapping words each (the first and last W bytes cover
+// all n when W <= n <= 2W), with no call into libc.
+template <typename W>
+inline bool EndsEqual(const char* a, const char* b, size_t n) {
+  W a0, a1, b0, b1;
+  std::memcpy(&a0, a, sizeof(W));
+  std::memcpy(&b0, b, sizeof(W));
+  std::memcpy(&a1, a + n - sizeof(W), sizeof(W));
+  std::memcpy(&b1, b + n - sizeof(W), sizeof(W));
+  return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+}
 inline bool BytesEqual(const char* a, const char* b, size_t n) {
-  if (n >= 8 && n <= 16) {
-    uint64_t a0, a1, b0, b1;
-    std::memcpy(&a0, a, 8);
-    std::memcpy(&b0, b, 8);
-    std::memcpy(&a1, a + n - 8, 8);
-    std::memcpy(&b1, b + n - 8, 8);
-    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
-  }
-  if (n >= 4 && n < 8) {
-    uint32_t a0, a1, b0, b1;
-    std::memcpy(&a0, a, 4);
-    std::memcpy(&b0, b, 4);
-    std::memcpy(&a1, a + n - 4, 4);
-    std::memcpy(&b1, b + n - 4, 4);
-    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
-  }
+  if (n >= 8 && n <= 16) return EndsEqual<uint64_t>(a, b, n);
+  if (n >= 4 && n < 8) return EndsEqual<uint32_t>(a, b, n);
   return std::memcmp(a, b, n) == 0;
 }
 
