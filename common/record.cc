@@ -12,6 +12,8 @@
 
 namespace caravela {
 
+static_assert(sizeof(Node) == 24, "docs/architecture.md describes 24-byte nodes");
+
 const char* ValueTypeName(ValueType t) {
   switch (t) {
     case ValueType::kNull:
