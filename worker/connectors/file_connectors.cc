@@ -71,26 +71,31 @@ bool FileSource::Fill() {
   return n > 0;
 }
 
-absl::StatusOr<int> FileSource::Poll(int max_messages, int timeout_ms,
-                                     const std::function<void(const RawMessage&)>& f) {
-  int delivered = 0;
-  while (delivered < max_messages) {
+bool FileSource::NextLine(std::string_view* line) {
+  for (;;) {
     const char* start = buf_.get() + pos_;
     const char* nl =
         pos_ < end_ ? static_cast<const char*>(std::memchr(start, '\n', end_ - pos_)) : nullptr;
-    if (nl == nullptr) {
-      if (eof_) break;
-      Fill();
-      continue;
+    if (nl != nullptr) {
+      *line = std::string_view(start, static_cast<size_t>(nl - start));
+      pos_ += line->size() + 1;
+      ++next_line_;
+      return true;
     }
-    size_t len = nl - start;
-    RawMessage m;
-    m.payload = std::string_view(start, len);
-    m.padded = true;  // the newline and the rest of the buffer follow
+    if (eof_) return false;
+    Fill();
+  }
+}
+
+absl::StatusOr<int> FileSource::Poll(int max_messages, int timeout_ms,
+                                     const std::function<void(const RawMessage&)>& f) {
+  int delivered = 0;
+  RawMessage m;
+  m.padded = true;  // the newline and the rest of the buffer follow
+  while (delivered < max_messages && NextLine(&m.payload)) {
     if (!m.payload.empty() && m.payload.back() == '\r') m.payload.remove_suffix(1);
-    m.offset = next_line_++;
-    pos_ += len + 1;
     if (m.payload.empty()) continue;  // blank lines are not records
+    m.offset = next_line_ - 1;
     f(m);
     ++delivered;
   }
@@ -100,17 +105,8 @@ absl::StatusOr<int> FileSource::Poll(int max_messages, int timeout_ms,
 absl::Status FileSource::SkipLines(int64_t lines) {
   // By lines, not records: blank lines count in positions (next_line_) but
   // are not delivered, so skipping records would overshoot past them.
-  while (next_line_ < lines) {
-    const char* start = buf_.get() + pos_;
-    const char* nl =
-        pos_ < end_ ? static_cast<const char*>(std::memchr(start, '\n', end_ - pos_)) : nullptr;
-    if (nl == nullptr) {
-      if (eof_) break;
-      Fill();
-      continue;
-    }
-    pos_ += static_cast<size_t>(nl - start) + 1;
-    ++next_line_;
+  std::string_view line;
+  while (next_line_ < lines && NextLine(&line)) {
   }
   return absl::OkStatus();
 }

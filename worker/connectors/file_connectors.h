@@ -29,6 +29,9 @@ class FileSource : public RawSource {
 
  private:
   bool Fill();
+  // The next line (without its newline; filling as needed), counted in
+  // next_line_; false at the end of the file.
+  bool NextLine(std::string_view* line);
   std::string path_;
   std::FILE* file_ = nullptr;
   // Lines read but not yet delivered are buf_[pos_, end_), followed by
