@@ -128,8 +128,7 @@ class TreeBuilder {
   // Appends the root object and its subtree.
   void AddRoot(simdjson::dom::object root) {
     nodes_->emplace_back().type = ValueType::kObject;
-    for (auto field : root) Add(field.value, field.key);
-    (*nodes_)[0].size = static_cast<uint32_t>(nodes_->size());
+    AddObject(root, 0);
   }
 
   uint32_t used() const { return used_; }
