@@ -1,5 +1,6 @@
 #include "common/json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -231,11 +232,59 @@ absl::Status JsonDecoder::DecodePadded(std::string_view json, Record* out) {
   return Parse(json.data(), json.size(), out);
 }
 
+absl::Status JsonDecoder::DecodeLine(std::string_view json, std::string_view block, Record* out) {
+  json = TrimEnd(json);
+  simdjson::dom::element doc;
+  if (BlockDocument(json, block, &doc)) {
+    out->Clear();
+    return Build(doc, json.size(), out);
+  }
+  return Parse(json.data(), json.size(), out);
+}
+
+bool JsonDecoder::BlockDocument(std::string_view json, std::string_view block,
+                                simdjson::dom::element* doc) {
+  if (json.data() < block.data() || json.data() + json.size() > block.data() + block.size()) {
+    return false;
+  }
+  // A new block starts with its first line. A source reuses its buffer, so
+  // the same address and length may well hold other lines than the last
+  // block: the pass restarts whenever a block's first line comes.
+  const size_t at = static_cast<size_t>(json.data() - block.data());
+  if (at == 0 || block.data() != block_.data() || block.size() != block_.size()) {
+    block_ = block;
+    // One batch for the whole block: documents are never cut between
+    // batches, and no stage-1 thread is started.
+    block_stream_ =
+        block_parser_.parse_many(block.data(), block.size(), std::max<size_t>(block.size(), 4096))
+            .value_unsafe();
+    block_doc_ = block_stream_.begin();
+  }
+  if (json.empty()) return false;
+  // Documents before this line (taken by earlier lines, or not lines at
+  // all) are passed over; after an error the pass is finished.
+  while (block_doc_ != block_stream_.end() && block_doc_.current_index() < at) ++block_doc_;
+  if (!(block_doc_ != block_stream_.end()) || block_doc_.current_index() != at) return false;
+  // An object (anything else is an error the line's own parse words), and
+  // it must end where the line does: `{"a":1} {"b":2}` is one malformed
+  // line, not the record {"a":1}. (source() of an object runs from its
+  // opening to its closing brace.)
+  if ((*block_doc_).get(*doc) != simdjson::SUCCESS ||
+      doc->type() != simdjson::dom::element_type::OBJECT) {
+    return false;
+  }
+  return block_doc_.source().size() == json.size();
+}
+
 absl::Status JsonDecoder::Parse(const char* padded, size_t len, Record* out) {
   out->Clear();
   if (len == 0) return absl::InvalidArgumentError("empty line, not JSON");
   simdjson::dom::element doc;
   if (auto e = parser_.parse(padded, len, false).get(doc)) return JsonError(e);
+  return Build(doc, len, out);
+}
+
+absl::Status JsonDecoder::Build(simdjson::dom::element doc, size_t len, Record* out) {
   if (doc.type() != simdjson::dom::element_type::OBJECT) {
     return absl::InvalidArgumentError("top-level value is not an object");
   }

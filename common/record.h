@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace caravela {
@@ -163,6 +164,17 @@ class Record {
 
   // Drops all fields; keeps allocated capacity.
   void Clear();
+  // Exchanges the contents of two records (no copy: buffers change hands).
+  void swap(Record& other) noexcept {
+    nodes_.swap(other.nodes_);
+    arena_.swap(other.arena_);
+    open_.swap(other.open_);
+    std::swap(event_time, other.event_time);
+    std::swap(arrival, other.arrival);
+    std::swap(partition, other.partition);
+    std::swap(offset, other.offset);
+    std::swap(tombstone, other.tombstone);
+  }
   bool empty() const { return nodes_.empty(); }
 
   // ---- Building (pre-order). A fresh record starts its root object on first add.

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "common/json.h"
 #include "gmock/gmock.h"
@@ -168,6 +169,133 @@ TEST(JsonTest, DecodePaddedMatchesDecode) {
   }
 }
 
+// Decodes `lines` as one block (joined by `sep`, padded, as a file source
+// hands them over) with DecodeLine, and each line alone with Decode: the same
+// records and the same errors, line by line.
+void ExpectBlockDecodesLikeLines(JsonDecoder& block_dec, const std::vector<std::string>& lines,
+                                 const std::string& sep = "\n") {
+  std::string buf;
+  std::vector<size_t> starts;
+  for (const std::string& l : lines) {
+    starts.push_back(buf.size());
+    buf += l;
+    buf += sep;
+  }
+  if (buf.empty()) return;
+  const size_t block_len = buf.size() - sep.size();
+  buf.append(JsonDecoder::kPadding, ' ');
+  const std::string_view block(buf.data(), block_len);
+  JsonDecoder line_dec;
+  Record a;
+  Record b;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    SCOPED_TRACE(lines[i]);
+    const absl::Status sa = line_dec.Decode(lines[i], &a);
+    const absl::Status sb =
+        block_dec.DecodeLine(std::string_view(buf.data() + starts[i], lines[i].size()), block, &b);
+    EXPECT_EQ(sa, sb);
+    if (sa.ok() && sb.ok()) {
+      EXPECT_EQ(a.ToJson(), b.ToJson()) << "line " << i << " of the block:\n" << block;
+    }
+  }
+}
+
+TEST(JsonTest, DecodeLineInABlockMatchesDecodingEachLine) {
+  JsonDecoder dec;
+  // Valid lines, then every way a line can differ from "one object": each
+  // must fall back to its own parse (same error) without harming the next.
+  ExpectBlockDecodesLikeLines(dec, {R"({"a":1,"s":"x\ny"})", R"({"b":[1,2,{"c":null}]})"});
+  ExpectBlockDecodesLikeLines(dec, {
+                                       R"({"a":1})",
+                                       R"({"a":1} {"b":2})",  // two documents on one line
+                                       R"({"a":)",            // a document spanning two lines
+                                       R"(2})",
+                                       R"({"ok":true})",
+                                       R"(   {"lead":1})",  // leading blanks
+                                       R"({"t":1}   )",     // trailing blanks
+                                       R"([1,2])",          // not an object
+                                       R"("str")",
+                                       R"(42)",
+                                       R"(""":10 )",  // found by the fuzzer
+                                       R"("" {"a":1})",
+                                       R"({"u":"unclosed)",  // flips every quote after it
+                                       R"({"v":"after"})",
+                                       R"({"w":"x"})",
+                                       R"({"x":1,})",
+                                       R"({"y":1}})",
+                                       R"(})",
+                                       R"({"z":"\u00e9"})",
+                                   });
+  // Invalid UTF-8 anywhere fails the block's single pass: every line
+  // still decodes as it would alone.
+  ExpectBlockDecodesLikeLines(dec, {R"({"a":1})", "{\"b\":\"\xff\"}", R"({"c":3})"});
+  // \r\n line ends (the source passes lines without the \r).
+  ExpectBlockDecodesLikeLines(dec, {R"({"a":1})", R"({"b":2})"}, "\r\n");
+  // Lines decoded after a block began, then a new block at the same decoder.
+  ExpectBlockDecodesLikeLines(dec, {R"({"only":1})"});
+}
+
+TEST(JsonTest, DecodeLineReparsesABufferReusedForOtherLines) {
+  // A source refills the same buffer: the next block may have the same
+  // address and length as the last one, and other lines.
+  std::string buf = std::string(R"({"a":"x","b":1})") + "\n" + R"({"a":"y","b":2})";
+  const size_t len = buf.size();
+  buf.append(JsonDecoder::kPadding, ' ');
+  JsonDecoder dec;
+  Record r;
+  const std::string_view block(buf.data(), len);
+  ASSERT_TRUE(dec.DecodeLine(block.substr(0, 15), block, &r).ok());
+  ASSERT_TRUE(dec.DecodeLine(block.substr(16), block, &r).ok());
+  EXPECT_EQ(r.ToJson(), R"({"a":"y","b":2})");
+  // Lines where the last block had them, of the same lengths.
+  buf.replace(0, len, std::string(R"({"c":[7,8,9,0]})") + "\n" + R"({"a":"z","b":3})");
+  ASSERT_EQ(buf.size(), len + JsonDecoder::kPadding);
+  ASSERT_TRUE(dec.DecodeLine(block.substr(0, 15), block, &r).ok());
+  EXPECT_EQ(r.ToJson(), R"({"c":[7,8,9,0]})");
+  ASSERT_TRUE(dec.DecodeLine(block.substr(16), block, &r).ok());
+  EXPECT_EQ(r.ToJson(), R"({"a":"z","b":3})");
+}
+
+TEST(JsonTest, DecodeLineMatchesDecodingEachLineOnRandomDamage) {
+  std::mt19937 rng(7);
+  const std::string good =
+      R"({"event_id":"evt-1","n":12,"amount":3.5,"tags":["a","b"],"o":{"k":"v\"q"}})";
+  const std::string specials = "{}[]\",:\\ \nx1\xc3";
+  JsonDecoder dec;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<std::string> lines;
+    const int n = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      std::string l = good;
+      // A third of the lines get one to three bytes changed, inserted or cut.
+      if (rng() % 3 == 0) {
+        for (int k = 1 + static_cast<int>(rng() % 3); k > 0; --k) {
+          const size_t at = rng() % l.size();
+          const char c = specials[rng() % specials.size()];
+          switch (rng() % 3) {
+            case 0:
+              l[at] = c;
+              break;
+            case 1:
+              l.insert(l.begin() + static_cast<ptrdiff_t>(at), c);
+              break;
+            default:
+              l.erase(at, 1);
+              break;
+          }
+        }
+      }
+      // A newline put in by the damage splits the line, as a file would.
+      for (size_t nl; (nl = l.find('\n')) != std::string::npos; l.erase(0, nl + 1)) {
+        lines.push_back(l.substr(0, nl));
+      }
+      lines.push_back(l);
+    }
+    std::erase_if(lines, [](const std::string& l) { return l.empty(); });
+    ExpectBlockDecodesLikeLines(dec, lines);
+  }
+}
+
 TEST(JsonTest, DeeplyNestedRoundTrips) {
   // Deeper than the serializer's inline stack of open containers.
   std::string deep;
@@ -273,6 +401,31 @@ TEST(RecordTest, BuildAndRead) {
   EXPECT_EQ(r.offset, -1);
   r.EnsureRoot();
   EXPECT_EQ(r.ToJson(), "{}");
+}
+
+TEST(RecordTest, SwapExchangesContentsAndMetadata) {
+  JsonDecoder dec;
+  Record a;
+  Record b;
+  ASSERT_TRUE(dec.Decode(R"({"a":"a long string value, not a short one","n":[1,2]})", &a).ok());
+  b.AddInt("b", 2);
+  a.event_time = 1;
+  a.arrival = 2;
+  a.partition = 3;
+  a.offset = 4;
+  a.tombstone = true;
+  a.swap(b);
+  EXPECT_EQ(a.ToJson(), R"({"b":2})");
+  EXPECT_EQ(b.ToJson(), R"({"a":"a long string value, not a short one","n":[1,2]})");
+  EXPECT_EQ(b.event_time, 1);
+  EXPECT_EQ(b.arrival, 2);
+  EXPECT_EQ(b.partition, 3);
+  EXPECT_EQ(b.offset, 4);
+  EXPECT_TRUE(b.tombstone);
+  EXPECT_EQ(a.offset, -1);
+  EXPECT_FALSE(a.tombstone);
+  a.AddInt("c", 3);  // both stay usable: a is still open at its root
+  EXPECT_EQ(a.ToJson(), R"({"b":2,"c":3})");
 }
 
 TEST(RecordTest, AddValueCopiesSubtreesIncludingFromItself) {

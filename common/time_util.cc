@@ -3,6 +3,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -126,22 +127,38 @@ bool ParseCanonicalIso8601(std::string_view s, int64_t* out) {
       s[16] != ':' || s[19] != '.' || s[23] != 'Z') {
     return false;
   }
-  unsigned d[24];
+  const auto digit = [&](size_t i) {
+    return static_cast<unsigned>(static_cast<unsigned char>(s[i])) - '0';
+  };
+  // Consecutive event times mostly fall on one day: the last valid date's
+  // day number is kept per thread with the 10 bytes it was read from.
+  struct LastDay {
+    char text[10] = {};
+    int64_t days = 0;
+  };
+  thread_local LastDay last;
+  int64_t days;
+  if (std::memcmp(last.text, s.data(), 10) == 0) {
+    days = last.days;
+  } else {
+    unsigned bad = 0;
+    for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9}) bad |= digit(i) > 9 ? 1u : 0u;
+    if (bad != 0) return false;
+    const int64_t year = digit(0) * 1000 + digit(1) * 100 + digit(2) * 10 + digit(3);
+    const unsigned month = digit(5) * 10 + digit(6), day = digit(8) * 10 + digit(9);
+    if (month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, month)) return false;
+    days = DaysFromCivil(year, month, day);
+    std::memcpy(last.text, s.data(), 10);
+    last.days = days;
+  }
   unsigned bad = 0;
-  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22}) {
-    d[i] = static_cast<unsigned>(static_cast<unsigned char>(s[i])) - '0';
-    bad |= d[i] > 9 ? 1u : 0u;
-  }
+  for (size_t i : {11, 12, 14, 15, 17, 18, 20, 21, 22}) bad |= digit(i) > 9 ? 1u : 0u;
   if (bad != 0) return false;
-  const int64_t year = d[0] * 1000 + d[1] * 100 + d[2] * 10 + d[3];
-  const unsigned month = d[5] * 10 + d[6], day = d[8] * 10 + d[9];
-  const int64_t hh = d[11] * 10 + d[12], mm = d[14] * 10 + d[15], ss = d[17] * 10 + d[18];
-  const int64_t ms = d[20] * 100 + d[21] * 10 + d[22];
-  if (month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, month) || hh > 23 || mm > 59 ||
-      ss > 59) {
-    return false;
-  }
-  *out = ((DaysFromCivil(year, month, day) * 24 + hh) * 60 + mm) * 60'000 + ss * 1000 + ms;
+  const int64_t hh = digit(11) * 10 + digit(12), mm = digit(14) * 10 + digit(15),
+                ss = digit(17) * 10 + digit(18);
+  const int64_t ms = digit(20) * 100 + digit(21) * 10 + digit(22);
+  if (hh > 23 || mm > 59 || ss > 59) return false;
+  *out = ((days * 24 + hh) * 60 + mm) * 60'000 + ss * 1000 + ms;
   return true;
 }
 }  // namespace

@@ -117,6 +117,37 @@ TEST(ParseIso8601Test, Invalid) {
   }
 }
 
+// The canonical form's fast path keeps the last date's day number: runs
+// of one day, days that differ in one digit, and invalid dates among them
+// all parse as the general rules say (checked against the formatter).
+TEST(ParseIso8601Test, CanonicalTimesInRunsOfDays) {
+  std::mt19937_64 rng(3);
+  int64_t t = 1790848800123;
+  for (int i = 0; i < 200000; ++i) {
+    switch (rng() % 4) {
+      case 0:  // a jump anywhere in years 0000-9999
+        t = static_cast<int64_t>(rng() % 315537897600000ULL) - 62167219200000;
+        break;
+      case 1:  // the next or the previous day
+        t += (rng() % 2 == 0 ? 1 : -1) * 86'400'000;
+        break;
+      default:  // the same day, another time
+        t = t - FloorMod(t, 86'400'000) + static_cast<int64_t>(rng() % 86'400'000);
+        break;
+    }
+    const std::string text = FormatIso8601(t);
+    ASSERT_EQ(ParseIso8601(text), t) << text;
+    // The same date with a day that does not exist, or a bad digit.
+    std::string bad = text;
+    bad[8] = '3';
+    bad[9] = '2';
+    ASSERT_EQ(ParseIso8601(bad), std::nullopt) << bad;
+    bad = text;
+    bad[rng() % 2 == 0 ? 3 : 15] = 'x';
+    ASSERT_EQ(ParseIso8601(bad), std::nullopt) << bad;
+  }
+}
+
 TEST(FormatIso8601Test, Formats) {
   EXPECT_EQ(FormatIso8601(0), "1970-01-01T00:00:00.000Z");
   EXPECT_EQ(FormatIso8601(1790848800123), "2026-10-01T10:00:00.123Z");

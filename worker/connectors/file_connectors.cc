@@ -71,7 +71,7 @@ bool FileSource::Fill() {
   return n > 0;
 }
 
-bool FileSource::NextLine(std::string_view* line) {
+bool FileSource::NextLine(std::string_view* line, bool fill) {
   for (;;) {
     const char* start = buf_.get() + pos_;
     const char* nl =
@@ -82,31 +82,43 @@ bool FileSource::NextLine(std::string_view* line) {
       ++next_line_;
       return true;
     }
-    if (eof_) return false;
+    if (eof_ || !fill) return false;
     Fill();
   }
 }
 
 absl::StatusOr<int> FileSource::Poll(int max_messages, int timeout_ms,
                                      const std::function<void(const RawMessage&)>& f) {
-  int delivered = 0;
+  // The lines of one poll are found first, all in the buffer as it is (a
+  // refill moves it, so it happens only before the first line): the
+  // decoder parses them in one pass over the block they form.
+  lines_.clear();
+  std::string_view line;
+  while (static_cast<int>(lines_.size()) < max_messages &&
+         NextLine(&line, /*fill=*/lines_.empty())) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;  // blank lines are not records
+    lines_.push_back({line, next_line_ - 1});
+  }
+  if (lines_.empty()) return 0;
   RawMessage m;
   m.padded = true;  // the newline and the rest of the buffer follow
-  while (delivered < max_messages && NextLine(&m.payload)) {
-    if (!m.payload.empty() && m.payload.back() == '\r') m.payload.remove_suffix(1);
-    if (m.payload.empty()) continue;  // blank lines are not records
-    m.offset = next_line_ - 1;
+  const char* first = lines_.front().first.data();
+  m.block = std::string_view(
+      first, static_cast<size_t>(lines_.back().first.data() + lines_.back().first.size() - first));
+  for (const auto& [payload, offset] : lines_) {
+    m.payload = payload;
+    m.offset = offset;
     f(m);
-    ++delivered;
   }
-  return delivered;
+  return static_cast<int>(lines_.size());
 }
 
 absl::Status FileSource::SkipLines(int64_t lines) {
   // By lines, not records: blank lines count in positions (next_line_) but
   // are not delivered, so skipping records would overshoot past them.
   std::string_view line;
-  while (next_line_ < lines && NextLine(&line)) {
+  while (next_line_ < lines && NextLine(&line, /*fill=*/true)) {
   }
   return absl::OkStatus();
 }

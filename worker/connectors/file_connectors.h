@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/connectors/sink.h"
@@ -29,9 +30,9 @@ class FileSource : public RawSource {
 
  private:
   bool Fill();
-  // The next line (without its newline; filling as needed), counted in
-  // next_line_; false at the end of the file.
-  bool NextLine(std::string_view* line);
+  // The next line (without its newline), counted in next_line_; false at
+  // the end of the file, or of the buffer unless `fill`.
+  bool NextLine(std::string_view* line, bool fill);
   std::string path_;
   std::FILE* file_ = nullptr;
   // Lines read but not yet delivered are buf_[pos_, end_), followed by
@@ -42,6 +43,7 @@ class FileSource : public RawSource {
   size_t end_ = 0;
   bool eof_ = false;
   int64_t next_line_ = 0;
+  std::vector<std::pair<std::string_view, int64_t>> lines_;  // of one poll, with offsets
 };
 
 // Writes one JSON object per line. Creates parent directories.

@@ -45,8 +45,21 @@ class FileSourceTest : public ::testing::Test {
     }
     std::vector<Line> lines;
     while (!src.Exhausted()) {
+      // A poll's payloads lie in its block, in order, the first at its start
+      // and the last at its end (the decoder parses the block in one pass).
+      const char* next = nullptr;
+      std::string_view block;
       auto n = src.Poll(3, 0, [&](const RawMessage& m) {
         EXPECT_TRUE(m.padded);
+        if (next == nullptr) {
+          block = m.block;
+          EXPECT_EQ(m.payload.data(), block.data());
+          next = block.data();
+        }
+        EXPECT_EQ(m.block, block);
+        EXPECT_GE(m.payload.data(), next);
+        EXPECT_LE(m.payload.data() + m.payload.size(), block.data() + block.size());
+        next = m.payload.data() + m.payload.size() + 1;
         const char after = m.payload.data()[m.payload.size()];
         EXPECT_TRUE(after == '\n' || after == '\r') << int{after};
         // Reading the padding must be safe (ASan builds check it).
@@ -56,6 +69,7 @@ class FileSourceTest : public ::testing::Test {
       });
       EXPECT_TRUE(n.ok());
       if (!n.ok() || *n == 0) break;
+      EXPECT_EQ(next, block.data() + block.size() + 1);  // the last payload ends the block
     }
     EXPECT_TRUE(src.Exhausted());
     return lines;

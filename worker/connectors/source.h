@@ -25,6 +25,10 @@ struct RawMessage {
   // JsonDecoder::kPadding readable bytes follow the payload: it is decoded
   // in place, not copied.
   bool padded = false;
+  // Not empty: the padded payloads of this poll lie in `block`, one per
+  // line, delivered in order (a file source), and are decoded in one pass
+  // (JsonDecoder::DecodeLine).
+  std::string_view block;
 };
 
 class RawSource {

@@ -5,7 +5,7 @@ namespace caravela {
 absl::Status FilterOperator::ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                                           Output& out) {
   for (const Record& r : batch) {
-    if (IsTrue(where_->Eval(r))) out.Emit() = r;
+    if (IsTrue(where_->Eval(r))) out.Forward(r);
   }
   return absl::OkStatus();
 }

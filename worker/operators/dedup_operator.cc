@@ -487,7 +487,7 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
     }
     if (kinds_[i] == kMissingId) {
       ++counts.missing;
-      out.Emit() = r;
+      out.Forward(r);
       continue;
     }
     if (kinds_[i] == kTooLate) {
@@ -502,7 +502,7 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
     if (batch_) {
       if (first_ids_.Insert(h)) {
         ++counts.passed;
-        out.Emit() = r;
+        out.Forward(r);
       } else {
         ++counts.duplicates;
       }
@@ -532,7 +532,7 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
     it->second = static_cast<uint32_t>(pending_.size() - 1);
     index_->Insert(h, r.event_time, seq_);
     ++counts.passed;
-    out.Emit() = r;
+    out.Forward(r);
   }
   if (pending_.empty()) return absl::OkStatus();
   // One blob per bucket touched, entries sorted by (time, hash).

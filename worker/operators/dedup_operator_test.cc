@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/json.h"
 #include "worker/testing/operator_harness.h"
 
 namespace caravela {
@@ -182,6 +183,29 @@ TEST(DedupOperatorBatchTest, FirstCopyWinsOverTheWholeStreamAndNothingIsStored) 
   EXPECT_EQ(h.metrics().Value("dedup_duplicates_total", "op=\"unique\""), repeats);
   EXPECT_EQ(h.metrics().Value("dedup_passed_total", "op=\"unique\""),
             static_cast<int64_t>(first.size()));
+}
+
+// Output::Forward moves a record out of the batch only when the runtime
+// handed that batch over, and copies it otherwise.
+TEST(OutputTest, ForwardMovesOnlyOutOfAHandedOverBatch) {
+  JsonDecoder dec;
+  RecordBatch in;
+  ASSERT_TRUE(dec.Decode(R"({"id":"a","v":1})", &in.Append()).ok());
+  ASSERT_TRUE(dec.Decode(R"({"id":"b","v":2})", &in.Append()).ok());
+  Output out;
+  out.Forward(in[0]);  // not handed over: a copy
+  EXPECT_EQ(in[0].ToJson(), R"({"id":"a","v":1})");
+  out.set_movable_input(&in);
+  out.Forward(in[1]);  // handed over: moved, the batch's slot is left empty
+  EXPECT_TRUE(in[1].nodes().empty());
+  RecordBatch other;
+  ASSERT_TRUE(dec.Decode(R"({"id":"c"})", &other.Append()).ok());
+  out.Forward(other[0]);  // a record of another batch: a copy
+  EXPECT_EQ(other[0].ToJson(), R"({"id":"c"})");
+  ASSERT_EQ(out.main().size(), 3u);
+  EXPECT_EQ(out.main()[0].ToJson(), R"({"id":"a","v":1})");
+  EXPECT_EQ(out.main()[1].ToJson(), R"({"id":"b","v":2})");
+  EXPECT_EQ(out.main()[2].ToJson(), R"({"id":"c"})");
 }
 
 }  // namespace

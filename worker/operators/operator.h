@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/metrics.h"
@@ -34,6 +35,11 @@ class RecordBatch {
     Record& r = records_[size_++];
     r.Clear();
     return r;
+  }
+  // Appends `r`'s contents, leaving `r` with what the slot held before.
+  void AppendSwapped(Record& r) {
+    if (size_ == records_.size()) records_.emplace_back();
+    records_[size_++].swap(r);
   }
   void PopBack() { --size_; }
   void clear() { size_ = 0; }
@@ -55,6 +61,21 @@ class Output {
   explicit Output(size_t side_outputs = 0) : sides_(side_outputs) {}
   // Appends a fresh (empty) record to the main output.
   Record& Emit() { return main_.Append(); }
+  // Appends `r`, a record of the batch being processed, to the main output
+  // as it is (a filter, a dedup): moved out of the batch when the runtime
+  // handed that batch over (no other operator or sink reads it), else
+  // copied. `r` is not to be read after.
+  void Forward(const Record& r) {
+    if (movable_ != nullptr && !std::less<const Record*>()(&r, movable_->begin()) &&
+        std::less<const Record*>()(&r, movable_->end())) {
+      main_.AppendSwapped((*movable_)[static_cast<size_t>(&r - movable_->begin())]);
+    } else {
+      main_.Append() = r;
+    }
+  }
+  // The runtime: the batch of the coming ProcessBatch call, which Forward
+  // may move records out of (nullptr: none).
+  void set_movable_input(RecordBatch* batch) { movable_ = batch; }
   // Appends a fresh record to side output `i` (index into SideOutputs()).
   Record& EmitSide(size_t i) { return sides_[i].Append(); }
   RecordBatch& main() { return main_; }
@@ -79,6 +100,7 @@ class Output {
 
  private:
   RecordBatch main_;
+  RecordBatch* movable_ = nullptr;
   std::vector<RecordBatch> sides_;
   std::function<absl::Status()> drain_;
 };

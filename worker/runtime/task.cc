@@ -550,7 +550,9 @@ void Task::Impl::Decode(SourceNode& src, const RawMessage& m, RecordBatch& into,
     }
     r.tombstone = st.ok();
   } else {
-    st = m.padded ? decoder.DecodePadded(m.payload, &r) : decoder.Decode(m.payload, &r);
+    st = !m.block.empty() ? decoder.DecodeLine(m.payload, m.block, &r)
+         : m.padded       ? decoder.DecodePadded(m.payload, &r)
+                          : decoder.Decode(m.payload, &r);
   }
   if (st.ok() && !r.tombstone) {
     if (arrival_mode) {
@@ -800,7 +802,9 @@ absl::Status Task::Impl::Dispatch(int node) {
         for (const Record& r : out.main()) RETURN_IF_ERROR(w.Write(e.input, r));
         continue;
       }
-      RETURN_IF_ERROR(Feed(e.op, e.input, out.main()));
+      // The only reader of this batch, which is cleared after: its
+      // records may be moved on rather than copied (Output::Forward).
+      RETURN_IF_ERROR(Feed(e.op, e.input, out.main(), no.main.size() == 1 ? &out.main() : nullptr));
     }
   }
   for (size_t s = 0; s < no.sides.size(); ++s) {
@@ -965,7 +969,7 @@ int64_t Task::Impl::LowestWatermark() const {
   return wm;
 }
 
-absl::Status Task::Impl::Feed(int op, int input, const RecordBatch& batch) {
+absl::Status Task::Impl::Feed(int op, int input, const RecordBatch& batch, RecordBatch* movable) {
   OperatorNode& on = ops[op];
   on.records_in->Add(static_cast<int64_t>(batch.size()));
   if (on.late != nullptr) {
@@ -977,7 +981,10 @@ absl::Status Task::Impl::Feed(int op, int input, const RecordBatch& batch) {
       on.late_total += late;
     }
   }
-  RETURN_IF_ERROR(on.op->ProcessBatch(*on.ctx, input, batch, on.out));
+  on.out.set_movable_input(movable);
+  const absl::Status st = on.op->ProcessBatch(*on.ctx, input, batch, on.out);
+  on.out.set_movable_input(nullptr);
+  RETURN_IF_ERROR(st);
   return Dispatch(S() + op);
 }
 

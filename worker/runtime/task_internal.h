@@ -384,7 +384,9 @@ struct Task::Impl {
   absl::Status ApplyArrivalStep(int src_id, int64_t t);
   absl::Status Dispatch(int node);
   // Applies `batch` to input `input` of operator `op` and dispatches its output.
-  absl::Status Feed(int op, int input, const RecordBatch& batch);
+  // `movable`: `batch` itself when nothing reads it after this operator
+  // (records are then moved on, not copied), else nullptr.
+  absl::Status Feed(int op, int input, const RecordBatch& batch, RecordBatch* movable = nullptr);
   // The lowest output watermark of the task's operators, else of its sources.
   int64_t LowestWatermark() const;
   absl::Status WriteSink(int sink, int node, const Record& r, std::string_view side_name);

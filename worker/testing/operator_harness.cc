@@ -57,7 +57,12 @@ absl::Status OperatorHarness::ProcessBatch(
     r.event_time = t;
     r.arrival = clock_.NowMs();
   }
-  RETURN_IF_ERROR(op_->ProcessBatch(*ctx_, input, batch_, out_));
+  // Handed over, as the runtime hands a batch to its only reader: records
+  // the operator passes on as they are move (Output::Forward).
+  out_.set_movable_input(&batch_);
+  const absl::Status st = op_->ProcessBatch(*ctx_, input, batch_, out_);
+  out_.set_movable_input(nullptr);
+  RETURN_IF_ERROR(st);
   Collect();
   return absl::OkStatus();
 }
