@@ -36,7 +36,9 @@ class RecordBatch {
     r.Clear();
     return r;
   }
-  // Appends `r`'s contents, leaving `r` with what the slot held before.
+  // Appends `r`'s contents, leaving `r` with what the slot held before (to
+  // be cleared by the Append that reuses it): a move with no copy and no
+  // Clear of the slot.
   void AppendSwapped(Record& r) {
     if (size_ == records_.size()) records_.emplace_back();
     records_[size_++].swap(r);

@@ -660,7 +660,7 @@ void Task::Impl::MergeStaged(SourceNode& src) {
     }
     for (SourceNode::Staged& st : src.staged) {
       while (!st.empty() && st.records[st.head].arrival == t) {
-        std::swap(src.pending.Append(), st.records[st.head]);
+        src.pending.AppendSwapped(st.records[st.head]);
         src.pending_invalid.push_back(st.invalid[st.head]);
         ++st.head;
       }
@@ -697,7 +697,7 @@ absl::Status Task::Impl::ApplySourceBatch(int src_id, size_t count) {
     src.applied_arrival = r.arrival;
     src.wm->OnActivity(r.partition, now);
     if (src.pending_invalid[i] != kValidRecord) {
-      std::swap(out.EmitSide(0), r);
+      out.side(0).AppendSwapped(r);
       src.invalid[src.pending_invalid[i]]->Add();
       ++invalid_total;
       continue;
@@ -723,7 +723,7 @@ absl::Status Task::Impl::ApplySourceBatch(int src_id, size_t count) {
       src.wm->OnRecord(r.partition, r.event_time, now);
       src.delay->Observe(now - r.event_time);
     }
-    std::swap(out.Emit(), r);
+    out.main().AppendSwapped(r);
   }
   src.head += count;
   if (src.delay.has_value()) src.delay->Flush();

@@ -88,7 +88,7 @@ absl::Status Task::Impl::ConsumeReplayInput() {
                  std::pair(batch[b].partition, batch[b].offset);
         });
         sorted.clear();
-        for (size_t i : order) std::swap(sorted.Append(), batch[i]);
+        for (size_t i : order) sorted.AppendSwapped(batch[i]);
         RETURN_IF_ERROR(Feed(rn.op, static_cast<int>(in), sorted));
       }
     }
