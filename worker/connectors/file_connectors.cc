@@ -21,7 +21,7 @@
 
 namespace caravela {
 namespace {
-constexpr size_t kChunk = 1 << 20;
+constexpr size_t kChunk = 1 << 18;
 
 absl::Status Errno(std::string_view what, const std::string& path) {
   return absl::UnavailableError(

@@ -74,6 +74,8 @@ class DedupOperator : public Operator {
   // not depend on it), so later copies all count as duplicates and
   // `conflicts` stays empty. Set before Open.
   void set_batch(bool batch) { batch_ = batch; }
+  // Batch mode: sizes the id set for n ids at once (no growth on the way).
+  void ReserveIds(size_t n) { first_ids_.Reserve(n); }
 
   // Payload fingerprint as used by this operator (exposed for tests).
   uint64_t Fingerprint(const Record& r) const;

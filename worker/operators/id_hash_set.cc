@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <new>
 
@@ -9,7 +10,6 @@ namespace caravela {
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kFirstCapacity = size_t{1} << 16;
 
 // Zeroed memory for `slots` hashes, 2 MiB-aligned and marked for transparent
 // huge pages when it spans at least one. Returns the mapping (to unmap) and
@@ -43,8 +43,7 @@ void IdHashSet::Clear() {
 }
 
 bool IdHashSet::Insert(uint64_t h) {
-  // Grow past a load of 0.7: linear probing stays within a line or two.
-  if (10 * (size_ + 1) > 7 * capacity()) Grow();
+  if (Overloaded(size_ + 1, capacity())) Grow();
   const uint64_t v = Stored(h);
   for (size_t s = Slot(v);; s = (s + 1) & mask_) {
     if (slots_[s] == v) return false;
@@ -65,8 +64,13 @@ bool IdHashSet::Contains(uint64_t h) const {
   }
 }
 
-void IdHashSet::Grow() {
-  const size_t capacity = mask_ == 0 ? kFirstCapacity : 2 * (mask_ + 1);
+void IdHashSet::Reserve(size_t n) {
+  size_t capacity = std::max(this->capacity(), kFirstCapacity);
+  while (Overloaded(n, capacity)) capacity *= 2;
+  if (capacity > this->capacity()) Rehash(capacity);
+}
+
+void IdHashSet::Rehash(size_t capacity) {
   void* mapping = nullptr;
   size_t bytes = 0;
   uint64_t* slots = MapSlots(capacity, &mapping, &bytes);

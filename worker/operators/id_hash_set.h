@@ -38,6 +38,9 @@ class IdHashSet {
   }
   // Adds h; true if it was not there yet.
   bool Insert(uint64_t h);
+  // Makes room for n hashes at once, so that inserting them never grows the
+  // set (each growth zeroes a new array and rehashes the old one).
+  void Reserve(size_t n);
   bool Contains(uint64_t h) const;
   size_t size() const { return size_; }
   // Capacity in slots (a power of two, or 0).
@@ -51,8 +54,14 @@ class IdHashSet {
   size_t Slot(uint64_t h) const {
     return static_cast<size_t>((Stored(h) * 0x9e3779b97f4a7c15ULL) >> shift_);
   }
-  // Doubles the array (first: 2^16 slots) and inserts every hash again.
-  void Grow();
+  // Moves every hash into a zeroed array of `capacity` slots.
+  void Rehash(size_t capacity);
+  // Doubles the array (first: 2^16 slots).
+  void Grow() { Rehash(mask_ == 0 ? kFirstCapacity : 2 * (mask_ + 1)); }
+  // A load above 7/10 grows the set: linear probing stays within a line or two.
+  static bool Overloaded(size_t size, size_t capacity) { return 10 * size > 7 * capacity; }
+
+  static constexpr size_t kFirstCapacity = size_t{1} << 16;
 
   uint64_t* slots_ = nullptr;
   size_t mask_ = 0;

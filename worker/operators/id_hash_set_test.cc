@@ -32,6 +32,31 @@ TEST(IdHashSetTest, AgreesWithAReferenceSetThroughGrowth) {
   EXPECT_FALSE(set.Contains(rng()));
 }
 
+// A set reserved for n hashes holds them without growing; a reserve on a
+// filled set keeps what it holds; one for fewer than it has room for is a
+// no-op.
+TEST(IdHashSetTest, ReserveMakesRoomOnceAndKeepsTheHashes) {
+  IdHashSet set;
+  set.Reserve(300'000);
+  const size_t reserved = set.capacity();
+  EXPECT_GE(reserved * 7, size_t{300'000} * 10);
+  EXPECT_LT(reserved * 7, size_t{300'000} * 20) << "the smallest power of two that fits";
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> added;
+  for (int i = 0; i < 300'000; ++i) {
+    added.push_back(rng());
+    ASSERT_TRUE(set.Insert(added.back()));
+  }
+  EXPECT_EQ(set.capacity(), reserved) << "no growth up to the reserved count";
+  set.Reserve(1000);
+  EXPECT_EQ(set.capacity(), reserved);
+  set.Reserve(2'000'000);
+  EXPECT_GT(set.capacity(), reserved);
+  EXPECT_EQ(set.size(), added.size());
+  for (uint64_t h : added) ASSERT_TRUE(set.Contains(h));
+  for (uint64_t h : added) ASSERT_FALSE(set.Insert(h));
+}
+
 // Hashes that all share their low bits, as the ids one task of a parallel
 // job owns do (routed by hash % tasks), spread over the table.
 TEST(IdHashSetTest, HashesSharingTheirLowBits) {

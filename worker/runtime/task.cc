@@ -375,6 +375,7 @@ absl::Status Task::Impl::Build() {
         auto dedup = std::make_unique<DedupOperator>(os.dedup.id, os.dedup.retention,
                                                      os.dedup.fingerprint, exclude);
         dedup->set_batch(os.dedup.batch);
+        if (os.dedup.batch && os.dedup.expected_ids > 0) dedup->ReserveIds(os.dedup.expected_ids);
         on.op = std::move(dedup);
         break;
       }
