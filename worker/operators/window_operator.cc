@@ -263,14 +263,49 @@ uint32_t WindowOperator::AddGroup(std::string_view key) {
   return gid;
 }
 
+WindowOperator::GroupCacheEntry* WindowOperator::GroupCacheSlot(const Value& v,
+                                                                std::string_view* bytes) {
+  if (v.type == ValueType::kString && v.s.size() <= sizeof(GroupCacheEntry::bytes)) {
+    *bytes = v.s;
+  } else if (v.type == ValueType::kInt) {
+    *bytes = std::string_view(reinterpret_cast<const char*>(&v.i), sizeof v.i);
+  } else {
+    return nullptr;
+  }
+  if (group_cache_.empty()) group_cache_.resize(kGroupCacheSize);
+  return &group_cache_[XXH3_64bits(bytes->data(), bytes->size()) % kGroupCacheSize];
+}
+
 uint32_t WindowOperator::InternGroup(const Record& r) {
+  GroupCacheEntry* cached = nullptr;
+  std::string_view bytes;
+  Value v;
+  if (spec_.group_paths.size() == 1) {
+    v = r.GetPath(spec_.group_paths[0]);
+    cached = GroupCacheSlot(v, &bytes);
+    if (cached != nullptr && cached->generation == group_generation_ && cached->type == v.type &&
+        cached->len == bytes.size() &&
+        std::memcmp(cached->bytes, bytes.data(), bytes.size()) == 0) {
+      return cached->gid;
+    }
+  }
   GroupKey(r, &key_scratch_);
-  auto it = group_index_.find(key_scratch_);
-  if (it != group_index_.end()) return it->second;
-  const uint32_t gid = AddGroup(key_scratch_);
-  Record& values = groups_[gid].values;
-  for (size_t i = 0; i < spec_.group_paths.size(); ++i) {
-    values.AddValue(spec_.group_by[i], r.GetPath(spec_.group_paths[i]));
+  uint32_t gid;
+  if (auto it = group_index_.find(key_scratch_); it != group_index_.end()) {
+    gid = it->second;
+  } else {
+    gid = AddGroup(key_scratch_);
+    Record& values = groups_[gid].values;
+    for (size_t i = 0; i < spec_.group_paths.size(); ++i) {
+      values.AddValue(spec_.group_by[i], r.GetPath(spec_.group_paths[i]));
+    }
+  }
+  if (cached != nullptr) {
+    cached->generation = group_generation_;
+    cached->gid = gid;
+    cached->type = v.type;
+    cached->len = static_cast<uint8_t>(bytes.size());
+    std::memcpy(cached->bytes, bytes.data(), bytes.size());
   }
   return gid;
 }
@@ -279,6 +314,7 @@ void WindowOperator::ReleaseGroup(uint32_t gid) {
   Group& g = groups_[gid];
   if (!g.wins.empty()) return;
   group_index_.erase(g.key);
+  ++group_generation_;  // cached entries may name this gid
   g.key.clear();
   g.values.Clear();
   free_groups_.push_back(gid);
@@ -426,6 +462,7 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
   groups_.clear();
   free_groups_.clear();
   group_index_.clear();
+  ++group_generation_;
   pending_on_time_.clear();
   pending_final_.clear();
   stale_refs_ = 0;

@@ -148,6 +148,24 @@ class WindowOperator : public Operator {
   std::vector<Group> groups_;
   std::vector<uint32_t> free_groups_;
   absl::flat_hash_map<std::string, uint32_t> group_index_;
+  // InternGroup's shortcut for one group-by field holding a short string or
+  // an integer (a country, a user id): the group of the last record whose
+  // value had these bytes, in a slot picked by their hash. Same type and
+  // bytes mean the same group key, so a hit is exact; a miss takes the
+  // encoded key. Entries of an older generation are void: ReleaseGroup
+  // and Open start a new one (a freed gid may come back for another key).
+  struct GroupCacheEntry {
+    uint64_t generation = 0;  // 0: never filled
+    uint32_t gid = 0;
+    ValueType type = ValueType::kNull;
+    uint8_t len = 0;
+    char bytes[16];  // a string's bytes, or an integer's
+  };
+  static constexpr size_t kGroupCacheSize = 256;
+  std::vector<GroupCacheEntry> group_cache_;
+  uint64_t group_generation_ = 1;
+  // The cache entry for `v`, or nullptr when `v` is not cacheable.
+  GroupCacheEntry* GroupCacheSlot(const Value& v, std::string_view* bytes);
   Buckets pending_on_time_;        // end -> windows not yet complete
   Buckets pending_final_;          // end + lateness -> every window
   size_t stale_refs_ = 0;          // references to freed slots left in the buckets

@@ -438,6 +438,7 @@ class WindowModelTest : public ::testing::TestWithParam<int> {};
 TEST_P(WindowModelTest, MatchesReferenceModel) {
   std::mt19937_64 rng(GetParam());
   const bool hopping = GetParam() % 2 == 1;
+  const bool int_groups = GetParam() % 4 >= 2;
   const int64_t size = 10 * kMin;
   const int64_t slide = hopping ? 5 * kMin : size;
   const int64_t lateness = std::vector<int64_t>{0, 3 * kMin, 20 * kMin}[GetParam() % 3];
@@ -468,10 +469,15 @@ TEST_P(WindowModelTest, MatchesReferenceModel) {
       int64_t t = max_seen + static_cast<int64_t>(rng() % 3) * kMin -
                   static_cast<int64_t>(rng() % 15) * kMin;
       if (rng() % 50 == 0) t -= 40 * kMin;  // now and then, very late
-      std::string g = std::string(1, static_cast<char>('a' + rng() % 3));
+      // Groups come and go (their windows final), so a freed group id is
+      // taken by another key: string keys for some seeds, integers for
+      // others (InternGroup's cache holds both).
+      std::string g = std::string(1, static_cast<char>((int_groups ? '1' : 'a') + rng() % 3));
       int64_t amount = static_cast<int64_t>(rng() % 100) - 10;
       batch.emplace_back(g, t, amount);
-      json_batch.emplace_back("{\"g\":\"" + g + "\",\"amount\":" + std::to_string(amount) + "}", t);
+      const std::string g_json = int_groups ? g : "\"" + g + "\"";
+      json_batch.emplace_back("{\"g\":" + g_json + ",\"amount\":" + std::to_string(amount) + "}",
+                              t);
       max_seen = std::max(max_seen, t);
       ++records;
     }
@@ -503,7 +509,8 @@ TEST_P(WindowModelTest, MatchesReferenceModel) {
   Record r;
   for (const std::string& line : h.TakeOutput()) {
     ASSERT_TRUE(dec.Decode(line, &r).ok());
-    std::string g(r.GetPath(FieldPath::Parse("g")).s);
+    const Value gv = r.GetPath(FieldPath::Parse("g"));
+    const std::string g = gv.type == ValueType::kInt ? std::to_string(gv.i) : std::string(gv.s);
     int64_t start = *ParseIso8601(r.GetPath(FieldPath::Parse("window_start")).s);
     actual[{g, start}].push_back({r.GetPath(FieldPath::Parse("revision")).i,
                                   std::string(r.GetPath(FieldPath::Parse("state")).s),
