@@ -239,6 +239,17 @@ bool IsSqlIdentifier(std::string_view name);
 // ending with a letter or digit.
 bool IsS3BucketName(std::string_view name);
 
+// An s3://bucket/prefix URL (checkpoint storage), split; the prefix without
+// its trailing slashes.
+struct S3Url {
+  std::string bucket;
+  std::string prefix;
+};
+// InvalidArgument saying what is wrong: not s3://, no bucket, not a bucket
+// name, a query, an empty part in the prefix. The job spec's validation and
+// the S3 storage both parse with it, so a job that validates can start.
+absl::StatusOr<S3Url> ParseS3Url(std::string_view url);
+
 struct CheckpointSpec {
   int64_t interval = 0;  // 0 = no checkpoints
   std::string storage;

@@ -466,7 +466,9 @@ TEST(JobSpecTest, CheckpointAndDeadLetterErrors) {
            {"gs://b/p", "expected a file:// or s3:// URL, got \"gs://b/p\""},
            {"s3:///p", "names no bucket: expected s3://bucket/prefix, got \"s3:///p\""},
            {"s3://My_Bucket/p", "\"My_Bucket\" is not a bucket name"},
-           {"s3://bucket/p?region=x", "takes no query: expected s3://bucket/prefix"}}) {
+           {"s3://bucket/p?region=x", "takes no query: expected s3://bucket/prefix"},
+           // Refused here, not only when the S3 storage starts (one parser).
+           {"s3://bucket/a//b", "has an empty part in its prefix: expected s3://bucket/prefix"}}) {
     EXPECT_THAT(
         Errors(ParseJobSpec(base + "  checkpoint: {interval: 1m, storage: \"" + url + "\"}\n")),
         ElementsAre(StartsWith("spec.checkpoint.storage: " + error)))

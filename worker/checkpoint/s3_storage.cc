@@ -599,33 +599,14 @@ class S3Storage : public CheckpointStorage {
 }  // namespace
 
 absl::StatusOr<S3Config> S3ConfigFromEnvironment(const std::string& url) {
-  constexpr absl::string_view kExpected = "expected s3://bucket/prefix";
-  S3Config c;
-  absl::string_view rest(url);
-  if (!absl::ConsumePrefix(&rest, "s3://")) {
-    return absl::InvalidArgumentError(absl::StrCat("'", url, "' is not an s3:// URL; ", kExpected));
-  }
-  const size_t slash = rest.find('/');
-  c.bucket = std::string(rest.substr(0, slash));
-  if (slash != absl::string_view::npos) {
-    absl::string_view prefix = rest.substr(slash + 1);
-    while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
-    c.prefix = std::string(prefix);
-  }
-  if (c.bucket.empty()) {
+  absl::StatusOr<S3Url> parsed = ParseS3Url(url);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint storage URL '", url, "' names no bucket; ", kExpected));
+        absl::StrCat("checkpoint storage URL: ", parsed.status().message()));
   }
-  if (!IsS3BucketName(c.bucket)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint storage URL '", url, "': \"", c.bucket,
-        "\" is not a bucket name (3-63 characters: lower-case letters, digits, '.' and '-')"));
-  }
-  if (c.prefix.find('?') != std::string::npos || c.prefix.find("//") != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint storage URL '", url, "': the prefix takes no query or empty parts; ", kExpected,
-        " (endpoint, region and credentials come from the environment)"));
-  }
+  S3Config c;
+  c.bucket = std::move(parsed->bucket);
+  c.prefix = std::move(parsed->prefix);
   c.region = Env("AWS_REGION");
   if (c.region.empty()) c.region = Env("AWS_DEFAULT_REGION");
   if (c.region.empty()) c.region = "us-east-1";
