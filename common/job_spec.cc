@@ -134,43 +134,6 @@ bool IsS3BucketName(std::string_view b) {
   return alnum(b.front()) && alnum(b.back());
 }
 
-absl::StatusOr<S3Url> ParseS3Url(std::string_view url) {
-  constexpr absl::string_view kExpected = "expected s3://bucket/prefix";
-  const std::string quoted = absl::StrCat("\"", absl::string_view(url.data(), url.size()), "\"");
-  std::string_view rest = url;
-  if (rest.substr(0, 5) != "s3://") {
-    return absl::InvalidArgumentError(absl::StrCat(quoted, " is not an s3:// URL; ", kExpected));
-  }
-  rest.remove_prefix(5);
-  S3Url u;
-  const size_t slash = rest.find('/');
-  u.bucket = std::string(rest.substr(0, slash));
-  std::string_view prefix = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
-  while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
-  u.prefix = std::string(prefix);
-  if (u.bucket.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("names no bucket: ", kExpected, ", got ", quoted));
-  }
-  if (!IsS3BucketName(u.bucket)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "\"", u.bucket,
-        "\" is not a bucket name (3-63 characters: lower-case letters, digits, '.' and '-')"));
-  }
-  if (u.prefix.find('?') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("takes no query: ", kExpected,
-                     " (endpoint, region and credentials come from the environment, "
-                     "docs/deploy.md), got ",
-                     quoted));
-  }
-  if (u.prefix.find("//") != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("has an empty part in its prefix: ", kExpected, ", got ", quoted));
-  }
-  return u;
-}
-
 bool IsSqlIdentifier(std::string_view name) {
   if (name.empty() || name.size() > 63) return false;
   for (size_t i = 0; i < name.size(); ++i) {
@@ -1436,6 +1399,43 @@ class SpecParser {
 };
 
 }  // namespace
+
+absl::StatusOr<S3Url> ParseS3Url(std::string_view url) {
+  constexpr absl::string_view kExpected = "expected s3://bucket/prefix";
+  const std::string quoted = Quote(url);
+  std::string_view rest = url;
+  if (rest.substr(0, 5) != "s3://") {
+    return absl::InvalidArgumentError(absl::StrCat(quoted, " is not an s3:// URL; ", kExpected));
+  }
+  rest.remove_prefix(5);
+  S3Url u;
+  const size_t slash = rest.find('/');
+  u.bucket = std::string(rest.substr(0, slash));
+  std::string_view prefix = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
+  while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
+  u.prefix = std::string(prefix);
+  if (u.bucket.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("names no bucket: ", kExpected, ", got ", quoted));
+  }
+  if (!IsS3BucketName(u.bucket)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Quote(u.bucket),
+        " is not a bucket name (3-63 characters: lower-case letters, digits, '.' and '-')"));
+  }
+  if (u.prefix.find('?') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("takes no query: ", kExpected,
+                     " (endpoint, region and credentials come from the environment, "
+                     "docs/deploy.md), got ",
+                     quoted));
+  }
+  if (u.prefix.find("//") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("has an empty part in its prefix: ", kExpected, ", got ", quoted));
+  }
+  return u;
+}
 
 ParseResult ParseJobSpec(std::string_view yaml_text) { return SpecParser().Run(yaml_text); }
 

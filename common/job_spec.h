@@ -78,8 +78,8 @@ struct DedupSpec {
   // Not in YAML: set by `caravela reconcile`, whose batch run never expires
   // an id nor restores state: ids live in an in-memory set only.
   bool batch = false;
-  // Not in YAML: with `batch`, how many ids reconcile expects (a bound from
-  // the input files' sizes; 0 if unknown). The set is sized for them once.
+  // Not in YAML: with `batch`, how many ids reconcile expects (estimated
+  // from the input files' sizes; 0 if unknown). The set is sized once.
   size_t expected_ids = 0;
 };
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -547,7 +548,7 @@ size_t ExpectedLines(const JobSpec& job) {
 JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::string& out,
                       const std::string& dead_letter) {
   JobSpec s = job;
-  const size_t lines = ExpectedLines(job);
+  std::optional<size_t> lines;  // read from the files once, and only for a dedup
   s.parallelism = 1;
   s.checkpoint = CheckpointSpec{};
   for (SourceSpec& src : s.sources) {
@@ -570,7 +571,8 @@ JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::
       // An estimate of the ids to come (a line holds at most one): the set
       // is sized once, not doubled and rehashed eight times on the way to
       // 10 M (3 % of the run: docs/benchmarks.md "Session 26").
-      op.dedup.expected_ids = lines;
+      if (!lines.has_value()) lines = ExpectedLines(job);
+      op.dedup.expected_ids = *lines;
     }
   }
   SinkSpec sink;
