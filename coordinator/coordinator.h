@@ -5,9 +5,11 @@
 // coordinates checkpoints (a thread ticks it), the standard gRPC health
 // service (grpc.health.v1, SERVING once started) and server reflection, so
 // grpc_cli/grpcurl-style tools and Kubernetes gRPC probes work; optionally
-// HTTP: /healthz and a read-only JSON API (/api/v1/jobs, /api/v1/jobs/ID,
-// /api/v1/workers) behind the same token. The dashboard and /metrics come
-// with the operations issue (coordinator/README.md).
+// (--http) HTTP: the web dashboard at / (web/dashboard, embedded through
+// common/dashboard.h; its files are public), /healthz (public), and behind
+// the same token /metrics and a read-only JSON API (/api/v1/jobs,
+// /api/v1/jobs/ID, /api/v1/jobs/ID/series, /api/v1/jobs/ID/checkpoints,
+// /api/v1/workers) that the dashboard reads (HttpRoutes in coordinator.cc).
 #pragma once
 
 #include <functional>

@@ -1,23 +1,10 @@
-// Pipeline: runs one job in-process (worker/runtime/job_runner.h: the plan's
-// tasks as threads; worker/runtime/task.h: one task's loop).
-//
-// Data path per step of a task: sources -> decode once (JSON -> Record, event time,
-// partition, arrival) -> quarantine invalid records to `<source>.invalid` ->
-// batch through the operator DAG (depth first) -> sinks; then per-source
-// watermarks are recomputed and propagated in topological order
-// (OnWatermark), due processing-time timers fire, operators flush their state
-// and the state backend commits.
-//
-// Processing time: if every source is a file with `arrival_field`, a
-// ManualClock is driven by arrival times (records of all sources are applied
-// in arrival order, ties in source order; records of one arrival time form one
-// batch; due timers and idleness transitions fire before the next record), so
-// runs are byte-for-byte repeatable. Otherwise the injected clock (default:
-// the system clock) is used and sources are polled round-robin in batches.
-//
-// Side outputs without a sink go to the dead-letter JSONL file with a
-// "side_output" field. Nothing is dropped silently: every record is counted
-// in the metrics registry (records_in_total, invalid_records_total, ...).
+// Pipeline: runs one job in-process (`caravela run`, demos, reconcile,
+// tests): Pipeline::Create plans the job and builds its tasks through
+// JobRunner (worker/runtime/job_runner.h: the plan's tasks as threads, or one
+// task on the calling thread when every stage has one task). What a task
+// does per step (decode, quarantine, the operator DAG, watermarks, timers,
+// state commits), how processing time is driven, and where side outputs
+// without a sink go: the header comment of worker/runtime/task.h.
 #pragma once
 
 #include <atomic>

@@ -11,23 +11,31 @@
 // exchange readers feed their operator inputs the same way. Then watermarks
 // are recomputed (sources: per partition; exchange inputs: per producer
 // marker) and propagated in topological order (OnWatermark), watermark
-// markers go out to exchanges, due processing-time timers fire, operators
-// flush their state and the state backend commits.
+// markers go out to exchanges, due processing-time timers fire, and at least
+// every state_flush_interval_ms operators flush their state and the state
+// backend commits (Task::Impl::Commit).
 //
-// Processing time: if the task holds the whole job and every source is a file
-// with `arrival_field`, a ManualClock is driven by arrival times (records of
-// all sources are applied in arrival order, ties in source order; records of
-// one arrival time form one batch; due timers and idleness transitions fire
-// before the next record), so runs are byte-for-byte repeatable. Otherwise
-// the injected clock (default: the system clock) is used and inputs are
-// polled round-robin in batches.
+// Processing time: if every source has an `arrival_field` (file or Kafka;
+// bounded lookup tables excepted, ArrivalDriven in common/job_spec.h) and
+// the task holds the whole job, a ManualClock is driven by arrival times
+// (records of all sources are applied in arrival order, ties in source
+// order, a Kafka source's partitions merged by arrival, partition, offset;
+// records of one arrival time form one batch; due timers and idleness
+// transitions fire before the next record), so runs are byte-for-byte
+// repeatable. The tasks of a parallel job with such sources are driven the
+// same way, in lockstep, by the JobRunner (Replay* below). Otherwise the
+// injected clock (default: the system clock) is used and inputs are polled
+// round-robin in batches.
 //
 // Checkpoints: a standalone task (no JobCheckpoints) checkpoints on its own
 // every spec.checkpoint.interval. A task of a parallel job takes checkpoint n
 // when the job's coordinator triggered n and every exchange input delivered
 // barrier n (aligned), writes barrier n into its exchange outputs, stores its
 // state, and commits its sinks once the coordinator says n is complete on
-// every task (worker/runtime/job_checkpoints.h).
+// every task (worker/runtime/job_checkpoints.h). Once a checkpoint is
+// complete, the task commits its Kafka sources' checkpointed offsets to the
+// consumer group `caravela-<job>` (for lag tools only; restores never read
+// them).
 //
 // Side outputs without a sink go to the dead-letter JSONL file with a
 // "side_output" field. Nothing is dropped silently: every record is counted

@@ -4,7 +4,9 @@
 //                    operator DAG, watermarks, timers, sinks, checkpoints;
 //   task_parallel.cc a task of a parallel job: exchanges and its part of
 //                    job-wide checkpoints (RunParallel);
-//   task_replay.cc   lockstep replays driven by the JobRunner (Replay*).
+//   task_replay.cc   lockstep replays driven by the JobRunner (Replay*);
+//   task_rescale.cc  restoring a checkpoint taken with another parallelism
+//                    (RestoreRescaled, RescaleKeys).
 #pragma once
 
 #include <algorithm>
