@@ -29,8 +29,9 @@ bool CanTransition(JobState from, JobState to);
 // "RUNNING", ...
 std::string JobStateName(JobState s);
 // Moves `job` to `to` (stamping updated_at_ms = now_ms), or
-// FailedPrecondition naming both states.
-absl::Status Transition(::caravela::v1::Job& job, JobState to, int64_t now_ms,
-                        const std::string& message = "");
+// FailedPrecondition naming both states (the job unchanged). Callers check
+// the result: the Scheduler fails a job whose move is refused (a bug).
+[[nodiscard]] absl::Status Transition(::caravela::v1::Job& job, JobState to, int64_t now_ms,
+                                      const std::string& message = "");
 
 }  // namespace caravela

@@ -27,7 +27,9 @@ bool AtLeast(const v1::TaskReport& r, v1::TaskPhase p) {
 
 Scheduler::Scheduler(JobStore* store, WorkerRegistry* workers, const Clock* clock,
                      SchedulerOptions options)
-    : store_(store), workers_(workers), clock_(clock), options_(std::move(options)) {}
+    : store_(store), workers_(workers), clock_(clock), options_(std::move(options)) {
+  if (options_.placement == nullptr) options_.placement = std::make_shared<SpreadPolicy>();
+}
 
 void Scheduler::Put(const v1::Job& job) {
   if (absl::Status st = store_->Put(job); !st.ok()) {
@@ -165,10 +167,12 @@ void Scheduler::EndSavepoint(v1::Job& job, const std::vector<v1::Job>& all,
   job.clear_savepoint_to();
   if (written.ok()) {
     job.set_savepoint(dir);
-    (void)Transition(
-        job, v1::FINISHED, clock_->NowMs(),
-        absl::StrCat("stopped with a savepoint in ", dir, " (checkpoint ", written->checkpoint_id(),
-                     ", ", written->files(), " files, ", written->bytes(), " bytes)"));
+    if (!MoveJob(job, v1::FINISHED,
+                 absl::StrCat("stopped with a savepoint in ", dir, " (checkpoint ",
+                              written->checkpoint_id(), ", ", written->files(), " files, ",
+                              written->bytes(), " bytes)"))) {
+      return;
+    }
     Put(job);
     Log()->info("job {}: {}", job.id(), job.message());
     return;
@@ -183,9 +187,27 @@ void Scheduler::EndSavepoint(v1::Job& job, const std::vector<v1::Job>& all,
 
 void Scheduler::Fail(v1::Job& job, const std::string& why) {
   Log()->error("job {} failed: {}", job.id(), why);
-  if (Transition(job, v1::FAILED, clock_->NowMs(), why).ok()) Put(job);
+  if (absl::Status st = Transition(job, v1::FAILED, clock_->NowMs(), why); st.ok()) {
+    Put(job);
+  } else {
+    Log()->error("job {}: {}", job.id(), std::string(st.message()));
+  }
   runs_.erase(job.id());
   failures_.erase(job.id());
+}
+
+bool Scheduler::MoveJob(v1::Job& job, v1::JobState to, const std::string& message) {
+  absl::Status st = Transition(job, to, clock_->NowMs(), message);
+  if (st.ok()) return true;
+  Fail(job, absl::StrCat("internal error: ", st.message()));
+  return false;
+}
+
+bool Scheduler::MoveRun(v1::Job& job, JobRun& run, RunPhase to) {
+  absl::Status st = run.phase.Enter(to);
+  if (st.ok()) return true;
+  Fail(job, absl::StrCat("internal error: epoch ", run.epoch, ": ", st.message()));
+  return false;
 }
 
 bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why) {
@@ -206,48 +228,28 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
     }
   }
   const int total = plan->total_tasks();
-  int free = 0;
-  for (const auto& [w, n] : free_slots_) free += n;
+  const int free = slots_.TotalFree();
   if (free < total) {
     const std::string wait = absl::StrCat("waiting for workers: ", total, " tasks, ", free,
-                                          " free slots on ", alive_.size(), " live workers");
+                                          " free slots on ", slots_.alive.size(), " live workers");
     if (job.state() == v1::SUBMITTED) {
-      (void)Transition(job, v1::SCHEDULING, clock_->NowMs(), wait);
-      Put(job);
+      if (MoveJob(job, v1::SCHEDULING, wait)) Put(job);
     } else if (job.message() != wait) {
       job.set_message(wait);
       Put(job);
     }
     return false;
   }
-  // Sticky first: a task keeps a live worker with room; then the least
-  // loaded worker (most free slots, then lowest id) takes each other task.
-  // At most an even share (rounded down) per worker stays where it was; the
-  // rest goes to the workers with the most room, so the spread ends within
-  // one task (which Imbalance() accepts).
-  int with_room = 0;
-  for (const auto& [w, n] : free_slots_) with_room += n > 0 ? 1 : 0;
-  const int cap = std::max(1, total / std::max(with_room, 1));
-  std::vector<std::string> placed(static_cast<size_t>(total));
-  std::map<std::string, int> kept;
-  for (int g = 0; g < total && g < job.tasks_size(); ++g) {
-    const std::string& w = job.tasks(g).worker();
-    auto it = free_slots_.find(w);
-    if (it != free_slots_.end() && it->second > 0 && kept[w] < cap) {
-      placed[g] = w;
-      --it->second;
-      ++kept[w];
-    }
+  std::vector<std::string> previous;
+  for (const v1::TaskStatus& t : job.tasks()) previous.push_back(t.worker());
+  const PlacementPolicy& policy = *options_.placement;
+  std::vector<std::string> placed = policy.Place(total, previous, slots_);
+  if (absl::Status st = CheckPlacement(placed, total, slots_); !st.ok()) {
+    Fail(job, absl::StrCat("the ", policy.name(), " placement policy failed: ", st.message()));
+    return false;
   }
-  for (int g = 0; g < total; ++g) {
-    if (!placed[g].empty()) continue;
-    auto best = free_slots_.end();
-    for (auto it = free_slots_.begin(); it != free_slots_.end(); ++it) {
-      if (it->second > 0 && (best == free_slots_.end() || it->second > best->second)) best = it;
-    }
-    placed[g] = best->first;
-    --best->second;
-  }
+  if (job.state() == v1::SUBMITTED && !MoveJob(job, v1::SCHEDULING, "")) return false;
+  slots_.Take(placed);
   // A new epoch, above every epoch of a job of this name.
   int64_t epoch = job.epoch();
   for (const v1::Job& j : all) {
@@ -261,7 +263,7 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   run.restore = job.last_checkpoint();
   run.restore_parallelism =
       job.checkpoint_parallelism() > 0 ? job.checkpoint_parallelism() : job.parallelism();
-  run.interval_ms = parsed.spec.checkpoint.interval;
+  run.checkpoint.interval_ms = parsed.spec.checkpoint.interval;
   job.clear_tasks();
   int g = 0;
   for (const StagePlan& st : plan->stages) {
@@ -281,7 +283,6 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   job.set_epoch(epoch);
   job.set_stages(static_cast<int32_t>(plan->stages.size()));
   job.set_exchanges(static_cast<int32_t>(plan->exchanges.size()));
-  if (job.state() == v1::SUBMITTED) (void)Transition(job, v1::SCHEDULING, clock_->NowMs());
   job.set_message(why);
   Put(job);
   runs_[job.id()] = std::move(run);
@@ -320,13 +321,10 @@ void Scheduler::Replace(v1::Job& job, const std::vector<v1::Job>& all, v1::JobSt
   // The old run's slots are free again for this placement.
   auto it = runs_.find(job.id());
   if (it != runs_.end()) {
-    for (const TaskSlot& t : it->second.tasks) {
-      auto f = free_slots_.find(t.worker);
-      if (f != free_slots_.end()) ++f->second;
-    }
+    slots_.Release(it->second.Placement());
     runs_.erase(it);
   }
-  if (job.state() == v1::RUNNING) (void)Transition(job, from_running, clock_->NowMs(), why);
+  if (job.state() == v1::RUNNING && !MoveJob(job, from_running, why)) return;
   if (!Place(job, all, why)) Put(job);
 }
 
@@ -339,8 +337,8 @@ bool Scheduler::Adopt(const v1::Job& job) {
   run.yaml = job.yaml();
   run.parallelism = job.parallelism();
   run.restore = job.last_checkpoint();
-  run.completed = job.last_checkpoint();
-  run.interval_ms = parsed.spec.checkpoint.interval;
+  run.checkpoint.completed = job.last_checkpoint();
+  run.checkpoint.interval_ms = parsed.spec.checkpoint.interval;
   for (const v1::TaskStatus& t : job.tasks()) {
     if (t.worker().empty()) return false;
     TaskSlot slot;
@@ -349,7 +347,7 @@ bool Scheduler::Adopt(const v1::Job& job) {
     slot.index = t.index();
     run.tasks.push_back(std::move(slot));
   }
-  run.adopting = true;
+  run.phase = RunPhaseMachine(RunPhase::kAdopting);
   run.adopt_until_ms = clock_->NowMs() + workers_->lease_ms();
   Log()->info("job {} epoch {}: adopting its {} tasks (waiting up to {} ms for their workers)",
               job.id(), run.epoch, run.tasks.size(), workers_->lease_ms());
@@ -357,18 +355,18 @@ bool Scheduler::Adopt(const v1::Job& job) {
   return true;
 }
 
-void Scheduler::Resume(v1::Job& job, JobRun& run) {
-  run.adopting = false;
+bool Scheduler::Resume(v1::Job& job, JobRun& run) {
   const bool all_running = std::all_of(run.tasks.begin(), run.tasks.end(), [](const TaskSlot& t) {
     return AtLeast(t.report, v1::TASK_RUNNING);
   });
   if (!all_running) {
     // Placed but not started: the usual start once every task is READY.
+    if (!MoveRun(job, run, RunPhase::kStarting)) return false;
     Log()->info("job {} epoch {}: adopted, not started yet", job.id(), run.epoch);
-    return;
+    return true;
   }
   const int64_t now = clock_->NowMs();
-  run.started = true;
+  RunCheckpoints& cp = run.checkpoint;
   int64_t stored = 0, stop = 0;
   for (const TaskSlot& t : run.tasks) {
     stored = std::max(stored, t.report.stored_checkpoint());
@@ -378,117 +376,120 @@ void Scheduler::Resume(v1::Job& job, JobRun& run) {
   // trigger it again (tasks that stored it wait for its completion), as the
   // stopping one only if it was triggered so: a periodic checkpoint stored
   // before the input drained does not hold what came after.
-  if (stored > run.completed) {
-    run.in_flight = stored;
-    run.in_flight_since_ms = now;
-    run.stop_at = stop == stored;
-    run.finishing = run.stop_at;
-  } else if (stop > 0 && stop == run.completed) {
+  RunPhase phase = RunPhase::kRunning;
+  if (stored > cp.completed) {
+    cp.in_flight = stored;
+    cp.in_flight_since_ms = now;
+    if (stop == stored) phase = RunPhase::kStopping;
+  } else if (stop > 0 && stop == cp.completed) {
     // The stopping checkpoint completed but the tasks never heard "finish".
-    run.stop_at = true;
-    run.finishing = true;
-    run.finish = true;
+    phase = RunPhase::kFinishing;
   }
-  run.next_id = std::max(stored, run.completed) + 1;
-  run.next_trigger_at = now + run.interval_ms;
-  if (job.state() != v1::RUNNING) (void)Transition(job, v1::RUNNING, now, "");
+  cp.next_id = std::max(stored, cp.completed) + 1;
+  cp.next_trigger_at = now + cp.interval_ms;
+  if (!MoveRun(job, run, phase)) return false;
+  if (job.state() != v1::RUNNING && !MoveJob(job, v1::RUNNING, "")) return false;
   job.clear_message();
   Put(job);
   Log()->info("job {} epoch {}: adopted running on its workers (last checkpoint {}{})", job.id(),
-              run.epoch, run.completed,
-              run.in_flight > 0 ? absl::StrCat(", completing checkpoint ", run.in_flight) : "");
+              run.epoch, cp.completed,
+              cp.in_flight > 0 ? absl::StrCat(", completing checkpoint ", cp.in_flight) : "");
+  return true;
 }
 
-void Scheduler::TriggerCheckpoint(const std::string& job_id, JobRun& run, int64_t now_ms,
-                                  bool stop) {
-  run.in_flight = run.next_id++;
-  run.in_flight_since_ms = now_ms;
-  next_ids_[job_id] = run.next_id;
-  run.stop_at = stop;
-  run.finishing = stop;
+bool Scheduler::TriggerCheckpoint(v1::Job& job, JobRun& run, int64_t now_ms, bool stop) {
+  if (stop && !MoveRun(job, run, RunPhase::kStopping)) return false;
+  RunCheckpoints& cp = run.checkpoint;
+  cp.in_flight = cp.next_id++;
+  cp.in_flight_since_ms = now_ms;
+  next_ids_[job.id()] = cp.next_id;
+  return true;
 }
 
 void Scheduler::Advance(v1::Job& job, JobRun& run) {
   const int64_t now = clock_->NowMs();
+  RunCheckpoints& cp = run.checkpoint;
   auto all_tasks = [&](auto pred) {
     return std::all_of(run.tasks.begin(), run.tasks.end(),
                        [&](const TaskSlot& t) { return t.reported && pred(t.report); });
   };
-  if (run.adopting) {
+  if (run.phase.Is(RunPhase::kAdopting)) {
     if (!all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_PREPARING); })) return;
-    Resume(job, run);
-    if (run.started) return;
+    if (!Resume(job, run) || run.phase.started()) return;
   }
-  if (!run.started) {
+  if (!run.phase.started()) {
     if (!all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_READY); })) return;
-    run.started = true;
-    run.next_id = run.restore + 1;
+    cp.next_id = run.restore + 1;
     for (const TaskSlot& t : run.tasks) {
-      run.next_id = std::max(run.next_id, t.report.next_checkpoint());
+      cp.next_id = std::max(cp.next_id, t.report.next_checkpoint());
     }
     // Never an id an earlier epoch triggered: a paused task of it may still
     // store that checkpoint when it resumes, and must not overwrite ours.
-    run.next_id = std::max(run.next_id, next_ids_[job.id()]);
-    run.next_trigger_at = now + run.interval_ms;
-    (void)Transition(job, v1::RUNNING, now, "");
+    cp.next_id = std::max(cp.next_id, next_ids_[job.id()]);
+    cp.next_trigger_at = now + cp.interval_ms;
+    if (!MoveRun(job, run, RunPhase::kRunning)) return;
+    // An adopted job may be RUNNING already (its tasks were told to start
+    // but none reported running yet).
+    if (job.state() != v1::RUNNING && !MoveJob(job, v1::RUNNING, "")) return;
     job.clear_message();
     Put(job);
     Log()->info("job {} epoch {} running: every task is ready", job.id(), run.epoch);
     return;
   }
-  if (run.in_flight > 0 &&
-      all_tasks([&](const v1::TaskReport& r) { return r.stored_checkpoint() >= run.in_flight; })) {
+  if (cp.in_flight > 0 &&
+      all_tasks([&](const v1::TaskReport& r) { return r.stored_checkpoint() >= cp.in_flight; })) {
     // The commit point: recorded (synced) before any worker hears of it.
-    job.set_last_checkpoint(run.in_flight);
+    job.set_last_checkpoint(cp.in_flight);
     job.set_checkpoint_parallelism(run.parallelism);
     Put(job);
-    run.completed = run.in_flight;
+    cp.completed = cp.in_flight;
+    const bool stopping = run.phase.Is(RunPhase::kStopping);
     std::deque<CheckpointRecord>& history = history_[job.id()];
-    history.push_back({run.in_flight, now, now - run.in_flight_since_ms, run.epoch, run.stop_at});
+    history.push_back({cp.in_flight, now, now - cp.in_flight_since_ms, run.epoch, stopping});
     while (history.size() > kCheckpointHistory) history.pop_front();
     failures_.erase(job.id());
     Count("scheduler_checkpoints_total");
-    if (run.stop_at && run.handoff.empty()) run.finish = true;
-    if (run.stop_at && !run.handoff.empty()) run.handoff_ready = true;
-    Log()->debug("job {} checkpoint {} complete", job.id(), run.in_flight);
-    run.in_flight = 0;
-  }
-  if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0 && !job.savepoint_to().empty()) {
-    // The job's last checkpoint, copied to the savepoint once complete.
-    TriggerCheckpoint(job.id(), run, now, /*stop=*/true);
-    Log()->info("job {} epoch {}: stopping at checkpoint {} for a savepoint to {}", job.id(),
-                run.epoch, run.in_flight, job.savepoint_to());
-  }
-  if (run.in_flight == 0 && !run.finishing && run.interval_ms > 0) {
-    // A rescale, or evening the load out, through a stopping checkpoint.
-    std::string why = job.rescale_to() > 0 ? absl::StrCat("rescale from ", run.parallelism, " to ",
-                                                          job.rescale_to(), " tasks per stage")
-                                           : Leaving(run);
-    if (why.empty()) why = Imbalance(run);
-    if (!why.empty()) {
-      run.handoff = why;
-      TriggerCheckpoint(job.id(), run, now, /*stop=*/true);
-      Log()->info("job {} epoch {}: {}: stopping at checkpoint {} to move tasks", job.id(),
-                  run.epoch, why, run.in_flight);
+    Log()->debug("job {} checkpoint {} complete", job.id(), cp.in_flight);
+    cp.in_flight = 0;
+    if (stopping &&
+        !MoveRun(job, run, run.handoff.empty() ? RunPhase::kFinishing : RunPhase::kHandingOff)) {
+      return;
     }
   }
-  if (run.in_flight == 0 && !run.finishing) {
+  if (cp.in_flight == 0 && !run.phase.stopping() && cp.interval_ms > 0 &&
+      !job.savepoint_to().empty()) {
+    // The job's last checkpoint, copied to the savepoint once complete.
+    if (!TriggerCheckpoint(job, run, now, /*stop=*/true)) return;
+    Log()->info("job {} epoch {}: stopping at checkpoint {} for a savepoint to {}", job.id(),
+                run.epoch, cp.in_flight, job.savepoint_to());
+  }
+  if (cp.in_flight == 0 && !run.phase.stopping() && cp.interval_ms > 0) {
+    // A rescale, a leaving worker or evening the load out, through a
+    // stopping checkpoint.
+    if (const std::string why = HandoffReason(job, run); !why.empty()) {
+      run.handoff = why;
+      if (!TriggerCheckpoint(job, run, now, /*stop=*/true)) return;
+      Log()->info("job {} epoch {}: {}: stopping at checkpoint {} to move tasks", job.id(),
+                  run.epoch, why, cp.in_flight);
+    }
+  }
+  if (cp.in_flight == 0 && !run.phase.stopping()) {
     const bool end =
         all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
-    if (run.interval_ms > 0 && (end || now >= run.next_trigger_at)) {
-      TriggerCheckpoint(job.id(), run, now, /*stop=*/end);
-      run.next_trigger_at = now + run.interval_ms;
-    } else if (run.interval_ms <= 0 && end) {
-      run.finish = true;
-      run.finishing = true;
+    if (cp.interval_ms > 0 && (end || now >= cp.next_trigger_at)) {
+      if (!TriggerCheckpoint(job, run, now, /*stop=*/end)) return;
+      cp.next_trigger_at = now + cp.interval_ms;
+    } else if (cp.interval_ms <= 0 && end) {
+      if (!MoveRun(job, run, RunPhase::kFinishing)) return;
     }
   }
-  if (run.finish && all_tasks([](const v1::TaskReport& r) { return r.phase() == v1::TASK_DONE; })) {
+  if (run.phase.Is(RunPhase::kFinishing) &&
+      all_tasks([](const v1::TaskReport& r) { return r.phase() == v1::TASK_DONE; })) {
     if (!job.savepoint_to().empty() && job.last_checkpoint() > 0) {
       StartSavepoint(job, run);
       return;
     }
-    (void)Transition(job, v1::FINISHED, now, "");
+    if (!MoveJob(job, v1::FINISHED, "")) return;
     FillTasks(run, &job);  // the tasks' last reports stay with the job
     Put(job);
     Log()->info("job {} finished (last checkpoint {})", job.id(), job.last_checkpoint());
@@ -501,7 +502,8 @@ absl::Status Scheduler::AdoptStored() {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(std::vector<v1::Job> all, store_->List());
   for (const v1::Job& job : all) {
-    if (!IsFinal(job.state()) && job.state() != v1::SUBMITTED) (void)Adopt(job);
+    if (IsFinal(job.state()) || job.state() == v1::SUBMITTED || Adopt(job)) continue;
+    Log()->info("job {}: no placement to adopt; it is placed anew", job.id());
   }
   return absl::OkStatus();
 }
@@ -511,24 +513,18 @@ void Scheduler::Tick() {
   for (const std::string& id : workers_->ExpireSilent()) {
     Log()->warn("worker {} is dead: no heartbeat for {} ms", id, workers_->lease_ms());
   }
-  alive_.clear();
+  slots_ = ClusterSlots();
   draining_.clear();
-  free_slots_.clear();
   for (const v1::WorkerInfo& w : workers_->List()) {
     if (w.state() != v1::ALIVE) continue;
-    alive_.insert(w.id());
+    slots_.alive.insert(w.id());
     if (w.draining()) {
       draining_.insert(w.id());  // alive, but no placement goes there
       continue;
     }
-    free_slots_[w.id()] = w.slots();
+    slots_.free[w.id()] = w.slots();
   }
-  for (const auto& [id, run] : runs_) {
-    for (const TaskSlot& t : run.tasks) {
-      auto it = free_slots_.find(t.worker);
-      if (it != free_slots_.end()) --it->second;
-    }
-  }
+  for (const auto& [id, run] : runs_) slots_.Take(run.Placement());
   absl::StatusOr<std::vector<v1::Job>> all = store_->List();
   if (!all.ok()) {
     Log()->error("cannot list jobs: {}", std::string(all.status().message()));
@@ -552,14 +548,15 @@ void Scheduler::Tick() {
     }
     JobRun& run = it->second;
     std::string lost;
-    const bool waiting = run.adopting && clock_->NowMs() < run.adopt_until_ms;
+    const bool adopting = run.phase.Is(RunPhase::kAdopting);
+    const bool waiting = adopting && clock_->NowMs() < run.adopt_until_ms;
     for (const TaskSlot& t : run.tasks) {
-      if (run.adopting && !waiting && !t.reported) {
+      if (adopting && !waiting && !t.reported) {
         lost = absl::StrCat("task ", &t - run.tasks.data(), " on ", t.worker,
                             " not back after the coordinator restarted");
         break;
       }
-      if (!waiting && alive_.count(t.worker) == 0) {
+      if (!waiting && slots_.alive.count(t.worker) == 0) {
         lost = absl::StrCat("worker ", t.worker, " lost");
         break;
       }
@@ -568,7 +565,7 @@ void Scheduler::Tick() {
       Recover(job, *all, lost);
       continue;
     }
-    if (run.interval_ms <= 0 && !run.finishing) {
+    if (run.checkpoint.interval_ms <= 0 && !run.phase.stopping()) {
       // No checkpoint to hand over through: a leaving worker's job restarts.
       if (const std::string leaving = Leaving(run); !leaving.empty()) {
         Recover(job, *all, leaving);
@@ -595,7 +592,7 @@ void Scheduler::Tick() {
     }
     Advance(job, run);
     auto again = runs_.find(job.id());
-    if (again != runs_.end() && again->second.handoff_ready) {
+    if (again != runs_.end() && again->second.phase.Is(RunPhase::kHandingOff)) {
       const std::string why = again->second.handoff;
       if (job.rescale_to() > 0) {
         job.set_parallelism(job.rescale_to());
@@ -606,33 +603,25 @@ void Scheduler::Tick() {
   }
 }
 
+std::string Scheduler::HandoffReason(const v1::Job& job, const JobRun& run) const {
+  if (job.rescale_to() > 0) {
+    return absl::StrCat("rescale from ", run.parallelism, " to ", job.rescale_to(),
+                        " tasks per stage");
+  }
+  if (std::string leaving = Leaving(run); !leaving.empty()) return leaving;
+  // Judged by the policy that placed the job, so a fresh placement stays.
+  const PlacementPolicy& policy = *options_.placement;
+  const ImbalanceScore off = policy.Imbalance(run.Placement(), slots_);
+  if (off.balanced()) return "";
+  return off.reason.empty() ? absl::StrCat("rebalancing (", policy.name(), " placement)")
+                            : off.reason;
+}
+
 std::string Scheduler::Leaving(const JobRun& run) const {
   for (const TaskSlot& t : run.tasks) {
     if (draining_.count(t.worker) > 0) return absl::StrCat("worker ", t.worker, " is leaving");
   }
   return "";
-}
-
-std::string Scheduler::Imbalance(const JobRun& run) const {
-  std::map<std::string, int> mine;
-  for (const TaskSlot& t : run.tasks) ++mine[t.worker];
-  std::string most, fewest;
-  int high = -1, low = 0;
-  for (const std::string& w : alive_) {
-    const int n = mine.count(w) > 0 ? mine.at(w) : 0;
-    auto f = free_slots_.find(w);
-    const bool room = f != free_slots_.end() && f->second > 0;
-    if (n > high) {
-      high = n;
-      most = w;
-    }
-    if (room && (fewest.empty() || n < low)) {
-      low = n;
-      fewest = w;
-    }
-  }
-  if (fewest.empty() || high - low < 2) return "";
-  return absl::StrCat("rebalancing: ", most, " runs ", high, " tasks, ", fewest, " ", low);
 }
 
 void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response) {
@@ -666,11 +655,12 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
           a->set_restore_parallelism(run.restore_parallelism);
         }
         a->set_checkpoint_storage(options_.checkpoint_storage);
-        a->set_start(run.started);
-        a->set_trigger_checkpoint(run.in_flight > 0 ? run.in_flight : run.completed);
-        a->set_stop_at_trigger(run.stop_at);
-        a->set_completed_checkpoint(run.completed);
-        a->set_finish(run.finish);
+        const RunCheckpoints& cp = run.checkpoint;
+        a->set_start(run.phase.started());
+        a->set_trigger_checkpoint(cp.in_flight > 0 ? cp.in_flight : cp.completed);
+        a->set_stop_at_trigger(run.StopAtTrigger());
+        a->set_completed_checkpoint(cp.completed);
+        a->set_finish(run.phase.Is(RunPhase::kFinishing));
       }
       a->add_tasks(static_cast<int32_t>(g));
     }

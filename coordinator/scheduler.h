@@ -3,10 +3,13 @@
 // SUBMITTED, places their tasks on workers and coordinates each job's
 // checkpoints, as JobRunner does for the tasks of one process.
 //
-//  * Placement: every task of a job's plan gets a slot on an ALIVE worker;
-//    balanced (the least loaded worker first) and sticky (a task stays on
-//    its worker across epochs while that worker lives and has room). A job
-//    waits in SCHEDULING while the workers lack slots.
+//  * Placement: every task of a job's plan gets a slot on an ALIVE worker,
+//    where the placement policy says (placement_policy.h; the default
+//    SpreadPolicy is balanced and sticky: a task stays on its worker across
+//    epochs while that worker lives and has room). A job waits in
+//    SCHEDULING while the workers lack slots. The same policy scores a
+//    running job's placement; a score above 0 moves the job (a rebalance,
+//    through a stopping checkpoint).
 //  * Epochs: each placement is a new epoch of the job (above every epoch any
 //    job of the same name had: they share exchange topics), restoring the
 //    job's last complete checkpoint. Workers run exactly what the latest
@@ -36,6 +39,10 @@
 //    (re-triggering a checkpoint some tasks had already stored). A job whose
 //    tasks do not all come back in time restarts with a new epoch.
 //
+// Each placement is a run of the job, whose phase (run_phase.h: adopting,
+// starting, running, stopping, finishing, handing off) says what the
+// scheduler waits for next; its moves are declared in one table.
+//
 // Threading: thread-safe; Tick() runs on the coordinator's thread, the
 // other calls on gRPC threads.
 #pragma once
@@ -45,6 +52,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -58,6 +66,8 @@
 #include "common/status.h"
 #include "common/time_util.h"
 #include "coordinator/job_store.h"
+#include "coordinator/placement_policy.h"
+#include "coordinator/run_phase.h"
 #include "coordinator/worker_registry.h"
 #include "worker/checkpoint/job_savepoint.h"
 
@@ -81,6 +91,9 @@ struct SchedulerOptions {
   // Counters (scheduler_epochs_total, scheduler_recoveries_total,
   // scheduler_checkpoints_total); may be null.
   MetricsRegistry* metrics = nullptr;
+  // Where tasks go and when a running job moves (placement_policy.h).
+  // Null: SpreadPolicy.
+  std::shared_ptr<const PlacementPolicy> placement;
 };
 
 class Scheduler {
@@ -140,36 +153,49 @@ class Scheduler {
     bool reported = false;
     v1::TaskReport report;
   };
+  // A run's checkpoints (job-wide ids, 0: none).
+  struct RunCheckpoints {
+    int64_t interval_ms = 0;  // spec.checkpoint.interval; 0: the job takes none
+    int64_t next_id = 1;      // the id the next trigger takes
+    int64_t in_flight = 0;    // triggered, not complete yet
+    int64_t in_flight_since_ms = 0;
+    int64_t next_trigger_at = 0;
+    int64_t completed = 0;
+  };
+  // One epoch of a job's placement; what it waits for is its phase
+  // (run_phase.h), which changes only through MoveRun.
   struct JobRun {
+    RunPhaseMachine phase;
     int64_t epoch = 0;
     std::string yaml;
     int parallelism = 1;
     int64_t restore = 0;
     int restore_parallelism = 0;  // the parallelism `restore` was taken with
-    int64_t interval_ms = 0;
     std::vector<TaskSlot> tasks;
-    bool started = false;
-    int64_t next_id = 1;
-    int64_t in_flight = 0;
-    int64_t in_flight_since_ms = 0;  // when in_flight was triggered
-    bool stop_at = false;
-    int64_t next_trigger_at = 0;
-    int64_t completed = 0;
-    bool finishing = false;
-    bool finish = false;
-    // Handoff: the checkpoint in flight stops the tasks so that the job can
-    // be placed again from it (a rebalance); `handoff` says why, and
-    // `handoff_ready` is set once that checkpoint completed.
+    RunCheckpoints checkpoint;
+    // Why the stopping checkpoint stops the tasks so that the job is placed
+    // again from it (a handoff: a rebalance, a leaving worker, a rescale);
+    // "" when it stops them to end the job.
     std::string handoff;
-    bool handoff_ready = false;
-    // Adopted after a coordinator restart: waiting until adopt_until_ms for
-    // every task to report in this epoch.
-    bool adopting = false;
+    // kAdopting: until when its tasks may report back in this epoch.
     int64_t adopt_until_ms = 0;
+
+    // The worker of each task.
+    std::vector<std::string> Placement() const {
+      std::vector<std::string> placement;
+      for (const TaskSlot& t : tasks) placement.push_back(t.worker);
+      return placement;
+    }
+    // Whether the checkpoint the tasks are told about (in flight, else the
+    // last complete one) stops them: once the run stops, its last trigger
+    // is the stopping checkpoint. A run without checkpoints never triggers
+    // one, even when it finishes.
+    bool StopAtTrigger() const { return phase.stopping() && checkpoint.interval_ms > 0; }
   };
 
-  // Places the job's tasks for a new epoch (false: not enough slots).
   absl::Status CheckNameLocked(const std::string& name) const;
+  // Places the job's tasks for a new epoch with the placement policy
+  // (false: not enough slots, or the job failed).
   bool Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   void Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   // Ends the job's run (its slots free again) and places it anew: a RUNNING
@@ -180,18 +206,25 @@ class Scheduler {
   // Rebuilds the run of a job placed by an earlier coordinator (false if it
   // has no placement to adopt).
   bool Adopt(const v1::Job& job);
-  // Why the job's tasks should move to even the load out ("" if not): a
-  // live worker with room holds at least two tasks of the job fewer than
-  // another.
-  std::string Imbalance(const JobRun& run) const;
+  // Why the job's tasks should move through a stopping checkpoint ("" if
+  // not): a rescale, a leaving worker, or the placement policy scoring the
+  // run's placement above 0.
+  std::string HandoffReason(const v1::Job& job, const JobRun& run) const;
   // "worker X is leaving" if the run has a task on a draining worker.
   std::string Leaving(const JobRun& run) const;
-  // An adopted run whose tasks all reported: resume its checkpoints.
-  void Resume(v1::Job& job, JobRun& run);
+  // An adopted run whose tasks all reported: resume its checkpoints. False
+  // if the job failed (its run is gone).
+  bool Resume(v1::Job& job, JobRun& run);
   void Advance(v1::Job& job, JobRun& run);
   // Triggers the run's next checkpoint at `now_ms`; `stop`: the tasks stop
-  // at it (the run is finishing).
-  void TriggerCheckpoint(const std::string& job_id, JobRun& run, int64_t now_ms, bool stop);
+  // at it (the run is stopping). False if the job failed (its run is gone).
+  bool TriggerCheckpoint(v1::Job& job, JobRun& run, int64_t now_ms, bool stop);
+  // Moves the job through its state machine (job_state.h), or the run to
+  // its next phase (run_phase.h). Every caller checked the state first, so
+  // a refusal is a bug in the scheduler: it is logged and the job FAILED
+  // with it (its run dropped: the caller returns at once). True if moved.
+  bool MoveJob(v1::Job& job, v1::JobState to, const std::string& message);
+  bool MoveRun(v1::Job& job, JobRun& run, RunPhase to);
   void Fail(v1::Job& job, const std::string& why);
   // The run ended at its last checkpoint for a savepoint: copies it on a
   // thread; Tick() ends the job when the copy is written.
@@ -214,9 +247,8 @@ class Scheduler {
   std::map<std::string, std::deque<CheckpointRecord>> history_;  // by job id, oldest first
   // Savepoints being written, by job id (their jobs have no run meanwhile).
   std::map<std::string, std::future<absl::StatusOr<JobSavepoint>>> savepoints_;
-  std::set<std::string> alive_;            // this round's ALIVE workers
-  std::set<std::string> draining_;         // ALIVE workers leaving: no new tasks
-  std::map<std::string, int> free_slots_;  // this round's free slots per ALIVE worker
+  ClusterSlots slots_;              // this round's ALIVE workers and free slots
+  std::set<std::string> draining_;  // ALIVE workers leaving: no new tasks
 };
 
 }  // namespace caravela

@@ -2,9 +2,12 @@
 // dir, workers played by heartbeat requests.
 #include "coordinator/scheduler.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -15,8 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/fake_worker.h"
 #include "coordinator/job_state.h"
+#include "coordinator/placement_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -63,6 +68,7 @@ class SchedulerTest : public ::testing::Test {
     registry_ = std::make_unique<WorkerRegistry>(&clock_, 1000);
     SchedulerOptions o;
     o.checkpoint_storage = "file:///shared/checkpoints";
+    o.placement = placement_;
     o.write_savepoint = [this](const JobCheckpointRef& ref,
                                const std::string& dir) -> absl::StatusOr<JobSavepoint> {
       std::lock_guard<std::mutex> lock(saved_mu_);
@@ -140,6 +146,7 @@ class SchedulerTest : public ::testing::Test {
   std::map<std::string, int64_t> stored_;
   std::set<std::string> draining_;  // workers whose heartbeats say they leave
   int jobs_ = 0;
+  std::shared_ptr<const PlacementPolicy> placement_;  // null: the default
   // What the scheduler asked the savepoint writer for, and its answer.
   std::mutex saved_mu_;
   std::vector<std::pair<JobCheckpointRef, std::string>> saved_;
@@ -575,6 +582,171 @@ TEST_F(SchedulerTest, KeepsTheCheckpointHistory) {
   EXPECT_EQ(h[1].duration_ms, 250);
   EXPECT_EQ(h[1].epoch, 1);
   EXPECT_EQ(h[1].completed_at_ms, 1'000'000 + 1250);
+}
+
+}  // namespace
+}  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// Packs a job onto as few workers as fit, in id order; a placement is off
+// by the tasks that packing would put elsewhere.
+class PackPolicy final : public PlacementPolicy {
+ public:
+  const char* name() const override { return "pack"; }
+  std::vector<std::string> Place(int tasks, const std::vector<std::string>& /*previous*/,
+                                 const ClusterSlots& slots) const override {
+    std::map<std::string, int> free = slots.free;
+    std::vector<std::string> placed;
+    for (auto it = free.begin(); it != free.end() && static_cast<int>(placed.size()) < tasks;) {
+      if (it->second == 0) {
+        ++it;
+        continue;
+      }
+      placed.push_back(it->first);
+      --it->second;
+    }
+    return placed;
+  }
+  ImbalanceScore Imbalance(const std::vector<std::string>& placement,
+                           const ClusterSlots& slots) const override {
+    ClusterSlots without = slots;
+    without.Release(placement);
+    std::map<std::string, int> want, have;
+    for (const std::string& w : Place(static_cast<int>(placement.size()), {}, without)) ++want[w];
+    for (const std::string& w : placement) ++have[w];
+    ImbalanceScore off;
+    for (const auto& [w, n] : have) off.score += std::max(0, n - want[w]);
+    if (off.score > 0) off.reason = absl::StrCat("packing: ", off.score, " tasks to move");
+    return off;
+  }
+};
+
+// Spreads like the default, scores what the test says.
+class ScoredPolicy final : public PlacementPolicy {
+ public:
+  explicit ScoredPolicy(std::shared_ptr<std::atomic<int64_t>> score) : score_(std::move(score)) {}
+  const char* name() const override { return "scored"; }
+  std::vector<std::string> Place(int tasks, const std::vector<std::string>& previous,
+                                 const ClusterSlots& slots) const override {
+    return SpreadPolicy().Place(tasks, previous, slots);
+  }
+  ImbalanceScore Imbalance(const std::vector<std::string>& /*placement*/,
+                           const ClusterSlots& /*slots*/) const override {
+    const int64_t score = score_->load();
+    return {score, score > 0 ? "the test says move" : ""};
+  }
+
+ private:
+  std::shared_ptr<std::atomic<int64_t>> score_;
+};
+
+// Places every task on a worker that does not exist.
+class BrokenPolicy final : public PlacementPolicy {
+ public:
+  const char* name() const override { return "broken"; }
+  std::vector<std::string> Place(int tasks, const std::vector<std::string>& /*previous*/,
+                                 const ClusterSlots& /*slots*/) const override {
+    return std::vector<std::string>(static_cast<size_t>(tasks), "nowhere");
+  }
+  ImbalanceScore Imbalance(const std::vector<std::string>& /*placement*/,
+                           const ClusterSlots& /*slots*/) const override {
+    return {};
+  }
+};
+
+// The spread rule would move three of the tasks packed onto a (b has room);
+// the policy that packed them judges them in place, checkpoint after
+// checkpoint.
+TEST_F(SchedulerTest, ACustomPlacementIsJudgedByItsOwnPolicy) {
+  placement_ = std::make_shared<PackPolicy>();
+  Restart();
+  const std::string a = AddWorker(6), b = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  EXPECT_EQ(Tasks(Beat(a, v1::TASK_READY)), 6);
+  EXPECT_EQ(Tasks(Beat(b, v1::TASK_READY)), 0);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  for (int64_t n = 1; n <= 3; ++n) {
+    clock_.Advance(1000);
+    Beat(a, v1::TASK_RUNNING);
+    Beat(b, v1::TASK_RUNNING);
+    scheduler_->Tick();  // checkpoint n, periodic
+    const v1::HeartbeatResponse r = Beat(a, v1::TASK_RUNNING, n);
+    ASSERT_EQ(r.assignments_size(), 1);
+    EXPECT_EQ(r.assignments(0).trigger_checkpoint(), n);
+    EXPECT_FALSE(r.assignments(0).stop_at_trigger());
+    scheduler_->Tick();
+  }
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.last_checkpoint(), 3);
+  EXPECT_EQ(job.epoch(), 1);
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.worker(), a);
+}
+
+// A score above 0 moves the job through a stopping checkpoint, with the
+// policy's reason as the job's message.
+TEST_F(SchedulerTest, APolicyScoreAboveZeroMovesTheJob) {
+  auto score = std::make_shared<std::atomic<int64_t>>(0);
+  placement_ = std::make_shared<ScoredPolicy>(score);
+  Restart();
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  scheduler_->Tick();
+  EXPECT_FALSE(Beat(a, v1::TASK_RUNNING).assignments(0).stop_at_trigger());
+  score->store(2);
+  scheduler_->Tick();
+  const v1::HeartbeatResponse r = Beat(a, v1::TASK_RUNNING, 1);
+  EXPECT_EQ(r.assignments(0).trigger_checkpoint(), 1);
+  EXPECT_TRUE(r.assignments(0).stop_at_trigger());
+  score->store(0);
+  scheduler_->Tick();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.last_checkpoint(), 1);
+  EXPECT_EQ(job.epoch(), 2);
+  EXPECT_EQ(job.state(), v1::SCHEDULING);
+  EXPECT_EQ(job.message(), "the test says move");
+}
+
+TEST_F(SchedulerTest, APlacementTheSlotsCannotTakeFailsTheJob) {
+  placement_ = std::make_shared<BrokenPolicy>();
+  Restart();
+  AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.message(),
+            "the broken placement policy failed: it placed tasks on nowhere, which takes no new "
+            "tasks");
+}
+
+// The coordinator stored RUNNING and died before any task heard "start":
+// the adopted run starts as usual (the job stays RUNNING; it is not moved
+// to RUNNING again, which its state machine refuses).
+TEST_F(SchedulerTest, AnAdoptedRunningJobWhoseTasksAreOnlyReadyStarts) {
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+
+  Restart();
+  EXPECT_EQ(AddWorker(6, a), a);
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.epoch(), 1);
+  EXPECT_TRUE(Beat(a, v1::TASK_READY).assignments(0).start());
 }
 
 }  // namespace
