@@ -51,6 +51,7 @@
 #include "tests/child_process.h"
 #include "tests/revenue_job.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/registry/builtin_kinds.h"
 
 namespace caravela {
 namespace {

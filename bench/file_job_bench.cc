@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "common/job_spec.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 
 namespace {

@@ -47,7 +47,8 @@
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/operators/interval_join_operator.h"
-#include "worker/operators/window_join_operator.h"
+#include "worker/operators/operator.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/testing/operator_harness.h"
 
@@ -235,11 +236,9 @@ void StateSample(const std::string& kase, const caravela::JobSpec& spec, std::ve
   auto backend = caravela::OpenRocksDbBackend(dir + "/sample-state");
   if (!backend.ok()) return;
   std::unique_ptr<caravela::Operator> op;
-  if (kase == "interval") {
-    op = std::move(*caravela::IntervalJoinOperator::Create(spec.operators[0].interval_join));
-  } else {
-    op = std::make_unique<caravela::WindowJoinOperator>(spec.operators[0].window_join);
-  }
+  auto made = spec.operators[0].kind->Create(spec.operators[0], caravela::OperatorBuildContext{});
+  if (!made.ok()) return;
+  op = std::move(*made);
   caravela::OperatorHarness h(op.get(), std::move(*backend));
   if (!h.Open().ok()) return;
   int64_t max_t = caravela::kMinTime;

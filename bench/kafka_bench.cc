@@ -59,6 +59,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_sink.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 
 extern char** environ;

@@ -27,6 +27,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/reconcile/reconcile.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/testing/postgres_server.h"
 

@@ -22,6 +22,7 @@
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 
 namespace caravela {

@@ -31,6 +31,7 @@
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 
 namespace {

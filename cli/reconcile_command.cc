@@ -6,6 +6,7 @@
 
 #include "common/job_spec.h"
 #include "worker/reconcile/reconcile.h"
+#include "worker/registry/builtin_kinds.h"
 
 namespace caravela {
 namespace {

@@ -13,24 +13,22 @@
 #include "xxhash.h"
 
 namespace caravela {
-namespace {
 
-std::vector<std::string> Names(const std::vector<FieldPath>& paths) {
+std::vector<std::string> OperatorPlanContext::Names(const std::vector<FieldPath>& paths) {
   std::vector<std::string> out;
   out.reserve(paths.size());
   for (const FieldPath& p : paths) out.push_back(p.ToString());
   return out;
 }
 
-bool Contains(const std::vector<std::string>& v, const std::string& x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
+namespace {
+
+std::vector<std::string> Names(const std::vector<FieldPath>& paths) {
+  return OperatorPlanContext::Names(paths);
 }
 
-bool AnyDotted(const std::vector<std::string>& names) {
-  for (const std::string& n : names) {
-    if (n.find('.') != std::string::npos) return true;
-  }
-  return false;
+bool Contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
 }
 
 // How the records of a node are spread over the tasks of its stage.
@@ -59,22 +57,10 @@ bool Satisfies(const Partitioning& p, const std::vector<std::string>& r) {
   return true;
 }
 
-// Whether a project keeps key field `f`: some entry `a: a` with a == f or a
-// a prefix path of f.
-bool ProjectKeeps(const ProjectSpec& project, const std::string& f) {
-  for (const auto& [out, expr] : project.fields) {
-    if (out.find('.') != std::string::npos) continue;
-    if (absl::StripAsciiWhitespace(expr) != out) continue;
-    if (f == out ||
-        (f.size() > out.size() && f.compare(0, out.size(), out) == 0 && f[out.size()] == '.')) {
-      return true;
-    }
-  }
-  return false;
-}
-
 class Planner {
  public:
+  class OperatorContext;
+
   Planner(const JobSpec& spec, int parallelism, const SourcePartitions& partitions)
       : spec_(spec), parallelism_(parallelism), partitions_(partitions) {}
 
@@ -215,98 +201,78 @@ int Planner::Exchanged(int op, const std::vector<std::pair<int, std::vector<Fiel
   return g;
 }
 
-void Planner::PlanOperator(int op) {
-  const OperatorSpec& o = spec_.operators[op];
-  const int node = num_sources_ + op;
-  const std::vector<std::string> ins = o.Inputs();
-  std::vector<int> u;
-  u.reserve(ins.size());
-  for (const std::string& in : ins) u.push_back(NodeIndex(in));
+// Planner's side of OperatorPlanContext, for operator `op`.
+class Planner::OperatorContext : public OperatorPlanContext {
+ public:
+  OperatorContext(Planner& p, int op) : p_(p), op_(op), node_(p.num_sources_ + op) {
+    for (const std::string& in : p.spec_.operators[op].Inputs()) u_.push_back(p.NodeIndex(in));
+  }
 
-  // Single-input operator with key `paths`: forward or exchange.
-  auto keyed = [&](const std::vector<FieldPath>& paths) {
+  void Forward(const std::function<bool(const std::string& field)>& keeps) override {
+    p_.group_of_[node_] = p_.group_of_[u_[0]];
+    const Partitioning& in = p_.part_[u_[0]];
+    bool kept = keeps == nullptr || !in.none();
+    if (keeps != nullptr) {
+      for (const std::string& f : in.key) kept = kept && keeps(f);
+    }
+    if (kept) p_.part_[node_] = in;
+  }
+  bool Keyed(const std::vector<FieldPath>& paths) override {
     std::vector<std::string> names = Names(paths);
-    if (Satisfies(part_[u[0]], names)) {
-      group_of_[node] = group_of_[u[0]];
-      part_[node] = part_[u[0]];
+    if (Satisfies(p_.part_[u_[0]], names)) {
+      p_.group_of_[node_] = p_.group_of_[u_[0]];
+      p_.part_[node_] = p_.part_[u_[0]];
       return true;
     }
-    group_of_[node] = Exchanged(op, {{0, paths}});
-    part_[node] = Partitioning::Exchange(names);
+    p_.group_of_[node_] = p_.Exchanged(op_, {{0, paths}});
+    p_.part_[node_] = Partitioning::Exchange(names);
     return false;
-  };
-  // Two-input operator keyed by `paths[i]` on input i.
-  auto joined = [&](const std::vector<FieldPath> paths[2]) {
+  }
+  void Global() override {
+    // One task, always behind a (1-partition) exchange.
+    int g = p_.Exchanged(op_, {{0, {}}});
+    p_.groups_[g].global_window = p_.spec_.operators[op_].name;
+    p_.group_of_[node_] = g;
+  }
+  bool Joined(const std::vector<FieldPath> paths[2]) override {
     std::vector<std::string> r0 = Names(paths[0]), r1 = Names(paths[1]);
-    if (Satisfies(part_[u[0]], r0) && Satisfies(part_[u[1]], r1) &&
-        CoPartitioned(u[0], u[1], r0, r1)) {
-      int g0 = Find(group_of_[u[0]]), g1 = Find(group_of_[u[1]]);
-      if (g0 == g1 || (!Reaches(g0, g1) && !Reaches(g1, g0))) {
-        group_of_[node] = Merge(g0, g1);
+    if (Satisfies(p_.part_[u_[0]], r0) && Satisfies(p_.part_[u_[1]], r1) &&
+        p_.CoPartitioned(u_[0], u_[1], r0, r1)) {
+      int g0 = p_.Find(p_.group_of_[u_[0]]), g1 = p_.Find(p_.group_of_[u_[1]]);
+      if (g0 == g1 || (!p_.Reaches(g0, g1) && !p_.Reaches(g1, g0))) {
+        p_.group_of_[node_] = p_.Merge(g0, g1);
         return true;
       }
     }
-    group_of_[node] = Exchanged(op, {{0, paths[0]}, {1, paths[1]}});
+    p_.group_of_[node_] = p_.Exchanged(op_, {{0, paths[0]}, {1, paths[1]}});
     return false;
-  };
-
-  switch (o.kind) {
-    case OperatorSpec::Kind::kFilter:
-      group_of_[node] = group_of_[u[0]];
-      part_[node] = part_[u[0]];
-      break;
-    case OperatorSpec::Kind::kProject: {
-      group_of_[node] = group_of_[u[0]];
-      const Partitioning& in = part_[u[0]];
-      bool keeps = !in.none();
-      for (const std::string& f : in.key) keeps = keeps && ProjectKeeps(o.project, f);
-      if (keeps) part_[node] = in;
-      break;
-    }
-    case OperatorSpec::Kind::kDedup:
-      keyed({o.dedup.id});
-      break;
-    case OperatorSpec::Kind::kWindow:
-      if (o.window.group_paths.empty()) {
-        // A global window: one task, always behind a (1-partition) exchange.
-        int g = Exchanged(op, {{0, {}}});
-        groups_[g].global_window = o.name;
-        group_of_[node] = g;
-      } else {
-        keyed(o.window.group_paths);
-        // The output holds the group_by fields under their names as written.
-        if (AnyDotted(part_[node].key) || AnyDotted(o.window.group_by)) part_[node] = {};
-      }
-      break;
-    case OperatorSpec::Kind::kIntervalJoin:
-    case OperatorSpec::Kind::kWindowJoin: {
-      const std::vector<JoinKeySpec>& on =
-          o.kind == OperatorSpec::Kind::kIntervalJoin ? o.interval_join.on : o.window_join.on;
-      std::vector<FieldPath> paths[2];
-      for (const JoinKeySpec& k : on) {
-        paths[0].push_back(k.left_path);
-        paths[1].push_back(k.right_path);
-      }
-      joined(paths);  // output: unpartitioned
-      break;
-    }
-    case OperatorSpec::Kind::kTemporalJoin: {
-      std::vector<FieldPath> paths[2];
-      for (const JoinKeySpec& k : o.table_join.on) {
-        paths[0].push_back(k.left_path);
-        paths[1].push_back(k.right_path);
-      }
-      // The output is the stream record (plus the table row under the
-      // table's name): it keeps the stream's partitioning.
-      part_[node] = joined(paths) ? part_[u[0]] : Partitioning::Exchange(Names(paths[0]));
-      break;
-    }
-    case OperatorSpec::Kind::kLookupJoin:
-      group_of_[node] = group_of_[u[0]];
-      part_[node] = part_[u[0]];
-      broadcast_.emplace_back(group_of_[node], u[1]);
-      break;
   }
+  void Broadcast(int input) override {
+    p_.broadcast_.emplace_back(p_.group_of_[node_], u_[static_cast<size_t>(input)]);
+  }
+  void OutputLikeInput(int input) override {
+    p_.part_[node_] = p_.part_[u_[static_cast<size_t>(input)]];
+  }
+  void OutputPartitionedBy(std::vector<std::string> fields) override {
+    p_.part_[node_] = Partitioning::Exchange(std::move(fields));
+  }
+  void OutputUnpartitioned() override { p_.part_[node_] = {}; }
+  std::vector<std::string> OutputKey() const override {
+    return p_.part_[node_].none() ? std::vector<std::string>() : p_.part_[node_].key;
+  }
+
+ private:
+  Planner& p_;
+  const int op_;
+  const int node_;
+  std::vector<int> u_;  // input node indexes
+};
+
+void Planner::PlanOperator(int op) {
+  const OperatorSpec& o = spec_.operators[op];
+  CARAVELA_CHECK(o.kind != nullptr);
+  OperatorContext ctx(*this, op);
+  o.kind->Plan(o, ctx);
 }
 
 absl::StatusOr<JobPlan> Planner::Plan() {
@@ -336,10 +302,11 @@ absl::StatusOr<JobPlan> Planner::Plan() {
   std::vector<bool> lookup_table(num_sources_, false), other_use(num_sources_, false);
   for (const OperatorSpec& o : spec_.operators) {
     std::vector<std::string> ins = o.Inputs();
+    const std::vector<int> whole = o.kind->PreloadedInputs();
     for (size_t i = 0; i < ins.size(); ++i) {
       int u = index_[ins[i]];
       if (u >= num_sources_) continue;
-      if (o.kind == OperatorSpec::Kind::kLookupJoin && i == 1) {
+      if (std::find(whole.begin(), whole.end(), static_cast<int>(i)) != whole.end()) {
         lookup_table[u] = true;
       } else {
         other_use[u] = true;
@@ -424,8 +391,7 @@ absl::StatusOr<JobPlan> Planner::Plan() {
     const std::string& name =
         is_source ? spec_.sources[n].name : spec_.operators[n - num_sources_].name;
     plan.kind_of[name] =
-        is_source ? "source"
-                  : std::string(OperatorKindName(spec_.operators[n - num_sources_].kind));
+        is_source ? "source" : std::string(spec_.operators[n - num_sources_].kind_name());
     if (group_of_[n] < 0) continue;
     int s = stage_of_node(n);
     plan.stage_of[name] = s;

@@ -64,6 +64,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -136,6 +137,42 @@ struct JobPlan {
 // Partition counts of Kafka source topics by source name; a source missing
 // from the map has an unknown count (the check is skipped).
 using SourcePartitions = std::map<std::string, int>;
+
+// What an operator kind's planning rule (OperatorKind::Plan) decides with:
+// where the operator runs relative to its inputs and how its output is
+// partitioned (the rules above). Each kind calls one placement (Forward,
+// Keyed, Global, Joined) and then, if its output is not what the placement
+// leaves, one of the Output* calls.
+class OperatorPlanContext {
+ public:
+  virtual ~OperatorPlanContext() = default;
+
+  // With input 0, in its tasks. The output keeps input 0's partitioning
+  // when `keeps` (null: always) is true for every key field of it.
+  virtual void Forward(const std::function<bool(const std::string& field)>& keeps = nullptr) = 0;
+  // A single-input operator over the keys `paths`: with input 0 when its
+  // partitioning satisfies them (output: that partitioning; returns true),
+  // else behind an exchange keyed by them (output: partitioned by them).
+  virtual bool Keyed(const std::vector<FieldPath>& paths) = 0;
+  // Over every record at once: one task behind a one-partition exchange.
+  virtual void Global() = 0;
+  // A two-input operator over keys paths[i] of input i: with both inputs
+  // when they are co-partitioned by those keys (returns true), else behind
+  // one exchange of both. Output: unpartitioned.
+  virtual bool Joined(const std::vector<FieldPath> paths[2]) = 0;
+  // Input `input` (a source) is read whole by every task of the stage.
+  virtual void Broadcast(int input) = 0;
+
+  // The output's partitioning: input `input`'s, by `fields`, or none.
+  virtual void OutputLikeInput(int input) = 0;
+  virtual void OutputPartitionedBy(std::vector<std::string> fields) = 0;
+  virtual void OutputUnpartitioned() = 0;
+  // The output's partition key fields now (empty: unpartitioned).
+  virtual std::vector<std::string> OutputKey() const = 0;
+
+  // Field names as written (FieldPath::ToString).
+  static std::vector<std::string> Names(const std::vector<FieldPath>& paths);
+};
 
 // Plans `spec` with `parallelism` tasks per stage (>= 1). InvalidArgument
 // naming the YAML path or the source (with the numbers) when it cannot be

@@ -7,6 +7,7 @@
 #include "common/key_encoding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/registry/builtin_kinds.h"
 #include "xxhash.h"
 
 namespace caravela {

@@ -3,9 +3,10 @@
 // The YAML document is loaded with yaml-cpp (the only place that can throw;
 // every yaml-cpp exception is caught and reported at path "<yaml>"), then
 // walked once in document order by SpecParser, which fills the JobSpec and
-// appends one SpecError per problem. Cross references (`from`) are resolved
-// against names collected in a first pass, so an error names the real cause
-// (unknown node, node defined later, side output read by an operator, ...).
+// appends one SpecError per problem (through SpecReader, spec_reader.h; each
+// operator's mapping is read by its kind, OperatorKind::Parse). Cross references (`from`) are
+// resolved against names collected in a first pass, so an error names the real cause (unknown node,
+// node defined later, side output read by an operator, ...).
 #include "common/job_spec.h"
 
 #include <algorithm>
@@ -27,45 +28,25 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/expr.h"
+#include "common/spec_reader.h"
 #include "common/time_util.h"
 #include "xxhash.h"
 #include "yaml-cpp/yaml.h"
 
 namespace caravela {
 
+std::string_view OperatorSpec::kind_name() const {
+  return kind == nullptr ? std::string_view() : kind->name();
+}
+
+bool OperatorSpec::is(std::string_view name) const { return kind_name() == name; }
+
 std::vector<std::string> OperatorSpec::Inputs() const {
-  switch (kind) {
-    case Kind::kFilter:
-      return {filter.from};
-    case Kind::kProject:
-      return {project.from};
-    case Kind::kDedup:
-      return {dedup.from};
-    case Kind::kWindow:
-      return {window.from};
-    case Kind::kIntervalJoin:
-      return {interval_join.left, interval_join.right};
-    case Kind::kWindowJoin:
-      return {window_join.left, window_join.right};
-    case Kind::kTemporalJoin:
-    case Kind::kLookupJoin:
-      return {table_join.stream, table_join.table};
-  }
-  return {};
+  return kind == nullptr ? std::vector<std::string>() : kind->Inputs(*this);
 }
 
 std::vector<std::string> OperatorSpec::SideOutputs() const {
-  switch (kind) {
-    case Kind::kDedup:
-      return {"conflicts", "too_late"};
-    case Kind::kWindow:
-    case Kind::kIntervalJoin:
-    case Kind::kWindowJoin:
-    case Kind::kTemporalJoin:
-      return {"too_late"};
-    default:
-      return {};
-  }
+  return kind == nullptr ? std::vector<std::string>() : kind->SideOutputs();
 }
 
 const char* JoinTypeName(JoinType t) {
@@ -172,46 +153,7 @@ namespace {
 // This abseil build does not alias absl::string_view to std::string_view.
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-std::string Quote(std::string_view s) {
-  std::string out;
-  AppendJsonString(s, &out);
-  return out;
-}
-
-// What a node holds, for "expected X, got <Describe>" messages.
-std::string Describe(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Scalar:
-      return Quote(n.Scalar());
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Null:
-      return "null";
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "nothing";
-}
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-bool IsFieldPathText(std::string_view s) {
-  if (s.empty() || s.front() == '.' || s.back() == '.') return false;
-  return s.find("..") == std::string_view::npos;
-}
+std::string Quote(std::string_view s) { return SpecReader::Quote(s); }
 
 // Names of sources and operators: they appear in `from`, in "<node>.<side>"
 // references and as nested field names, so no dots or spaces.
@@ -234,27 +176,10 @@ bool IsJobName(std::string_view s) {
   return true;
 }
 
-constexpr std::string_view kOperatorKinds[] = {"filter",        "project",       "dedup",
-                                               "window",        "interval_join", "window_join",
-                                               "temporal_join", "lookup_join"};
-constexpr OperatorSpec::Kind kOperatorKindValues[] = {
-    OperatorSpec::Kind::kFilter,       OperatorSpec::Kind::kProject,
-    OperatorSpec::Kind::kDedup,        OperatorSpec::Kind::kWindow,
-    OperatorSpec::Kind::kIntervalJoin, OperatorSpec::Kind::kWindowJoin,
-    OperatorSpec::Kind::kTemporalJoin, OperatorSpec::Kind::kLookupJoin};
-
-// A source or operator, as seen by reference resolution.
-struct NodeInfo {
-  std::string name;
-  std::string path;  // of its `name` field
-  bool is_source = false;
-  int index = 0;  // in sources or operators
-  std::vector<std::string> sides;
-  bool has_event_time = true;
-};
-
-class SpecParser {
+class SpecParser : private SpecReader {
  public:
+  explicit SpecParser(const KindRegistry& kinds) : SpecReader(&result_.errors), kinds_(kinds) {}
+
   ParseResult Run(std::string_view text) {
     YAML::Node root;
     try {
@@ -275,14 +200,9 @@ class SpecParser {
   }
 
  private:
-  using Keys = std::initializer_list<std::string_view>;
+  using NodeInfo = SpecReader::Node;
 
   JobSpec& spec() { return result_.spec; }
-
-  void Err(std::string path, std::string message) {
-    if (path.empty()) path = "<yaml>";  // the top-level mapping itself
-    result_.errors.push_back({std::move(path), std::move(message)});
-  }
 
   void YamlError(const YAML::Exception& e) {
     if (e.mark.is_null()) {
@@ -293,199 +213,14 @@ class SpecParser {
     }
   }
 
-  static std::string Join(const std::string& path, std::string_view key) {
-    return path.empty() ? std::string(key) : absl::StrCat(path, ".", Sv(key));
-  }
-  static std::string Index(const std::string& path, size_t i) {
-    return absl::StrCat(path, "[", i, "]");
-  }
-
-  // Reports (and returns false) unless `n` is a mapping whose keys are all in
-  // `allowed` and appear once. Keys in `also_known` are neither reported nor
-  // allowed: the caller reports them. Unknown keys get a spelling hint.
-  bool CheckMap(const YAML::Node& n, const std::string& path, Keys allowed, Keys also_known = {}) {
-    if (!n.IsMap()) {
-      Err(path, absl::StrCat("expected a mapping, got ", Describe(n)));
-      return false;
-    }
-    std::vector<std::string> seen;
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      if (!it->first.IsScalar()) {
-        Err(path, absl::StrCat("expected field names, got ", Describe(it->first), " as a key"));
-        continue;
-      }
-      const std::string& key = it->first.Scalar();
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-        Err(Join(path, key), absl::StrCat("duplicate field ", Quote(key)));
-        continue;
-      }
-      seen.push_back(key);
-      bool known = std::find(allowed.begin(), allowed.end(), key) != allowed.end() ||
-                   std::find(also_known.begin(), also_known.end(), key) != also_known.end();
-      if (known) continue;
-      std::string msg = absl::StrCat("unknown field ", Quote(key));
-      std::string_view best;
-      size_t best_d = 3;
-      for (std::string_view a : allowed) {
-        size_t d = EditDistance(key, a);
-        if (d < best_d && d < a.size()) {
-          best = a;
-          best_d = d;
-        }
-      }
-      if (!best.empty()) absl::StrAppend(&msg, " (did you mean ", Quote(best), "?)");
-      Err(Join(path, key), msg);
-    }
-    return true;
-  }
-
-  // ---- Typed field readers. Each returns nullopt (after reporting, if the
-  // field is present but wrong, or required and absent) or the value.
-
-  static YAML::Node Field(const YAML::Node& map, std::string_view key) {
-    if (!map.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (it->first.IsScalar() && it->first.Scalar() == key) return it->second;
-    }
-    return YAML::Node(YAML::NodeType::Undefined);
-  }
-
-  bool Missing(const YAML::Node& n, const std::string& path, bool required) {
-    if (n.IsDefined()) return false;
-    if (required) Err(path, "required field is missing");
-    return true;
-  }
-
-  std::optional<std::string> String(const YAML::Node& map, std::string_view key,
-                                    const std::string& parent, bool required) {
-    std::string path = Join(parent, key);
-    YAML::Node n = Field(map, key);
-    if (Missing(n, path, required)) return std::nullopt;
-    if (!n.IsScalar()) {
-      Err(path, absl::StrCat("expected a string, got ", Describe(n)));
-      return std::nullopt;
-    }
-    if (required && n.Scalar().empty()) {
-      Err(path, "expected a non-empty string");
-      return std::nullopt;
-    }
-    return n.Scalar();
-  }
-
-  std::optional<std::string> OneOf(const YAML::Node& map, std::string_view key,
-                                   const std::string& parent, Keys choices) {
-    std::string path = Join(parent, key);
-    YAML::Node n = Field(map, key);
-    if (Missing(n, path, false)) return std::nullopt;
-    if (n.IsScalar() && std::find(choices.begin(), choices.end(), n.Scalar()) != choices.end()) {
-      return n.Scalar();
-    }
-    std::vector<std::string> names(choices.begin(), choices.end());
-    Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", "), ", got ", Describe(n)));
-    return std::nullopt;
-  }
-
-  enum class Bound { kNonNegative, kPositive, kAny };
-
-  std::optional<int64_t> Duration(const YAML::Node& map, std::string_view key,
-                                  const std::string& parent, bool required, Bound bound) {
-    std::string path = Join(parent, key);
-    YAML::Node n = Field(map, key);
-    if (Missing(n, path, required)) return std::nullopt;
-    return DurationValue(n, path, bound);
-  }
-
-  std::optional<int64_t> DurationValue(const YAML::Node& n, const std::string& path, Bound bound) {
-    std::optional<int64_t> d;
-    if (n.IsScalar()) d = ParseDuration(n.Scalar(), /*allow_negative=*/bound == Bound::kAny);
-    if (!d) {
-      Err(path, absl::StrCat("expected a duration, got ", Describe(n)));
-      return std::nullopt;
-    }
-    if (bound == Bound::kPositive && *d <= 0) {
-      Err(path, absl::StrCat("expected a duration greater than 0, got ", Describe(n)));
-      return std::nullopt;
-    }
-    return d;
-  }
-
-  std::optional<FieldPath> Path(const YAML::Node& n, const std::string& path) {
-    if (!n.IsScalar() || !IsFieldPathText(n.Scalar())) {
-      Err(path, absl::StrCat("expected a field name or dot path, got ", Describe(n)));
-      return std::nullopt;
-    }
-    return FieldPath::Parse(n.Scalar());
-  }
-
-  std::optional<FieldPath> PathField(const YAML::Node& map, std::string_view key,
-                                     const std::string& parent, bool required) {
-    std::string path = Join(parent, key);
-    YAML::Node n = Field(map, key);
-    if (Missing(n, path, required)) return std::nullopt;
-    return Path(n, path);
-  }
-
-  // A list of field paths; `texts` (optional) receives them as written.
-  std::vector<FieldPath> PathList(const YAML::Node& map, std::string_view key,
-                                  const std::string& parent,
-                                  std::vector<std::string>* texts = nullptr) {
-    std::vector<FieldPath> out;
-    std::string path = Join(parent, key);
-    YAML::Node n = Field(map, key);
-    if (!n.IsDefined()) return out;
-    if (!n.IsSequence()) {
-      Err(path, absl::StrCat("expected a list of field names, got ", Describe(n)));
-      return out;
-    }
-    std::vector<std::string> seen;
-    for (size_t i = 0; i < n.size(); ++i) {
-      std::string ipath = Index(path, i);
-      std::optional<FieldPath> p = Path(n[i], ipath);
-      if (!p) continue;
-      if (std::find(seen.begin(), seen.end(), n[i].Scalar()) != seen.end()) {
-        Err(ipath, absl::StrCat("duplicate field ", Quote(n[i].Scalar())));
-        continue;
-      }
-      seen.push_back(n[i].Scalar());
-      if (texts != nullptr) texts->push_back(n[i].Scalar());
-      out.push_back(std::move(*p));
+  // The operator kinds whose keys `op` (an operator's mapping) has.
+  std::vector<const OperatorKind*> KindsOf(const YAML::Node& op) const {
+    std::vector<const OperatorKind*> out;
+    for (const OperatorKind* k : kinds_.operators.all()) {
+      if (Field(op, k->name()).IsDefined()) out.push_back(k);
     }
     return out;
   }
-
-  // PathList for a list that must name at least one field (an empty or
-  // non-list value is an error naming the path).
-  std::vector<FieldPath> NonEmptyPathList(const YAML::Node& map, std::string_view key,
-                                          const std::string& parent,
-                                          std::vector<std::string>* texts) {
-    YAML::Node n = Field(map, key);
-    if (n.IsDefined() && (!n.IsSequence() || n.size() == 0)) {
-      Err(Join(parent, key),
-          absl::StrCat("expected a non-empty list of fields, got ",
-                       n.IsSequence() ? std::string("an empty list") : Describe(n)));
-      return {};
-    }
-    return PathList(map, key, parent, texts);
-  }
-
-  // Exactly one of `kinds` must be a key of `map`; returns it or "".
-  std::string ExactlyOne(const YAML::Node& map, const std::string& path, Keys kinds) {
-    std::vector<std::string> present;
-    for (std::string_view k : kinds) {
-      if (Field(map, k).IsDefined()) present.emplace_back(k);
-    }
-    if (present.size() == 1) return present[0];
-    std::vector<std::string> names(kinds.begin(), kinds.end());
-    if (present.empty()) {
-      Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
-    } else {
-      Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
-                             absl::StrJoin(present, " and ")));
-    }
-    return "";
-  }
-
-  // ---- Document.
 
   void Document(const YAML::Node& root) {
     if (!root.IsDefined() || root.IsNull()) {
@@ -536,6 +271,7 @@ class SpecParser {
   }
 
   // First pass: every well-formed source/operator name, for `from` checks.
+  // First pass: every well-formed source/operator name, for `from` checks.
   void CollectNodes(const YAML::Node& s) {
     YAML::Node sources = Field(s, "sources");
     if (sources.IsSequence()) {
@@ -549,7 +285,7 @@ class SpecParser {
         info.index = static_cast<int>(i);
         info.sides = {"invalid"};
         info.has_event_time = Field(sources[i], "event_time").IsDefined();
-        nodes_.push_back(std::move(info));
+        nodes().push_back(std::move(info));
       }
     }
     YAML::Node ops = Field(s, "operators");
@@ -561,30 +297,19 @@ class SpecParser {
         info.name = name.Scalar();
         info.path = Index("spec.operators", i) + ".name";
         info.index = static_cast<int>(i);
-        // Side outputs come from OperatorSpec::SideOutputs (one source of truth).
-        OperatorSpec probe;
-        for (size_t k = 0; k < std::size(kOperatorKinds); ++k) {
-          if (!Field(ops[i], kOperatorKinds[k]).IsDefined()) continue;
-          probe.kind = kOperatorKindValues[k];
-          for (std::string& side : probe.SideOutputs()) {
+        // Side outputs as the kind declares them (one source of truth).
+        for (const OperatorKind* kind : KindsOf(ops[i])) {
+          for (std::string& side : kind->SideOutputs()) {
             if (std::find(info.sides.begin(), info.sides.end(), side) == info.sides.end()) {
               info.sides.push_back(std::move(side));
             }
           }
         }
-        nodes_.push_back(std::move(info));
+        nodes().push_back(std::move(info));
       }
     }
   }
 
-  NodeInfo* FindNode(std::string_view name) {
-    for (NodeInfo& n : nodes_) {
-      if (n.name == name) return &n;
-    }
-    return nullptr;
-  }
-
-  // Checks a source/operator name for syntax and uniqueness.
   std::optional<std::string> NodeName(const YAML::Node& map, const std::string& parent) {
     std::optional<std::string> name = String(map, "name", parent, true);
     if (!name) return std::nullopt;
@@ -624,20 +349,6 @@ class SpecParser {
 
   // An optional integer >= 1 at `parent`.`key`; nullopt (with an error if it
   // is present but wrong) otherwise.
-  std::optional<int> PositiveInt(const YAML::Node& map, const char* key,
-                                 const std::string& parent) {
-    YAML::Node r = Field(map, key);
-    if (!r.IsDefined()) return std::nullopt;
-    int v = 0;
-    if (r.IsScalar()) {
-      const std::string& t = r.Scalar();
-      auto res = std::from_chars(t.data(), t.data() + t.size(), v);
-      if (res.ec == std::errc() && res.ptr == t.data() + t.size() && v >= 1) return v;
-    }
-    Err(Join(parent, key), absl::StrCat("expected an integer >= 1, got ", Describe(r)));
-    return std::nullopt;
-  }
-
   // ---- Sources.
 
   void Sources(const YAML::Node& n) {
@@ -743,511 +454,35 @@ class SpecParser {
     for (size_t i = 0; i < n.size(); ++i) Operator(n[i], Index(path, i), static_cast<int>(i));
   }
 
-  std::string KnownList(const std::vector<std::string>& known) {
-    constexpr size_t kMaxShown = 10;
-    if (known.empty()) return "none";
-    if (known.size() <= kMaxShown) return absl::StrJoin(known, ", ");
-    std::vector<std::string> head(known.begin(), known.begin() + kMaxShown);
-    return absl::StrCat(absl::StrJoin(head, ", "), ", ...");
-  }
-
-  // Resolves an operator's input field `key` (`from`, or `left`/`right`/
-  // `stream` of joins): a source, or an operator listed before operator
-  // `op_index`. Returns whether the input carries event time (true when
-  // unknown, to avoid follow-up errors).
-  bool OperatorInput(const YAML::Node& map, const std::string& parent, int op_index,
-                     const std::string& self, std::string* from, std::string_view key = "from") {
-    std::optional<std::string> f = String(map, key, parent, true);
-    if (!f) return true;
-    *from = *f;
-    std::string path = Join(parent, key);
-    if (*f == self) {
-      Err(path, "an operator cannot read its own output");
-      return true;
-    }
-    NodeInfo* node = FindNode(*f);
-    if (node != nullptr) {
-      if (node->is_source || node->index < op_index) return node->has_event_time;
-      Err(path, absl::StrCat("node ", Quote(*f),
-                             " is defined after this operator (operators read "
-                             "sources and operators listed before them)"));
-      return true;
-    }
-    size_t dot = f->rfind('.');
-    if (dot != std::string::npos) {
-      NodeInfo* owner = FindNode(std::string_view(*f).substr(0, dot));
-      std::string side = f->substr(dot + 1);
-      if (owner != nullptr &&
-          std::find(owner->sides.begin(), owner->sides.end(), side) != owner->sides.end()) {
-        Err(path, absl::StrCat("side output ", Quote(*f), " can only be read by a sink"));
-        return true;
-      }
-    }
-    std::vector<std::string> known;
-    for (const NodeInfo& ni : nodes_) {
-      if (ni.is_source || ni.index < op_index) known.push_back(ni.name);
-    }
-    Err(path, absl::StrCat("unknown node ", Quote(*f), " (known: ", KnownList(known), ")"));
-    return true;
-  }
-
   void Operator(const YAML::Node& n, const std::string& path, int index) {
-    if (!CheckMap(n, path,
-                  {"name", "filter", "project", "dedup", "window", "interval_join", "window_join",
-                   "temporal_join", "lookup_join"})) {
-      return;
-    }
+    std::vector<std::string> names = {"name"};
+    for (std::string_view k : kinds_.operators.Names()) names.emplace_back(k);
+    std::vector<std::string_view> allowed(names.begin(), names.end());
+    if (!CheckMap(n, path, allowed)) return;
     OperatorSpec op;
     if (auto name = NodeName(n, path)) op.name = *name;
-    std::vector<std::string> present;
-    for (std::string_view k : kOperatorKinds) {
-      if (Field(n, k).IsDefined()) present.emplace_back(k);
-    }
+    std::vector<const OperatorKind*> present = KindsOf(n);
     if (present.size() != 1) {
-      std::vector<std::string> names(std::begin(kOperatorKinds), std::end(kOperatorKinds));
+      std::vector<std::string> kinds(names.begin() + 1, names.end());
       if (present.empty()) {
-        Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
+        Err(path, absl::StrCat("expected one of ", absl::StrJoin(kinds, ", ")));
       } else {
-        Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
-                               absl::StrJoin(present, " and ")));
+        std::vector<std::string> got;
+        for (const OperatorKind* k : present) got.emplace_back(k->name());
+        Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(kinds, ", "), ", got ",
+                               absl::StrJoin(got, " and ")));
       }
       spec().operators.push_back(std::move(op));
       return;
     }
-    const std::string& kind = present[0];
-    std::string kpath = Join(path, kind);
-    YAML::Node k = Field(n, kind);
-    bool has_time = true;
-    if (kind == "filter") {
-      op.kind = OperatorSpec::Kind::kFilter;
-      if (CheckMap(k, kpath, {"from", "where"})) {
-        has_time = OperatorInput(k, kpath, index, op.name, &op.filter.from);
-        if (auto w = ExprString(k, "where", kpath)) op.filter.where = *w;
-      }
-    } else if (kind == "project") {
-      op.kind = OperatorSpec::Kind::kProject;
-      if (CheckMap(k, kpath, {"from", "fields"})) {
-        has_time = OperatorInput(k, kpath, index, op.name, &op.project.from);
-        Project(k, kpath, &op.project);
-      }
-    } else if (kind == "dedup") {
-      op.kind = OperatorSpec::Kind::kDedup;
-      if (CheckMap(k, kpath, {"from", "id", "retention", "fingerprint"})) {
-        has_time = OperatorInput(k, kpath, index, op.name, &op.dedup.from);
-        if (!has_time) NoEventTime(kpath, op.dedup.from, "dedup");
-        if (auto p = PathField(k, "id", kpath, true)) op.dedup.id = *p;
-        if (auto d = Duration(k, "retention", kpath, true, Bound::kPositive)) {
-          op.dedup.retention = *d;
-        }
-        op.dedup.fingerprint = PathList(k, "fingerprint", kpath);
-      }
-    } else if (kind == "interval_join") {
-      op.kind = OperatorSpec::Kind::kIntervalJoin;
-      IntervalJoin(k, kpath, index, op.name, &op.interval_join);
-    } else if (kind == "window_join") {
-      op.kind = OperatorSpec::Kind::kWindowJoin;
-      WindowJoin(k, kpath, index, op.name, &op.window_join);
-    } else if (kind == "temporal_join" || kind == "lookup_join") {
-      bool temporal = kind == "temporal_join";
-      op.kind = temporal ? OperatorSpec::Kind::kTemporalJoin : OperatorSpec::Kind::kLookupJoin;
-      has_time = TableJoin(k, kpath, index, op.name, temporal, &op.table_join);
-    } else {
-      op.kind = OperatorSpec::Kind::kWindow;
-      if (CheckMap(k, kpath,
-                   {"from", "tumbling", "hopping", "session", "group_by", "aggregates",
-                    "early_fire_every", "allowed_lateness", "reconcile"})) {
-        has_time = OperatorInput(k, kpath, index, op.name, &op.window.from);
-        if (!has_time) NoEventTime(kpath, op.window.from, "window");
-        Window(k, kpath, &op.window);
-      }
-    }
+    op.kind = present[0];
+    const YAML::Node k = Field(n, op.kind->name());
+    OperatorParseContext ctx{*this, k, Join(path, op.kind->name()), index, op.name, spec()};
+    op.config = op.kind->Parse(ctx);
     if (NodeInfo* self = FindNode(op.name); self != nullptr && !self->is_source) {
-      self->has_event_time = has_time;
+      self->has_event_time = ctx.has_event_time;
     }
     spec().operators.push_back(std::move(op));
-  }
-
-  void NoEventTime(const std::string& kpath, const std::string& from, std::string_view what,
-                   std::string_view key = "from") {
-    Err(Join(kpath, key),
-        absl::StrCat(Quote(from), " has no event time (its source declares no event_time), but ",
-                     Sv(what), " needs event time"));
-  }
-
-  // An expression field: must be a scalar that compiles.
-  std::optional<std::string> ExprString(const YAML::Node& map, std::string_view key,
-                                        const std::string& parent) {
-    std::string path = Join(parent, key);
-    YAML::Node n = Field(map, key);
-    if (Missing(n, path, true)) return std::nullopt;
-    return ExprValue(n, path);
-  }
-
-  std::optional<std::string> ExprValue(const YAML::Node& n, const std::string& path) {
-    if (!n.IsScalar()) {
-      Err(path, absl::StrCat("expected an expression, got ", Describe(n)));
-      return std::nullopt;
-    }
-    absl::StatusOr<std::unique_ptr<Expr>> e = Expr::Compile(n.Scalar());
-    if (!e.ok()) {
-      Err(path, std::string(e.status().message()));
-      return std::nullopt;
-    }
-    return n.Scalar();
-  }
-
-  // ---- Joins.
-
-  // `on`: a non-empty list whose items are a field name present on both sides
-  // or a [<left>_field, <right>_field] pair.
-  std::vector<JoinKeySpec> JoinKeys(const YAML::Node& k, const std::string& kpath,
-                                    std::string_view left, std::string_view right) {
-    std::vector<JoinKeySpec> out;
-    std::string path = Join(kpath, "on");
-    YAML::Node n = Field(k, "on");
-    if (Missing(n, path, true)) return out;
-    std::string shape =
-        absl::StrCat("a field name or a [", Sv(left), "_field, ", Sv(right), "_field] pair");
-    if (!n.IsSequence()) {
-      Err(path, absl::StrCat("expected a list of keys (each ", shape, "), got ", Describe(n)));
-      return out;
-    }
-    if (n.size() == 0) {
-      Err(path, "at least one key is required");
-      return out;
-    }
-    for (size_t i = 0; i < n.size(); ++i) {
-      std::string ipath = Index(path, i);
-      YAML::Node item = n[i];
-      JoinKeySpec key;
-      if (item.IsScalar()) {
-        std::optional<FieldPath> p = Path(item, ipath);
-        if (!p) continue;
-        key.left = key.right = item.Scalar();
-        key.left_path = key.right_path = *p;
-      } else if (item.IsSequence() && item.size() == 2) {
-        std::optional<FieldPath> l = Path(item[0], Index(ipath, 0));
-        std::optional<FieldPath> r = Path(item[1], Index(ipath, 1));
-        if (!l || !r) continue;
-        key.left = item[0].Scalar();
-        key.right = item[1].Scalar();
-        key.left_path = *l;
-        key.right_path = *r;
-      } else {
-        std::string got =
-            item.IsSequence() ? absl::StrCat("a list of ", item.size(), " items") : Describe(item);
-        Err(ipath, absl::StrCat("expected ", shape, ", got ", got));
-        continue;
-      }
-      bool dup = std::any_of(out.begin(), out.end(), [&](const JoinKeySpec& o) {
-        return o.left == key.left && o.right == key.right;
-      });
-      if (dup) {
-        Err(ipath,
-            absl::StrCat("duplicate key ", Quote(key.left),
-                         key.left == key.right ? "" : absl::StrCat(" = ", Quote(key.right))));
-        continue;
-      }
-      out.push_back(std::move(key));
-    }
-    return out;
-  }
-
-  // Optional `type` (default inner): inner|left|right|full, or inner|left
-  // when `outer_right` is false (temporal and lookup joins).
-  JoinType JoinTypeField(const YAML::Node& k, const std::string& kpath, bool outer_right) {
-    std::optional<std::string> t = outer_right
-                                       ? OneOf(k, "type", kpath, {"inner", "left", "right", "full"})
-                                       : OneOf(k, "type", kpath, {"inner", "left"});
-    if (!t || *t == "inner") return JoinType::kInner;
-    if (*t == "left") return JoinType::kLeft;
-    if (*t == "right") return JoinType::kRight;
-    return JoinType::kFull;
-  }
-
-  // Both inputs of an interval/window join; they need event time.
-  void JoinSides(const YAML::Node& k, const std::string& kpath, int index, const std::string& self,
-                 std::string_view what, std::string* left, std::string* right) {
-    if (!OperatorInput(k, kpath, index, self, left, "left")) {
-      NoEventTime(kpath, *left, what, "left");
-    }
-    if (!OperatorInput(k, kpath, index, self, right, "right")) {
-      NoEventTime(kpath, *right, what, "right");
-    }
-  }
-
-  void IntervalJoin(const YAML::Node& k, const std::string& kpath, int index,
-                    const std::string& self, IntervalJoinSpec* j) {
-    if (!CheckMap(k, kpath,
-                  {"left", "right", "on", "between", "type", "allowed_lateness", "where"})) {
-      return;
-    }
-    JoinSides(k, kpath, index, self, "interval_join", &j->left, &j->right);
-    j->on = JoinKeys(k, kpath, "left", "right");
-    std::string bpath = Join(kpath, "between");
-    YAML::Node b = Field(k, "between");
-    if (!Missing(b, bpath, true) && CheckMap(b, bpath, {"lower", "upper"})) {
-      auto lower = Duration(b, "lower", bpath, true, Bound::kAny);
-      auto upper = Duration(b, "upper", bpath, true, Bound::kAny);
-      if (lower) j->lower = *lower;
-      if (upper) j->upper = *upper;
-      if (lower && upper && *lower > *upper) {
-        Err(bpath, absl::StrCat("expected lower <= upper, got lower ", Describe(Field(b, "lower")),
-                                " and upper ", Describe(Field(b, "upper"))));
-      }
-    }
-    j->type = JoinTypeField(k, kpath, true);
-    if (auto d = Duration(k, "allowed_lateness", kpath, false, Bound::kNonNegative)) {
-      j->allowed_lateness = *d;
-    }
-    std::string wpath = Join(kpath, "where");
-    YAML::Node w = Field(k, "where");
-    if (w.IsDefined()) {
-      std::optional<std::string> text = ExprValue(w, wpath);
-      if (!text) return;
-      // Fields are read from the combined record: left.<field> or right.<field>.
-      std::vector<FieldPath> fields;
-      (*Expr::Compile(*text))->CollectFields(&fields);
-      bool ok = true;
-      for (const FieldPath& f : fields) {
-        if (f.parts.size() >= 2 && (f.parts[0] == "left" || f.parts[0] == "right")) continue;
-        Err(wpath, absl::StrCat("field ", Quote(f.ToString()),
-                                " must be read as left.<field> or right.<field>"));
-        ok = false;
-      }
-      if (ok) j->where = *text;
-    }
-  }
-
-  void WindowJoin(const YAML::Node& k, const std::string& kpath, int index, const std::string& self,
-                  WindowJoinSpec* j) {
-    if (!CheckMap(
-            k, kpath,
-            {"left", "right", "on", "tumbling", "hopping", "type", "allowed_lateness", "keep"})) {
-      return;
-    }
-    JoinSides(k, kpath, index, self, "window_join", &j->left, &j->right);
-    if (YAML::Node keep = Field(k, "keep"); keep.IsDefined()) {
-      const std::string kp = Join(kpath, "keep");
-      if (CheckMap(keep, kp, {"left", "right"})) {
-        for (int side = 0; side < 2; ++side) {
-          j->keep_paths[side] =
-              NonEmptyPathList(keep, side == 0 ? "left" : "right", kp, &j->keep[side]);
-        }
-      }
-    }
-    j->on = JoinKeys(k, kpath, "left", "right");
-    std::string kind = ExactlyOne(k, kpath, {"tumbling", "hopping"});
-    if (kind == "tumbling") {
-      j->kind = WindowJoinSpec::Kind::kTumbling;
-      if (auto d = DurationValue(Field(k, "tumbling"), Join(kpath, "tumbling"), Bound::kPositive)) {
-        j->size = j->slide = *d;
-      }
-    } else if (kind == "hopping") {
-      j->kind = WindowJoinSpec::Kind::kHopping;
-      std::string hpath = Join(kpath, "hopping");
-      YAML::Node h = Field(k, "hopping");
-      if (CheckMap(h, hpath, {"size", "slide"})) {
-        auto size = Duration(h, "size", hpath, true, Bound::kPositive);
-        auto slide = Duration(h, "slide", hpath, true, Bound::kPositive);
-        if (size) j->size = *size;
-        if (slide) j->slide = *slide;
-        if (size && slide && *slide > *size) {
-          Err(Join(hpath, "slide"),
-              absl::StrCat("expected a slide no larger than size (", FormatDuration(*size),
-                           "), got ", Describe(Field(h, "slide"))));
-        }
-      }
-    }
-    j->type = JoinTypeField(k, kpath, true);
-    if (auto d = Duration(k, "allowed_lateness", kpath, false, Bound::kNonNegative)) {
-      j->allowed_lateness = *d;
-    }
-  }
-
-  // temporal_join / lookup_join. Returns whether the output carries event
-  // time (the stream's).
-  bool TableJoin(const YAML::Node& k, const std::string& kpath, int index, const std::string& self,
-                 bool temporal, TableJoinSpec* j) {
-    std::string_view what = temporal ? "temporal_join" : "lookup_join";
-    if (!CheckMap(k, kpath, {"stream", "table", "on", "type"})) return true;
-    bool has_time = OperatorInput(k, kpath, index, self, &j->stream, "stream");
-    if (temporal && !has_time) {
-      NoEventTime(kpath, j->stream, what, "stream");
-      has_time = true;
-    }
-    if (auto t = String(k, "table", kpath, true)) {
-      j->table = *t;
-      std::string tpath = Join(kpath, "table");
-      NodeInfo* node = FindNode(*t);
-      if (node == nullptr || !node->is_source) {
-        std::vector<std::string> known;
-        for (const NodeInfo& ni : nodes_) {
-          if (ni.is_source) known.push_back(ni.name);
-        }
-        Err(tpath,
-            absl::StrCat("expected a source (", Sv(what), " reads its table from a source), got ",
-                         node == nullptr ? "unknown node " : "operator ", Quote(*t),
-                         " (sources: ", KnownList(known), ")"));
-      } else if (temporal && !node->has_event_time) {
-        Err(tpath, absl::StrCat("source ", Quote(*t),
-                                " declares no event_time, but temporal_join versions are valid "
-                                "from their event time"));
-      }
-    }
-    j->on = JoinKeys(k, kpath, "stream", "table");
-    j->type = JoinTypeField(k, kpath, false);
-    return has_time;
-  }
-
-  void Project(const YAML::Node& k, const std::string& kpath, ProjectSpec* out) {
-    std::string path = Join(kpath, "fields");
-    YAML::Node f = Field(k, "fields");
-    if (Missing(f, path, true)) return;
-    if (!f.IsMap()) {
-      Err(path, absl::StrCat("expected a mapping of output name to expression, got ", Describe(f)));
-      return;
-    }
-    if (f.size() == 0) {
-      Err(path, "at least one field is required");
-      return;
-    }
-    std::vector<std::string> seen;
-    for (auto it = f.begin(); it != f.end(); ++it) {
-      if (!it->first.IsScalar() || it->first.Scalar().empty()) {
-        Err(path, absl::StrCat("expected output field names, got ", Describe(it->first)));
-        continue;
-      }
-      const std::string& name = it->first.Scalar();
-      std::string fpath = Join(path, name);
-      if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
-        Err(fpath, absl::StrCat("duplicate field ", Quote(name)));
-        continue;
-      }
-      seen.push_back(name);
-      if (auto e = ExprValue(it->second, fpath)) out->fields.emplace_back(name, *e);
-    }
-  }
-
-  void Window(const YAML::Node& k, const std::string& kpath, WindowSpec* w) {
-    std::string kind = ExactlyOne(k, kpath, {"tumbling", "hopping", "session"});
-    if (kind == "tumbling") {
-      w->kind = WindowSpec::Kind::kTumbling;
-      if (auto d = DurationValue(Field(k, "tumbling"), Join(kpath, "tumbling"), Bound::kPositive)) {
-        w->size = w->slide = *d;
-      }
-    } else if (kind == "hopping") {
-      w->kind = WindowSpec::Kind::kHopping;
-      std::string hpath = Join(kpath, "hopping");
-      YAML::Node h = Field(k, "hopping");
-      if (CheckMap(h, hpath, {"size", "slide"})) {
-        auto size = Duration(h, "size", hpath, true, Bound::kPositive);
-        auto slide = Duration(h, "slide", hpath, true, Bound::kPositive);
-        if (size) w->size = *size;
-        if (slide) w->slide = *slide;
-        if (size && slide && *slide > *size) {
-          Err(Join(hpath, "slide"),
-              absl::StrCat("expected a slide no larger than size (", FormatDuration(*size),
-                           "), got ", Describe(Field(h, "slide"))));
-        }
-      }
-    } else if (kind == "session") {
-      w->kind = WindowSpec::Kind::kSession;
-      std::string spath = Join(kpath, "session");
-      YAML::Node s = Field(k, "session");
-      if (CheckMap(s, spath, {"gap"})) {
-        if (auto g = Duration(s, "gap", spath, true, Bound::kPositive)) w->gap = *g;
-      }
-    }
-    w->group_paths = PathList(k, "group_by", kpath, &w->group_by);
-    if (auto d = Duration(k, "early_fire_every", kpath, false, Bound::kPositive)) {
-      w->early_fire_every = *d;
-    }
-    if (auto d = Duration(k, "allowed_lateness", kpath, false, Bound::kNonNegative)) {
-      w->allowed_lateness = *d;
-    }
-    if (YAML::Node r = Field(k, "reconcile"); r.IsDefined()) {
-      const std::string rpath = Join(kpath, "reconcile");
-      if (CheckMap(r, rpath, {"id"})) {
-        if (auto id = String(r, "id", rpath, true)) {
-          w->reconcile_id = *id;
-          w->reconcile_path = FieldPath::Parse(*id);
-        }
-      }
-    }
-    Aggregates(k, kpath, w);
-  }
-
-  void Aggregates(const YAML::Node& k, const std::string& kpath, WindowSpec* w) {
-    static constexpr std::string_view kFns[] = {"count",          "sum",     "min",    "max", "avg",
-                                                "count_distinct", "arg_max", "arg_min"};
-    static constexpr AggFn kFnValues[] = {AggFn::kCount,  AggFn::kSum,   AggFn::kMin,
-                                          AggFn::kMax,    AggFn::kAvg,   AggFn::kCountDistinct,
-                                          AggFn::kArgMax, AggFn::kArgMin};
-    std::string path = Join(kpath, "aggregates");
-    YAML::Node a = Field(k, "aggregates");
-    if (Missing(a, path, true)) return;
-    if (!a.IsSequence()) {
-      Err(path, absl::StrCat("expected a list, got ", Describe(a)));
-      return;
-    }
-    if (a.size() == 0) {
-      Err(path, "at least one aggregate is required");
-      return;
-    }
-    // Output names taken so far: reserved result fields and group-by fields.
-    std::map<std::string, std::string> taken = {{"window_start", "a reserved result field"},
-                                                {"window_end", "a reserved result field"},
-                                                {"revision", "a reserved result field"},
-                                                {"state", "a reserved result field"}};
-    for (const std::string& g : w->group_by) taken.emplace(g, "a group_by field");
-    for (size_t i = 0; i < a.size(); ++i) {
-      std::string ipath = Index(path, i);
-      YAML::Node item = a[i];
-      if (!CheckMap(item, ipath,
-                    {"as", "count", "sum", "min", "max", "avg", "count_distinct", "arg_max",
-                     "arg_min", "keep"})) {
-        continue;
-      }
-      AggregateSpec agg;
-      if (auto as = String(item, "as", ipath, true)) {
-        agg.as = *as;
-        auto [it, inserted] = taken.emplace(*as, "aggregates[" + std::to_string(i) + "]");
-        if (!inserted) {
-          Err(Join(ipath, "as"),
-              absl::StrCat("duplicate output name ", Quote(*as), " (also ", it->second, ")"));
-        }
-      }
-      std::string fn =
-          ExactlyOne(item, ipath,
-                     {"count", "sum", "min", "max", "avg", "count_distinct", "arg_max", "arg_min"});
-      if (!fn.empty()) {
-        for (size_t f = 0; f < std::size(kFns); ++f) {
-          if (kFns[f] == fn) agg.fn = kFnValues[f];
-        }
-        std::string fpath = Join(ipath, fn);
-        YAML::Node v = Field(item, fn);
-        if (v.IsScalar() && v.Scalar() == "*") {
-          if (agg.fn == AggFn::kCount) {
-            agg.field = "*";
-          } else {
-            Err(fpath, absl::StrCat("\"*\" is only valid for count; ", Sv(fn), " needs a field"));
-          }
-        } else if (auto p = Path(v, fpath)) {
-          agg.field = v.Scalar();
-          agg.path = *p;
-        }
-      }
-      if (YAML::Node keep = Field(item, "keep"); keep.IsDefined()) {
-        const std::string kpath2 = Join(ipath, "keep");
-        if (agg.fn != AggFn::kArgMax && agg.fn != AggFn::kArgMin) {
-          Err(kpath2, "keep is only valid with arg_max or arg_min (the fields of each kept row)");
-        } else {
-          agg.keep_paths = NonEmptyPathList(item, "keep", ipath, &agg.keep);
-        }
-      }
-      w->aggregates.push_back(std::move(agg));
-    }
   }
 
   // ---- Sinks.
@@ -1282,13 +517,13 @@ class SpecParser {
       }
     }
     std::vector<std::string> known;
-    for (const NodeInfo& ni : nodes_) known.push_back(ni.name);
-    for (const NodeInfo& ni : nodes_) {
+    for (const NodeInfo& ni : nodes()) known.push_back(ni.name);
+    for (const NodeInfo& ni : nodes()) {
       if (!ni.is_source) {
         for (const std::string& s : ni.sides) known.push_back(ni.name + "." + s);
       }
     }
-    for (const NodeInfo& ni : nodes_) {
+    for (const NodeInfo& ni : nodes()) {
       if (ni.is_source) {
         for (const std::string& s : ni.sides) known.push_back(ni.name + "." + s);
       }
@@ -1394,8 +629,8 @@ class SpecParser {
     if (auto f = String(k, "password_file", kpath, false)) sink->password_file = *f;
   }
 
+  const KindRegistry& kinds_;
   ParseResult result_;
-  std::vector<NodeInfo> nodes_;
 };
 
 }  // namespace
@@ -1437,9 +672,11 @@ absl::StatusOr<S3Url> ParseS3Url(std::string_view url) {
   return u;
 }
 
-ParseResult ParseJobSpec(std::string_view yaml_text) { return SpecParser().Run(yaml_text); }
+ParseResult ParseJobSpec(std::string_view yaml_text, const KindRegistry& kinds) {
+  return SpecParser(kinds).Run(yaml_text);
+}
 
-ParseResult LoadJobSpec(const std::string& file_path) {
+ParseResult LoadJobSpec(const std::string& file_path, const KindRegistry& kinds) {
   auto fail = [&](absl::string_view why) {
     ParseResult r;
     r.errors.push_back({"<file>", absl::StrCat("cannot read ", Quote(file_path), ": ", why)});
@@ -1452,7 +689,7 @@ ParseResult LoadJobSpec(const std::string& file_path) {
   std::stringstream buf;
   buf << in.rdbuf();
   if (in.bad()) return fail("read error");
-  ParseResult r = ParseJobSpec(buf.str());
+  ParseResult r = ParseJobSpec(buf.str(), kinds);
   if (r.ok()) {
     std::filesystem::path abs = std::filesystem::absolute(file_path, ec);
     std::filesystem::path dir =
@@ -1462,20 +699,16 @@ ParseResult LoadJobSpec(const std::string& file_path) {
   return r;
 }
 
-std::string_view OperatorKindName(OperatorSpec::Kind kind) {
-  for (size_t k = 0; k < std::size(kOperatorKindValues); ++k) {
-    if (kOperatorKindValues[k] == kind) return kOperatorKinds[k];
-  }
-  return "operator";
-}
-
 bool ArrivalDriven(const JobSpec& spec) {
   if (spec.sources.empty()) return false;
   for (const SourceSpec& s : spec.sources) {
     bool lookup_table = false;
     for (const OperatorSpec& os : spec.operators) {
-      lookup_table = lookup_table ||
-                     (os.kind == OperatorSpec::Kind::kLookupJoin && os.table_join.table == s.name);
+      if (os.kind == nullptr) continue;
+      const std::vector<std::string> inputs = os.Inputs();
+      for (int in : os.kind->PreloadedInputs()) {
+        lookup_table = lookup_table || inputs[static_cast<size_t>(in)] == s.name;
+      }
     }
     // A table that ends (a file, a bounded topic) is read whole before
     // anything else; one that keeps changing needs the clock.
@@ -1536,19 +769,73 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
   return errors;
 }
 
+namespace {
+
+std::string_view SourceKindName(SourceSpec::Kind kind) {
+  return kind == SourceSpec::Kind::kFile ? "file" : "kafka";
+}
+
+std::string_view SinkKindName(SinkSpec::Kind kind) {
+  switch (kind) {
+    case SinkSpec::Kind::kFile:
+      return "file";
+    case SinkSpec::Kind::kKafka:
+      return "kafka";
+    case SinkSpec::Kind::kStdout:
+      return "stdout";
+    case SinkSpec::Kind::kPostgres:
+      return "postgres";
+    case SinkSpec::Kind::kDiscard:
+      return "discard";
+    case SinkSpec::Kind::kClickHouse:
+      return "clickhouse";
+  }
+  return "?";
+}
+
+std::string Xxh3Hex(const std::string& text) {
+  // xxh3 is stable across processes and releases (absl::Hash is seeded per process).
+  return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
+}
+
+}  // namespace
+
 std::string JobGraphHash(const JobSpec& spec) {
+  std::string text = "graph v2\n";
+  for (const SourceSpec& ss : spec.sources) {
+    absl::StrAppend(&text, "source ", ss.name, " ", Sv(SourceKindName(ss.kind)), "\n");
+  }
+  for (const OperatorSpec& os : spec.operators) {
+    absl::StrAppend(&text, "operator ", os.name, " ", Sv(os.kind_name()), "\n");
+  }
+  for (const SinkSpec& ss : spec.sinks) {
+    absl::StrAppend(&text, "sink ", ss.from, " ", Sv(SinkKindName(ss.kind)), "\n");
+  }
+  return Xxh3Hex(text);
+}
+
+std::string LegacyJobGraphHash(const JobSpec& spec) {
+  // The enums' numbers as they were: sources file 0, kafka 1; operators by
+  // OperatorKind::legacy_id; sinks file 0, kafka 1, stdout 2, postgres 3,
+  // discard 4, clickhouse 5 (SinkSpec::Kind's order today).
   std::string text;
   for (const SourceSpec& ss : spec.sources) {
     absl::StrAppend(&text, "source ", ss.name, " ", static_cast<int>(ss.kind), "\n");
   }
   for (const OperatorSpec& os : spec.operators) {
-    absl::StrAppend(&text, "operator ", os.name, " ", static_cast<int>(os.kind), "\n");
+    if (os.kind == nullptr || os.kind->legacy_id() < 0) return "";
+    absl::StrAppend(&text, "operator ", os.name, " ", os.kind->legacy_id(), "\n");
   }
   for (const SinkSpec& ss : spec.sinks) {
     absl::StrAppend(&text, "sink ", ss.from, " ", static_cast<int>(ss.kind), "\n");
   }
-  // xxh3 is stable across processes and releases (absl::Hash is seeded per process).
-  return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
+  return Xxh3Hex(text);
+}
+
+bool JobGraphHashMatches(const JobSpec& spec, std::string_view hash) {
+  if (hash == JobGraphHash(spec)) return true;
+  const std::string legacy = LegacyJobGraphHash(spec);
+  return !legacy.empty() && hash == legacy;
 }
 
 }  // namespace caravela

@@ -7,12 +7,14 @@
 // caller resolves them against the job file's directory (ResolvePaths).
 #pragma once
 
+#include <any>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/operator_kind.h"
 #include "common/record.h"
 #include "common/status.h"
 
@@ -60,63 +62,6 @@ struct SourceSpec {
   WatermarkSpec watermark;
 };
 
-struct FilterSpec {
-  std::string from;
-  std::string where;
-};
-
-struct ProjectSpec {
-  std::string from;
-  std::vector<std::pair<std::string, std::string>> fields;  // out name -> expr, in YAML order
-};
-
-struct DedupSpec {
-  std::string from;
-  FieldPath id;
-  int64_t retention = 0;
-  std::vector<FieldPath> fingerprint;  // empty: every field but the arrival field
-  // Not in YAML: set by `caravela reconcile`, whose batch run never expires
-  // an id nor restores state: ids live in an in-memory set only.
-  bool batch = false;
-  // Not in YAML: with `batch`, how many ids reconcile expects (estimated
-  // from the input files' sizes; 0 if unknown). The set is sized once.
-  size_t expected_ids = 0;
-};
-
-// kArgMax / kArgMin: the rows with the highest / lowest value of `field`
-// (every tied row, in arrival order), each as an object of the `keep`
-// fields (all fields when `keep` is empty): a list.
-enum class AggFn { kCount, kSum, kMin, kMax, kAvg, kCountDistinct, kArgMax, kArgMin };
-
-struct AggregateSpec {
-  std::string as;
-  AggFn fn = AggFn::kCount;
-  std::string field;  // "*" for count(*)
-  FieldPath path;     // parsed `field` (empty for "*")
-  // arg_max / arg_min: the fields each kept row has (output names: their
-  // dotted paths); empty: the whole record.
-  std::vector<std::string> keep;
-  std::vector<FieldPath> keep_paths;
-};
-
-struct WindowSpec {
-  std::string from;
-  enum class Kind { kTumbling, kHopping, kSession } kind = Kind::kTumbling;
-  int64_t size = 0;                   // tumbling/hopping
-  int64_t slide = 0;                  // hopping (== size for tumbling)
-  int64_t gap = 0;                    // session
-  std::vector<std::string> group_by;  // as written; output field names
-  std::vector<FieldPath> group_paths;
-  std::vector<AggregateSpec> aggregates;
-  int64_t early_fire_every = 0;  // 0 = no EARLY results
-  int64_t allowed_lateness = 0;
-  // `reconcile: {id: field}`: every result also carries `events` (records
-  // aggregated) and `id_digest` (order-independent digest of their ids), so a
-  // batch recompute can compare a window cheaply (SPEC §10).
-  std::string reconcile_id;  // as written; empty = off
-  FieldPath reconcile_path;
-};
-
 // One equality of a join's `on` list: a field name present on both sides
 // (`left == right`) or a [left_field, right_field] pair. For temporal and
 // lookup joins "left" is the stream and "right" the table.
@@ -128,65 +73,32 @@ struct JoinKeySpec {
 enum class JoinType { kInner, kLeft, kRight, kFull };
 const char* JoinTypeName(JoinType t);
 
-// SPEC §5 interval join: keys equal and right.time - left.time in
-// [lower, upper] (both inclusive; bounds may be negative, lower <= upper).
-struct IntervalJoinSpec {
-  std::string left, right;
-  std::vector<JoinKeySpec> on;
-  int64_t lower = 0;
-  int64_t upper = 0;
-  JoinType type = JoinType::kInner;
-  int64_t allowed_lateness = 0;
-  // Optional join condition over the combined record (`left.x`, `right.y`);
-  // empty: none. Part of the join condition, i.e. applied before padding.
-  std::string where;
-};
-
-// Both sides in the same tumbling or hopping window, with equal keys.
-struct WindowJoinSpec {
-  std::string left, right;
-  std::vector<JoinKeySpec> on;
-  enum class Kind { kTumbling, kHopping } kind = Kind::kTumbling;
-  int64_t size = 0;
-  int64_t slide = 0;  // == size for tumbling
-  JoinType type = JoinType::kInner;
-  int64_t allowed_lateness = 0;
-  // keep: {left: [fields], right: [fields]}: each side's rows are buffered
-  // and emitted with only these fields (dotted paths keep their dotted
-  // names); a side without a list keeps its whole rows. Less state for
-  // joins that use a few fields of wide rows (Nexmark q8).
-  std::vector<std::string> keep[2];
-  std::vector<FieldPath> keep_paths[2];
-};
-
-// temporal_join and lookup_join: a stream against a table source (`table`
-// always names a source). type is kInner or kLeft.
-struct TableJoinSpec {
-  std::string stream, table;
-  std::vector<JoinKeySpec> on;  // left = stream field, right = table field
-  JoinType type = JoinType::kInner;
-};
-
+// One operator of the job: its name, its kind (common/operator_kind.h) and
+// the kind's typed spec (e.g. WindowSpec, declared beside its operator in
+// worker/operators/), read with As<T>().
 struct OperatorSpec {
   std::string name;
-  enum class Kind {
-    kFilter,
-    kProject,
-    kDedup,
-    kWindow,
-    kIntervalJoin,
-    kWindowJoin,
-    kTemporalJoin,
-    kLookupJoin,
-  } kind = Kind::kFilter;
-  FilterSpec filter;
-  ProjectSpec project;
-  DedupSpec dedup;
-  WindowSpec window;
-  IntervalJoinSpec interval_join;
-  WindowJoinSpec window_join;
-  TableJoinSpec table_join;  // temporal_join and lookup_join
-  bool is_join() const { return kind >= Kind::kIntervalJoin; }
+  const OperatorKind* kind = nullptr;  // null only in a spec that has errors
+  std::any config;
+
+  template <class T>
+  const T* As() const {
+    return std::any_cast<T>(&config);
+  }
+  template <class T>
+  T* Mutable() {
+    return std::any_cast<T>(&config);
+  }
+  // The spec of an operator known to be of T's kind (its kind's own code).
+  template <class T>
+  const T& Get() const {
+    const T* t = As<T>();
+    CARAVELA_CHECK(t != nullptr);
+    return *t;
+  }
+  // The kind's YAML key ("" without a kind).
+  std::string_view kind_name() const;
+  bool is(std::string_view kind_name) const;
   // Names of the upstream nodes (sources or operators) this operator reads,
   // in input-index order: {left, right} for interval/window joins, {stream,
   // table} for temporal/lookup joins.
@@ -194,9 +106,6 @@ struct OperatorSpec {
   // Side outputs this operator produces, without the "<name>." prefix.
   std::vector<std::string> SideOutputs() const;
 };
-
-// The operator's YAML key ("filter", "interval_join", ...).
-std::string_view OperatorKindName(OperatorSpec::Kind kind);
 
 struct SinkSpec {
   std::string from;  // a source, an operator, or "<node>.<side output>"
@@ -296,10 +205,15 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
 // and repeated slashes resolved; symlinks are not followed).
 bool PathUnder(const std::string& path, const std::vector<std::string>& dirs);
 
-// The job graph's hash: source, operator and sink names and kinds (16 hex
-// digits, xxh3; stable across processes and releases). Checkpoints carry it:
-// state of one graph cannot be restored into another.
+// The job graph's hash: source, operator and sink names and kind names (16
+// hex digits, xxh3; stable across processes and releases). Checkpoints carry
+// it: state of one graph cannot be restored into another.
 std::string JobGraphHash(const JobSpec& spec);
+// The hash as code before kind registries wrote it (kinds by number,
+// OperatorKind::legacy_id); empty if the graph has a kind added since.
+std::string LegacyJobGraphHash(const JobSpec& spec);
+// Whether a checkpoint's `hash` names this graph, in either form.
+bool JobGraphHashMatches(const JobSpec& spec, std::string_view hash);
 
 struct ParseResult {
   JobSpec spec;  // meaningful only when errors is empty
@@ -307,10 +221,12 @@ struct ParseResult {
   bool ok() const { return errors.empty(); }
 };
 
-// Parses and validates a job YAML document.
-ParseResult ParseJobSpec(std::string_view yaml_text);
+// Parses and validates a job YAML document with the operator kinds of
+// `kinds`. worker/registry/builtin_kinds.h has the one-argument forms, with
+// the engine's kinds.
+ParseResult ParseJobSpec(std::string_view yaml_text, const KindRegistry& kinds);
 // Reads the file, parses, validates and resolves relative paths against the
 // file's directory. A file that cannot be read is one error with path "<file>".
-ParseResult LoadJobSpec(const std::string& file_path);
+ParseResult LoadJobSpec(const std::string& file_path, const KindRegistry& kinds);
 
 }  // namespace caravela

@@ -6,6 +6,7 @@
 
 #include "common/job_spec.h"
 #include "common/status.h"
+#include "worker/registry/builtin_kinds.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);

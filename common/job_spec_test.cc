@@ -9,9 +9,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/operators/basic_operators.h"
+#include "worker/operators/dedup_operator.h"
+#include "worker/operators/interval_join_operator.h"
+#include "worker/operators/table_join_operators.h"
+#include "worker/operators/window_join_operator.h"
+#include "worker/operators/window_operator.h"
+#include "worker/registry/builtin_kinds.h"
 
 namespace caravela {
 namespace {
@@ -108,18 +116,18 @@ TEST(JobSpecTest, ParsesTheSpecExample) {
   ASSERT_EQ(j.operators.size(), 2u);
   const OperatorSpec& dedup = j.operators[0];
   EXPECT_EQ(dedup.name, "unique");
-  EXPECT_EQ(dedup.kind, OperatorSpec::Kind::kDedup);
-  EXPECT_EQ(dedup.dedup.from, "purchases");
-  EXPECT_EQ(dedup.dedup.id.ToString(), "event_id");
-  EXPECT_EQ(dedup.dedup.retention, 86'400'000);
-  EXPECT_TRUE(dedup.dedup.fingerprint.empty());
+  EXPECT_EQ(dedup.kind_name(), "dedup");
+  EXPECT_EQ(dedup.Get<DedupSpec>().from, "purchases");
+  EXPECT_EQ(dedup.Get<DedupSpec>().id.ToString(), "event_id");
+  EXPECT_EQ(dedup.Get<DedupSpec>().retention, 86'400'000);
+  EXPECT_TRUE(dedup.Get<DedupSpec>().fingerprint.empty());
   EXPECT_THAT(dedup.Inputs(), ElementsAre("purchases"));
   EXPECT_THAT(dedup.SideOutputs(), ElementsAre("conflicts", "too_late"));
 
   const OperatorSpec& win = j.operators[1];
   EXPECT_EQ(win.name, "revenue");
-  EXPECT_EQ(win.kind, OperatorSpec::Kind::kWindow);
-  const WindowSpec& w = win.window;
+  EXPECT_EQ(win.kind_name(), "window");
+  const WindowSpec& w = win.Get<WindowSpec>();
   EXPECT_EQ(w.from, "unique");
   EXPECT_EQ(w.kind, WindowSpec::Kind::kTumbling);
   EXPECT_EQ(w.size, 3'600'000);
@@ -219,20 +227,20 @@ spec:
   EXPECT_FALSE(j.sources[1].event_time.has_value());
 
   ASSERT_EQ(j.operators.size(), 6u);
-  EXPECT_EQ(j.operators[0].kind, OperatorSpec::Kind::kFilter);
-  EXPECT_EQ(j.operators[0].filter.where, "amount > 10 and country in ('PT', 'ES')");
+  EXPECT_EQ(j.operators[0].kind_name(), "filter");
+  EXPECT_EQ(j.operators[0].Get<FilterSpec>().where, "amount > 10 and country in ('PT', 'ES')");
   EXPECT_THAT(j.operators[0].SideOutputs(), IsEmpty());
-  const ProjectSpec& p = j.operators[1].project;
-  EXPECT_EQ(j.operators[1].kind, OperatorSpec::Kind::kProject);
+  const ProjectSpec& p = j.operators[1].Get<ProjectSpec>();
+  EXPECT_EQ(j.operators[1].kind_name(), "project");
   EXPECT_EQ(p.from, "big");
   using Field = std::pair<std::string, std::string>;
   EXPECT_THAT(p.fields, ElementsAre(Field("user", "user.id"), Field("total", "amount * 1.23"),
                                     Field("flag", "true"), Field("one", "1")));
   EXPECT_THAT(j.operators[1].Inputs(), ElementsAre("big"));
-  EXPECT_EQ(j.operators[2].dedup.retention, 7 * 86'400'000LL);
-  ASSERT_EQ(j.operators[2].dedup.fingerprint.size(), 2u);
-  EXPECT_EQ(j.operators[2].dedup.fingerprint[1].ToString(), "total");
-  const WindowSpec& h = j.operators[3].window;
+  EXPECT_EQ(j.operators[2].Get<DedupSpec>().retention, 7 * 86'400'000LL);
+  ASSERT_EQ(j.operators[2].Get<DedupSpec>().fingerprint.size(), 2u);
+  EXPECT_EQ(j.operators[2].Get<DedupSpec>().fingerprint[1].ToString(), "total");
+  const WindowSpec& h = j.operators[3].Get<WindowSpec>();
   EXPECT_EQ(h.kind, WindowSpec::Kind::kHopping);
   EXPECT_EQ(h.size, 10'000);
   EXPECT_EQ(h.slide, 2'000);
@@ -248,8 +256,8 @@ spec:
   EXPECT_EQ(h.aggregates[4].fn, AggFn::kCountDistinct);
   EXPECT_EQ(h.early_fire_every, 0);
   EXPECT_EQ(h.allowed_lateness, 0);
-  EXPECT_EQ(j.operators[4].window.kind, WindowSpec::Kind::kSession);
-  EXPECT_EQ(j.operators[4].window.gap, 600'000);
+  EXPECT_EQ(j.operators[4].Get<WindowSpec>().kind, WindowSpec::Kind::kSession);
+  EXPECT_EQ(j.operators[4].Get<WindowSpec>().gap, 600'000);
 
   ASSERT_EQ(j.sinks.size(), 5u);
   EXPECT_EQ(j.sinks[0].kind, SinkSpec::Kind::kStdout);
@@ -488,18 +496,25 @@ TEST(JobSpecTest, CheckpointAndDeadLetterErrors) {
 }
 
 TEST(JobSpecTest, OperatorKindErrors) {
-  constexpr char kAllKinds[] =
-      "filter, project, dedup, window, interval_join, window_join, temporal_join, lookup_join";
+  // Every registered kind, in registration order: the eight of the first
+  // release first, then kinds added since.
+  std::vector<std::string> kinds;
+  for (std::string_view k : BuiltinKinds().operators.Names()) kinds.emplace_back(k);
+  ASSERT_GE(kinds.size(), 8u);
+  EXPECT_EQ(absl::StrJoin(std::vector<std::string>(kinds.begin(), kinds.begin() + 8), ", "),
+            "filter, project, dedup, window, interval_join, window_join, temporal_join, "
+            "lookup_join");
+  const std::string kAllKinds = absl::StrJoin(kinds, ", ");
   EXPECT_THAT(JobErrors("    - {name: j}\n"),
-              ElementsAre(std::string("spec.operators[0]: expected one of ") + kAllKinds));
+              ElementsAre("spec.operators[0]: expected one of " + kAllKinds));
   EXPECT_THAT(JobErrors("    - {name: j, filter: {from: src, where: 'true'}, project: {from: src, "
                         "fields: {a: b}}}\n"),
-              ElementsAre(std::string("spec.operators[0]: expected exactly one of ") + kAllKinds +
+              ElementsAre("spec.operators[0]: expected exactly one of " + kAllKinds +
                           ", got filter and project"));
   EXPECT_THAT(JobErrors("    - {name: j, flter: {}}\n"),
               ElementsAre("spec.operators[0].flter: unknown field \"flter\" (did you mean "
                           "\"filter\"?)",
-                          std::string("spec.operators[0]: expected one of ") + kAllKinds));
+                          "spec.operators[0]: expected one of " + kAllKinds));
   EXPECT_THAT(JobErrors("    - {name: src, filter: {from: src, where: 'true'}}\n"),
               ElementsAre("spec.operators[0].name: duplicate name \"src\" (also at "
                           "spec.sources[0].name)",
@@ -874,11 +889,11 @@ TEST(JobSpecTest, ParsesAllJoinKinds) {
   ASSERT_EQ(j.operators.size(), 8u);
 
   const OperatorSpec& ij = j.operators[0];
-  EXPECT_EQ(ij.kind, OperatorSpec::Kind::kIntervalJoin);
-  EXPECT_TRUE(ij.is_join());
+  EXPECT_EQ(ij.kind_name(), "interval_join");
+  EXPECT_FALSE(ij.kind->InheritsInputKey());  // a join's output has no input key
   EXPECT_THAT(ij.Inputs(), ElementsAre("src", "clicks"));
   EXPECT_THAT(ij.SideOutputs(), ElementsAre("too_late"));
-  const IntervalJoinSpec& is = ij.interval_join;
+  const IntervalJoinSpec& is = ij.Get<IntervalJoinSpec>();
   ASSERT_EQ(is.on.size(), 2u);
   EXPECT_EQ(is.on[0].left, "ad_id");
   EXPECT_EQ(is.on[0].right, "ad_id");
@@ -891,8 +906,8 @@ TEST(JobSpecTest, ParsesAllJoinKinds) {
   EXPECT_EQ(is.allowed_lateness, 60'000);
   EXPECT_EQ(is.where, "right.cost > left.bid and left.x is not null");
 
-  const WindowJoinSpec& wj = j.operators[1].window_join;
-  EXPECT_EQ(j.operators[1].kind, OperatorSpec::Kind::kWindowJoin);
+  const WindowJoinSpec& wj = j.operators[1].Get<WindowJoinSpec>();
+  EXPECT_EQ(j.operators[1].kind_name(), "window_join");
   EXPECT_THAT(j.operators[1].Inputs(), ElementsAre("src", "clicks"));
   EXPECT_THAT(j.operators[1].SideOutputs(), ElementsAre("too_late"));
   EXPECT_EQ(wj.kind, WindowJoinSpec::Kind::kHopping);
@@ -900,7 +915,7 @@ TEST(JobSpecTest, ParsesAllJoinKinds) {
   EXPECT_EQ(wj.slide, 5'000);
   EXPECT_EQ(wj.type, JoinType::kFull);
   EXPECT_EQ(wj.allowed_lateness, 0);
-  const WindowJoinSpec& wj2 = j.operators[2].window_join;
+  const WindowJoinSpec& wj2 = j.operators[2].Get<WindowJoinSpec>();
   EXPECT_EQ(wj2.kind, WindowJoinSpec::Kind::kTumbling);
   EXPECT_EQ(wj2.size, 60'000);
   EXPECT_EQ(wj2.slide, 60'000);
@@ -908,20 +923,20 @@ TEST(JobSpecTest, ParsesAllJoinKinds) {
   EXPECT_THAT(wj2.on[0].left_path.parts, ElementsAre("left", "ad_id"));
 
   const OperatorSpec& tj = j.operators[3];
-  EXPECT_EQ(tj.kind, OperatorSpec::Kind::kTemporalJoin);
+  EXPECT_EQ(tj.kind_name(), "temporal_join");
   EXPECT_THAT(tj.Inputs(), ElementsAre("ij", "rates"));
   EXPECT_THAT(tj.SideOutputs(), ElementsAre("too_late"));
-  EXPECT_EQ(tj.table_join.type, JoinType::kLeft);
-  EXPECT_EQ(tj.table_join.on[0].left, "left.currency");
-  EXPECT_EQ(tj.table_join.on[0].right, "currency");
+  EXPECT_EQ(tj.Get<TableJoinSpec>().type, JoinType::kLeft);
+  EXPECT_EQ(tj.Get<TableJoinSpec>().on[0].left, "left.currency");
+  EXPECT_EQ(tj.Get<TableJoinSpec>().on[0].right, "currency");
 
   const OperatorSpec& lj = j.operators[4];
-  EXPECT_EQ(lj.kind, OperatorSpec::Kind::kLookupJoin);
+  EXPECT_EQ(lj.kind_name(), "lookup_join");
   EXPECT_THAT(lj.Inputs(), ElementsAre("tj", "dims"));
   EXPECT_THAT(lj.SideOutputs(), IsEmpty());
-  EXPECT_EQ(lj.table_join.type, JoinType::kInner);
+  EXPECT_EQ(lj.Get<TableJoinSpec>().type, JoinType::kInner);
   EXPECT_STREQ(JoinTypeName(JoinType::kFull), "full");
-  EXPECT_FALSE(j.operators[6].is_join());
+  EXPECT_TRUE(j.operators[6].kind->InheritsInputKey());
 }
 
 TEST(JobSpecTest, IntervalJoinErrors) {
@@ -1161,7 +1176,7 @@ spec:
   };
   ParseResult ok = with("{id: event_id}");
   ASSERT_TRUE(ok.ok()) << ok.errors[0].ToString();
-  EXPECT_EQ(ok.spec.operators[0].window.reconcile_id, "event_id");
+  EXPECT_EQ(ok.spec.operators[0].Get<WindowSpec>().reconcile_id, "event_id");
   ParseResult bad = with("{field: event_id}");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.errors[0].path.rfind("spec.operators[0].window.reconcile", 0), 0u)

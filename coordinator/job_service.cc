@@ -14,6 +14,7 @@
 #include "coordinator/job_state.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/job_savepoint.h"
+#include "worker/registry/builtin_kinds.h"
 
 namespace caravela {
 namespace {

@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "coordinator/job_state.h"
 #include "spdlog/spdlog.h"
+#include "worker/registry/builtin_kinds.h"
 
 namespace caravela {
 namespace {

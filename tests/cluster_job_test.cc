@@ -39,6 +39,7 @@
 #include "tests/revenue_job.h"
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/testing/postgres_server.h"
 

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/testing/embedded_broker_test.h"
 

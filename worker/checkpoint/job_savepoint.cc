@@ -204,7 +204,7 @@ std::vector<SpecError> CheckSavepointFits(const JobSavepoint& savepoint, const s
                       absl::StrCat("the savepoint in ", dir, " is of job ", savepoint.job_name(),
                                    ": a job starts only from its own savepoints (the same name)")});
   }
-  if (!savepoint.spec_hash().empty() && savepoint.spec_hash() != JobGraphHash(spec)) {
+  if (!savepoint.spec_hash().empty() && !JobGraphHashMatches(spec, savepoint.spec_hash())) {
     errors.push_back(
         {"spec", absl::StrCat("the savepoint in ", dir,
                               " was taken of another job graph (sources, operators or sinks "

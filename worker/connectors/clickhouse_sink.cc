@@ -14,6 +14,7 @@
 #include "common/job_spec.h"
 #include "common/logging.h"
 #include "common/time_util.h"
+#include "worker/operators/window_operator.h"
 
 namespace caravela {
 namespace {
@@ -36,8 +37,9 @@ int64_t NowMs() {
 
 absl::flat_hash_map<std::string, std::string> ClickHouseTypeHints(const OperatorSpec& op) {
   absl::flat_hash_map<std::string, std::string> hints;
-  if (op.kind != OperatorSpec::Kind::kWindow) return hints;
-  for (const AggregateSpec& a : op.window.aggregates) {
+  const WindowSpec* window = op.As<WindowSpec>();
+  if (window == nullptr) return hints;
+  for (const AggregateSpec& a : window->aggregates) {
     switch (a.fn) {
       case AggFn::kCount:
       case AggFn::kCountDistinct:
@@ -55,7 +57,7 @@ absl::flat_hash_map<std::string, std::string> ClickHouseTypeHints(const Operator
         break;
     }
   }
-  if (!op.window.reconcile_id.empty()) {
+  if (!window->reconcile_id.empty()) {
     hints["events"] = "Int64";
     hints["id_digest"] = "String";
   }

@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "worker/operators/window_operator.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/testing/clickhouse_server.h"
 
 namespace caravela {
@@ -29,14 +31,16 @@ TEST(ClickHouseTimeTypeTest, DateTime64FromVersion20Point1) {
 
 TEST(ClickHouseTypeHintsTest, AggregatesOfAWindow) {
   OperatorSpec op;
-  op.kind = OperatorSpec::Kind::kWindow;
+  op.kind = BuiltinKinds().operators.Find("window");
+  WindowSpec window;
   for (auto [as, fn] : {std::pair{"n", AggFn::kCount}, std::pair{"total", AggFn::kSum},
                         std::pair{"best", AggFn::kArgMax}}) {
     AggregateSpec a;
     a.as = as;
     a.fn = fn;
-    op.window.aggregates.push_back(a);
+    window.aggregates.push_back(a);
   }
+  op.config = window;
   auto hints = ClickHouseTypeHints(op);
   EXPECT_EQ(hints["n"], "Int64");
   EXPECT_EQ(hints["total"], "Nullable(Float64)");

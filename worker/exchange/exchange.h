@@ -66,7 +66,8 @@
 
 #include "common/record.h"
 #include "common/status.h"
-#include "worker/operators/operator.h"  // RecordBatch
+#include "common/time_util.h"
+#include "worker/operators/output.h"
 
 namespace caravela {
 

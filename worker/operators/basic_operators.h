@@ -8,9 +8,20 @@
 #include <vector>
 
 #include "common/expr.h"
+#include "common/job_spec.h"
 #include "worker/operators/operator.h"
 
 namespace caravela {
+
+struct FilterSpec {
+  std::string from;
+  std::string where;
+};
+
+struct ProjectSpec {
+  std::string from;
+  std::vector<std::pair<std::string, std::string>> fields;  // out name -> expr, in YAML order
+};
 
 class FilterOperator : public Operator {
  public:

@@ -41,11 +41,25 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/job_spec.h"
 #include "common/record.h"
 #include "worker/operators/id_hash_set.h"
 #include "worker/operators/operator.h"
 
 namespace caravela {
+
+struct DedupSpec {
+  std::string from;
+  FieldPath id;
+  int64_t retention = 0;
+  std::vector<FieldPath> fingerprint;  // empty: every field but the arrival field
+  // Not in YAML: set by `caravela reconcile`, whose batch run never expires
+  // an id nor restores state: ids live in an in-memory set only.
+  bool batch = false;
+  // Not in YAML: with `batch`, how many ids reconcile expects (estimated
+  // from the input files' sizes; 0 if unknown). The set is sized once.
+  size_t expected_ids = 0;
+};
 
 class DedupOperator : public Operator {
  public:

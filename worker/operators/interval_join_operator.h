@@ -76,6 +76,20 @@
 
 namespace caravela {
 
+// SPEC §5 interval join: keys equal and right.time - left.time in
+// [lower, upper] (both inclusive; bounds may be negative, lower <= upper).
+struct IntervalJoinSpec {
+  std::string left, right;
+  std::vector<JoinKeySpec> on;
+  int64_t lower = 0;
+  int64_t upper = 0;
+  JoinType type = JoinType::kInner;
+  int64_t allowed_lateness = 0;
+  // Optional join condition over the combined record (`left.x`, `right.y`);
+  // empty: none. Part of the join condition, i.e. applied before padding.
+  std::string where;
+};
+
 class IntervalJoinOperator : public Operator {
  public:
   static constexpr int kLeft = 0;

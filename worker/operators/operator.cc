@@ -1,10 +1,19 @@
 #include "worker/operators/operator.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/job_plan.h"
 #include "common/key_encoding.h"
 #include "xxhash.h"
 
 namespace caravela {
+
+absl::Status OperatorContext::MayOpen(const std::string& table) const {
+  if (!refuse_tables_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "operator ", name_, " keeps state (table ", table,
+      ") but has no rescale rule (Operator::AdoptState), so its state cannot move to another "
+      "task count: restore with the parallelism of the checkpoint or savepoint"));
+}
 
 bool KeyOwner::Owns(const Record& r, int input, std::string* scratch) const {
   if (tasks <= 1) return true;

@@ -22,90 +22,10 @@
 #include "common/record.h"
 #include "common/status.h"
 #include "common/time_util.h"
+#include "worker/operators/output.h"
 #include "worker/state/state_backend.h"
 
 namespace caravela {
-
-// A reusable vector of records. clear() keeps the records (and their buffers)
-// for reuse, so steady-state batches allocate nothing.
-class RecordBatch {
- public:
-  Record& Append() {
-    if (size_ == records_.size()) records_.emplace_back();
-    Record& r = records_[size_++];
-    r.Clear();
-    return r;
-  }
-  // Appends `r`'s contents, leaving `r` with what the slot held before (to
-  // be cleared by the Append that reuses it): a move with no copy and no
-  // Clear of the slot.
-  void AppendSwapped(Record& r) {
-    if (size_ == records_.size()) records_.emplace_back();
-    records_[size_++].swap(r);
-  }
-  void PopBack() { --size_; }
-  void clear() { size_ = 0; }
-  size_t size() const { return size_; }
-  bool empty() const { return size_ == 0; }
-  Record& operator[](size_t i) { return records_[i]; }
-  const Record& operator[](size_t i) const { return records_[i]; }
-  const Record* begin() const { return records_.data(); }
-  const Record* end() const { return records_.data() + size_; }
-
- private:
-  std::vector<Record> records_;
-  size_t size_ = 0;
-};
-
-// Where an operator writes: the main output and its declared side outputs.
-class Output {
- public:
-  explicit Output(size_t side_outputs = 0) : sides_(side_outputs) {}
-  // Appends a fresh (empty) record to the main output.
-  Record& Emit() { return main_.Append(); }
-  // Appends `r`, a record of the batch being processed, to the main output
-  // as it is (a filter, a dedup): moved out of the batch when the runtime
-  // handed that batch over (no other operator or sink reads it), else
-  // copied. `r` is not to be read after.
-  void Forward(const Record& r) {
-    if (movable_ != nullptr && !std::less<const Record*>()(&r, movable_->begin()) &&
-        std::less<const Record*>()(&r, movable_->end())) {
-      main_.AppendSwapped((*movable_)[static_cast<size_t>(&r - movable_->begin())]);
-    } else {
-      main_.Append() = r;
-    }
-  }
-  // The runtime: the batch of the coming ProcessBatch call, which Forward
-  // may move records out of (nullptr: none).
-  void set_movable_input(RecordBatch* batch) { movable_ = batch; }
-  // Appends a fresh record to side output `i` (index into SideOutputs()).
-  Record& EmitSide(size_t i) { return sides_[i].Append(); }
-  RecordBatch& main() { return main_; }
-  RecordBatch& side(size_t i) { return sides_[i]; }
-  size_t side_count() const { return sides_.size(); }
-  void Resize(size_t side_outputs) { sides_.resize(side_outputs); }
-  void clear() {
-    main_.clear();
-    for (auto& s : sides_) s.clear();
-  }
-  // Operators that emit in bursts (a watermark completing many windows) call
-  // MaybeDrain between records: once kDrainAt main records are waiting, the
-  // runtime's drain hands them downstream and clears the output, so a burst
-  // is passed on in pieces instead of held whole. Without a drain (tests,
-  // harness) it does nothing.
-  static constexpr size_t kDrainAt = 4096;
-  void SetDrain(std::function<absl::Status()> drain) { drain_ = std::move(drain); }
-  absl::Status MaybeDrain() {
-    if (drain_ == nullptr || main_.size() < kDrainAt) return absl::OkStatus();
-    return drain_();
-  }
-
- private:
-  RecordBatch main_;
-  RecordBatch* movable_ = nullptr;
-  std::vector<RecordBatch> sides_;
-  std::function<absl::Status()> drain_;
-};
 
 // What the runtime gives an operator.
 class OperatorContext {
@@ -117,13 +37,19 @@ class OperatorContext {
   const std::string& name() const { return name_; }
   // Opens the operator's state table `table` (namespaced by operator name).
   absl::StatusOr<StateTable*> OpenTable(const std::string& table) {
+    RETURN_IF_ERROR(MayOpen(table));
     return state_->OpenTable(name_ + "/" + table);
   }
   // Opens a table the operator only writes behind its in-memory working set
   // and reads in Open() (StateBackend::OpenWriteBehindTable).
   absl::StatusOr<StateTable*> OpenWriteBehindTable(const std::string& table) {
+    RETURN_IF_ERROR(MayOpen(table));
     return state_->OpenWriteBehindTable(name_ + "/" + table);
   }
+  // Set by Operator::AdoptState's default in a rescaled restore: the
+  // operator has no rescale rule, so opening a state table fails (its state
+  // would be lost) and with it the rescale.
+  void RefuseStateTables() { refuse_tables_ = true; }
   MetricsRegistry& metrics() { return *metrics_; }
   // Counter `name{op="<op>"[,extra]}`.
   Counter* OpCounter(const std::string& name, const std::string& extra_labels = "") {
@@ -152,6 +78,18 @@ class OperatorContext {
   const Clock* clock_;
   int64_t watermark_ = kMinTime;
   int64_t epoch_ = 0;
+  bool refuse_tables_ = false;
+
+  absl::Status MayOpen(const std::string& table) const;
+};
+
+// What the runtime gives an operator kind's factory (OperatorKind::Create,
+// common/operator_kind.h).
+struct OperatorBuildContext {
+  // The arrival field of the source at the root of input 0 (through
+  // single-input operators), "" when it has none: a dedup's fingerprint
+  // ignores it.
+  std::string upstream_arrival_field;
 };
 
 // Which keys a task owns after a rescale (SPEC §8 "Tasks and keys"): a key
@@ -236,10 +174,15 @@ class Operator {
   // key's state to the task that now owns it. Called before Open(), once per
   // task of the old layout: copies into `to`'s tables what `from` (this
   // operator's tables in that old task's checkpoint, read-only) holds for
-  // the keys `owner` gives to this task. Operators without state keep the
-  // default; state that cannot move returns Unimplemented naming why.
+  // the keys `owner` gives to this task. State that cannot move returns
+  // Unimplemented naming why.
+  // The default is no rule: it lets an operator without state through and
+  // makes one that opens a state table fail the rescale in Open() with an
+  // error naming it (OperatorContext::RefuseStateTables). Every operator
+  // that keeps state overrides it.
   virtual absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
                                   const KeyOwner& owner) {
+    to.RefuseStateTables();
     return absl::OkStatus();
   }
 };

@@ -223,5 +223,52 @@ TEST(RescaleTest, IntervalJoinRowsMoveWithTheirKey) {
   EXPECT_EQ(ref_out.size(), 51u);  // 17 matches + 34 unmatched left rows (one with a null key)
 }
 
+// An operator with state and no rescale rule (no AdoptState of its own):
+// the default refuses, so the rescale fails in Open() naming the operator
+// and its table instead of starting without the state.
+class CounterWithoutRescaleRule : public Operator {
+ public:
+  explicit CounterWithoutRescaleRule(bool stateful) : stateful_(stateful) {}
+  absl::Status Open(OperatorContext& ctx) override {
+    if (stateful_) {
+      ASSIGN_OR_RETURN(table_, ctx.OpenTable("counts"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
+                            Output& out) override {
+    if (table_ != nullptr) table_->Put("n", std::to_string(batch.size()));
+    return absl::OkStatus();
+  }
+
+ private:
+  bool stateful_;
+  StateTable* table_ = nullptr;
+};
+
+TEST(RescaleTest, AStatefulOperatorWithoutARescaleRuleFailsTheRescale) {
+  for (bool stateful : {true, false}) {
+    CounterWithoutRescaleRule old_op(stateful);
+    OperatorHarness old(&old_op, nullptr, "counter");
+    ASSERT_OK(old.Open());
+    ASSERT_OK(old.ProcessJson(R"({"k":1})", kDay));
+    ASSERT_OK(old.Commit());
+    CounterWithoutRescaleRule op(stateful);
+    OperatorHarness task(&op, nullptr, "counter");
+    KeyOwner owner;
+    owner.tasks = 2;
+    ASSERT_OK(op.AdoptState(old.context(), task.context(), owner));
+    const absl::Status opened = task.Open();
+    if (stateful) {
+      EXPECT_EQ(opened.code(), absl::StatusCode::kFailedPrecondition) << opened;
+      EXPECT_THAT(std::string(opened.message()),
+                  ::testing::HasSubstr("operator counter keeps state (table counts) but has no "
+                                       "rescale rule"));
+    } else {
+      EXPECT_OK(opened);  // an operator without state needs no rule
+    }
+  }
+}
+
 }  // namespace
 }  // namespace caravela

@@ -35,6 +35,14 @@
 
 namespace caravela {
 
+// temporal_join and lookup_join: a stream against a table source (`table`
+// always names a source). type is kInner or kLeft.
+struct TableJoinSpec {
+  std::string stream, table;
+  std::vector<JoinKeySpec> on;  // left = stream field, right = table field
+  JoinType type = JoinType::kInner;
+};
+
 class LookupJoinOperator : public Operator {
  public:
   // `table_name`: the table source's name (the nested field's name).

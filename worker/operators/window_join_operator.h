@@ -60,6 +60,23 @@
 
 namespace caravela {
 
+// Both sides in the same tumbling or hopping window, with equal keys.
+struct WindowJoinSpec {
+  std::string left, right;
+  std::vector<JoinKeySpec> on;
+  enum class Kind { kTumbling, kHopping } kind = Kind::kTumbling;
+  int64_t size = 0;
+  int64_t slide = 0;  // == size for tumbling
+  JoinType type = JoinType::kInner;
+  int64_t allowed_lateness = 0;
+  // keep: {left: [fields], right: [fields]}: each side's rows are buffered
+  // and emitted with only these fields (dotted paths keep their dotted
+  // names); a side without a list keeps its whole rows. Less state for
+  // joins that use a few fields of wide rows (Nexmark q8).
+  std::vector<std::string> keep[2];
+  std::vector<FieldPath> keep_paths[2];
+};
+
 class WindowJoinOperator : public Operator {
  public:
   static constexpr int kLeft = 0;

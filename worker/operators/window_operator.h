@@ -47,6 +47,40 @@
 
 namespace caravela {
 
+// kArgMax / kArgMin: the rows with the highest / lowest value of `field`
+// (every tied row, in arrival order), each as an object of the `keep`
+// fields (all fields when `keep` is empty): a list.
+enum class AggFn { kCount, kSum, kMin, kMax, kAvg, kCountDistinct, kArgMax, kArgMin };
+
+struct AggregateSpec {
+  std::string as;
+  AggFn fn = AggFn::kCount;
+  std::string field;  // "*" for count(*)
+  FieldPath path;     // parsed `field` (empty for "*")
+  // arg_max / arg_min: the fields each kept row has (output names: their
+  // dotted paths); empty: the whole record.
+  std::vector<std::string> keep;
+  std::vector<FieldPath> keep_paths;
+};
+
+struct WindowSpec {
+  std::string from;
+  enum class Kind { kTumbling, kHopping, kSession } kind = Kind::kTumbling;
+  int64_t size = 0;                   // tumbling/hopping
+  int64_t slide = 0;                  // hopping (== size for tumbling)
+  int64_t gap = 0;                    // session
+  std::vector<std::string> group_by;  // as written; output field names
+  std::vector<FieldPath> group_paths;
+  std::vector<AggregateSpec> aggregates;
+  int64_t early_fire_every = 0;  // 0 = no EARLY results
+  int64_t allowed_lateness = 0;
+  // `reconcile: {id: field}`: every result also carries `events` (records
+  // aggregated) and `id_digest` (order-independent digest of their ids), so a
+  // batch recompute can compare a window cheaply (SPEC §10).
+  std::string reconcile_id;  // as written; empty = off
+  FieldPath reconcile_path;
+};
+
 class WindowOperator : public Operator {
  public:
   // How long (event time after FINAL) a window's last revision is kept for

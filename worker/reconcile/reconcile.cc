@@ -25,7 +25,11 @@
 #include "worker/connectors/kafka_source.h"
 #include "worker/connectors/postgres_sink.h"
 #include "worker/connectors/sink_factory.h"
+#include "worker/operators/dedup_operator.h"
 #include "worker/operators/operator.h"
+#include "worker/operators/table_join_operators.h"
+#include "worker/operators/window_operator.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 
 namespace caravela {
@@ -96,16 +100,15 @@ absl::Status ForEachKafkaMessage(const std::string& bootstrap, const std::string
 
 bool IsWindowSink(const JobSpec& spec, const SinkSpec& s) {
   const OperatorSpec* op = spec.FindOperator(s.from);
-  return op != nullptr && op->kind == OperatorSpec::Kind::kWindow;
+  return op != nullptr && op->is("window");
 }
 
 // Joins whose rows a recomputation reproduces (a lookup join enriches with
 // the table as it was when the row passed: not replayable).
 bool IsJoinSink(const JobSpec& spec, const SinkSpec& s) {
   const OperatorSpec* op = spec.FindOperator(s.from);
-  return op != nullptr && (op->kind == OperatorSpec::Kind::kWindowJoin ||
-                           op->kind == OperatorSpec::Kind::kIntervalJoin ||
-                           op->kind == OperatorSpec::Kind::kTemporalJoin);
+  return op != nullptr &&
+         (op->is("window_join") || op->is("interval_join") || op->is("temporal_join"));
 }
 
 // The sink `want` names (label, label suffix for files, or index); empty:
@@ -332,7 +335,7 @@ class AuditTrail {
     const Value op = rec_.Get(rec_.FindChild(0, "operator"));
     if (reason.type != ValueType::kString || op.type != ValueType::kString) return;
     const std::string where = absl::StrCat("(", std::string(op.s), ".too_late)");
-    const WindowSpec& w = window_.window;
+    const WindowSpec& w = window_.Get<WindowSpec>();
     if (reason.s == "after_final" && op.s == window_.name) {
       const int32_t win = rec_.FindChild(0, "window");
       key_.clear();
@@ -562,17 +565,17 @@ JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::
     }
   }
   for (OperatorSpec& op : s.operators) {
-    if (op.kind == OperatorSpec::Kind::kWindow) {
-      op.window.allowed_lateness = kForever;
-      op.window.early_fire_every = 0;
-    } else if (op.kind == OperatorSpec::Kind::kDedup) {
-      op.dedup.retention = kForever;
-      op.dedup.batch = true;  // ids in memory only: nothing expires or is restored
+    if (WindowSpec* w = op.Mutable<WindowSpec>()) {
+      w->allowed_lateness = kForever;
+      w->early_fire_every = 0;
+    } else if (DedupSpec* d = op.Mutable<DedupSpec>()) {
+      d->retention = kForever;
+      d->batch = true;  // ids in memory only: nothing expires or is restored
       // An estimate of the ids to come (a line holds at most one): the set
       // is sized once, not doubled and rehashed eight times on the way to
       // 10 M (3 % of the run: docs/benchmarks.md "Session 26").
       if (!lines.has_value()) lines = ExpectedLines(job);
-      op.dedup.expected_ids = *lines;
+      d->expected_ids = *lines;
     }
   }
   SinkSpec sink;
@@ -833,7 +836,7 @@ void ForEachKeyOfEither(const std::map<std::string, V>& a, const std::map<std::s
 // the audit trail and, with apply, published as reconciled revisions.
 absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const OperatorSpec& window,
                               const ReconcileOptions& options, ReconcileReport* report) {
-  std::vector<std::string> key_fields = window.window.group_by;
+  std::vector<std::string> key_fields = window.Get<WindowSpec>().group_by;
   key_fields.push_back("window_start");
   key_fields.push_back("window_end");
 
@@ -959,10 +962,9 @@ absl::Status ReconcileJoinRows(const JobSpec& spec, const SinkSpec& sink, const 
         report->differences.push_back(std::move(d));
       });
   if (!report->differences.empty()) {
-    JoinAuditTrail trail(
-        spec, join.name,
-        join.kind == OperatorSpec::Kind::kTemporalJoin ? join.table_join.table : std::string(),
-        options.bootstrap);
+    JoinAuditTrail trail(spec, join.name,
+                         join.is("temporal_join") ? join.Get<TableJoinSpec>().table : std::string(),
+                         options.bootstrap);
     for (ReconcileDifference& d : report->differences) {
       if (d.kind != ReconcileDifference::Kind::kOnlyRecomputed) continue;
       for (std::string& c : trail.Causes(d.recomputed)) d.causes.push_back(std::move(c));
@@ -1021,7 +1023,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
   report.sink = sink.Label();
   report.range_start = options.range_start;
   report.range_end = options.range_end;
-  report.join_rows = op.kind != OperatorSpec::Kind::kWindow;
+  report.join_rows = !op.is("window");
   if (spec.NeedsEmbeddedBroker() && options.bootstrap.empty()) {
     return absl::InvalidArgumentError(
         "the job reads or writes Kafka topics on the embedded broker (no bootstrap): give "
@@ -1037,7 +1039,7 @@ absl::StatusOr<ReconcileReport> Reconcile(const JobSpec& spec, const ReconcileOp
         "has no revision to raise); run without --apply for the report"));
   }
   const bool ranged = options.range_start != kMinTime || options.range_end != kMaxTime;
-  if (ranged && op.kind != OperatorSpec::Kind::kWindowJoin) {
+  if (ranged && !op.is("window_join")) {
     return absl::InvalidArgumentError(
         absl::StrCat("--range: the rows of ", op.name,
                      " carry no window to select them by; leave --range out to compare them all"));

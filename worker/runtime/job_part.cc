@@ -14,6 +14,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/job_savepoint.h"
 #include "worker/exchange/exchange.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/job_checkpoints.h"
 #include "worker/runtime/job_runner.h"
 #include "worker/runtime/task.h"

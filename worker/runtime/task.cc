@@ -347,58 +347,21 @@ absl::Status Task::Impl::Build() {
       }
       on.inputs.push_back(id);
     }
-    switch (os.kind) {
-      case OperatorSpec::Kind::kFilter: {
-        ASSIGN_OR_RETURN(auto e, Expr::Compile(os.filter.where));
-        on.op = std::make_unique<FilterOperator>(std::move(e));
-        break;
-      }
-      case OperatorSpec::Kind::kProject: {
-        std::vector<std::pair<std::string, std::unique_ptr<Expr>>> fields;
-        for (const auto& [name, text] : os.project.fields) {
-          ASSIGN_OR_RETURN(auto e, Expr::Compile(text));
-          fields.emplace_back(name, std::move(e));
-        }
-        on.op = std::make_unique<ProjectOperator>(std::move(fields));
-        break;
-      }
-      case OperatorSpec::Kind::kDedup: {
-        // The fingerprint ignores the arrival field of the source feeding it.
-        std::string exclude;
-        int up = on.inputs[0];
-        while (up >= S()) up = ops[up - S()].inputs.empty() ? -1 : ops[up - S()].inputs[0];
-        if (up >= 0) {
-          const SourceSpec& us = *sources[up].spec;
-          exclude =
-              us.kind == SourceSpec::Kind::kFile ? us.file.arrival_field : us.kafka.arrival_field;
-        }
-        auto dedup = std::make_unique<DedupOperator>(os.dedup.id, os.dedup.retention,
-                                                     os.dedup.fingerprint, exclude);
-        dedup->set_batch(os.dedup.batch);
-        if (os.dedup.batch && os.dedup.expected_ids > 0) dedup->ReserveIds(os.dedup.expected_ids);
-        on.op = std::move(dedup);
-        break;
-      }
-      case OperatorSpec::Kind::kWindow:
-        on.op = std::make_unique<WindowOperator>(os.window);
-        break;
-      case OperatorSpec::Kind::kIntervalJoin: {
-        ASSIGN_OR_RETURN(on.op, IntervalJoinOperator::Create(os.interval_join));
-        break;
-      }
-      case OperatorSpec::Kind::kWindowJoin:
-        on.op = std::make_unique<WindowJoinOperator>(os.window_join);
-        break;
-      case OperatorSpec::Kind::kTemporalJoin:
-        on.op = std::make_unique<TemporalJoinOperator>(os.table_join, os.table_join.table);
-        break;
-      case OperatorSpec::Kind::kLookupJoin: {
-        on.op = std::make_unique<LookupJoinOperator>(os.table_join, os.table_join.table);
-        // The table is loaded whole before the first stream record (Preload).
-        int table = NodeId(os.table_join.table);
-        if (table >= 0 && table < S()) sources[table].preload = true;
-        break;
-      }
+    OperatorBuildContext build;
+    // The arrival field of the source at the root of input 0.
+    int up = on.inputs[0];
+    while (up >= S()) up = ops[up - S()].inputs.empty() ? -1 : ops[up - S()].inputs[0];
+    if (up >= 0) {
+      const SourceSpec& us = *sources[up].spec;
+      build.upstream_arrival_field =
+          us.kind == SourceSpec::Kind::kFile ? us.file.arrival_field : us.kafka.arrival_field;
+    }
+    ASSIGN_OR_RETURN(on.op, os.kind->Create(os, build));
+    // Preloaded inputs (lookup tables) are read whole before the first
+    // record of the others (Preload).
+    for (int in : os.kind->PreloadedInputs()) {
+      const int table = on.inputs[static_cast<size_t>(in)];
+      if (table >= 0 && table < S()) sources[table].preload = true;
     }
     on.ctx = std::make_unique<OperatorContext>(os.name, state, metrics, clock);
     on.ctx->set_epoch(epoch);
@@ -438,9 +401,9 @@ absl::Status Task::Impl::Build() {
     no.sides.resize(no.side_names.size());
     no.side_totals.assign(no.side_names.size(), 0);
     std::vector<std::string> keys = ops[i].op->OutputKeyFields();
-    // Joins combine records of several inputs: their output has no key.
-    if (keys.empty() && !ops[i].inputs.empty() &&
-        ops[i].spec->kind != OperatorSpec::Kind::kProject && !ops[i].spec->is_join()) {
+    // Joins combine records of several inputs, a project makes new ones:
+    // their output has no key of its own (OperatorKind::InheritsInputKey).
+    if (keys.empty() && !ops[i].inputs.empty() && ops[i].spec->kind->InheritsInputKey()) {
       no.key_fields = outputs[ops[i].inputs[0]].key_fields;
       no.key_names = outputs[ops[i].inputs[0]].key_names;
     } else {
@@ -1353,7 +1316,7 @@ absl::Status Task::Impl::Restore() {
 }
 
 absl::Status Task::Impl::CheckSameGraph(const CheckpointManifest& m) const {
-  if (m.spec_hash().empty() || m.spec_hash() == spec_hash) return absl::OkStatus();
+  if (m.spec_hash().empty() || JobGraphHashMatches(spec, m.spec_hash())) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "checkpoint ", m.checkpoint_id(), " of job ", spec.name,
       " was taken by a different job graph (sources, operators or sinks changed): its state "
