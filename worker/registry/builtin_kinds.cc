@@ -12,7 +12,8 @@ namespace caravela {
   X(IntervalJoin)                  \
   X(WindowJoin)                    \
   X(TemporalJoin)                  \
-  X(LookupJoin)
+  X(LookupJoin)                    \
+  X(TopN)
 
 #define CARAVELA_DECLARE_KIND(Name) const OperatorKind& Name##Kind();
 CARAVELA_OPERATOR_KINDS(CARAVELA_DECLARE_KIND)
