@@ -30,31 +30,43 @@ std::vector<std::string> SpreadPolicy::Place(int tasks, const std::vector<std::s
                                              const ClusterSlots& slots) const {
   std::map<std::string, int> free = slots.free;
   // Sticky first: a task keeps a worker with room, up to an even share
-  // (rounded down) per worker; the rest goes to the workers with the most
-  // room.
+  // (rounded down) per worker. Every other task goes to the worker with
+  // room that holds the fewest of the job's tasks (then the most free
+  // slots, then the lowest id), so the job ends within one task over the
+  // workers left with room: what Imbalance accepts. (Most free slots alone
+  // piled a job onto the biggest worker when workers differ in size or
+  // other jobs' tasks, and Imbalance then moved it again after every
+  // start.)
   int with_room = 0;
   for (const auto& [w, n] : free) with_room += n > 0 ? 1 : 0;
   const int cap = std::max(1, tasks / std::max(with_room, 1));
   std::vector<std::string> placed(static_cast<size_t>(tasks));
-  std::map<std::string, int> kept;
+  std::map<std::string, int> mine;  // the job's tasks per worker so far
   for (int g = 0; g < tasks && g < static_cast<int>(previous.size()); ++g) {
     const std::string& w = previous[g];
     auto it = free.find(w);
-    if (it != free.end() && it->second > 0 && kept[w] < cap) {
+    if (it != free.end() && it->second > 0 && mine[w] < cap) {
       placed[g] = w;
       --it->second;
-      ++kept[w];
+      ++mine[w];
     }
   }
   for (int g = 0; g < tasks; ++g) {
     if (!placed[g].empty()) continue;
     auto best = free.end();
+    int best_mine = 0;
     for (auto it = free.begin(); it != free.end(); ++it) {
-      if (it->second > 0 && (best == free.end() || it->second > best->second)) best = it;
+      if (it->second <= 0) continue;
+      const int n = mine[it->first];
+      if (best == free.end() || n < best_mine || (n == best_mine && it->second > best->second)) {
+        best = it;
+        best_mine = n;
+      }
     }
     if (best == free.end()) return {};  // fewer free slots than tasks
     placed[g] = best->first;
     --best->second;
+    ++mine[best->first];
   }
   return placed;
 }

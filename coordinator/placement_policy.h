@@ -77,14 +77,16 @@ class PlacementPolicy {
                                    const ClusterSlots& slots) const = 0;
 };
 
-// Today's placement: sticky, then spread.
+// The default placement: sticky, then spread.
 //  * Place: each task keeps its previous worker while that worker takes
 //    tasks and has room, up to an even share (total / workers with room,
 //    rounded down, at least 1) per worker; every other task goes to the
-//    worker with the most free slots (then the lowest id).
+//    worker with room holding the fewest of the job's tasks (then the most
+//    free slots, then the lowest id).
 //  * Imbalance: a live worker with room holds at least two tasks of the
 //    job fewer than another live worker; the score is the difference less
-//    one.
+//    one. Place's result never is: the workers it leaves with room end
+//    within one task of every other.
 class SpreadPolicy final : public PlacementPolicy {
  public:
   const char* name() const override { return "spread"; }

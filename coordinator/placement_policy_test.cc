@@ -1,6 +1,7 @@
 #include "coordinator/placement_policy.h"
 
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,43 @@ TEST(SpreadPolicyTest, ScoresItsOwnPlacementBalancedWithEqualWorkers) {
         }
       }
     }
+  }
+}
+
+// Workers of unequal size, partly taken by other jobs. Sending each task to
+// the worker with the most free slots piled a job onto the biggest worker,
+// which the spread rule then judged off: the job would be moved for ever.
+TEST(SpreadPolicyTest, SpreadsOverUnequalWorkers) {
+  SpreadPolicy spread;
+  std::vector<std::string> placed;
+  const ImbalanceScore score = PlaceAndJudge(spread, 6, {}, Slots({{"a", 10}, {"b", 2}}), &placed);
+  EXPECT_EQ(PerWorker(placed), (std::map<std::string, int>{{"a", 4}, {"b", 2}}));
+  EXPECT_TRUE(score.balanced()) << score.reason;
+}
+
+TEST(SpreadPolicyTest, ScoresItsOwnPlacementBalancedWithUnequalWorkers) {
+  SpreadPolicy spread;
+  std::mt19937 rng(28);
+  for (int round = 0; round < 5000; ++round) {
+    const int workers = 1 + static_cast<int>(rng() % 6);
+    std::map<std::string, int> free;
+    int total = 0;
+    for (int w = 0; w < workers; ++w) {
+      const int n = static_cast<int>(rng() % 9);
+      free[absl::StrCat("w", w)] = n;
+      total += n;
+    }
+    if (total == 0) continue;
+    const int tasks = 1 + static_cast<int>(rng() % total);
+    std::vector<std::string> previous(rng() % (tasks + 1));
+    for (std::string& p : previous) {
+      const int w = static_cast<int>(rng() % (workers + 1));
+      p = w == workers ? "lost" : absl::StrCat("w", w);
+    }
+    std::vector<std::string> placed;
+    const ImbalanceScore score = PlaceAndJudge(spread, tasks, previous, Slots(free), &placed);
+    EXPECT_TRUE(score.balanced()) << "round " << round << ": " << tasks
+                                  << " tasks: " << score.reason;
   }
 }
 

@@ -751,3 +751,37 @@ TEST_F(SchedulerTest, AnAdoptedRunningJobWhoseTasksAreOnlyReadyStarts) {
 
 }  // namespace
 }  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// Workers of unequal size: the job is spread over both and stays there.
+// (Sending each task to the worker with the most free slots put all six on
+// a, which the spread rule judged off: a stopping checkpoint and a new
+// epoch after every start.)
+TEST_F(SchedulerTest, AJobOnUnequalWorkersIsNotMovedOverAndOver) {
+  const std::string a = AddWorker(10), b = AddWorker(2);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  EXPECT_EQ(Tasks(Beat(a, v1::TASK_READY)), 4);
+  EXPECT_EQ(Tasks(Beat(b, v1::TASK_READY)), 2);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  for (int64_t n = 1; n <= 3; ++n) {
+    clock_.Advance(1000);
+    Beat(a, v1::TASK_RUNNING);
+    Beat(b, v1::TASK_RUNNING);
+    scheduler_->Tick();  // checkpoint n, periodic
+    const v1::HeartbeatResponse r = Beat(a, v1::TASK_RUNNING, n);
+    ASSERT_EQ(r.assignments_size(), 1);
+    EXPECT_EQ(r.assignments(0).trigger_checkpoint(), n);
+    EXPECT_FALSE(r.assignments(0).stop_at_trigger());
+    Beat(b, v1::TASK_RUNNING, n);
+    scheduler_->Tick();
+  }
+  EXPECT_EQ(Get(id).last_checkpoint(), 3);
+  EXPECT_EQ(Get(id).epoch(), 1);
+}
+
+}  // namespace
+}  // namespace caravela
