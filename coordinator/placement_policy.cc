@@ -95,6 +95,23 @@ ImbalanceScore SpreadPolicy::Imbalance(const std::vector<std::string>& placement
           absl::StrCat("rebalancing: ", most, " runs ", high, " tasks, ", fewest, " ", low)};
 }
 
+std::string DescribePlacement(const std::vector<std::string>& placement) {
+  std::map<std::string, int> per_worker;
+  for (const std::string& w : placement) ++per_worker[w];
+  std::string where;
+  int listed = 0;
+  for (const auto& [w, n] : per_worker) {
+    if (++listed > 8) {
+      absl::StrAppend(&where, ", ...");
+      break;
+    }
+    absl::StrAppend(&where, where.empty() ? "" : ", ", w, ":", n);
+  }
+  return absl::StrCat(
+      per_worker.size() == 1 ? "1 worker" : absl::StrCat(per_worker.size(), " workers"), " (",
+      where, ")");
+}
+
 absl::Status CheckPlacement(const std::vector<std::string>& placement, int tasks,
                             const ClusterSlots& slots) {
   if (static_cast<int>(placement.size()) != tasks) {

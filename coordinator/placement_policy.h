@@ -96,6 +96,10 @@ class SpreadPolicy final : public PlacementPolicy {
                            const ClusterSlots& slots) const override;
 };
 
+// For logs: "1 worker (a:6)", "3 workers (a:2, b:2, c:2)"; the first 8
+// workers by id, then ", ...".
+std::string DescribePlacement(const std::vector<std::string>& placement);
+
 // OK if `placement` names one worker per task (`tasks` of them), each a
 // worker of `slots.free`, none more often than its free slots; else
 // Internal, saying which rule it breaks.

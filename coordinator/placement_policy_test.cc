@@ -169,6 +169,15 @@ TEST(PlacementTest, CheckPlacementRefusesWhatTheSlotsCannotTake) {
   EXPECT_THAT(st.message(), HasSubstr("on no worker"));
 }
 
+TEST(PlacementTest, DescribePlacementCountsTasksPerWorker) {
+  EXPECT_EQ(DescribePlacement({"a", "a"}), "1 worker (a:2)");
+  EXPECT_EQ(DescribePlacement({"b", "a", "b"}), "2 workers (a:1, b:2)");
+  std::vector<std::string> ten;
+  for (int w = 0; w < 10; ++w) ten.push_back(absl::StrCat("w", w));
+  EXPECT_EQ(DescribePlacement(ten),
+            "10 workers (w0:1, w1:1, w2:1, w3:1, w4:1, w5:1, w6:1, w7:1, ...)");
+}
+
 TEST(PlacementTest, SlotsAreTakenAndReleasedPerTask) {
   ClusterSlots slots = Slots({{"a", 2}, {"b", 1}});
   EXPECT_EQ(slots.TotalFree(), 3);

@@ -288,21 +288,9 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   Put(job);
   runs_[job.id()] = std::move(run);
   Count("scheduler_epochs_total");
-  std::map<std::string, int> per_worker;
-  for (const std::string& w : placed) ++per_worker[w];
-  std::string where;
-  int listed = 0;
-  for (const auto& [w, n] : per_worker) {
-    if (++listed > 8) {
-      absl::StrAppend(&where, ", ...");
-      break;
-    }
-    absl::StrAppend(&where, where.empty() ? "" : ", ", w, ":", n);
-  }
-  Log()->info("job {} epoch {}: {} tasks on {} ({}), restoring checkpoint {}{}", job.id(), epoch,
-              total,
-              per_worker.size() == 1 ? "1 worker" : absl::StrCat(per_worker.size(), " workers"),
-              where, job.last_checkpoint(), why.empty() ? "" : absl::StrCat(" — ", why));
+  Log()->info("job {} epoch {}: {} tasks on {}, restoring checkpoint {}{}", job.id(), epoch, total,
+              DescribePlacement(placed), job.last_checkpoint(),
+              why.empty() ? "" : absl::StrCat(" — ", why));
   return true;
 }
 
