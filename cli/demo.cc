@@ -20,6 +20,7 @@
 #include "common/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/file_connectors.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/registry/builtin_kinds.h"
@@ -232,8 +233,8 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
   }
   std::printf("Side outputs:\n");
   for (const SinkSpec& sink : parsed.spec.sinks) {
-    if (sink.kind == SinkSpec::Kind::kFile) {
-      std::printf("  %-18s -> %s\n", sink.from.c_str(), sink.path.c_str());
+    if (const FileSinkSpec* file = sink.As<FileSinkSpec>()) {
+      std::printf("  %-18s -> %s\n", sink.from.c_str(), file->path.c_str());
     }
   }
   return rc;

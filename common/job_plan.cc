@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/key_encoding.h"
+#include "common/operator_kind.h"
 #include "xxhash.h"
 
 namespace caravela {

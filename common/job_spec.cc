@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/expr.h"
+#include "common/kind_registry.h"
 #include "common/spec_reader.h"
 #include "common/time_util.h"
 #include "xxhash.h"
@@ -82,28 +83,20 @@ bool JobSpec::NeedsEmbeddedBroker() const {
     if (s.kind == SourceSpec::Kind::kKafka && s.kafka.bootstrap.empty()) return true;
   }
   for (const SinkSpec& s : sinks) {
-    if (s.kind == SinkSpec::Kind::kKafka && s.bootstrap.empty()) return true;
+    if (s.kind == nullptr) continue;
+    const std::optional<std::string> bootstrap = s.kind->KafkaBootstrap(s);
+    if (bootstrap.has_value() && bootstrap->empty()) return true;
   }
   return false;
 }
 
-std::string SinkSpec::Label() const {
-  switch (kind) {
-    case Kind::kFile:
-      return "file:" + path;
-    case Kind::kKafka:
-      return "kafka:" + topic;
-    case Kind::kPostgres:
-      return "postgres:" + table;
-    case Kind::kClickHouse:
-      return "clickhouse:" + database + "." + table;
-    case Kind::kDiscard:
-      return "discard";
-    case Kind::kStdout:
-      return "stdout";
-  }
-  return "?";
+std::string_view SinkSpec::kind_name() const {
+  return kind == nullptr ? std::string_view() : kind->name();
 }
+
+bool SinkSpec::is(std::string_view name) const { return kind_name() == name; }
+
+std::string SinkSpec::Label() const { return kind == nullptr ? "?" : kind->Label(*this); }
 
 bool IsS3BucketName(std::string_view b) {
   if (b.size() < 3 || b.size() > 63) return false;
@@ -142,8 +135,8 @@ void JobSpec::ResolvePaths(const std::string& base_dir) {
     if (s.kind == SourceSpec::Kind::kFile) ResolvePath(base_dir, &s.file.path);
   }
   for (SinkSpec& s : sinks) {
-    if (s.kind == SinkSpec::Kind::kFile) ResolvePath(base_dir, &s.path);
-    if (!s.password_file.empty()) ResolvePath(base_dir, &s.password_file);
+    if (s.kind == nullptr) continue;
+    for (auto& [yaml_path, path] : s.kind->Files(s)) ResolvePath(base_dir, path);
   }
   ResolvePath(base_dir, &dead_letter_path);
 }
@@ -332,16 +325,21 @@ class SpecParser : private SpecReader {
     if (auto d = Duration(n, "interval", path, true, Bound::kNonNegative)) cp.interval = *d;
     if (auto st = String(n, "storage", path, false)) {
       const std::string storage_path = Join(path, "storage");
-      if (st->rfind("file://", 0) == 0 && st->size() > 7) {
-        cp.storage = *st;
-      } else if (st->rfind("s3://", 0) == 0) {
-        if (auto url = ParseS3Url(*st); url.ok()) {
-          cp.storage = *st;
-        } else {
-          Err(storage_path, std::string(url.status().message()));
-        }
+      const StorageScheme* scheme = nullptr;
+      std::vector<std::string> forms;
+      for (const StorageScheme* k : kinds_.storages.all()) {
+        const std::string prefix = absl::StrCat(Sv(k->name()), "://");
+        forms.push_back(prefix);
+        if (absl::StartsWith(*st, prefix) && k->Matches(*st)) scheme = k;
+      }
+      if (scheme == nullptr) {
+        Err(storage_path,
+            absl::StrCat("expected a ", absl::StrJoin(forms, " or "), " URL, got ", Quote(*st)));
+      } else if (absl::Status valid = scheme->Validate(*st); !valid.ok()) {
+        Err(storage_path, std::string(valid.message()));
       } else {
-        Err(storage_path, absl::StrCat("expected a file:// or s3:// URL, got ", Quote(*st)));
+        cp.storage = *st;
+        cp.scheme = scheme;
       }
     }
     if (auto r = PositiveInt(n, "retain", path)) cp.retain = *r;
@@ -532,101 +530,32 @@ class SpecParser : private SpecReader {
   }
 
   void Sink(const YAML::Node& n, const std::string& path) {
-    if (!CheckMap(n, path,
-                  {"from", "file", "kafka", "postgres", "clickhouse", "stdout", "discard"})) {
-      return;
-    }
+    std::vector<std::string_view> allowed = {"from"};
+    for (std::string_view k : kinds_.sinks.Names()) allowed.push_back(k);
+    if (!CheckMap(n, path, allowed)) return;
     SinkSpec sink;
     SinkInput(n, path, &sink.from);
-    std::string kind =
-        ExactlyOne(n, path, {"file", "kafka", "postgres", "clickhouse", "stdout", "discard"});
-    std::string kpath = Join(path, kind);
-    YAML::Node k = Field(n, kind);
-    if (kind == "file") {
-      sink.kind = SinkSpec::Kind::kFile;
-      if (CheckMap(k, kpath, {"path"})) {
-        if (auto p = String(k, "path", kpath, true)) sink.path = *p;
+    std::vector<const SinkKind*> present;
+    for (const SinkKind* k : kinds_.sinks.all()) {
+      if (Field(n, k->name()).IsDefined()) present.push_back(k);
+    }
+    if (present.size() == 1) {
+      sink.kind = present[0];
+      const YAML::Node k = Field(n, sink.kind->name());
+      SinkParseContext ctx{*this, k, Join(path, sink.kind->name()), spec()};
+      sink.config = sink.kind->Parse(ctx);
+    } else {
+      std::vector<std::string> names(allowed.begin() + 1, allowed.end());
+      if (present.empty()) {
+        Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
+      } else {
+        std::vector<std::string> got;
+        for (const SinkKind* k : present) got.emplace_back(k->name());
+        Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
+                               absl::StrJoin(got, " and ")));
       }
-    } else if (kind == "kafka") {
-      sink.kind = SinkSpec::Kind::kKafka;
-      if (CheckMap(k, kpath, {"topic", "bootstrap", "mode", "exactly_once"})) {
-        if (auto t = String(k, "topic", kpath, true)) sink.topic = *t;
-        if (auto b = String(k, "bootstrap", kpath, false)) sink.bootstrap = *b;
-        if (auto m = OneOf(k, "mode", kpath, {"upsert", "changelog"})) {
-          sink.kafka_mode =
-              *m == "upsert" ? SinkSpec::KafkaMode::kUpsert : SinkSpec::KafkaMode::kChangelog;
-        }
-        if (auto e = OneOf(k, "exactly_once", kpath, {"true", "false"})) {
-          sink.exactly_once = *e == "true";
-          // The transaction commits with each checkpoint: without checkpoints
-          // nothing would ever become visible to read_committed consumers.
-          if (sink.exactly_once && spec().checkpoint.interval <= 0) {
-            Err(Join(kpath, "exactly_once"),
-                "needs checkpoints (spec.checkpoint.interval > 0): the Kafka transaction "
-                "commits with each checkpoint");
-          }
-        }
-      }
-    } else if (kind == "postgres") {
-      sink.kind = SinkSpec::Kind::kPostgres;
-      if (CheckMap(k, kpath, {"dsn", "table"})) {
-        if (auto d = String(k, "dsn", kpath, true)) sink.dsn = *d;
-        if (auto t = String(k, "table", kpath, true)) {
-          sink.table = *t;
-          std::string_view name = *t;
-          size_t dot = name.find('.');
-          bool ok = dot == std::string_view::npos ? IsSqlIdentifier(name)
-                                                  : IsSqlIdentifier(name.substr(0, dot)) &&
-                                                        IsSqlIdentifier(name.substr(dot + 1));
-          if (!ok) {
-            Err(Join(kpath, "table"),
-                absl::StrCat("expected a table name such as hourly_revenue or "
-                             "analytics.hourly_revenue (letters, digits and _, not starting "
-                             "with a digit, at most 63 characters per part), got ",
-                             Quote(*t)));
-          }
-        }
-      }
-    } else if (kind == "clickhouse") {
-      sink.kind = SinkSpec::Kind::kClickHouse;
-      ClickHouseSink(k, kpath, &sink);
-    } else if (kind == "stdout" || kind == "discard") {
-      sink.kind = kind == "stdout" ? SinkSpec::Kind::kStdout : SinkSpec::Kind::kDiscard;
-      bool ok =
-          k.IsNull() || (k.IsScalar() && k.Scalar() == "true") || (k.IsMap() && k.size() == 0);
-      if (!ok) Err(kpath, absl::StrCat("expected {} or true, got ", Describe(k)));
     }
     spec().sinks.push_back(std::move(sink));
-  }
-
-  // clickhouse: {url, database?, table, user?, password_file?}
-  void ClickHouseSink(const YAML::Node& k, const std::string& kpath, SinkSpec* sink) {
-    if (!CheckMap(k, kpath, {"url", "database", "table", "user", "password_file"})) return;
-    if (auto u = String(k, "url", kpath, true)) {
-      sink->url = *u;
-      const bool http = absl::StartsWith(*u, "http://") || absl::StartsWith(*u, "https://");
-      if (!http || u->find('?') != std::string::npos) {
-        Err(Join(kpath, "url"),
-            absl::StrCat("expected the server's HTTP interface such as http://127.0.0.1:8123 ",
-                         "(scheme http or https, no query), got ", Quote(*u)));
-      }
-    }
-    for (const char* field : {"database", "table"}) {
-      const bool required = std::string_view(field) == "table";
-      if (auto v = String(k, field, kpath, required)) {
-        if (!IsSqlIdentifier(*v)) {
-          Err(Join(kpath, field),
-              absl::StrCat("expected a ClickHouse name such as hourly_revenue (letters, digits ",
-                           "and _, not starting with a digit), got ", Quote(*v)));
-        } else if (required) {
-          sink->table = *v;
-        } else {
-          sink->database = *v;
-        }
-      }
-    }
-    if (auto u = String(k, "user", kpath, false)) sink->user = *u;
-    if (auto f = String(k, "password_file", kpath, false)) sink->password_file = *f;
   }
 
   const KindRegistry& kinds_;
@@ -756,16 +685,17 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
     }
   }
   for (size_t i = 0; i < spec.sinks.size(); ++i) {
-    if (spec.sinks[i].kind == SinkSpec::Kind::kFile) {
-      check(absl::StrCat("spec.sinks[", i, "].file.path"), spec.sinks[i].path);
+    // Every file a sink touches: its output, a secret it reads, ...
+    SinkSpec sink = spec.sinks[i];
+    if (sink.kind == nullptr) continue;
+    for (auto& [yaml_path, path] : sink.kind->Files(sink)) {
+      check(absl::StrCat("spec.sinks[", i, "].", yaml_path), *path);
     }
-    // A secret the worker reads and sends to the job's URL: same rule.
-    check(absl::StrCat("spec.sinks[", i, "].clickhouse.password_file"),
-          spec.sinks[i].password_file);
   }
   check("spec.dead_letter.path", spec.dead_letter_path);
-  const std::string& storage = spec.checkpoint.storage;
-  if (storage.rfind("file://", 0) == 0) check("spec.checkpoint.storage", storage.substr(7));
+  if (spec.checkpoint.scheme != nullptr) {
+    check("spec.checkpoint.storage", spec.checkpoint.scheme->LocalPath(spec.checkpoint.storage));
+  }
   return errors;
 }
 
@@ -773,24 +703,6 @@ namespace {
 
 std::string_view SourceKindName(SourceSpec::Kind kind) {
   return kind == SourceSpec::Kind::kFile ? "file" : "kafka";
-}
-
-std::string_view SinkKindName(SinkSpec::Kind kind) {
-  switch (kind) {
-    case SinkSpec::Kind::kFile:
-      return "file";
-    case SinkSpec::Kind::kKafka:
-      return "kafka";
-    case SinkSpec::Kind::kStdout:
-      return "stdout";
-    case SinkSpec::Kind::kPostgres:
-      return "postgres";
-    case SinkSpec::Kind::kDiscard:
-      return "discard";
-    case SinkSpec::Kind::kClickHouse:
-      return "clickhouse";
-  }
-  return "?";
 }
 
 std::string Xxh3Hex(const std::string& text) {
@@ -809,15 +721,14 @@ std::string JobGraphHash(const JobSpec& spec) {
     absl::StrAppend(&text, "operator ", os.name, " ", Sv(os.kind_name()), "\n");
   }
   for (const SinkSpec& ss : spec.sinks) {
-    absl::StrAppend(&text, "sink ", ss.from, " ", Sv(SinkKindName(ss.kind)), "\n");
+    absl::StrAppend(&text, "sink ", ss.from, " ", Sv(ss.kind_name()), "\n");
   }
   return Xxh3Hex(text);
 }
 
 std::string LegacyJobGraphHash(const JobSpec& spec) {
-  // The enums' numbers as they were: sources file 0, kafka 1; operators by
-  // OperatorKind::legacy_id; sinks file 0, kafka 1, stdout 2, postgres 3,
-  // discard 4, clickhouse 5 (SinkSpec::Kind's order today).
+  // The enums' numbers as they were: sources file 0, kafka 1; operators and
+  // sinks by their kind's legacy_id.
   std::string text;
   for (const SourceSpec& ss : spec.sources) {
     absl::StrAppend(&text, "source ", ss.name, " ", static_cast<int>(ss.kind), "\n");
@@ -827,7 +738,8 @@ std::string LegacyJobGraphHash(const JobSpec& spec) {
     absl::StrAppend(&text, "operator ", os.name, " ", os.kind->legacy_id(), "\n");
   }
   for (const SinkSpec& ss : spec.sinks) {
-    absl::StrAppend(&text, "sink ", ss.from, " ", static_cast<int>(ss.kind), "\n");
+    if (ss.kind == nullptr || ss.kind->legacy_id() < 0) return "";
+    absl::StrAppend(&text, "sink ", ss.from, " ", ss.kind->legacy_id(), "\n");
   }
   return Xxh3Hex(text);
 }

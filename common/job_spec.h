@@ -14,11 +14,15 @@
 #include <utility>
 #include <vector>
 
-#include "common/operator_kind.h"
 #include "common/record.h"
 #include "common/status.h"
 
 namespace caravela {
+
+class OperatorKind;   // common/operator_kind.h
+class SinkKind;       // common/sink_kind.h
+struct KindRegistry;  // common/kind_registry.h
+class StorageScheme;  // common/storage_scheme.h
 
 enum class TimeFormat { kIso8601, kEpochMs, kEpochS };
 
@@ -107,32 +111,30 @@ struct OperatorSpec {
   std::vector<std::string> SideOutputs() const;
 };
 
+// One sink of the job: what it writes (`from`: a source, an operator, or
+// "<node>.<side output>"), its kind (common/sink_kind.h) and the kind's typed
+// spec (e.g. KafkaSinkSpec, declared beside its sink in worker/connectors/).
 struct SinkSpec {
-  std::string from;  // a source, an operator, or "<node>.<side output>"
-  // kDiscard: results are serialized and dropped (benchmarks, dry runs).
-  enum class Kind { kFile, kKafka, kStdout, kPostgres, kDiscard, kClickHouse } kind = Kind::kFile;
-  std::string path;       // file
-  std::string topic;      // kafka
-  std::string bootstrap;  // kafka; empty: the embedded broker
-  // kafka.mode: kChangelog (default) produces every revision, in order;
-  // kUpsert produces only the highest revision per key within a flush
-  // (compaction-friendly, for readers that only want the latest result).
-  enum class KafkaMode { kUpsert, kChangelog } kafka_mode = KafkaMode::kChangelog;
-  // kafka.exactly_once: a transactional producer whose transaction commits
-  // with each checkpoint (needs spec.checkpoint.interval > 0). Default false:
-  // idempotent producer, at-least-once.
-  bool exactly_once = false;
-  std::string dsn;    // postgres: libpq connection string or postgresql:// URI
-  std::string table;  // postgres: [schema.]table, SQL identifiers (see IsSqlIdentifier);
-                      // clickhouse: the table (an identifier)
-  // clickhouse: the server's HTTP interface (http://host:port), the database
-  // (default "default"), the user (default "default") and a file holding the
-  // password (no secrets in the job YAML; empty: no password).
-  std::string url;
-  std::string database = "default";
-  std::string user = "default";
-  std::string password_file;
+  std::string from;
+  const SinkKind* kind = nullptr;  // null only in a spec that has errors
+  std::any config;
 
+  template <class T>
+  const T* As() const {
+    return std::any_cast<T>(&config);
+  }
+  template <class T>
+  T* Mutable() {
+    return std::any_cast<T>(&config);
+  }
+  template <class T>
+  const T& Get() const {
+    const T* t = As<T>();
+    CARAVELA_CHECK(t != nullptr);
+    return *t;
+  }
+  std::string_view kind_name() const;
+  bool is(std::string_view kind_name) const;
   // "file:PATH", "kafka:TOPIC", "postgres:TABLE", "clickhouse:DB.TABLE",
   // "discard" or "stdout": the metrics' `sink` label and `caravela reconcile
   // --sink`.
@@ -160,8 +162,9 @@ struct S3Url {
 absl::StatusOr<S3Url> ParseS3Url(std::string_view url);
 
 struct CheckpointSpec {
-  int64_t interval = 0;  // 0 = no checkpoints
-  std::string storage;
+  int64_t interval = 0;                   // 0 = no checkpoints
+  std::string storage;                    // a URL; empty: file://<data dir>/checkpoints
+  const StorageScheme* scheme = nullptr;  // of `storage` (null when empty)
   int retain = 3;
 };
 

@@ -13,6 +13,10 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/connectors/clickhouse_sink.h"
+#include "worker/connectors/file_connectors.h"
+#include "worker/connectors/kafka_sink.h"
+#include "worker/connectors/postgres_sink.h"
 #include "worker/operators/basic_operators.h"
 #include "worker/operators/dedup_operator.h"
 #include "worker/operators/interval_join_operator.h"
@@ -150,12 +154,12 @@ TEST(JobSpecTest, ParsesTheSpecExample) {
 
   ASSERT_EQ(j.sinks.size(), 2u);
   EXPECT_EQ(j.sinks[0].from, "revenue");
-  EXPECT_EQ(j.sinks[0].kind, SinkSpec::Kind::kKafka);
-  EXPECT_EQ(j.sinks[0].topic, "hourly-revenue");
-  EXPECT_EQ(j.sinks[0].bootstrap, "");
+  EXPECT_EQ(j.sinks[0].kind_name(), "kafka");
+  EXPECT_EQ(j.sinks[0].Get<KafkaSinkSpec>().topic, "hourly-revenue");
+  EXPECT_EQ(j.sinks[0].Get<KafkaSinkSpec>().bootstrap, "");
   EXPECT_EQ(j.sinks[1].from, "unique.conflicts");
-  EXPECT_EQ(j.sinks[1].kind, SinkSpec::Kind::kFile);
-  EXPECT_EQ(j.sinks[1].path, "out/conflicts.jsonl");
+  EXPECT_EQ(j.sinks[1].kind_name(), "file");
+  EXPECT_EQ(j.sinks[1].Get<FileSinkSpec>().path, "out/conflicts.jsonl");
 
   EXPECT_EQ(j.FindSource("purchases"), &j.sources[0]);
   EXPECT_EQ(j.FindSource("unique"), nullptr);
@@ -260,11 +264,11 @@ spec:
   EXPECT_EQ(j.operators[4].Get<WindowSpec>().gap, 600'000);
 
   ASSERT_EQ(j.sinks.size(), 5u);
-  EXPECT_EQ(j.sinks[0].kind, SinkSpec::Kind::kStdout);
-  EXPECT_EQ(j.sinks[1].kind, SinkSpec::Kind::kStdout);
-  EXPECT_EQ(j.sinks[2].kind, SinkSpec::Kind::kKafka);
-  EXPECT_EQ(j.sinks[2].bootstrap, "b:1");
-  EXPECT_EQ(j.sinks[4].kind, SinkSpec::Kind::kStdout);
+  EXPECT_EQ(j.sinks[0].kind_name(), "stdout");
+  EXPECT_EQ(j.sinks[1].kind_name(), "stdout");
+  EXPECT_EQ(j.sinks[2].kind_name(), "kafka");
+  EXPECT_EQ(j.sinks[2].Get<KafkaSinkSpec>().bootstrap, "b:1");
+  EXPECT_EQ(j.sinks[4].kind_name(), "stdout");
   EXPECT_FALSE(j.NeedsEmbeddedBroker());
 }
 
@@ -569,15 +573,15 @@ TEST(JobSpecTest, ClickHouseSink) {
           "table: t, user: writer, password_file: ch-password}}\n"));
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
   ASSERT_EQ(r.spec.sinks.size(), 2u);
-  EXPECT_EQ(r.spec.sinks[0].kind, SinkSpec::Kind::kClickHouse);
-  EXPECT_EQ(r.spec.sinks[0].url, "http://127.0.0.1:8123");
-  EXPECT_EQ(r.spec.sinks[0].database, "default");
-  EXPECT_EQ(r.spec.sinks[0].user, "default");
+  EXPECT_EQ(r.spec.sinks[0].kind_name(), "clickhouse");
+  EXPECT_EQ(r.spec.sinks[0].Get<ClickHouseSinkSpec>().url, "http://127.0.0.1:8123");
+  EXPECT_EQ(r.spec.sinks[0].Get<ClickHouseSinkSpec>().database, "default");
+  EXPECT_EQ(r.spec.sinks[0].Get<ClickHouseSinkSpec>().user, "default");
   EXPECT_EQ(r.spec.sinks[0].Label(), "clickhouse:default.hourly");
-  EXPECT_EQ(r.spec.sinks[1].database, "analytics");
-  EXPECT_EQ(r.spec.sinks[1].user, "writer");
+  EXPECT_EQ(r.spec.sinks[1].Get<ClickHouseSinkSpec>().database, "analytics");
+  EXPECT_EQ(r.spec.sinks[1].Get<ClickHouseSinkSpec>().user, "writer");
   r.spec.ResolvePaths("/etc/jobs");
-  EXPECT_EQ(r.spec.sinks[1].password_file, "/etc/jobs/ch-password");
+  EXPECT_EQ(r.spec.sinks[1].Get<ClickHouseSinkSpec>().password_file, "/etc/jobs/ch-password");
 
   EXPECT_THAT(JobErrors("", "    - {from: src, clickhouse: {table: t}}\n"),
               ElementsAre("spec.sinks[0].clickhouse.url: required field is missing"));
@@ -603,10 +607,11 @@ TEST(JobSpecTest, PostgresSink) {
           "    - {from: src, postgres: {dsn: \"postgresql://u@h/db\", table: An_1.T_2}}\n"));
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
   ASSERT_EQ(r.spec.sinks.size(), 2u);
-  EXPECT_EQ(r.spec.sinks[0].kind, SinkSpec::Kind::kPostgres);
-  EXPECT_EQ(r.spec.sinks[0].dsn, "host=127.0.0.1 port=5432 dbname=x user=y");
-  EXPECT_EQ(r.spec.sinks[0].table, "hourly_revenue");
-  EXPECT_EQ(r.spec.sinks[1].table, "An_1.T_2");
+  EXPECT_EQ(r.spec.sinks[0].kind_name(), "postgres");
+  EXPECT_EQ(r.spec.sinks[0].Get<PostgresSinkSpec>().dsn,
+            "host=127.0.0.1 port=5432 dbname=x user=y");
+  EXPECT_EQ(r.spec.sinks[0].Get<PostgresSinkSpec>().table, "hourly_revenue");
+  EXPECT_EQ(r.spec.sinks[1].Get<PostgresSinkSpec>().table, "An_1.T_2");
   EXPECT_FALSE(r.spec.NeedsEmbeddedBroker());
 
   EXPECT_THAT(JobErrors("", "    - {from: src, postgres: {dsn: \"dbname=x\"}}\n"),
@@ -643,11 +648,11 @@ TEST(JobSpecTest, KafkaSinkModes) {
                                    "exactly_once: false}}\n"));
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
   ASSERT_EQ(r.spec.sinks.size(), 3u);
-  EXPECT_EQ(r.spec.sinks[0].kafka_mode, SinkSpec::KafkaMode::kChangelog);  // default
-  EXPECT_FALSE(r.spec.sinks[0].exactly_once);                              // default
-  EXPECT_EQ(r.spec.sinks[1].kafka_mode, SinkSpec::KafkaMode::kChangelog);
-  EXPECT_EQ(r.spec.sinks[2].kafka_mode, SinkSpec::KafkaMode::kUpsert);
-  EXPECT_FALSE(r.spec.sinks[2].exactly_once);
+  EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().mode, KafkaSinkSpec::Mode::kChangelog);  // default
+  EXPECT_FALSE(r.spec.sinks[0].Get<KafkaSinkSpec>().exactly_once);                        // default
+  EXPECT_EQ(r.spec.sinks[1].Get<KafkaSinkSpec>().mode, KafkaSinkSpec::Mode::kChangelog);
+  EXPECT_EQ(r.spec.sinks[2].Get<KafkaSinkSpec>().mode, KafkaSinkSpec::Mode::kUpsert);
+  EXPECT_FALSE(r.spec.sinks[2].Get<KafkaSinkSpec>().exactly_once);
 
   // exactly_once needs checkpoints: the transaction commits with each one.
   std::string with_checkpoints =
@@ -656,8 +661,8 @@ TEST(JobSpecTest, KafkaSinkModes) {
                            "spec:\n  checkpoint: {interval: 10s, storage: \"file:///tmp/c\"}\n");
   r = ParseJobSpec(with_checkpoints);
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
-  EXPECT_TRUE(r.spec.sinks[0].exactly_once);
-  EXPECT_EQ(r.spec.sinks[0].kafka_mode, SinkSpec::KafkaMode::kChangelog);
+  EXPECT_TRUE(r.spec.sinks[0].Get<KafkaSinkSpec>().exactly_once);
+  EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().mode, KafkaSinkSpec::Mode::kChangelog);
   EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, exactly_once: true}}\n"),
               ElementsAre("spec.sinks[0].kafka.exactly_once: needs checkpoints "
                           "(spec.checkpoint.interval > 0): the Kafka transaction commits with "
@@ -1085,11 +1090,11 @@ TEST(JobSpecTest, ResolvePaths) {
   ParseResult r = ParseJobSpec(kExample);
   ASSERT_TRUE(r.ok());
   r.spec.dead_letter_path = "dl.jsonl";
-  r.spec.sinks[0].path = "ignored-not-a-file-sink";
+  r.spec.sinks[0].Mutable<KafkaSinkSpec>()->topic = "ignored-not-a-file-sink";
   r.spec.ResolvePaths("/jobs/x");
   EXPECT_EQ(r.spec.sources[0].file.path, "/jobs/x/in.jsonl");
-  EXPECT_EQ(r.spec.sinks[1].path, "/jobs/x/out/conflicts.jsonl");
-  EXPECT_EQ(r.spec.sinks[0].path, "ignored-not-a-file-sink");
+  EXPECT_EQ(r.spec.sinks[1].Get<FileSinkSpec>().path, "/jobs/x/out/conflicts.jsonl");
+  EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().topic, "ignored-not-a-file-sink");
   EXPECT_EQ(r.spec.dead_letter_path, "/jobs/x/dl.jsonl");
   r.spec.sources[0].file.path = "/abs/in.jsonl";
   r.spec.ResolvePaths("/elsewhere");
@@ -1108,7 +1113,8 @@ TEST(JobSpecTest, LoadJobSpecResolvesAgainstTheFilesDirectory) {
   ParseResult r = LoadJobSpec(file);
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
   EXPECT_EQ(r.spec.sources[0].file.path, (dir / "jobs" / "in.jsonl").string());
-  EXPECT_EQ(r.spec.sinks[1].path, (dir / "jobs" / "out" / "conflicts.jsonl").string());
+  EXPECT_EQ(r.spec.sinks[1].Get<FileSinkSpec>().path,
+            (dir / "jobs" / "out" / "conflicts.jsonl").string());
 
   ParseResult missing = LoadJobSpec((dir / "nope.yaml").string());
   ASSERT_EQ(missing.errors.size(), 1u);

@@ -12,9 +12,9 @@
 //   Plan()        its partitioning rule (common/job_plan.h);
 //   Create()      its operator (worker/operators/operator.h).
 //
-// The builtin kinds are listed in worker/registry/builtin_kinds.cc; the job
-// parser, the planner and the task's graph building look kinds up by name
-// and never switch on one.
+// The builtin kinds are listed in worker/registry/builtin_kinds.cc
+// (common/kind_registry.h); the job parser, the planner and the task's graph
+// building look kinds up by name and never switch on one.
 #pragma once
 
 #include <any>
@@ -70,35 +70,6 @@ class OperatorKind {
   // A new operator for one task.
   virtual absl::StatusOr<std::unique_ptr<Operator>> Create(
       const OperatorSpec& op, const OperatorBuildContext& ctx) const = 0;
-};
-
-// Kinds by name. Each kind is registered once; lookups are by YAML key.
-template <class Kind>
-class KindList {
- public:
-  // `kind` must outlive the list (kinds are static objects).
-  void Add(const Kind* kind) { kinds_.push_back(kind); }
-  const Kind* Find(std::string_view name) const {
-    for (const Kind* k : kinds_) {
-      if (k->name() == name) return k;
-    }
-    return nullptr;
-  }
-  std::vector<std::string_view> Names() const {
-    std::vector<std::string_view> out;
-    for (const Kind* k : kinds_) out.push_back(k->name());
-    return out;
-  }
-  const std::vector<const Kind*>& all() const { return kinds_; }
-
- private:
-  std::vector<const Kind*> kinds_;
-};
-
-// Every kind the engine knows (BuiltinKinds() in worker/registry/ gives the
-// builtin ones; tests may make their own).
-struct KindRegistry {
-  KindList<OperatorKind> operators;
 };
 
 }  // namespace caravela

@@ -155,4 +155,12 @@ struct OperatorParseContext {
   }
 };
 
+// What a sink kind's parser reads from (SinkKind::Parse).
+struct SinkParseContext {
+  SpecReader& r;
+  const YAML::Node& node;  // the kind's value, e.g. what `kafka:` maps to
+  std::string path;        // its YAML path, e.g. spec.sinks[1].kafka
+  const JobSpec& job;      // what is parsed so far (checkpoint, sources, operators)
+};
+
 }  // namespace caravela

@@ -77,12 +77,14 @@ class CheckpointStorage {
   }
 };
 
-// Opens the storage named by `url`:
+// Opens the storage named by `url` through its scheme (common/storage_scheme.h,
+// the builtin schemes listed in worker/registry/builtin_kinds.cc, which
+// defines this function):
 //   file:///absolute/dir  -> FileStorage rooted at /absolute/dir (created if
 //                            missing), e.g. a local disk, NFS or PVC mount.
 //   s3://bucket/prefix    -> S3Storage (s3_storage.h; endpoint, region and
 //                            credentials from the environment).
-// Anything else is InvalidArgument naming the URL and the expected form.
+// Anything else is InvalidArgument naming the URL and the expected forms.
 absl::StatusOr<std::unique_ptr<CheckpointStorage>> OpenCheckpointStorage(const std::string& url);
 
 // The job's epoch counter stored at `key` (a decimal integer, see

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/failpoint.h"
-#include "worker/checkpoint/s3_storage.h"
+#include "common/storage_scheme.h"
 
 namespace caravela {
 namespace {
@@ -375,23 +375,35 @@ absl::StatusOr<std::optional<int64_t>> ReadEpoch(CheckpointStorage& storage, std
   return v;
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointStorage>> OpenCheckpointStorage(const std::string& url) {
-  constexpr absl::string_view kExpected =
-      "expected file:///absolute/dir (a local, NFS or PVC directory) or s3://bucket/prefix";
-  if (absl::StartsWith(url, "file://")) {
+namespace {
+
+// file:///absolute/dir: a FileStorage rooted there (created if missing).
+class FileScheme final : public StorageScheme {
+ public:
+  std::string_view name() const override { return "file"; }
+  std::string_view example() const override {
+    return "file:///absolute/dir (a local, NFS or PVC directory)";
+  }
+  bool Matches(std::string_view url) const override { return url.size() > strlen("file://"); }
+  std::string LocalPath(std::string_view url) const override {
+    return std::string(url.substr(strlen("file://")));
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointStorage>> Open(const std::string& url) const override {
     std::string path = url.substr(strlen("file://"));
     if (path.empty() || path[0] != '/') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint storage URL '", url, "' has no absolute path; ", kExpected));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint storage URL '", url,
+                                                     "' has no absolute path; expected ",
+                                                     std::string(example())));
     }
     return OpenFileStorage(path);
   }
-  if (absl::StartsWith(url, "s3://")) {
-    ASSIGN_OR_RETURN(S3Config config, S3ConfigFromEnvironment(url));
-    return OpenS3Storage(config);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unsupported checkpoint storage URL '", url, "'; ", kExpected));
+};
+
+}  // namespace
+
+const StorageScheme& FileStorageScheme() {
+  static const FileScheme scheme;
+  return scheme;
 }
 
 }  // namespace caravela

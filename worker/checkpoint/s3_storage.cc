@@ -27,6 +27,7 @@
 #include "common/failpoint.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
+#include "common/storage_scheme.h"
 
 namespace caravela {
 namespace {
@@ -660,6 +661,28 @@ S3Traffic S3TrafficSoFar() {
   t.bytes_written = g_bytes.load();
   t.multipart_uploads = g_multipart.load();
   return t;
+}
+
+namespace {
+
+// s3://bucket/prefix: an S3Storage, its endpoint, region and credentials from
+// the environment (S3ConfigFromEnvironment).
+class S3Scheme final : public StorageScheme {
+ public:
+  std::string_view name() const override { return "s3"; }
+  std::string_view example() const override { return "s3://bucket/prefix"; }
+  absl::Status Validate(std::string_view url) const override { return ParseS3Url(url).status(); }
+  absl::StatusOr<std::unique_ptr<CheckpointStorage>> Open(const std::string& url) const override {
+    ASSIGN_OR_RETURN(S3Config config, S3ConfigFromEnvironment(url));
+    return OpenS3Storage(config);
+  }
+};
+
+}  // namespace
+
+const StorageScheme& S3StorageScheme() {
+  static const S3Scheme scheme;
+  return scheme;
 }
 
 }  // namespace caravela

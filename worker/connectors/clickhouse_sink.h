@@ -68,6 +68,18 @@
 
 namespace caravela {
 
+// `clickhouse: {url, database?, table, user?, password_file?}`
+// (clickhouse_sink_kind.cc): the server's HTTP interface, the database
+// (default "default"), the table, the user (default "default") and a file
+// holding the password (no secrets in the job YAML; empty: no password).
+struct ClickHouseSinkSpec {
+  std::string url;
+  std::string database = "default";
+  std::string table;
+  std::string user = "default";
+  std::string password_file;
+};
+
 struct OperatorSpec;
 
 struct ClickHouseSinkOptions {

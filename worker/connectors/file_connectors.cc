@@ -20,6 +20,13 @@
 #include "spdlog/spdlog.h"
 
 namespace caravela {
+
+std::string PartFilePath(const std::string& path, const std::string& part) {
+  std::filesystem::path p(path);
+  std::string stem = p.stem().string();
+  std::string ext = p.extension().string();
+  return (p.parent_path() / absl::StrCat(stem, ".part-", part, ext)).string();
+}
 namespace {
 // 256 KiB: a chunk read is still in L2 when its lines are parsed (1 MiB
 // chunks went through L3 and measured 1-3 % slower; docs/benchmarks.md).

@@ -13,6 +13,15 @@
 
 namespace caravela {
 
+// `file: {path}` (file_sink_kind.cc).
+struct FileSinkSpec {
+  std::string path;
+};
+
+// "out/revenue.jsonl" -> "out/revenue.part-2.jsonl" (a part file per task of
+// a parallel job; see docs/semantics.md "Parallel jobs").
+std::string PartFilePath(const std::string& path, const std::string& part);
+
 class FileSource : public RawSource {
  public:
   explicit FileSource(std::string path) : path_(std::move(path)) {}

@@ -55,6 +55,20 @@ typedef struct rd_kafka_message_s rd_kafka_message_t;
 
 namespace caravela {
 
+// `kafka: {topic, bootstrap, mode, exactly_once}` (kafka_sink_kind.cc).
+struct KafkaSinkSpec {
+  std::string topic;
+  std::string bootstrap;  // empty: the embedded broker
+  // mode: kChangelog (default) produces every revision, in order; kUpsert
+  // produces only the highest revision per key within a flush
+  // (compaction-friendly, for readers that only want the latest result).
+  enum class Mode { kUpsert, kChangelog } mode = Mode::kChangelog;
+  // A transactional producer whose transaction commits with each checkpoint
+  // (needs spec.checkpoint.interval > 0). Default false: idempotent
+  // producer, at-least-once.
+  bool exactly_once = false;
+};
+
 struct KafkaSinkOptions {
   std::string bootstrap;  // "host:port[,host:port...]"
   std::string topic;

@@ -401,4 +401,24 @@ absl::Status KafkaSource::CommitOffsets(const std::vector<int64_t>& next_offsets
   return absl::OkStatus();
 }
 
+absl::Status ForEachKafkaMessage(const std::string& bootstrap, const std::string& topic,
+                                 int open_timeout_ms,
+                                 const std::function<void(const RawMessage&)>& f) {
+  KafkaSourceOptions o;
+  o.bootstrap = bootstrap;
+  o.topic = topic;
+  o.start = "earliest";
+  o.open_timeout_ms = open_timeout_ms;
+  // A bounded read: an empty partition's fetch should not wait long (the
+  // mock broker answers it only when the wait ends).
+  o.config["fetch.wait.max.ms"] = "5";
+  KafkaSource source(o);
+  absl::Status st = source.Open();
+  if (st.ok()) st = source.StopAtCurrentEnd();
+  while (st.ok() && !source.Exhausted()) st = source.Poll(10000, 100, f).status();
+  if (st.ok()) return st;
+  return absl::Status(st.code(),
+                      absl::StrCat("kafka ", topic, " at ", bootstrap, ": ", st.message()));
+}
+
 }  // namespace caravela

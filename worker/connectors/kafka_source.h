@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -141,5 +142,12 @@ absl::StatusOr<int> AwaitTopicPartitions(rd_kafka_t* rk, const std::string& boot
                                          const std::string& topic, bool name_topic, int timeout_ms);
 // Sets one property; InvalidArgument names the bad property.
 absl::Status SetKafkaConf(rd_kafka_conf_t* conf, const std::string& name, const std::string& value);
+
+// Calls `f` with every message of `topic` from its start to its current end
+// (a bounded read: `caravela reconcile` reading a sink or an audit trail
+// back). Errors name the topic and the broker.
+absl::Status ForEachKafkaMessage(const std::string& bootstrap, const std::string& topic,
+                                 int open_timeout_ms,
+                                 const std::function<void(const RawMessage&)>& f);
 
 }  // namespace caravela

@@ -73,6 +73,12 @@ typedef struct pg_result PGresult;
 
 namespace caravela {
 
+// `postgres: {dsn, table}` (postgres_sink_kind.cc).
+struct PostgresSinkSpec {
+  std::string dsn;    // libpq connection string or postgresql:// URI
+  std::string table;  // [schema.]table, SQL identifiers (IsSqlIdentifier)
+};
+
 // The DSN with its password hidden, for messages.
 std::string MaskPostgresDsn(std::string_view dsn);
 // A libpq error message on one line, without its trailing newline.

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/connectors/sink_factory.h"
+#include "worker/registry/builtin_kinds.h"
 #include "worker/testing/postgres_server.h"
 
 namespace caravela {
@@ -482,9 +483,8 @@ TEST_F(PostgresSinkTest, WriteFlushesWhenTheBufferIsFull) {
 TEST_F(PostgresSinkTest, SchemaQualifiedTableAndFactory) {
   ASSERT_TRUE(server_->Exec("CREATE SCHEMA analytics").ok());
   SinkSpec spec;
-  spec.kind = SinkSpec::Kind::kPostgres;
-  spec.dsn = server_->Dsn();
-  spec.table = "Analytics.Hourly";
+  spec.kind = BuiltinKinds().sinks.Find("postgres");
+  spec.config = PostgresSinkSpec{server_->Dsn(), "Analytics.Hourly"};
   SinkContext ctx;
   ctx.epoch = 7;
   ctx.sink_index = 3;
@@ -499,7 +499,7 @@ TEST_F(PostgresSinkTest, SchemaQualifiedTableAndFactory) {
   EXPECT_THAT(Query("SELECT epoch FROM analytics.hourly"), ElementsAre(ElementsAre("7")));
 
   // The factory names the sink's YAML path in errors.
-  spec.dsn = "host=127.0.0.1 port=1";
+  spec.Mutable<PostgresSinkSpec>()->dsn = "host=127.0.0.1 port=1";
   made = MakeSink(spec, ctx);
   ASSERT_TRUE(made.ok());
   EXPECT_THAT((*made)->Open().message(), HasSubstr("spec.sinks[3].postgres: cannot connect"));

@@ -1,5 +1,6 @@
-// Builds the sink a job's `spec.sinks[i]` describes. New sink kinds are added
-// here (and in job_spec's SinkSpec), not in the runtime.
+// Builds the sink a job's `spec.sinks[i]` describes, through its kind
+// (common/sink_kind.h; the kinds are *_sink_kind.cc here, listed in
+// worker/registry/builtin_kinds.cc).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,6 @@
 
 #include "common/job_spec.h"
 #include "common/status.h"
-#include "worker/connectors/clickhouse_sink.h"
 #include "worker/connectors/sink.h"
 
 namespace caravela {
@@ -36,11 +36,10 @@ struct SinkContext {
   // side output): what the sink may know of them beforehand (ClickHouse's
   // column types).
   const OperatorSpec* from = nullptr;
+  // The writer publishes one batch, flushed once (`caravela reconcile
+  // --apply`): no transactions.
+  bool single_batch = false;
 };
-
-// The connection and table of a `clickhouse:` sink spec (no type hints, no
-// YAML path), for the sink and for reading its table back.
-ClickHouseSinkOptions ClickHouseOptionsOf(const SinkSpec& spec);
 
 // Returns the sink, not yet opened.
 absl::StatusOr<std::unique_ptr<Sink>> MakeSink(const SinkSpec& spec, const SinkContext& ctx);

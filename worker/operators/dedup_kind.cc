@@ -2,6 +2,7 @@
 // record of each id within the retention (DedupOperator, dedup_operator.h);
 // side outputs `conflicts` and `too_late`. Keyed by `id`.
 #include "common/job_plan.h"
+#include "common/operator_kind.h"
 #include "common/spec_reader.h"
 #include "worker/operators/dedup_operator.h"
 

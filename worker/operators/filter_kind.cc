@@ -2,6 +2,7 @@
 // expression `where` is true (FilterOperator, basic_operators.h). Runs with
 // its input and keeps its partitioning.
 #include "common/job_plan.h"
+#include "common/operator_kind.h"
 #include "common/spec_reader.h"
 #include "worker/operators/basic_operators.h"
 

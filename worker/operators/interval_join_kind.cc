@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/expr.h"
 #include "common/job_plan.h"
+#include "common/operator_kind.h"
 #include "common/spec_reader.h"
 #include "worker/operators/interval_join_operator.h"
 #include "worker/operators/join_kinds.h"

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/job_plan.h"
+#include "common/operator_kind.h"
 #include "common/spec_reader.h"
 #include "worker/operators/basic_operators.h"
 

@@ -8,6 +8,7 @@
 //    (broadcast). Runs with the stream.
 #include "absl/strings/str_cat.h"
 #include "common/job_plan.h"
+#include "common/operator_kind.h"
 #include "common/spec_reader.h"
 #include "worker/operators/join_kinds.h"
 #include "worker/operators/table_join_operators.h"

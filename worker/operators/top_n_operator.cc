@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/expr.h"
 #include "common/job_plan.h"
+#include "common/operator_kind.h"
 #include "common/json.h"
 #include "common/spec_reader.h"
 #include "common/time_util.h"

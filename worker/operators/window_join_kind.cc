@@ -3,6 +3,7 @@
 // window_join_operator.h); side output `too_late`. Keyed by `on` on both
 // inputs; the output is unpartitioned.
 #include "common/job_plan.h"
+#include "common/operator_kind.h"
 #include "common/spec_reader.h"
 #include "worker/operators/join_kinds.h"
 #include "worker/operators/window_join_operator.h"

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_plan.h"
+#include "common/operator_kind.h"
 #include "common/spec_reader.h"
 #include "worker/operators/window_operator.h"
 

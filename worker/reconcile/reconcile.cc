@@ -21,9 +21,8 @@
 #include "absl/strings/str_join.h"
 #include "common/json.h"
 #include "common/logging.h"
-#include "libpq-fe.h"
-#include "worker/connectors/kafka_source.h"
-#include "worker/connectors/postgres_sink.h"
+#include "common/sink_kind.h"
+#include "worker/connectors/file_connectors.h"
 #include "worker/connectors/sink_factory.h"
 #include "worker/operators/dedup_operator.h"
 #include "worker/operators/operator.h"
@@ -76,28 +75,6 @@ absl::Status ForEachLine(const std::string& path, const std::function<void(std::
   return absl::OkStatus();
 }
 
-// Calls `f` with every message of `topic` from its start to its current end.
-// Errors name the topic and the broker.
-absl::Status ForEachKafkaMessage(const std::string& bootstrap, const std::string& topic,
-                                 int open_timeout_ms,
-                                 const std::function<void(const RawMessage&)>& f) {
-  KafkaSourceOptions o;
-  o.bootstrap = bootstrap;
-  o.topic = topic;
-  o.start = "earliest";
-  o.open_timeout_ms = open_timeout_ms;
-  // A bounded read: an empty partition's fetch should not wait long (the
-  // mock broker answers it only when the wait ends).
-  o.config["fetch.wait.max.ms"] = "5";
-  KafkaSource source(o);
-  absl::Status st = source.Open();
-  if (st.ok()) st = source.StopAtCurrentEnd();
-  while (st.ok() && !source.Exhausted()) st = source.Poll(10000, 100, f).status();
-  if (st.ok()) return st;
-  return absl::Status(st.code(),
-                      absl::StrCat("kafka ", topic, " at ", bootstrap, ": ", st.message()));
-}
-
 bool IsWindowSink(const JobSpec& spec, const SinkSpec& s) {
   const OperatorSpec* op = spec.FindOperator(s.from);
   return op != nullptr && op->is("window");
@@ -137,8 +114,9 @@ absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
       const SinkSpec& s = spec.sinks[i];
       if (labels[i] == want) found = i;
       // A relative file path as the user wrote it: the end of the resolved one.
-      if (s.kind == SinkSpec::Kind::kFile && absl::StartsWith(want, "file:") &&
-          absl::EndsWith(s.path, "/" + want.substr(5))) {
+      const FileSinkSpec* file = s.As<FileSinkSpec>();
+      if (file != nullptr && absl::StartsWith(want, "file:") &&
+          absl::EndsWith(file->path, "/" + want.substr(5))) {
         found = i;
       }
     }
@@ -152,10 +130,19 @@ absl::StatusOr<size_t> FindSink(const JobSpec& spec, const std::string& want) {
     return absl::InvalidArgumentError(
         absl::StrCat("--sink ", want, ": it writes the results of ", s.from, "; ", kWhat));
   }
-  if (s.kind == SinkSpec::Kind::kStdout || s.kind == SinkSpec::Kind::kDiscard) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--sink ", want, ": results written to ", s.Label(),
-                     " cannot be read back (file, kafka, postgres and clickhouse sinks can)"));
+  if (!s.kind->readable()) {
+    std::vector<std::string> readable;
+    for (const SinkKind* k : BuiltinKinds().sinks.all()) {
+      if (k->readable()) readable.emplace_back(k->name());
+    }
+    std::string kinds = readable.back();
+    if (readable.size() > 1) {
+      readable.pop_back();
+      kinds = absl::StrCat(absl::StrJoin(readable, ", "), " and ", kinds);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("--sink ", want, ": results written to ",
+                                                   s.Label(), " cannot be read back (", kinds,
+                                                   " sinks can)"));
   }
   return found;
 }
@@ -217,89 +204,14 @@ absl::Status ReadJsonl(const std::string& path, const AddResult& add) {
   });
 }
 
-// The file sink's results: `path` and its part files.
-absl::Status ReadFileSink(const std::string& path, const AddResult& out) {
-  const fs::path p(path);
-  std::vector<std::string> files;
-  std::error_code ec;
-  if (fs::exists(p, ec)) files.push_back(path);
-  const std::string prefix = p.stem().string() + ".part-";
-  const std::string ext = p.extension().string();
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (absl::StartsWith(name, prefix) && absl::EndsWith(name, ext) &&
-        name.find(".pending") == std::string::npos) {
-      files.push_back(e.path().string());
-    }
-  }
-  if (files.empty()) {
-    return absl::NotFoundError(absl::StrCat("file sink ", path,
-                                            ": no results to read back (the file and its "
-                                            "part files are missing); has the job run?"));
-  }
-  std::sort(files.begin(), files.end());
-  for (const std::string& f : files) RETURN_IF_ERROR(ReadJsonl(f, out));
-  return absl::OkStatus();
-}
-
-// The topic from its start to its current end.
-absl::Status ReadKafkaSink(const std::string& bootstrap, const std::string& topic,
-                           const AddResult& out) {
-  absl::Status st = ForEachKafkaMessage(bootstrap, topic, 5000, [&](const RawMessage& m) {
-    // A tombstone (a deletion) is no result: offered as empty, it is refused
-    // and counted with the other skipped messages.
-    out(m.tombstone ? std::string_view() : m.payload);
-  });
-  if (!st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("kafka sink: cannot read it back: ", st.message()));
-  }
-  return absl::OkStatus();
-}
-
-// The table's results (keyed tables: one row per window, its value jsonb).
-absl::Status ReadPostgresSink(const SinkSpec& sink, const AddResult& out) {
-  ASSIGN_OR_RETURN(auto names, PostgresTableNames(sink.table));
-  const std::string where =
-      absl::StrCat("postgres sink ", names.first, " (dsn \"", MaskPostgresDsn(sink.dsn), "\")");
-  std::unique_ptr<PGconn, void (*)(PGconn*)> conn(PQconnectdb(sink.dsn.c_str()), PQfinish);
-  if (PQstatus(conn.get()) != CONNECTION_OK) {
-    return absl::UnavailableError(
-        absl::StrCat(where, ": cannot connect: ", PostgresMessage(PQerrorMessage(conn.get()))));
-  }
-  // Single-row mode: a big table is not held whole by libpq.
-  const std::string sql = absl::StrCat("SELECT value::text FROM ", names.second);
-  if (PQsendQuery(conn.get(), sql.c_str()) != 1 || PQsetSingleRowMode(conn.get()) != 1) {
-    return absl::UnavailableError(
-        absl::StrCat(where, ": ", PostgresMessage(PQerrorMessage(conn.get()))));
-  }
-  absl::Status error;
-  while (PGresult* res = PQgetResult(conn.get())) {
-    const ExecStatusType st = PQresultStatus(res);
-    if (st == PGRES_SINGLE_TUPLE) {
-      out(std::string_view(PQgetvalue(res, 0, 0), static_cast<size_t>(PQgetlength(res, 0, 0))));
-    } else if (st != PGRES_TUPLES_OK && error.ok()) {
-      error = absl::FailedPreconditionError(absl::StrCat(
-          where, ": cannot read it back: ", PostgresMessage(PQresultErrorMessage(res))));
-    }
-    PQclear(res);
-  }
-  return error;
-}
-
 // Calls `f` with every record of the job's audit trail: the too_late outputs
 // it keeps in a file or a topic, and the dead letter. Missing files are
 // skipped (the trail is best effort).
 void ForEachAuditRecord(const JobSpec& spec, const std::string& bootstrap,
                         const std::function<void(std::string_view)>& f) {
   for (const SinkSpec& s : spec.sinks) {
-    if (!absl::EndsWith(s.from, ".too_late")) continue;
-    if (s.kind == SinkSpec::Kind::kFile) {
-      (void)ForEachLine(s.path, f);
-    } else if (s.kind == SinkSpec::Kind::kKafka) {
-      (void)ForEachKafkaMessage(s.bootstrap.empty() ? bootstrap : s.bootstrap, s.topic, 2000,
-                                [&](const RawMessage& m) { f(m.payload); });
-    }
+    if (!absl::EndsWith(s.from, ".too_late") || !s.kind->readable()) continue;
+    (void)s.kind->ReadBack(s, bootstrap, f);
   }
   if (!spec.dead_letter_path.empty()) (void)ForEachLine(spec.dead_letter_path, f);
 }
@@ -580,8 +492,8 @@ JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::
   }
   SinkSpec sink;
   sink.from = window;
-  sink.kind = SinkSpec::Kind::kFile;
-  sink.path = out;
+  sink.kind = BuiltinKinds().sinks.Find("file");
+  sink.config = FileSinkSpec{out};
   s.sinks = {sink};
   s.dead_letter_path = dead_letter;
   return s;
@@ -685,17 +597,18 @@ class AppendFileSink : public Sink {
 // The writer apply publishes through: the sink's own kind, not
 // transactional (one batch, flushed once).
 absl::StatusOr<std::unique_ptr<Sink>> OpenReconcileSink(const SinkSpec& spec,
-                                                        const std::string& job, int64_t epoch) {
+                                                        const std::string& job, int64_t epoch,
+                                                        const std::string& bootstrap) {
   std::unique_ptr<Sink> sink;
-  if (spec.kind == SinkSpec::Kind::kFile) {
-    sink = std::make_unique<AppendFileSink>(spec.path);
+  if (const FileSinkSpec* file = spec.As<FileSinkSpec>()) {
+    sink = std::make_unique<AppendFileSink>(file->path);
   } else {
-    SinkSpec s = spec;
-    s.exactly_once = false;
     SinkContext ctx;
     ctx.job_name = job;
     ctx.epoch = epoch;  // PostgreSQL's epoch column
-    ASSIGN_OR_RETURN(sink, MakeSink(s, ctx));
+    ctx.embedded_bootstrap = bootstrap;
+    ctx.single_batch = true;
+    ASSIGN_OR_RETURN(sink, MakeSink(spec, ctx));
   }
   RETURN_IF_ERROR(sink->Open());
   return sink;
@@ -727,28 +640,10 @@ absl::Status ReadSink(const SinkSpec& sink, const std::string& bootstrap, const 
     ++skipped;
     return false;
   };
-  absl::Status st;
-  switch (sink.kind) {
-    case SinkSpec::Kind::kFile:
-      st = ReadFileSink(sink.path, counted);
-      break;
-    case SinkSpec::Kind::kPostgres:
-      st = ReadPostgresSink(sink, counted);
-      break;
-    case SinkSpec::Kind::kClickHouse:
-      // The table's `_result` column; a ReplacingMergeTree may still hold
-      // older revisions next to the newest, which the caller keeps.
-      st = ReadClickHouseResults(ClickHouseOptionsOf(sink),
-                                 [&](std::string_view json) { counted(json); });
-      break;
-    case SinkSpec::Kind::kKafka:
-      st = ReadKafkaSink(sink.bootstrap.empty() ? bootstrap : sink.bootstrap, sink.topic, counted);
-      break;
-    case SinkSpec::Kind::kStdout:
-    case SinkSpec::Kind::kDiscard:
-      // Refused by the --sink check.
-      return absl::InvalidArgumentError(absl::StrCat(sink.Label(), " cannot be read back"));
-  }
+  // A ClickHouse table may still hold older revisions next to the newest,
+  // which the caller keeps apart.
+  const absl::Status st =
+      sink.kind->ReadBack(sink, bootstrap, [&](std::string_view json) { counted(json); });
   RETURN_IF_ERROR(st);
   if (skipped > 0) {
     ReconcileLogger()->warn(
@@ -904,15 +799,12 @@ absl::Status ReconcileWindows(const JobSpec& spec, const SinkSpec& sink, const O
   if (!options.apply) return absl::OkStatus();
 
   // Through the job's own sink: one writer, committed like a checkpoint.
-  SinkSpec target = sink;
-  if (target.kind == SinkSpec::Kind::kKafka && target.bootstrap.empty()) {
-    target.bootstrap = options.bootstrap;
-  }
   int64_t epoch = 0;
   for (const ReconcileDifference& d : report->differences) {
     epoch = std::max(epoch, ReconciledRevision(d.sink_revision) / kEpochStride);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Sink> writer, OpenReconcileSink(target, spec.name, epoch));
+  ASSIGN_OR_RETURN(std::unique_ptr<Sink> writer,
+                   OpenReconcileSink(sink, spec.name, epoch, options.bootstrap));
   for (ReconcileDifference& d : report->differences) {
     if (d.recomputed.empty()) continue;  // nothing to publish for a window only the sink has
     SinkRecord r;
@@ -952,12 +844,11 @@ absl::Status ReconcileJoinRows(const JobSpec& spec, const SinkSpec& sink, const 
         if (ra != nullptr) d.sink = ra->json;
         if (rb != nullptr) d.recomputed = rb->json;
         if (na > 0 && nb > 0) {
-          d.causes.push_back(absl::StrCat("the sink holds ", na,
-                                          " copies of the row, the recomputation ", nb,
-                                          na > nb && sink.kind != SinkSpec::Kind::kFile
-                                              ? " (a sink without transactions may repeat rows "
-                                                "after a recovery)"
-                                              : ""));
+          d.causes.push_back(absl::StrCat(
+              "the sink holds ", na, " copies of the row, the recomputation ", nb,
+              na > nb && !sink.is("file") ? " (a sink without transactions may repeat rows "
+                                            "after a recovery)"
+                                          : ""));
         }
         report->differences.push_back(std::move(d));
       });

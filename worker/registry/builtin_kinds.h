@@ -2,14 +2,15 @@
 //
 // Adding an operator kind: its descriptor in a file of its own under
 // worker/operators/ (worker/operators/README.md) and one line in the list in
-// builtin_kinds.cc.
+// builtin_kinds.cc; a sink kind: the same under worker/connectors/
+// (*_sink_kind.cc, worker/connectors/README.md).
 #pragma once
 
 #include <string>
 #include <string_view>
 
 #include "common/job_spec.h"
-#include "common/operator_kind.h"
+#include "common/kind_registry.h"
 
 namespace caravela {
 

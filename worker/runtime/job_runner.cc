@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/failpoint.h"
 #include "common/logging.h"
+#include "common/sink_kind.h"
 #include "common/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_storage.h"
@@ -91,7 +92,8 @@ std::string JobKafkaBootstrap(const JobSpec& spec, const std::string& embedded_b
     }
   }
   for (const SinkSpec& ss : spec.sinks) {
-    if (ss.kind == SinkSpec::Kind::kKafka && !ss.bootstrap.empty()) return ss.bootstrap;
+    const std::optional<std::string> bootstrap = ss.kind->KafkaBootstrap(ss);
+    if (bootstrap.has_value() && !bootstrap->empty()) return *bootstrap;
   }
   return embedded_bootstrap;
 }
@@ -144,11 +146,9 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
         " are copies of its checkpoints: give it spec.checkpoint (or run with --parallelism 1)"));
   }
   for (size_t i = 0; i < spec.sinks.size(); ++i) {
-    if (spec.sinks[i].exactly_once) {
-      return absl::UnimplementedError(
-          absl::StrCat("spec.sinks[", i, "].kafka.exactly_once with parallelism ", im.parallelism,
-                       " is not supported yet (one transaction per task is not coordinated); use "
-                       "parallelism 1 or the default at-least-once mode with revisions"));
+    const SinkSpec& sink = spec.sinks[i];
+    if (std::string why = sink.kind->WhyNotParallel(sink, im.parallelism); !why.empty()) {
+      return absl::UnimplementedError(absl::StrCat("spec.sinks[", i, "].", why));
     }
   }
 

@@ -22,8 +22,11 @@
 #include "common/failpoint.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "common/operator_kind.h"
+#include "common/sink_kind.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
+#include "worker/checkpoint/manifest_fields.h"
 #include "worker/connectors/file_connectors.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
@@ -68,7 +71,6 @@ using task_internal::kMissingEventTime;
 using task_internal::kTombstone;
 using task_internal::kValidRecord;
 using task_internal::MinOverActiveInputs;
-using task_internal::PartFilePath;
 
 }  // namespace
 
@@ -232,9 +234,7 @@ absl::StatusOr<std::unique_ptr<RawSource>> Task::Impl::OpenRawSource(
 absl::StatusOr<std::unique_ptr<Sink>> Task::Impl::OpenTaskSink(size_t sink_index, int index,
                                                                int global_id) {
   SinkSpec ss = spec.sinks[sink_index];
-  if (parallel() && stage->tasks > 1 && ss.kind == SinkSpec::Kind::kFile) {
-    ss.path = PartFilePath(ss.path, std::to_string(index));
-  }
+  if (parallel() && stage->tasks > 1) ss.kind->ForTask(ss, index);
   SinkContext sc;
   sc.job_name = spec.name;
   sc.embedded_bootstrap = options.embedded_bootstrap;
@@ -1325,14 +1325,8 @@ absl::Status Task::Impl::CheckSameGraph(const CheckpointManifest& m) const {
 }
 
 absl::Status Task::Impl::ApplyManifest(const CheckpointManifest& m) {
-  const auto& extra = m.extra();
-  auto get = [&](const std::string& k) -> const std::string* {
-    auto it = extra.find(k);
-    return it == extra.end() ? nullptr : &it->second;
-  };
-  if (const std::string* now = get("clock"); now != nullptr && arrival_mode) {
-    int64_t t = 0;
-    if (absl::SimpleAtoi(*now, &t)) manual_clock.Set(t);
+  if (const std::optional<int64_t> now = ManifestClock(m); now.has_value() && arrival_mode) {
+    manual_clock.Set(*now);
   }
   for (const auto& sc : m.sources()) {
     int id = NodeId(sc.name());
@@ -1353,30 +1347,27 @@ absl::Status Task::Impl::ApplyManifest(const CheckpointManifest& m) {
     ASSIGN_OR_RETURN(src.raw, OpenRawSource(*src.spec, src.owned, start));
     src.applied = src.raw->Positions();
     src.ResetLiveApplied();
-    if (const std::string* wm = get("wm/" + sc.name())) {
+    if (const std::optional<std::string> wm = SourceWatermarkState(m, sc)) {
       if (!src.wm->Import(*wm)) {
         return absl::DataLossError(absl::StrCat("checkpoint ", m.checkpoint_id(),
                                                 ": bad watermark state of source ", sc.name()));
       }
     }
-    if (const std::string* pids = get("pids/" + sc.name())) {
-      int n = 0;
-      for (absl::string_view v : absl::StrSplit(*pids, '\n', absl::SkipEmpty())) {
-        src.partition_ids.emplace(std::string(v), n++);
-      }
-    }
-    if (const std::string* la = get("last_arrival/" + sc.name())) {
-      if (absl::SimpleAtoi(*la, &src.last_arrival)) src.applied_arrival = src.last_arrival;
+    int n = 0;
+    for (std::string& v : SourcePartitionIds(m, sc)) src.partition_ids.emplace(std::move(v), n++);
+    if (const std::optional<int64_t> la = SourceLastArrival(m, sc)) {
+      src.last_arrival = *la;
+      src.applied_arrival = src.last_arrival;
     }
   }
   for (const auto& oc : m.operators()) {
     int id = NodeId(oc.name());
-    int64_t w = kMinTime;
-    if (id < S() || !absl::SimpleAtoi(oc.state(), &w)) {
+    const std::optional<int64_t> w = OperatorWatermark(oc);
+    if (id < S() || !w.has_value()) {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", m.checkpoint_id(), ": bad state of operator ", oc.name()));
     }
-    ops[id - S()].ctx->set_watermark(w);
+    ops[id - S()].ctx->set_watermark(*w);
   }
   // Table pointers died with the old state: operators reopen theirs, with
   // the clock and watermarks of the checkpoint (timers are armed from them).
@@ -1419,7 +1410,6 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
   m.set_job_name(spec.name);
   m.set_spec_hash(spec_hash);
   m.set_epoch(epoch);
-  auto& extra = *m.mutable_extra();
   for (SourceNode& src : sources) {
     if (!src.present) continue;
     src.checkpointed = src.applied;
@@ -1435,22 +1425,20 @@ absl::Status Task::Impl::TakeCheckpoint(const std::string& savepoint_dir, int64_
         pc->set_idle(src.wm->partition_idle(static_cast<int>(p)));
       }
     }
-    extra["wm/" + src.spec->name] = src.wm->Export();
+    SetSourceWatermarkState(&m, sc, src.wm->Export());
     if (!src.partition_ids.empty()) {
       std::vector<std::string> by_id(src.partition_ids.size());
       for (const auto& [value, pid] : src.partition_ids) by_id[pid] = value;
-      extra["pids/" + src.spec->name] = absl::StrJoin(by_id, "\n");
+      SetSourcePartitionIds(&m, sc, by_id);
     }
-    if (arrival_mode) {
-      extra["last_arrival/" + src.spec->name] = std::to_string(src.applied_arrival);
-    }
+    if (arrival_mode) SetSourceLastArrival(&m, sc, src.applied_arrival);
   }
-  if (arrival_mode) extra["clock"] = std::to_string(clock->NowMs());
+  if (arrival_mode) SetManifestClock(&m, clock->NowMs());
   for (OperatorNode& on : ops) {
     if (!on.here) continue;
     auto* oc = m.add_operators();
     oc->set_name(on.spec->name);
-    oc->set_state(std::to_string(on.ctx->watermark()));
+    SetOperatorWatermark(oc, on.ctx->watermark());
   }
   for (size_t i = 0; i < sinks.size(); ++i) {
     ASSIGN_OR_RETURN(std::string st, sinks[i].sink->PreCommit(id));

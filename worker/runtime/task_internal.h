@@ -197,15 +197,6 @@ InputsWatermark MinOverActiveInputs(size_t n, WatermarkOf watermark_of, IdleOf i
   return r;
 }
 
-// "out/revenue.jsonl" -> "out/revenue.part-2.jsonl" (a part file per task of
-// a parallel job; see docs/semantics.md "Parallel jobs").
-inline std::string PartFilePath(const std::string& path, const std::string& part) {
-  std::filesystem::path p(path);
-  std::string stem = p.stem().string();
-  std::string ext = p.extension().string();
-  return (p.parent_path() / absl::StrCat(stem, ".part-", part, ext)).string();
-}
-
 }  // namespace task_internal
 
 struct Task::Impl {

@@ -26,6 +26,7 @@
 #include "common/job_plan.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
+#include "worker/checkpoint/manifest_fields.h"
 #include "worker/runtime/task_internal.h"
 #include "worker/runtime/watermark.h"
 #include "worker/state/state_backend.h"
@@ -142,11 +143,15 @@ absl::Status Task::Impl::RestoreRescaled() {
           }
         }
       }
-      auto it = manifests[j].extra().find("wm/" + src.spec->name);
-      if (it != manifests[j].extra().end()) exports[j] = it->second;
+      for (const auto& old : manifests[j].sources()) {
+        if (old.name() != src.spec->name) continue;
+        if (std::optional<std::string> wm = SourceWatermarkState(manifests[j], old)) {
+          exports[j] = std::move(*wm);
+        }
+      }
     }
     if (std::optional<std::string> wm = SourceWatermark::MergeExports(exports)) {
-      (*merged.mutable_extra())["wm/" + src.spec->name] = *wm;
+      SetSourceWatermarkState(&merged, sc, *wm);
     }
   }
   for (const OperatorNode& on : ops) {
@@ -154,13 +159,13 @@ absl::Status Task::Impl::RestoreRescaled() {
     int64_t w = kMaxTime;
     for (int j = 0; j < n_old; ++j) {
       for (const auto& oc : manifests[j].operators()) {
-        int64_t v = 0;
-        if (oc.name() == on.spec->name && absl::SimpleAtoi(oc.state(), &v)) w = std::min(w, v);
+        if (oc.name() != on.spec->name) continue;
+        if (const std::optional<int64_t> v = OperatorWatermark(oc)) w = std::min(w, *v);
       }
     }
     auto* oc = merged.add_operators();
     oc->set_name(on.spec->name);
-    oc->set_state(std::to_string(w == kMaxTime ? kMinTime : w));
+    SetOperatorWatermark(oc, w == kMaxTime ? kMinTime : w);
   }
   if (placement.index < n_old) {
     for (const auto& sc : manifests[placement.index].sinks()) *merged.add_sinks() = sc;
