@@ -31,7 +31,6 @@
 // scheduler drops it, so they have no way out.
 #pragma once
 
-
 #include "common/status.h"
 
 namespace caravela {
