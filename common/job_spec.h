@@ -77,12 +77,10 @@ struct JoinKeySpec {
 enum class JoinType { kInner, kLeft, kRight, kFull };
 const char* JoinTypeName(JoinType t);
 
-// One operator of the job: its name, its kind (common/operator_kind.h) and
-// the kind's typed spec (e.g. WindowSpec, declared beside its operator in
-// worker/operators/), read with As<T>().
-struct OperatorSpec {
-  std::string name;
-  const OperatorKind* kind = nullptr;  // null only in a spec that has errors
+// A kind's typed spec (an operator's, a sink's), read with As<T>() (null
+// if it is of another kind), Mutable<T>(), or Get<T>() by the kind's own
+// code, which knows it.
+struct KindConfig {
   std::any config;
 
   template <class T>
@@ -93,13 +91,21 @@ struct OperatorSpec {
   T* Mutable() {
     return std::any_cast<T>(&config);
   }
-  // The spec of an operator known to be of T's kind (its kind's own code).
   template <class T>
   const T& Get() const {
     const T* t = As<T>();
     CARAVELA_CHECK(t != nullptr);
     return *t;
   }
+};
+
+// One operator of the job: its name, its kind (common/operator_kind.h) and
+// the kind's typed spec (e.g. WindowSpec, declared beside its operator in
+// worker/operators/), read with As<T>().
+struct OperatorSpec : KindConfig {
+  std::string name;
+  const OperatorKind* kind = nullptr;  // null only in a spec that has errors
+
   // The kind's YAML key ("" without a kind).
   std::string_view kind_name() const;
   bool is(std::string_view kind_name) const;
@@ -114,25 +120,10 @@ struct OperatorSpec {
 // One sink of the job: what it writes (`from`: a source, an operator, or
 // "<node>.<side output>"), its kind (common/sink_kind.h) and the kind's typed
 // spec (e.g. KafkaSinkSpec, declared beside its sink in worker/connectors/).
-struct SinkSpec {
+struct SinkSpec : KindConfig {
   std::string from;
   const SinkKind* kind = nullptr;  // null only in a spec that has errors
-  std::any config;
 
-  template <class T>
-  const T* As() const {
-    return std::any_cast<T>(&config);
-  }
-  template <class T>
-  T* Mutable() {
-    return std::any_cast<T>(&config);
-  }
-  template <class T>
-  const T& Get() const {
-    const T* t = As<T>();
-    CARAVELA_CHECK(t != nullptr);
-    return *t;
-  }
   std::string_view kind_name() const;
   bool is(std::string_view kind_name) const;
   // "file:PATH", "kafka:TOPIC", "postgres:TABLE", "clickhouse:DB.TABLE",
