@@ -6,6 +6,7 @@
 #include "common/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -24,7 +25,7 @@ constexpr char kRecord[] = R"({
 
 class ExprTest : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_TRUE(decoder_.Decode(kRecord, &rec_).ok()); }
+  void SetUp() override { ASSERT_OK(decoder_.Decode(kRecord, &rec_)); }
 
   // Evaluates `text` against kRecord; returns the result as JSON text.
   std::string Eval(std::string_view text) {
@@ -34,7 +35,7 @@ class ExprTest : public ::testing::Test {
   }
   ValueType Type(std::string_view text) {
     absl::StatusOr<std::unique_ptr<Expr>> e = Expr::Compile(text);
-    EXPECT_TRUE(e.ok()) << e.status();
+    EXPECT_OK(e.status());
     return e.ok() ? (*e)->Eval(rec_).type : ValueType::kNull;
   }
   std::string CompileError(std::string_view text) {
@@ -325,7 +326,7 @@ TEST_F(ExprTest, DeepNestingIsAnErrorNotACrash) {
 
 TEST_F(ExprTest, CollectFields) {
   auto e = Expr::Compile("a.b + c > 1 and `x y` in (a.b, d) or e is null");
-  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_OK(e.status());
   std::vector<FieldPath> fields;
   (*e)->CollectFields(&fields);
   std::vector<std::string> names;
@@ -335,7 +336,7 @@ TEST_F(ExprTest, CollectFields) {
   EXPECT_EQ((*e)->text(), "a.b + c > 1 and `x y` in (a.b, d) or e is null");
 
   auto lit = Expr::Compile("1 + 2");
-  ASSERT_TRUE(lit.ok());
+  ASSERT_OK(lit.status());
   fields.clear();
   (*lit)->CollectFields(&fields);
   EXPECT_TRUE(fields.empty());
@@ -348,25 +349,25 @@ TEST_F(ExprTest, KeywordsAfterDotAreFieldNames) {
   r.AddInt("null", 4);
   r.EndContainer();
   auto e = Expr::Compile("a.in + a.null");
-  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_OK(e.status());
   EXPECT_EQ((*e)->Eval(r).ToJson(), "7");
 }
 
 TEST_F(ExprTest, EvalOnEmptyRecord) {
   Record empty;
   auto e = Expr::Compile("a == 1 or a is null");
-  ASSERT_TRUE(e.ok());
+  ASSERT_OK(e.status());
   EXPECT_TRUE(IsTrue((*e)->Eval(empty)));
 }
 
 TEST_F(ExprTest, StringResultsViewLiteralStorage) {
   auto e = Expr::Compile("'hello'");
-  ASSERT_TRUE(e.ok());
+  ASSERT_OK(e.status());
   Value v = (*e)->Eval(rec_);
   EXPECT_EQ(v.type, ValueType::kString);
   EXPECT_EQ(v.s, "hello");
   auto e2 = Expr::Compile("s");
-  ASSERT_TRUE(e2.ok());
+  ASSERT_OK(e2.status());
   EXPECT_EQ((*e2)->Eval(rec_).s, "abc");
 }
 

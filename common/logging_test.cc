@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/ostream_sink.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -22,7 +23,7 @@ TEST(LoggingTest, JsonLinesAndLevelsPerSubsystem) {
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("", sink));
   auto before = SubsystemLogger("logtest-before");
-  ASSERT_TRUE(ConfigureLogging("json", "warn,logtest-after=debug").ok());
+  ASSERT_OK(ConfigureLogging("json", "warn,logtest-after=debug"));
   auto after = SubsystemLogger("logtest-after");
   before->info("dropped: below warn");
   before->warn("quote \" backslash \\ newline \n tab \t end");
@@ -58,7 +59,7 @@ TEST(LoggingTest, JsonLinesAndLevelsPerSubsystem) {
   const nlohmann::json outside = nlohmann::json::parse(lines[3]);
   EXPECT_FALSE(outside.contains("job")) << lines[3];
   // Text lines: a prefix.
-  ASSERT_TRUE(ConfigureLogging("text", "").ok());
+  ASSERT_OK(ConfigureLogging("text", ""));
   {
     LogContext job("revenue", "task-1");
     before->warn("text in a task");
@@ -69,7 +70,7 @@ TEST(LoggingTest, JsonLinesAndLevelsPerSubsystem) {
   EXPECT_TRUE(absl::IsInvalidArgument(bad));
   EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("kafka=loud"));
   EXPECT_FALSE(ConfigureLogging("xml", "").ok());
-  ASSERT_TRUE(ConfigureLogging("text", "info").ok());
+  ASSERT_OK(ConfigureLogging("text", "info"));
   // The stream dies with the test: log elsewhere again.
   spdlog::drop("logtest-before");
   spdlog::drop("logtest-after");

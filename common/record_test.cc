@@ -9,6 +9,7 @@
 #include "common/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -48,7 +49,7 @@ TEST(JsonTest, Decimals) {
             R"({"p":-0.5,"q":0.001,"r":123456.789})");
   JsonDecoder dec;
   Record r;
-  ASSERT_TRUE(dec.Decode(R"({"p":19.99,"i":3,"d":1e300,"big":18446744073709551615})", &r).ok());
+  ASSERT_OK(dec.Decode(R"({"p":19.99,"i":3,"d":1e300,"big":18446744073709551615})", &r));
   Value p = r.GetPath(FieldPath::Parse("p"));
   EXPECT_EQ(p.type, ValueType::kDecimal);
   EXPECT_EQ(p.i, 1999);
@@ -85,7 +86,7 @@ TEST(JsonTest, DecimalsAreTheShortestRoundTripText) {
     if (want.find('e') != std::string::npos) continue;  // kDouble, not this test's case
     if (want.find('.') == std::string::npos) want += ".0";
     SCOPED_TRACE(digits);
-    ASSERT_TRUE(dec.Decode("{\"x\":" + digits + "}", &r).ok());
+    ASSERT_OK(dec.Decode("{\"x\":" + digits + "}", &r));
     const Value x = r.GetPath(FieldPath::Parse("x"));
     ASSERT_EQ(x.type, ValueType::kDecimal);
     ASSERT_EQ(x.ToJson(), want);
@@ -98,7 +99,7 @@ TEST(JsonTest, ManyFractionDigitsStayInRange) {
   // Shortest text needs more than 18 fraction digits: stays a double (scale <= 18).
   JsonDecoder dec;
   Record r;
-  ASSERT_TRUE(dec.Decode(R"({"x":0.00012345678901234567})", &r).ok());
+  ASSERT_OK(dec.Decode(R"({"x":0.00012345678901234567})", &r));
   Value x = r.GetPath(FieldPath::Parse("x"));
   EXPECT_TRUE(x.type == ValueType::kDouble || x.scale <= 18);
   EXPECT_NEAR(x.AsDouble(), 0.00012345678901234567, 1e-18);
@@ -109,7 +110,7 @@ TEST(JsonTest, NestedObjectsAndArrays) {
   EXPECT_EQ(RoundTrip(json), json);
   JsonDecoder dec;
   Record r;
-  ASSERT_TRUE(dec.Decode(json, &r).ok());
+  ASSERT_OK(dec.Decode(json, &r));
   EXPECT_EQ(r.GetPath(FieldPath::Parse("a.b.c")).ToJson(), R"([1,{"d":"e"},[]])");
   EXPECT_EQ(r.GetPath(FieldPath::Parse("a.b")).type, ValueType::kObject);
   EXPECT_EQ(r.GetPath(FieldPath::Parse("a.x")).type, ValueType::kNull);
@@ -134,8 +135,7 @@ TEST(JsonTest, DecodedRecordEqualsOneBuiltFieldByField) {
   built.AddDouble("big", 1e300);
   JsonDecoder dec;
   Record r;
-  ASSERT_TRUE(
-      dec.Decode(R"({"id":"e\"1","o":{"n":-3,"a":[19.99,true,null]},"big":1e300})", &r).ok());
+  ASSERT_OK(dec.Decode(R"({"id":"e\"1","o":{"n":-3,"a":[19.99,true,null]},"big":1e300})", &r));
   ASSERT_EQ(r.nodes().size(), built.nodes().size());
   for (size_t i = 0; i < r.nodes().size(); ++i) {
     SCOPED_TRACE(i);
@@ -244,15 +244,15 @@ TEST(JsonTest, DecodeLineReparsesABufferReusedForOtherLines) {
   JsonDecoder dec;
   Record r;
   const std::string_view block(buf.data(), len);
-  ASSERT_TRUE(dec.DecodeLine(block.substr(0, 15), block, &r).ok());
-  ASSERT_TRUE(dec.DecodeLine(block.substr(16), block, &r).ok());
+  ASSERT_OK(dec.DecodeLine(block.substr(0, 15), block, &r));
+  ASSERT_OK(dec.DecodeLine(block.substr(16), block, &r));
   EXPECT_EQ(r.ToJson(), R"({"a":"y","b":2})");
   // Lines where the last block had them, of the same lengths.
   buf.replace(0, len, std::string(R"({"c":[7,8,9,0]})") + "\n" + R"({"a":"z","b":3})");
   ASSERT_EQ(buf.size(), len + JsonDecoder::kPadding);
-  ASSERT_TRUE(dec.DecodeLine(block.substr(0, 15), block, &r).ok());
+  ASSERT_OK(dec.DecodeLine(block.substr(0, 15), block, &r));
   EXPECT_EQ(r.ToJson(), R"({"c":[7,8,9,0]})");
-  ASSERT_TRUE(dec.DecodeLine(block.substr(16), block, &r).ok());
+  ASSERT_OK(dec.DecodeLine(block.substr(16), block, &r));
   EXPECT_EQ(r.ToJson(), R"({"a":"z","b":3})");
 }
 
@@ -313,7 +313,7 @@ TEST(JsonTest, Escapes) {
   EXPECT_EQ(RoundTrip(R"({"k\"ey":1})"), R"({"k\"ey":1})");
   JsonDecoder dec;
   Record r;
-  ASSERT_TRUE(dec.Decode(R"({"s":"a\u0000b"})", &r).ok());
+  ASSERT_OK(dec.Decode(R"({"s":"a\u0000b"})", &r));
   EXPECT_EQ(r.GetPath(FieldPath::Parse("s")).s, std::string_view("a\0b", 3));
   EXPECT_EQ(r.ToJson(), R"({"s":"a\u0000b"})");
 }
@@ -368,12 +368,12 @@ TEST(JsonTest, DecoderIsReusable) {
   JsonDecoder dec;
   Record r;
   std::string big = R"({"s":")" + std::string(10000, 'x') + R"("})";
-  ASSERT_TRUE(dec.Decode(big, &r).ok());
+  ASSERT_OK(dec.Decode(big, &r));
   EXPECT_EQ(r.GetPath(FieldPath::Parse("s")).s.size(), 10000u);
-  ASSERT_TRUE(dec.Decode(R"({"a":1})", &r).ok());
+  ASSERT_OK(dec.Decode(R"({"a":1})", &r));
   EXPECT_EQ(r.ToJson(), R"({"a":1})");
   EXPECT_FALSE(dec.Decode("{", &r).ok());
-  ASSERT_TRUE(dec.Decode(R"({"b":2})", &r).ok());
+  ASSERT_OK(dec.Decode(R"({"b":2})", &r));
   EXPECT_EQ(r.ToJson(), R"({"b":2})");
 }
 
@@ -407,7 +407,7 @@ TEST(RecordTest, SwapExchangesContentsAndMetadata) {
   JsonDecoder dec;
   Record a;
   Record b;
-  ASSERT_TRUE(dec.Decode(R"({"a":"a long string value, not a short one","n":[1,2]})", &a).ok());
+  ASSERT_OK(dec.Decode(R"({"a":"a long string value, not a short one","n":[1,2]})", &a));
   b.AddInt("b", 2);
   a.event_time = 1;
   a.arrival = 2;
@@ -431,7 +431,7 @@ TEST(RecordTest, SwapExchangesContentsAndMetadata) {
 TEST(RecordTest, AddValueCopiesSubtreesIncludingFromItself) {
   JsonDecoder dec;
   Record src;
-  ASSERT_TRUE(dec.Decode(R"({"a":{"b":[1,"x"],"c":"long string value"},"s":"str"})", &src).ok());
+  ASSERT_OK(dec.Decode(R"({"a":{"b":[1,"x"],"c":"long string value"},"s":"str"})", &src));
   Record dst;
   dst.AddValue("copy", src.GetPath(FieldPath::Parse("a")));
   dst.AddValue("s", src.GetPath(FieldPath::Parse("s")));
@@ -455,8 +455,8 @@ TEST(RecordTest, AddValueCopiesSubtreesIncludingFromItself) {
 TEST(RecordTest, WholeRecordsCopyInBulkInsideOpenContainers) {
   JsonDecoder dec;
   Record a, b;
-  ASSERT_TRUE(dec.Decode(R"({"id":1,"name":"ana","tags":["x",{"k":"v"}],"n":null})", &a).ok());
-  ASSERT_TRUE(dec.Decode(R"({"id":2.50,"s":"\"q\""})", &b).ok());
+  ASSERT_OK(dec.Decode(R"({"id":1,"name":"ana","tags":["x",{"k":"v"}],"n":null})", &a));
+  ASSERT_OK(dec.Decode(R"({"id":2.50,"s":"\"q\""})", &b));
   Record o;
   o.AddString("before", "b4");
   o.BeginObject("pair");
@@ -476,7 +476,7 @@ TEST(RecordTest, WholeRecordsCopyInBulkInsideOpenContainers) {
 TEST(RecordTest, PackedRecordsRoundTrip) {
   JsonDecoder dec;
   Record a;
-  ASSERT_TRUE(dec.Decode(R"({"id":1,"name":"ana","tags":["x",{"k":"v"}],"d":-0.125})", &a).ok());
+  ASSERT_OK(dec.Decode(R"({"id":1,"name":"ana","tags":["x",{"k":"v"}],"d":-0.125})", &a));
   a.event_time = 42;
   std::vector<uint64_t> buf(a.PackedSize() / 8 + 1);
   a.PackTo(reinterpret_cast<char*>(buf.data()));
@@ -547,7 +547,7 @@ namespace {
 TEST(RecordTest, AppendFieldsJsonWritesTheNamedPathsAsAnObject) {
   JsonDecoder decoder;
   Record r;
-  ASSERT_TRUE(decoder.Decode(R"({"a":1,"b":{"c":"x\"y"}})", &r).ok());
+  ASSERT_OK(decoder.Decode(R"({"a":1,"b":{"c":"x\"y"}})", &r));
   std::string out = "key=";
   r.AppendFieldsJson({"a", "b.c", "missing"},
                      {FieldPath::Parse("a"), FieldPath::Parse("b.c"), FieldPath::Parse("z")}, &out);
