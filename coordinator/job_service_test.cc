@@ -13,6 +13,7 @@
 #include "coordinator/job_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -45,7 +46,7 @@ class JobServiceTest : public ::testing::Test {
     o.data_dir = dir_;
     o.token = token;
     auto c = Coordinator::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_OK(c.status());
     coordinator_ = std::move(*c);
   }
   void TearDown() override {
@@ -60,15 +61,15 @@ TEST_F(JobServiceTest, SubmitGetListCancel) {
   Start("");
   JobClient client(coordinator_->grpc_address(), "");
   auto health = client.Health();
-  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_OK(health.status());
   EXPECT_EQ(*health, "SERVING");
 
   auto submitted = client.Submit(kJob, 0);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  ASSERT_OK(submitted.status());
   EXPECT_EQ(submitted->job_id(), "revenue-1");
   EXPECT_EQ(submitted->errors_size(), 0);
   auto job = client.Get("revenue-1");
-  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_OK(job.status());
   EXPECT_EQ(job->state(), v1::SUBMITTED);
   EXPECT_EQ(job->parallelism(), 2);
   EXPECT_EQ(job->stages(), 2);  // the source's stage, then dedup by event_id
@@ -76,24 +77,24 @@ TEST_F(JobServiceTest, SubmitGetListCancel) {
   EXPECT_EQ(job->yaml(), kJob);
   // One active job per name (they would share exchange topics).
   auto twin = client.Submit(kJob, 4);
-  ASSERT_TRUE(twin.ok());
+  ASSERT_OK(twin.status());
   EXPECT_TRUE(twin->job_id().empty());
   ASSERT_EQ(twin->errors_size(), 1);
   EXPECT_EQ(twin->errors(0).path(), "metadata.name");
   EXPECT_THAT(twin->errors(0).message(), HasSubstr("revenue-1"));
 
   auto canceled = client.Cancel("revenue-1");
-  ASSERT_TRUE(canceled.ok()) << canceled.status();
+  ASSERT_OK(canceled.status());
   EXPECT_EQ(canceled->state(), v1::CANCELED);
   absl::Status again = client.Cancel("revenue-1").status();
   EXPECT_TRUE(absl::IsFailedPrecondition(again)) << again;
 
   auto rescaled = client.Submit(kJob, 4);
-  ASSERT_TRUE(rescaled.ok());
+  ASSERT_OK(rescaled.status());
   EXPECT_EQ(rescaled->job_id(), "revenue-2");
   EXPECT_EQ(client.Get("revenue-2")->parallelism(), 4);
   auto jobs = client.List();
-  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_OK(jobs.status());
   ASSERT_EQ(jobs->size(), 2u);
   EXPECT_TRUE((*jobs)[0].yaml().empty());  // listings leave the YAML out
   EXPECT_TRUE(absl::IsNotFound(client.Get("revenue-9").status()));
@@ -106,14 +107,14 @@ TEST_F(JobServiceTest, InvalidJobsGetEveryErrorWithItsPath) {
   bad.replace(bad.find("retention: 1h"), 13, "retention: soon");
   bad.replace(bad.find("parallelism: 2"), 14, "parallelism: 0");
   auto r = client.Submit(bad, 0);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r.status());
   EXPECT_TRUE(r->job_id().empty());
   ASSERT_EQ(r->errors_size(), 2);
   EXPECT_EQ(r->errors(0).path(), "spec.parallelism");
   EXPECT_EQ(r->errors(1).path(), "spec.operators[0].dedup.retention");
   EXPECT_TRUE(client.List()->empty());  // nothing stored
   auto garbage = client.Submit("{{{", 0);
-  ASSERT_TRUE(garbage.ok());
+  ASSERT_OK(garbage.status());
   EXPECT_EQ(garbage->errors_size(), 1);
 }
 
@@ -127,7 +128,7 @@ TEST_F(JobServiceTest, TokenIsRequiredWhenSet) {
   }
   JobClient client(coordinator_->grpc_address(), "s3cret");
   auto r = client.Submit(kJob, 0);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r.status());
   EXPECT_FALSE(r->job_id().empty());
   EXPECT_EQ(*client.Health(), "SERVING");  // probes need no token
 }
@@ -139,7 +140,7 @@ TEST_F(JobServiceTest, FilesOutsideTheAllowedPathsAreRefused) {
   job.replace(job.find("{from: unique, stdout: {}}"), 26,
               "{from: unique, file: {path: /etc/cron.d/x}}");
   auto r = client.Submit(job, 0);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r.status());
   EXPECT_TRUE(r->job_id().empty());
   ASSERT_EQ(r->errors_size(), 1);
   EXPECT_EQ(r->errors(0).path(), "spec.sinks[0].file.path");

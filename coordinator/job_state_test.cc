@@ -1,6 +1,7 @@
 #include "coordinator/job_state.h"
 
 #include "gtest/gtest.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -30,7 +31,7 @@ TEST(JobStateTest, TransitionStampsAndRefusesWithBothStates) {
   v1::Job job;
   job.set_id("j-1");
   job.set_state(v1::SUBMITTED);
-  ASSERT_TRUE(Transition(job, v1::CANCELED, 1234, "by a user").ok());
+  ASSERT_OK(Transition(job, v1::CANCELED, 1234, "by a user"));
   EXPECT_EQ(job.state(), v1::CANCELED);
   EXPECT_EQ(job.updated_at_ms(), 1234);
   EXPECT_EQ(job.message(), "by a user");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -15,33 +16,33 @@ TEST(JobStoreTest, JobsAndIdsSurviveReopening) {
   std::filesystem::remove_all(dir);
   {
     auto store = JobStore::Open(dir);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store.status());
     for (const char* name : {"revenue", "clicks", "revenue"}) {
       auto id = (*store)->NewId(name);
-      ASSERT_TRUE(id.ok()) << id.status();
+      ASSERT_OK(id.status());
       v1::Job job;
       job.set_id(*id);
       job.set_name(name);
       job.set_state(v1::SUBMITTED);
-      ASSERT_TRUE((*store)->Put(job).ok());
+      ASSERT_OK((*store)->Put(job));
     }
     auto job = (*store)->Get("clicks-2");
-    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_OK(job.status());
     job->set_state(v1::CANCELED);
-    ASSERT_TRUE((*store)->Put(*job).ok());  // an update keeps its place
+    ASSERT_OK((*store)->Put(*job));  // an update keeps its place
     EXPECT_TRUE(absl::IsNotFound((*store)->Get("clicks-9").status()));
   }
   auto store = JobStore::Open(dir);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK(store.status());
   auto jobs = (*store)->List();
-  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_OK(jobs.status());
   ASSERT_EQ(jobs->size(), 3u);
   EXPECT_EQ((*jobs)[0].id(), "revenue-1");
   EXPECT_EQ((*jobs)[1].id(), "clicks-2");
   EXPECT_EQ((*jobs)[1].state(), v1::CANCELED);
   EXPECT_EQ((*jobs)[2].id(), "revenue-3");
   auto next = (*store)->NewId("x");
-  ASSERT_TRUE(next.ok());
+  ASSERT_OK(next.status());
   EXPECT_EQ(*next, "x-4");  // ids are never reused
   std::filesystem::remove_all(dir);
 }

@@ -57,7 +57,7 @@ class SchedulerTest : public ::testing::Test {
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     auto store = JobStore::Open(dir_.string());
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store.status());
     store_ = std::move(*store);
     Restart();
   }
@@ -79,7 +79,7 @@ class SchedulerTest : public ::testing::Test {
       return sp;
     };
     scheduler_ = std::make_unique<Scheduler>(store_.get(), registry_.get(), &clock_, o);
-    ASSERT_TRUE(scheduler_->AdoptStored().ok());
+    ASSERT_OK(scheduler_->AdoptStored());
   }
 
   std::string AddWorker(int slots, const std::string& previous = "") {
@@ -96,13 +96,13 @@ class SchedulerTest : public ::testing::Test {
     job.set_state(v1::SUBMITTED);
     job.set_parallelism(2);
     job.set_yaml(kYaml);
-    EXPECT_TRUE(scheduler_->Submit(job).ok());
+    EXPECT_OK(scheduler_->Submit(job));
     return job.id();
   }
 
   v1::Job Get(const std::string& id) {
     auto j = store_->Get(id);
-    EXPECT_TRUE(j.ok()) << j.status();
+    EXPECT_OK(j.status());
     return j.ok() ? *j : v1::Job();
   }
 
@@ -417,7 +417,7 @@ TEST_F(SchedulerTest, OneActiveJobPerNameAndCancelStopsTheTasks) {
   EXPECT_THAT(st.message(), HasSubstr("share exchange topics"));
   scheduler_->Tick();
   EXPECT_EQ(Tasks(Beat(a, v1::TASK_PREPARING)), 6);
-  ASSERT_TRUE(scheduler_->Cancel(id, "by a test").ok());
+  ASSERT_OK(scheduler_->Cancel(id, "by a test").status());
   EXPECT_EQ(Tasks(Beat(a, v1::TASK_RUNNING)), 0);
   EXPECT_EQ(Get(id).state(), v1::CANCELED);
   // A later job of the name runs above every earlier epoch.
@@ -450,7 +450,7 @@ TEST_F(SchedulerTest, StopWithSavepointEndsAtACheckpointThenCopiesIt) {
   // The first attempt's copy fails: the job goes on from its checkpoint.
   savepoint_error_ = absl::UnavailableError("disk full");
   auto asked = scheduler_->StopWithSavepoint(id, "/sp/one");
-  ASSERT_TRUE(asked.ok()) << asked.status();
+  ASSERT_OK(asked.status());
   EXPECT_EQ(asked->savepoint_to(), "/sp/one");
   EXPECT_TRUE(absl::IsFailedPrecondition(
       scheduler_->StopWithSavepoint(id, "/sp/two").status()));  // one at a time
@@ -486,7 +486,7 @@ TEST_F(SchedulerTest, StopWithSavepointEndsAtACheckpointThenCopiesIt) {
   Beat(a, v1::TASK_READY);  // now in the new epoch
   scheduler_->Tick();
   ASSERT_EQ(Get(id).state(), v1::RUNNING);
-  ASSERT_TRUE(scheduler_->StopWithSavepoint(id, "/sp/two").ok());
+  ASSERT_OK(scheduler_->StopWithSavepoint(id, "/sp/two").status());
   scheduler_->Tick();
   Beat(a, v1::TASK_RUNNING, 3);
   scheduler_->Tick();
