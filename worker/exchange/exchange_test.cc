@@ -82,7 +82,7 @@ TEST(ExchangeCodecTest, RecordFrameRoundTrips) {
       std::string buf(shift, 'x');
       buf += frame;
       absl::StatusOr<ExchangeFrame> f = DecodeFrame(std::string_view(buf).substr(shift));
-      ASSERT_TRUE(f.ok()) << f.status();
+      ASSERT_OK(f.status());
       EXPECT_EQ(f->type, ExchangeFrame::Type::kRecord);
       EXPECT_EQ(f->epoch, 3);
       EXPECT_EQ(f->producer, 70000);
@@ -113,7 +113,7 @@ TEST(ExchangeCodecTest, MarkerAndBarrierFramesRoundTrip) {
     for (bool idle : {false, true}) {
       EncodeWatermarkFrame(9, 4, w, idle, &frame);
       absl::StatusOr<ExchangeFrame> f = DecodeFrame(frame);
-      ASSERT_TRUE(f.ok()) << f.status();
+      ASSERT_OK(f.status());
       EXPECT_EQ(f->type, ExchangeFrame::Type::kWatermark);
       EXPECT_EQ(f->epoch, 9);
       EXPECT_EQ(f->producer, 4);
@@ -123,7 +123,7 @@ TEST(ExchangeCodecTest, MarkerAndBarrierFramesRoundTrip) {
   }
   EncodeBarrierFrame(int64_t{1} << 40, 0, 123456789, &frame);
   absl::StatusOr<ExchangeFrame> f = DecodeFrame(frame);
-  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_OK(f.status());
   EXPECT_EQ(f->type, ExchangeFrame::Type::kBarrier);
   EXPECT_EQ(f->epoch, int64_t{1} << 40);
   EXPECT_EQ(f->checkpoint_id, 123456789);
@@ -194,7 +194,7 @@ TEST(ExchangeCodecTest, MessagesCarryLengthPrefixedFrames) {
   std::vector<ExchangeFrame::Type> types;
   while (pos < message.size()) {
     absl::StatusOr<ExchangeFrame> f = NextFrame(message, &pos);
-    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_OK(f.status());
     EXPECT_EQ(f->epoch, 7);
     EXPECT_EQ(f->producer, 2);
     types.push_back(f->type);
@@ -303,7 +303,7 @@ class ExchangeTest : public EmbeddedBrokerTest, public ::testing::WithParamInter
     o.flow = flow;
     o.batch_bytes = batch_bytes;
     auto w = ExchangeWriter::Open(o);
-    EXPECT_TRUE(w.ok()) << w.status();
+    EXPECT_OK(w.status());
     return w.ok() ? std::move(*w) : nullptr;
   }
 
@@ -319,7 +319,7 @@ class ExchangeTest : public EmbeddedBrokerTest, public ::testing::WithParamInter
     o.epoch = epoch;
     o.flow = flow;
     auto r = ExchangeReader::Open(o);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r.status());
     return r.ok() ? std::move(*r) : nullptr;
   }
 
@@ -415,7 +415,7 @@ TEST_P(KafkaExchangeTest, EnsureExchangeTopicCreatesAndChecksTheCount) {
 // work there now.
 TEST_P(KafkaExchangeTest, MockClusterCannotCreateTopicsThroughTheAdminApi) {
   auto conf = NewKafkaConf({{"bootstrap.servers", bootstrap()}});
-  ASSERT_TRUE(conf.ok());
+  ASSERT_OK(conf.status());
   char err[512];
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf->release(), err, sizeof(err));
   ASSERT_NE(rk, nullptr) << err;
