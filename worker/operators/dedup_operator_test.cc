@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "worker/testing/operator_harness.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -58,7 +59,7 @@ void RunRandomStream(uint32_t seed, bool rocksdb) {
   auto backend = [&]() -> std::unique_ptr<StateBackend> {
     if (!rocksdb) return NewMemoryBackend();
     auto b = OpenRocksDbBackend(dir + "/state");
-    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_OK(b.status());
     return std::move(*b);
   };
   std::vector<std::unique_ptr<DedupOperator>> ops;
@@ -68,7 +69,7 @@ void RunRandomStream(uint32_t seed, bool rocksdb) {
     return ops.back().get();
   };
   OperatorHarness h(new_op(), backend(), "unique");
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   Model model;
   std::map<std::string, int64_t> first_time;  // first event time per id, for retries
   int64_t clock = kStart;
@@ -98,7 +99,7 @@ void RunRandomStream(uint32_t seed, bool rocksdb) {
       if (verdict == "too_late") ++expected_too_late;
       batch.emplace_back(json, t);
     }
-    ASSERT_TRUE(h.ProcessBatch(batch).ok());
+    ASSERT_OK(h.ProcessBatch(batch));
     EXPECT_EQ(h.TakeOutput(), expected_out) << "seed " << seed << " step " << step;
     std::vector<std::string> conflicts = h.TakeSide("conflicts");
     ASSERT_EQ(conflicts.size(), expected_conflicts.size()) << "seed " << seed << " step " << step;
@@ -109,22 +110,22 @@ void RunRandomStream(uint32_t seed, bool rocksdb) {
     if (rng() % 3 == 0) {
       watermark = std::max(watermark, clock - static_cast<int64_t>(rng() % 3'600'000));
       model.AdvanceWatermark(watermark);
-      ASSERT_TRUE(h.AdvanceWatermark(watermark).ok());
+      ASSERT_OK(h.AdvanceWatermark(watermark));
     }
-    ASSERT_TRUE(h.Commit().ok());
+    ASSERT_OK(h.Commit());
     if (rng() % 40 == 0) {
       // Snapshot, restore into a fresh operator: nothing is forgotten.
       std::string snap = absl::StrCat(dir, "/snap", snapshots++);
-      ASSERT_TRUE(h.Snapshot(snap).ok());
-      ASSERT_TRUE(h.RestoreInto(new_op(), snap, watermark).ok());
+      ASSERT_OK(h.Snapshot(snap));
+      ASSERT_OK(h.RestoreInto(new_op(), snap, watermark));
     }
   }
   // Expired ids leave the table: after the horizon passes everything, it is
   // empty once the last bucket is behind it.
-  ASSERT_TRUE(h.AdvanceWatermark(clock + 2 * kRetention).ok());
-  ASSERT_TRUE(h.Commit().ok());
+  ASSERT_OK(h.AdvanceWatermark(clock + 2 * kRetention));
+  ASSERT_OK(h.Commit());
   auto table = h.state().OpenTable("unique/ids");
-  ASSERT_TRUE(table.ok());
+  ASSERT_OK(table.status());
   EXPECT_EQ(*(*table)->CountKeys(), 0u);
   EXPECT_EQ(h.metrics().Value("dedup_passed_total", "op=\"unique\""),
             h.metrics().Value("dedup_expired_ids_total", "op=\"unique\""));
@@ -152,7 +153,7 @@ TEST(DedupOperatorBatchTest, FirstCopyWinsOverTheWholeStreamAndNothingIsStored) 
   DedupOperator op(FieldPath::Parse("event_id"), kRetention, {}, "");
   op.set_batch(true);
   OperatorHarness h(&op, NewMemoryBackend(), "unique");
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   std::mt19937 rng(11);
   std::map<std::string, std::string> first;  // id -> first payload
   int64_t repeats = 0;
@@ -171,14 +172,14 @@ TEST(DedupOperatorBatchTest, FirstCopyWinsOverTheWholeStreamAndNothingIsStored) 
         ++repeats;
       }
     }
-    ASSERT_TRUE(h.ProcessBatch(batch).ok());
+    ASSERT_OK(h.ProcessBatch(batch));
     EXPECT_EQ(h.TakeOutput(), want_out) << "step " << step;
     EXPECT_THAT(h.TakeSide("conflicts"), ::testing::IsEmpty());
     EXPECT_THAT(h.TakeSide("too_late"), ::testing::IsEmpty());
-    ASSERT_TRUE(h.Commit().ok());
+    ASSERT_OK(h.Commit());
   }
   auto table = h.state().OpenTable("unique/ids");
-  ASSERT_TRUE(table.ok());
+  ASSERT_OK(table.status());
   EXPECT_EQ(*(*table)->CountKeys(), 0u) << "batch mode stores no ids";
   EXPECT_EQ(h.metrics().Value("dedup_duplicates_total", "op=\"unique\""), repeats);
   EXPECT_EQ(h.metrics().Value("dedup_passed_total", "op=\"unique\""),
@@ -190,8 +191,8 @@ TEST(DedupOperatorBatchTest, FirstCopyWinsOverTheWholeStreamAndNothingIsStored) 
 TEST(OutputTest, ForwardMovesOnlyOutOfAHandedOverBatch) {
   JsonDecoder dec;
   RecordBatch in;
-  ASSERT_TRUE(dec.Decode(R"({"id":"a","v":1})", &in.Append()).ok());
-  ASSERT_TRUE(dec.Decode(R"({"id":"b","v":2})", &in.Append()).ok());
+  ASSERT_OK(dec.Decode(R"({"id":"a","v":1})", &in.Append()));
+  ASSERT_OK(dec.Decode(R"({"id":"b","v":2})", &in.Append()));
   Output out;
   out.Forward(in[0]);  // not handed over: a copy
   EXPECT_EQ(in[0].ToJson(), R"({"id":"a","v":1})");
@@ -199,7 +200,7 @@ TEST(OutputTest, ForwardMovesOnlyOutOfAHandedOverBatch) {
   out.Forward(in[1]);  // handed over: moved, the batch's slot is left empty
   EXPECT_TRUE(in[1].nodes().empty());
   RecordBatch other;
-  ASSERT_TRUE(dec.Decode(R"({"id":"c"})", &other.Append()).ok());
+  ASSERT_OK(dec.Decode(R"({"id":"c"})", &other.Append()));
   out.Forward(other[0]);  // a record of another batch: a copy
   EXPECT_EQ(other[0].ToJson(), R"({"id":"c"})");
   ASSERT_EQ(out.main().size(), 3u);

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "worker/testing/operator_harness.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -55,7 +56,7 @@ IntervalJoinSpec Spec(JoinType type, int64_t lower, int64_t upper, int64_t laten
 
 std::unique_ptr<IntervalJoinOperator> Make(IntervalJoinSpec spec) {
   auto op = IntervalJoinOperator::Create(std::move(spec));
-  EXPECT_TRUE(op.ok()) << op.status();
+  EXPECT_OK(op.status());
   return std::move(op).value();
 }
 
@@ -69,37 +70,37 @@ std::string LeftOnly(const std::string& l) { return R"({"left":)" + l + R"(,"rig
 std::string RightOnly(const std::string& r) { return R"({"left":null,"right":)" + r + "}"; }
 
 uint64_t Keys(OperatorHarness& h, const std::string& table) {
-  EXPECT_TRUE(h.Commit().ok());
+  EXPECT_OK(h.Commit());
   auto t = h.state().OpenTable("op/" + table);
-  EXPECT_TRUE(t.ok());
+  EXPECT_OK(t.status());
   auto n = (*t)->CountKeys();
-  EXPECT_TRUE(n.ok());
+  EXPECT_OK(n.status());
   return *n;
 }
 
 TEST(IntervalJoinTest, BoundsAreInclusiveAndOneMillisecondOutsideDoesNotMatch) {
   auto op = Make(Spec(JoinType::kInner, -5 * kMin, 30 * kMin));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l = Row("l", "1");
-  ASSERT_TRUE(h.ProcessJson(l, T(10, 0), L).ok());
+  ASSERT_OK(h.ProcessJson(l, T(10, 0), L));
   const std::string at_lower = Row("at_lower", "1"), below = Row("below", "1");
   const std::string at_upper = Row("at_upper", "1"), above = Row("above", "1");
-  ASSERT_TRUE(h.ProcessJson(at_lower, T(10, 0) - 5 * kMin, R).ok());
-  ASSERT_TRUE(h.ProcessJson(below, T(10, 0) - 5 * kMin - 1, R).ok());
-  ASSERT_TRUE(h.ProcessJson(at_upper, T(10, 30), R).ok());
-  ASSERT_TRUE(h.ProcessJson(above, T(10, 30) + 1, R).ok());
+  ASSERT_OK(h.ProcessJson(at_lower, T(10, 0) - 5 * kMin, R));
+  ASSERT_OK(h.ProcessJson(below, T(10, 0) - 5 * kMin - 1, R));
+  ASSERT_OK(h.ProcessJson(at_upper, T(10, 30), R));
+  ASSERT_OK(h.ProcessJson(above, T(10, 30) + 1, R));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(l, at_lower), Match(l, at_upper)));
   // The same from the other side: right rows first, then left rows.
   const std::string r = Row("r", "2");
-  ASSERT_TRUE(h.ProcessJson(r, T(12, 0), R).ok());
+  ASSERT_OK(h.ProcessJson(r, T(12, 0), R));
   const std::string l_lo = Row("l_lo", "2"), l_lo_out = Row("l_lo_out", "2");
   const std::string l_hi = Row("l_hi", "2"), l_hi_out = Row("l_hi_out", "2");
   // r - l in [-5m, 30m]  <=>  l in [r - 30m, r + 5m].
-  ASSERT_TRUE(h.ProcessJson(l_lo, T(11, 30), L).ok());
-  ASSERT_TRUE(h.ProcessJson(l_lo_out, T(11, 30) - 1, L).ok());
-  ASSERT_TRUE(h.ProcessJson(l_hi, T(12, 5), L).ok());
-  ASSERT_TRUE(h.ProcessJson(l_hi_out, T(12, 5) + 1, L).ok());
+  ASSERT_OK(h.ProcessJson(l_lo, T(11, 30), L));
+  ASSERT_OK(h.ProcessJson(l_lo_out, T(11, 30) - 1, L));
+  ASSERT_OK(h.ProcessJson(l_hi, T(12, 5), L));
+  ASSERT_OK(h.ProcessJson(l_hi_out, T(12, 5) + 1, L));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(l_lo, r), Match(l_hi, r)));
   EXPECT_THAT(h.TakeSide("too_late"), IsEmpty());
 }
@@ -108,15 +109,15 @@ TEST(IntervalJoinTest, NegativeBounds) {
   // Right rows 10 to 2 minutes before the left row.
   auto op = Make(Spec(JoinType::kInner, -10 * kMin, -2 * kMin));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   std::vector<std::string> rights;
   for (int64_t dt : {-11 * kMin, -10 * kMin - 1, -10 * kMin, -6 * kMin, -2 * kMin, -2 * kMin + 1,
                      0L, 5 * kMin}) {
     rights.push_back(Row("r" + std::to_string(dt), "1"));
-    ASSERT_TRUE(h.ProcessJson(rights.back(), T(10, 0) + dt, R).ok());
+    ASSERT_OK(h.ProcessJson(rights.back(), T(10, 0) + dt, R));
   }
   const std::string l = Row("l", "1");
-  ASSERT_TRUE(h.ProcessJson(l, T(10, 0), L).ok());
+  ASSERT_OK(h.ProcessJson(l, T(10, 0), L));
   EXPECT_THAT(h.TakeOutput(),
               ElementsAre(Match(l, rights[2]), Match(l, rights[3]), Match(l, rights[4])));
 }
@@ -124,18 +125,18 @@ TEST(IntervalJoinTest, NegativeBounds) {
 TEST(IntervalJoinTest, OutOfOrderArrivalOnBothSides) {
   auto op = Make(Spec(JoinType::kInner, 0, kHour));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(9, 0)).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.AdvanceWatermark(T(9, 0)));
   // Arrival order: r2, l2, r1, l1 (event times decreasing on both sides).
   const std::string r2 = Row("r2", "1"), l2 = Row("l2", "1"), r1 = Row("r1", "1"),
                     l1 = Row("l1", "1");
-  ASSERT_TRUE(h.ProcessJson(r2, T(11, 30), R).ok());
+  ASSERT_OK(h.ProcessJson(r2, T(11, 30), R));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
-  ASSERT_TRUE(h.ProcessJson(l2, T(11, 0), L).ok());
+  ASSERT_OK(h.ProcessJson(l2, T(11, 0), L));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(l2, r2)));
-  ASSERT_TRUE(h.ProcessJson(r1, T(10, 15), R).ok());
+  ASSERT_OK(h.ProcessJson(r1, T(10, 15), R));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "r1 is before l2";
-  ASSERT_TRUE(h.ProcessJson(l1, T(10, 0), L).ok());
+  ASSERT_OK(h.ProcessJson(l1, T(10, 0), L));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(l1, r1)));  // r2 is 90 min after l1
   EXPECT_THAT(h.TakeSide("too_late"), IsEmpty());
 }
@@ -143,20 +144,20 @@ TEST(IntervalJoinTest, OutOfOrderArrivalOnBothSides) {
 TEST(IntervalJoinTest, TooLateRecordsOnEachSideGoToTheSideOutput) {
   auto op = Make(Spec(JoinType::kFull, 0, kHour, /*lateness=*/10 * kMin));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l = Row("l", "1"), r = Row("r", "1");
-  ASSERT_TRUE(h.ProcessJson(l, T(10, 0), L).ok());
-  ASSERT_TRUE(h.ProcessJson(r, T(10, 20), R).ok());
+  ASSERT_OK(h.ProcessJson(l, T(10, 0), L));
+  ASSERT_OK(h.ProcessJson(r, T(10, 20), R));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(l, r)));
-  ASSERT_TRUE(h.AdvanceWatermark(T(10, 30)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(10, 30)));
   // Exactly W - allowed_lateness is not too late.
   const std::string l_ok = Row("l_ok", "1"), r_ok = Row("r_ok", "1");
-  ASSERT_TRUE(h.ProcessJson(l_ok, T(10, 20), L).ok());
-  ASSERT_TRUE(h.ProcessJson(r_ok, T(10, 20), R).ok());
+  ASSERT_OK(h.ProcessJson(l_ok, T(10, 20), L));
+  ASSERT_OK(h.ProcessJson(r_ok, T(10, 20), R));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(l_ok, r), Match(l, r_ok), Match(l_ok, r_ok)));
   // One millisecond earlier is: side output, no output row, no padding later.
-  ASSERT_TRUE(h.ProcessJson(Row("l_late", "1"), T(10, 20) - 1, L).ok());
-  ASSERT_TRUE(h.ProcessJson(Row("r_late", "1"), T(10, 20) - 1, R).ok());
+  ASSERT_OK(h.ProcessJson(Row("l_late", "1"), T(10, 20) - 1, L));
+  ASSERT_OK(h.ProcessJson(Row("r_late", "1"), T(10, 20) - 1, R));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   std::vector<std::string> late = h.TakeSide("too_late");
   ASSERT_EQ(late.size(), 2u);
@@ -166,7 +167,7 @@ TEST(IntervalJoinTest, TooLateRecordsOnEachSideGoToTheSideOutput) {
   EXPECT_THAT(late[0], HasSubstr(R"("record":{"id":"l_late","k":1},"side":"left")"));
   EXPECT_THAT(late[1], HasSubstr(R"("record":{"id":"r_late","k":1},"side":"right")"));
   EXPECT_EQ(h.metrics().Sum("too_late_total", "op=\"op\""), 2);
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "every accepted row matched";
 }
 
@@ -176,19 +177,19 @@ TEST(IntervalJoinTest, OuterRowsAppearOnlyAfterTheWatermarkPassesTheBound) {
   // last possible match time is r - lower = 10:15 (+ 10 min lateness).
   auto op = Make(Spec(JoinType::kFull, -15 * kMin, kHour, 10 * kMin));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l = Row("l", "1"), r = Row("r", "2");
-  ASSERT_TRUE(h.ProcessJson(l, T(10, 0), L).ok());
-  ASSERT_TRUE(h.ProcessJson(r, T(10, 0), R).ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(10, 25)).ok());
+  ASSERT_OK(h.ProcessJson(l, T(10, 0), L));
+  ASSERT_OK(h.ProcessJson(r, T(10, 0), R));
+  ASSERT_OK(h.AdvanceWatermark(T(10, 25)));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "W == r - lower + lateness is not past the bound";
-  ASSERT_TRUE(h.AdvanceWatermark(T(10, 25) + 1).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(10, 25) + 1));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(RightOnly(r)));
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 10)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 10)));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "W == l + upper + lateness is not past the bound";
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 10) + 1).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 10) + 1));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(LeftOnly(l)));
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "emitted once";
   EXPECT_EQ(Keys(h, "left") + Keys(h, "right"), 0u);
 }
@@ -197,11 +198,11 @@ TEST(IntervalJoinTest, LeftAndRightJoinsPadOnlyTheirOuterSide) {
   for (JoinType type : {JoinType::kInner, JoinType::kLeft, JoinType::kRight}) {
     auto op = Make(Spec(type, 0, kHour));
     OperatorHarness h(op.get());
-    ASSERT_TRUE(h.Open().ok());
+    ASSERT_OK(h.Open());
     const std::string l = Row("l", "1"), r = Row("r", "2");
-    ASSERT_TRUE(h.ProcessJson(l, T(10, 0), L).ok());
-    ASSERT_TRUE(h.ProcessJson(r, T(10, 0), R).ok());
-    ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+    ASSERT_OK(h.ProcessJson(l, T(10, 0), L));
+    ASSERT_OK(h.ProcessJson(r, T(10, 0), R));
+    ASSERT_OK(h.AdvanceWatermark(kMaxTime));
     std::vector<std::string> want;
     if (type == JoinType::kLeft) want = {LeftOnly(l)};
     if (type == JoinType::kRight) want = {RightOnly(r)};
@@ -212,54 +213,54 @@ TEST(IntervalJoinTest, LeftAndRightJoinsPadOnlyTheirOuterSide) {
 TEST(IntervalJoinTest, NoRetractions) {
   auto op = Make(Spec(JoinType::kLeft, 0, 30 * kMin));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string matched = Row("matched", "1"), lonely = Row("lonely", "2");
   const std::string r = Row("r", "1");
-  ASSERT_TRUE(h.ProcessJson(matched, T(10, 0), L).ok());
-  ASSERT_TRUE(h.ProcessJson(lonely, T(10, 0), L).ok());
-  ASSERT_TRUE(h.ProcessJson(r, T(10, 10), R).ok());
+  ASSERT_OK(h.ProcessJson(matched, T(10, 0), L));
+  ASSERT_OK(h.ProcessJson(lonely, T(10, 0), L));
+  ASSERT_OK(h.ProcessJson(r, T(10, 10), R));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(matched, r)));
-  ASSERT_TRUE(h.AdvanceWatermark(T(10, 31)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(10, 31)));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(LeftOnly(lonely)))
       << "a matched row is never padded; the unmatched one once";
   // A partner of `lonely` arriving now is too late: it cannot turn the padded
   // row into a match (that would need a retraction).
-  ASSERT_TRUE(h.ProcessJson(Row("r2", "2"), T(10, 20), R).ok());
+  ASSERT_OK(h.ProcessJson(Row("r2", "2"), T(10, 20), R));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   EXPECT_THAT(h.TakeSide("too_late"), ElementsAre(HasSubstr(R"("side":"right")")));
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
 }
 
 TEST(IntervalJoinTest, DuplicateKeysGiveTheFullCrossProductWithinBounds) {
   auto op = Make(Spec(JoinType::kFull, 0, 10 * kMin));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l1 = Row("l1", "7"), l2 = Row("l2", "7");
   const std::string r1 = Row("r1", "7"), r2 = Row("r2", "7"), r3 = Row("r3", "7");
   const std::string r_out = Row("r_out", "7");
-  ASSERT_TRUE(h.ProcessBatch({{l1, T(10, 0)}, {l2, T(10, 0)}}, L).ok());
-  ASSERT_TRUE(h.ProcessBatch({{r1, T(10, 0)}, {r2, T(10, 5)}, {r3, T(10, 10)}}, R).ok());
-  ASSERT_TRUE(h.ProcessJson(r_out, T(10, 10) + 1, R).ok());
+  ASSERT_OK(h.ProcessBatch({{l1, T(10, 0)}, {l2, T(10, 0)}}, L));
+  ASSERT_OK(h.ProcessBatch({{r1, T(10, 0)}, {r2, T(10, 5)}, {r3, T(10, 10)}}, R));
+  ASSERT_OK(h.ProcessJson(r_out, T(10, 10) + 1, R));
   EXPECT_THAT(h.TakeOutput(), UnorderedElementsAre(Match(l1, r1), Match(l2, r1), Match(l1, r2),
                                                    Match(l2, r2), Match(l1, r3), Match(l2, r3)));
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(RightOnly(r_out)));
 }
 
 TEST(IntervalJoinTest, CompositeKeysAndNumericKeyEquality) {
   auto op = Make(Spec(JoinType::kInner, 0, kHour, 0, {{"ad", "ad"}, {"user", "uid"}}));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l = R"({"ad":1,"user":"u1"})";
-  ASSERT_TRUE(h.ProcessJson(l, T(10, 0), L).ok());
+  ASSERT_OK(h.ProcessJson(l, T(10, 0), L));
   const std::string same = R"({"ad":1.0,"uid":"u1"})";      // 1 == 1.0
   const std::string other_user = R"({"ad":1,"uid":"u2"})";  // no fan-out across users
   const std::string other_ad = R"({"ad":2,"uid":"u1"})";
   const std::string string_ad = R"({"ad":"1","uid":"u1"})";  // "1" is not 1
   const std::string swapped = R"({"ad":"u1","uid":1})";
   for (const std::string& r : {same, other_user, other_ad, string_ad, swapped}) {
-    ASSERT_TRUE(h.ProcessJson(r, T(10, 30), R).ok());
+    ASSERT_OK(h.ProcessJson(r, T(10, 30), R));
   }
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(l, same)));
 }
@@ -267,38 +268,38 @@ TEST(IntervalJoinTest, CompositeKeysAndNumericKeyEquality) {
 TEST(IntervalJoinTest, NullOrMissingKeysNeverMatchButOuterRowsStillAppear) {
   auto op = Make(Spec(JoinType::kFull, 0, kHour, 0, {{"a", "a"}, {"b", "b"}}));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l_null = R"({"id":"l_null","a":1,"b":null})";
   const std::string l_missing = R"({"id":"l_missing","a":1})";
   const std::string r_null = R"({"id":"r_null","a":1,"b":null})";
   const std::string r_missing = R"({"id":"r_missing","a":1})";
-  ASSERT_TRUE(h.ProcessBatch({{l_null, T(10, 0)}, {l_missing, T(10, 0)}}, L).ok());
-  ASSERT_TRUE(h.ProcessBatch({{r_null, T(10, 0)}, {r_missing, T(10, 0)}}, R).ok());
+  ASSERT_OK(h.ProcessBatch({{l_null, T(10, 0)}, {l_missing, T(10, 0)}}, L));
+  ASSERT_OK(h.ProcessBatch({{r_null, T(10, 0)}, {r_missing, T(10, 0)}}, R));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "null never equals null";
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(RightOnly(r_null), RightOnly(r_missing)));
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0) + 1).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0) + 1));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(LeftOnly(l_null), LeftOnly(l_missing)));
   EXPECT_EQ(Keys(h, "left") + Keys(h, "right"), 0u);
 
   // An inner join does not even store rows that can never match.
   auto inner = Make(Spec(JoinType::kInner, 0, kHour));
   OperatorHarness hi(inner.get());
-  ASSERT_TRUE(hi.Open().ok());
-  ASSERT_TRUE(hi.ProcessJson(R"({"k":null})", T(10, 0), L).ok());
+  ASSERT_OK(hi.Open());
+  ASSERT_OK(hi.ProcessJson(R"({"k":null})", T(10, 0), L));
   EXPECT_EQ(inner->buffered_rows(L), 0u);
 }
 
 TEST(IntervalJoinTest, WhereIsPartOfTheJoinConditionAppliedBeforePadding) {
   auto op = Make(Spec(JoinType::kLeft, 0, kHour, 0, {{"k", "k"}}, "right.v > left.v"));
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l1 = R"({"k":1,"v":5})", l2 = R"({"k":1,"v":50})";
   const std::string r = R"({"k":1,"v":10})";
-  ASSERT_TRUE(h.ProcessBatch({{l1, T(10, 0)}, {l2, T(10, 0)}}, L).ok());
-  ASSERT_TRUE(h.ProcessJson(r, T(10, 30), R).ok());
+  ASSERT_OK(h.ProcessBatch({{l1, T(10, 0)}, {l2, T(10, 0)}}, L));
+  ASSERT_OK(h.ProcessJson(r, T(10, 30), R));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Match(l1, r)));
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(LeftOnly(l2)))
       << "l2's only equal-key partner fails the condition: it is unmatched";
   EXPECT_FALSE(
@@ -311,16 +312,16 @@ TEST(IntervalJoinTest, OutputEventTimesAndOutputWatermark) {
   ManualClock clock(77);
   auto backend = NewMemoryBackend();
   OperatorContext ctx("op", backend.get(), &metrics, &clock);
-  ASSERT_TRUE(op->Open(ctx).ok());
+  ASSERT_OK(op->Open(ctx));
   Output out(1);
   JsonDecoder decoder;
   RecordBatch batch;
   auto feed = [&](int side, const std::string& json, int64_t t) {
     batch.clear();
     Record& r = batch.Append();
-    ASSERT_TRUE(decoder.Decode(json, &r).ok());
+    ASSERT_OK(decoder.Decode(json, &r));
     r.event_time = t;
-    ASSERT_TRUE(op->ProcessBatch(ctx, side, batch, out).ok());
+    ASSERT_OK(op->ProcessBatch(ctx, side, batch, out));
   };
   feed(L, Row("l", "1"), T(10, 0));
   feed(R, Row("r", "1"), T(10, 20));
@@ -331,7 +332,7 @@ TEST(IntervalJoinTest, OutputEventTimesAndOutputWatermark) {
   out.clear();
   feed(L, Row("lonely", "2"), T(10, 0));
   ctx.set_watermark(kMaxTime);
-  ASSERT_TRUE(op->OnWatermark(ctx, out).ok());
+  ASSERT_OK(op->OnWatermark(ctx, out));
   ASSERT_EQ(out.main().size(), 1u);
   EXPECT_EQ(out.main()[0].event_time, T(10, 0)) << "a padded row keeps its own time";
   EXPECT_EQ(out.main()[0].arrival, 77);
@@ -352,7 +353,7 @@ TEST(IntervalJoinTest, StateIsBoundedAndExpiresExactlyWhenNoFutureRecordCanMatch
   const int64_t lower = -3 * kMin, upper = 7 * kMin, lateness = 2 * kMin;
   auto op = Make(Spec(JoinType::kInner, lower, upper, lateness));
   OperatorHarness h(op.get(), NewMemoryBackend());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   std::mt19937_64 rng(7);
   std::vector<std::pair<int, int64_t>> rows;  // accepted (side, time)
   int64_t max_t = T(0, 0);
@@ -361,9 +362,9 @@ TEST(IntervalJoinTest, StateIsBoundedAndExpiresExactlyWhenNoFutureRecordCanMatch
     int64_t t = T(0, 0) + i * 2 * kSec - static_cast<int64_t>(rng() % (4 * kMin));
     std::string json = R"({"k":)" + std::to_string(rng() % 50) + "}";
     if (t >= h.watermark() - lateness) rows.emplace_back(side, t);
-    ASSERT_TRUE(h.ProcessJson(json, t, side).ok());
+    ASSERT_OK(h.ProcessJson(json, t, side));
     max_t = std::max(max_t, t);
-    ASSERT_TRUE(h.AdvanceWatermark(max_t - kMin).ok());
+    ASSERT_OK(h.AdvanceWatermark(max_t - kMin));
   }
   h.TakeOutput();
   const int64_t w = h.watermark();
@@ -379,7 +380,7 @@ TEST(IntervalJoinTest, StateIsBoundedAndExpiresExactlyWhenNoFutureRecordCanMatch
   EXPECT_EQ(Keys(h, "right"), live[R]);
   EXPECT_EQ(op->buffered_rows(L), live[L]);
   EXPECT_EQ(op->buffered_rows(R), live[R]);
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_EQ(Keys(h, "left") + Keys(h, "right"), 0u);
 }
 
@@ -440,7 +441,7 @@ TEST_P(IntervalJoinRestoreTest, SnapshotRestoreMidJoinEqualsTheUninterruptedRun)
   auto backend = [&](const std::string& name) -> std::unique_ptr<StateBackend> {
     if (!rocksdb) return NewMemoryBackend();
     auto b = OpenRocksDbBackend(dir + "/" + name);
-    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_OK(b.status());
     return std::move(b).value();
   };
   const IntervalJoinSpec spec = Spec(JoinType::kFull, -5 * kMin, 15 * kMin, 5 * kMin);
@@ -449,24 +450,24 @@ TEST_P(IntervalJoinRestoreTest, SnapshotRestoreMidJoinEqualsTheUninterruptedRun)
 
   auto op = Make(spec);
   OperatorHarness h(op.get(), backend("a"));
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(RunSteps(h, steps, 0, cut).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(RunSteps(h, steps, 0, cut));
   std::vector<std::string> before = h.TakeOutput();
-  ASSERT_TRUE(h.Snapshot(dir + "/snap").ok());
+  ASSERT_OK(h.Snapshot(dir + "/snap"));
   const int64_t w = h.watermark();
   EXPECT_EQ(op->buffered_rows(L), 4u);  // l1, l2, lnull, l3
   EXPECT_EQ(op->buffered_rows(R), 3u);  // r1, r2, r3
-  ASSERT_TRUE(RunSteps(h, steps, cut, steps.size()).ok());
+  ASSERT_OK(RunSteps(h, steps, cut, steps.size()));
   std::vector<std::string> uninterrupted = h.TakeOutput();
   std::vector<std::string> uninterrupted_late = h.TakeSide("too_late");
 
   auto restored = Make(spec);
   OperatorHarness h2(restored.get(), backend("b"));
-  ASSERT_TRUE(h2.Open().ok());
-  ASSERT_TRUE(h2.RestoreInto(restored.get(), dir + "/snap", w).ok());
+  ASSERT_OK(h2.Open());
+  ASSERT_OK(h2.RestoreInto(restored.get(), dir + "/snap", w));
   EXPECT_EQ(restored->buffered_rows(L), 4u);
   EXPECT_EQ(restored->buffered_rows(R), 3u);
-  ASSERT_TRUE(RunSteps(h2, steps, cut, steps.size()).ok());
+  ASSERT_OK(RunSteps(h2, steps, cut, steps.size()));
   EXPECT_EQ(h2.TakeOutput(), uninterrupted);
   EXPECT_EQ(h2.TakeSide("too_late"), uninterrupted_late);
 
@@ -545,7 +546,7 @@ TEST_P(IntervalJoinModelTest, MatchesBruteForceReference) {
   auto op = Make(spec);
   std::unique_ptr<IntervalJoinOperator> restored;
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
 
   std::vector<RefRow> rows;  // accepted
   int64_t w = kMinTime;
@@ -606,7 +607,7 @@ TEST_P(IntervalJoinModelTest, MatchesBruteForceReference) {
       rows.push_back(row);
     }
     pad(&want);  // rows of this batch that are already past their bound
-    ASSERT_TRUE(h.ProcessBatch(batch, side).ok());
+    ASSERT_OK(h.ProcessBatch(batch, side));
     std::vector<std::string> got = h.TakeOutput();
     ASSERT_THAT(got, UnorderedElementsAreArray(want)) << "batch at step " << step;
 
@@ -617,15 +618,15 @@ TEST_P(IntervalJoinModelTest, MatchesBruteForceReference) {
         w = nw;
         want.clear();
         pad(&want);
-        ASSERT_TRUE(h.AdvanceWatermark(w).ok());
+        ASSERT_OK(h.AdvanceWatermark(w));
         ASSERT_THAT(h.TakeOutput(), UnorderedElementsAreArray(want)) << "watermark " << w;
       }
     }
     // Snapshot and continue on a restored operator once, mid-run.
     if (restored == nullptr && static_cast<size_t>(id) >= snapshot_at) {
-      ASSERT_TRUE(h.Snapshot(dir).ok());
+      ASSERT_OK(h.Snapshot(dir));
       restored = Make(spec);
-      ASSERT_TRUE(h.RestoreInto(restored.get(), dir, h.watermark()).ok());
+      ASSERT_OK(h.RestoreInto(restored.get(), dir, h.watermark()));
       RemoveTree(dir);
     }
   }
@@ -652,7 +653,7 @@ TEST_P(IntervalJoinModelTest, MatchesBruteForceReference) {
       want.push_back(r.side == L ? LeftOnly(r.json) : RightOnly(r.json));
     }
   }
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), UnorderedElementsAreArray(want));
   EXPECT_EQ(Keys(h, "left") + Keys(h, "right"), 0u);
   int matches = 0;

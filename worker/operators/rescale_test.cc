@@ -180,7 +180,7 @@ TEST(RescaleTest, IntervalJoinRowsMoveWithTheirKey) {
   spec.type = JoinType::kLeft;
   auto make = [&] {
     auto op = IntervalJoinOperator::Create(spec);
-    EXPECT_TRUE(op.ok()) << op.status();
+    EXPECT_OK(op.status());
     return std::move(op).value();
   };
   std::vector<std::pair<std::string, int64_t>> left, right;

@@ -5,6 +5,7 @@
 
 #include "common/json.h"
 #include "gtest/gtest.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -12,7 +13,8 @@ namespace {
 Record Decode(const std::string& json) {
   JsonDecoder dec;
   Record r;
-  EXPECT_TRUE(dec.Decode(json, &r).ok()) << json;
+  SCOPED_TRACE(json);
+  EXPECT_OK(dec.Decode(json, &r));
   return r;
 }
 

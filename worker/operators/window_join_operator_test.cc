@@ -10,6 +10,7 @@
 #include <random>
 
 #include "worker/testing/operator_harness.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -59,11 +60,11 @@ std::string Out(int64_t start, int64_t end, const std::string& l, const std::str
 }
 
 uint64_t Keys(OperatorHarness& h) {
-  EXPECT_TRUE(h.Commit().ok());
+  EXPECT_OK(h.Commit());
   uint64_t n = 0;
   for (const char* t : {"left", "right", "windows"}) {
     auto table = h.state().OpenTable(std::string("op/") + t);
-    EXPECT_TRUE(table.ok());
+    EXPECT_OK(table.status());
     n += *(*table)->CountKeys();
   }
   return n;
@@ -72,21 +73,21 @@ uint64_t Keys(OperatorHarness& h) {
 TEST(WindowJoinTest, TumblingInnerJoinEmitsEveryPairWhenTheWindowCloses) {
   WindowJoinOperator op(Spec(JoinType::kInner, kHour, kHour));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l1 = Row("l1", "1"), l2 = Row("l2", "1"), l3 = Row("l3", "2");
   const std::string r1 = Row("r1", "1"), r2 = Row("r2", "1"), r3 = Row("r3", "1");
   const std::string r4 = Row("r4", "3");
-  ASSERT_TRUE(h.ProcessBatch({{l2, T(10, 50)}, {l1, T(10, 5)}, {l3, T(10, 10)}}, L).ok());
-  ASSERT_TRUE(h.ProcessBatch({{r2, T(11, 0) - 1}, {r1, T(10, 30)}, {r4, T(10, 0)}}, R).ok());
-  ASSERT_TRUE(h.ProcessJson(r3, T(11, 0), R).ok());  // the next window
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0) - 1).ok());
+  ASSERT_OK(h.ProcessBatch({{l2, T(10, 50)}, {l1, T(10, 5)}, {l3, T(10, 10)}}, L));
+  ASSERT_OK(h.ProcessBatch({{r2, T(11, 0) - 1}, {r1, T(10, 30)}, {r4, T(10, 0)}}, R));
+  ASSERT_OK(h.ProcessJson(r3, T(11, 0), R));  // the next window
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0) - 1));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "the window is not complete before W = end";
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));
   const int64_t s = T(10, 0), e = T(11, 0);
   // Key by key; left rows, then right rows, in event-time order.
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Out(s, e, l1, r1), Out(s, e, l1, r2), Out(s, e, l2, r1),
                                           Out(s, e, l2, r2)));
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "r3 is alone in [11:00, 12:00)";
   EXPECT_EQ(Keys(h), 0u);
   EXPECT_EQ(op.window_count(), 0u);
@@ -98,13 +99,12 @@ TEST(WindowJoinTest, KeepBuffersAndEmitsOnlyTheNamedFieldsOfASide) {
   spec.keep_paths[L] = {FieldPath::Parse("id"), FieldPath::Parse("extra.tag")};
   WindowJoinOperator op(spec);
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   // The key is read before the row is cut down (k is not kept).
-  ASSERT_TRUE(
-      h.ProcessJson(R"({"id":"l1","k":1,"extra":{"tag":"x","wide":"yyyy"}})", T(10, 5), L).ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"l2","k":2})", T(10, 6), L).ok());
-  ASSERT_TRUE(h.ProcessJson(Row("r1", "1"), T(10, 7), R).ok());  // right: whole rows
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.ProcessJson(R"({"id":"l1","k":1,"extra":{"tag":"x","wide":"yyyy"}})", T(10, 5), L));
+  ASSERT_OK(h.ProcessJson(R"({"id":"l2","k":2})", T(10, 6), L));
+  ASSERT_OK(h.ProcessJson(Row("r1", "1"), T(10, 7), R));  // right: whole rows
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   const int64_t s = T(10, 0), e = T(11, 0);
   EXPECT_THAT(h.TakeOutput(),
               ElementsAre(Out(s, e, R"({"id":"l1","extra.tag":"x"})", Row("r1", "1")),
@@ -117,19 +117,19 @@ TEST(WindowJoinTest, OutputEventTimeIsWindowEndMinusOneAndWatermarkIsHeldBack) {
   ManualClock clock(5);
   auto backend = NewMemoryBackend();
   OperatorContext ctx("op", backend.get(), &metrics, &clock);
-  ASSERT_TRUE(op.Open(ctx).ok());
+  ASSERT_OK(op.Open(ctx));
   Output out(1);
   JsonDecoder decoder;
   RecordBatch batch;
   for (int side : {L, R}) {
     batch.clear();
     Record& r = batch.Append();
-    ASSERT_TRUE(decoder.Decode(Row("x", "1"), &r).ok());
+    ASSERT_OK(decoder.Decode(Row("x", "1"), &r));
     r.event_time = T(10, 20);
-    ASSERT_TRUE(op.ProcessBatch(ctx, side, batch, out).ok());
+    ASSERT_OK(op.ProcessBatch(ctx, side, batch, out));
   }
   ctx.set_watermark(T(11, 0));
-  ASSERT_TRUE(op.OnWatermark(ctx, out).ok());
+  ASSERT_OK(op.OnWatermark(ctx, out));
   ASSERT_EQ(out.main().size(), 1u);
   EXPECT_EQ(out.main()[0].event_time, T(11, 0) - 1);
   EXPECT_EQ(op.OutputWatermark(T(12, 0)), T(12, 0) - 10 * kMin);
@@ -140,30 +140,30 @@ TEST(WindowJoinTest, OutputEventTimeIsWindowEndMinusOneAndWatermarkIsHeldBack) {
 TEST(WindowJoinTest, OuterRowsOnlyWhenFinalAndLateRowsJoinAtOnce) {
   WindowJoinOperator op(Spec(JoinType::kFull, kHour, kHour, 10 * kMin));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const int64_t s = T(10, 0), e = T(11, 0);
   const std::string l1 = Row("l1", "1"), r1 = Row("r1", "2");
-  ASSERT_TRUE(h.ProcessJson(l1, T(10, 10), L).ok());
-  ASSERT_TRUE(h.ProcessJson(r1, T(10, 20), R).ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 5)).ok());
+  ASSERT_OK(h.ProcessJson(l1, T(10, 10), L));
+  ASSERT_OK(h.ProcessJson(r1, T(10, 20), R));
+  ASSERT_OK(h.AdvanceWatermark(T(11, 5)));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "closed, no pairs; not final, so no padding yet";
   // Late (10:30 < W) but within the lateness: joins l1 at once.
   const std::string r2 = Row("r2", "1");
-  ASSERT_TRUE(h.ProcessJson(r2, T(10, 30), R).ok());
+  ASSERT_OK(h.ProcessJson(r2, T(10, 30), R));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Out(s, e, l1, r2)));
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 10) - 1).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 10) - 1));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 10)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 10)));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Out(s, e, "null", r1)))
       << "final: only the row whose key found no partner";
   // After the window is final: too late, on either side; no output, ever.
-  ASSERT_TRUE(h.ProcessJson(Row("l_late", "2"), T(10, 59), L).ok());
-  ASSERT_TRUE(h.ProcessJson(Row("r_late", "1"), T(10, 0), R).ok());
+  ASSERT_OK(h.ProcessJson(Row("l_late", "2"), T(10, 59), L));
+  ASSERT_OK(h.ProcessJson(Row("r_late", "1"), T(10, 0), R));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   EXPECT_THAT(h.TakeSide("too_late"),
               ElementsAre(HasSubstr(R"("record":{"id":"l_late","k":2},"side":"left")"),
                           HasSubstr(R"("record":{"id":"r_late","k":1},"side":"right")")));
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   EXPECT_EQ(Keys(h), 0u);
 }
@@ -171,13 +171,13 @@ TEST(WindowJoinTest, OuterRowsOnlyWhenFinalAndLateRowsJoinAtOnce) {
 TEST(WindowJoinTest, AWindowWhoseFirstRowIsLateJoinsOnArrivalOnly) {
   WindowJoinOperator op(Spec(JoinType::kInner, kHour, kHour, kHour));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 30)).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 30)));
   const std::string l = Row("l", "1"), r = Row("r", "1");
-  ASSERT_TRUE(h.ProcessJson(l, T(10, 10), L).ok());
-  ASSERT_TRUE(h.ProcessJson(r, T(10, 20), R).ok());
+  ASSERT_OK(h.ProcessJson(l, T(10, 10), L));
+  ASSERT_OK(h.ProcessJson(r, T(10, 20), R));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(Out(T(10, 0), T(11, 0), l, r)));
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "no second emission when the window closes";
 }
 
@@ -185,11 +185,11 @@ TEST(WindowJoinTest, LeftAndRightJoinsPadOnlyTheirOuterSide) {
   for (JoinType type : {JoinType::kInner, JoinType::kLeft, JoinType::kRight}) {
     WindowJoinOperator op(Spec(type, kHour, kHour));
     OperatorHarness h(&op);
-    ASSERT_TRUE(h.Open().ok());
+    ASSERT_OK(h.Open());
     const std::string l = Row("l", "1"), r = Row("r", "2");
-    ASSERT_TRUE(h.ProcessJson(l, T(10, 0), L).ok());
-    ASSERT_TRUE(h.ProcessJson(r, T(10, 0), R).ok());
-    ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+    ASSERT_OK(h.ProcessJson(l, T(10, 0), L));
+    ASSERT_OK(h.ProcessJson(r, T(10, 0), R));
+    ASSERT_OK(h.AdvanceWatermark(kMaxTime));
     std::vector<std::string> want;
     if (type == JoinType::kLeft) want = {Out(T(10, 0), T(11, 0), l, "null")};
     if (type == JoinType::kRight) want = {Out(T(10, 0), T(11, 0), "null", r)};
@@ -200,12 +200,12 @@ TEST(WindowJoinTest, LeftAndRightJoinsPadOnlyTheirOuterSide) {
 TEST(WindowJoinTest, HoppingWindowsJoinOncePerSharedWindow) {
   WindowJoinOperator op(Spec(JoinType::kLeft, 10 * kMin, 5 * kMin));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l = Row("l", "1"), r1 = Row("r1", "1"), r2 = Row("r2", "1");
-  ASSERT_TRUE(h.ProcessJson(l, T(10, 7), L).ok());    // [10:00, 10:10) and [10:05, 10:15)
-  ASSERT_TRUE(h.ProcessJson(r1, T(10, 8), R).ok());   // both
-  ASSERT_TRUE(h.ProcessJson(r2, T(10, 12), R).ok());  // [10:05, 10:15) and [10:10, 10:20)
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.ProcessJson(l, T(10, 7), L));    // [10:00, 10:10) and [10:05, 10:15)
+  ASSERT_OK(h.ProcessJson(r1, T(10, 8), R));   // both
+  ASSERT_OK(h.ProcessJson(r2, T(10, 12), R));  // [10:05, 10:15) and [10:10, 10:20)
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(),
               ElementsAre(Out(T(10, 0), T(10, 10), l, r1), Out(T(10, 5), T(10, 15), l, r1),
                           Out(T(10, 5), T(10, 15), l, r2)));
@@ -213,28 +213,28 @@ TEST(WindowJoinTest, HoppingWindowsJoinOncePerSharedWindow) {
   // not too late.
   WindowJoinOperator op2(Spec(JoinType::kInner, 10 * kMin, 5 * kMin));
   OperatorHarness h2(&op2);
-  ASSERT_TRUE(h2.Open().ok());
-  ASSERT_TRUE(h2.ProcessJson(r1, T(10, 8), R).ok());
-  ASSERT_TRUE(h2.AdvanceWatermark(T(10, 10)).ok());
+  ASSERT_OK(h2.Open());
+  ASSERT_OK(h2.ProcessJson(r1, T(10, 8), R));
+  ASSERT_OK(h2.AdvanceWatermark(T(10, 10)));
   EXPECT_THAT(h2.TakeOutput(), IsEmpty());
-  ASSERT_TRUE(h2.ProcessJson(l, T(10, 7), L).ok());
+  ASSERT_OK(h2.ProcessJson(l, T(10, 7), L));
   EXPECT_THAT(h2.TakeOutput(), IsEmpty());
   EXPECT_THAT(h2.TakeSide("too_late"), IsEmpty());
-  ASSERT_TRUE(h2.AdvanceWatermark(T(10, 15)).ok());
+  ASSERT_OK(h2.AdvanceWatermark(T(10, 15)));
   EXPECT_THAT(h2.TakeOutput(), ElementsAre(Out(T(10, 5), T(10, 15), l, r1)));
 }
 
 TEST(WindowJoinTest, CompositeAndNullKeys) {
   WindowJoinOperator op(Spec(JoinType::kFull, kHour, kHour, 0, {{"a", "a"}, {"b", "bb"}}));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   const std::string l = R"({"a":1,"b":"x"})", l_null = R"({"a":1,"b":null})",
                     l_missing = R"({"a":1})";
   const std::string r = R"({"a":1.0,"bb":"x"})", r_other = R"({"a":1,"bb":"y"})",
                     r_null = R"({"a":1,"bb":null})";
-  ASSERT_TRUE(h.ProcessBatch({{l, T(10, 1)}, {l_null, T(10, 2)}, {l_missing, T(10, 3)}}, L).ok());
-  ASSERT_TRUE(h.ProcessBatch({{r, T(10, 4)}, {r_other, T(10, 5)}, {r_null, T(10, 6)}}, R).ok());
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.ProcessBatch({{l, T(10, 1)}, {l_null, T(10, 2)}, {l_missing, T(10, 3)}}, L));
+  ASSERT_OK(h.ProcessBatch({{r, T(10, 4)}, {r_other, T(10, 5)}, {r_null, T(10, 6)}}, R));
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   const int64_t s = T(10, 0), e = T(11, 0);
   std::vector<std::string> got = h.TakeOutput();
   EXPECT_THAT(got, UnorderedElementsAreArray(
@@ -249,21 +249,21 @@ TEST(WindowJoinTest, SnapshotRestoreBetweenCloseAndFinalEqualsTheUninterruptedRu
   RemoveTree(dir);
   const WindowJoinSpec spec = Spec(JoinType::kFull, kHour, kHour, 30 * kMin);
   auto run_rest = [&](OperatorHarness& h) {
-    EXPECT_TRUE(h.ProcessJson(Row("r_late", "1"), T(10, 40), R).ok());
-    EXPECT_TRUE(h.ProcessJson(Row("l_next", "9"), T(11, 10), L).ok());
-    EXPECT_TRUE(h.AdvanceWatermark(T(11, 30)).ok());
-    EXPECT_TRUE(h.ProcessJson(Row("too_late", "1"), T(10, 40), R).ok());
-    EXPECT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+    EXPECT_OK(h.ProcessJson(Row("r_late", "1"), T(10, 40), R));
+    EXPECT_OK(h.ProcessJson(Row("l_next", "9"), T(11, 10), L));
+    EXPECT_OK(h.AdvanceWatermark(T(11, 30)));
+    EXPECT_OK(h.ProcessJson(Row("too_late", "1"), T(10, 40), R));
+    EXPECT_OK(h.AdvanceWatermark(kMaxTime));
   };
   WindowJoinOperator op(spec);
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.ProcessBatch({{Row("l1", "1"), T(10, 5)}, {Row("l2", "2"), T(10, 6)}}, L).ok());
-  ASSERT_TRUE(h.ProcessJson(Row("r1", "1"), T(10, 7), R).ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 1)).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.ProcessBatch({{Row("l1", "1"), T(10, 5)}, {Row("l2", "2"), T(10, 6)}}, L));
+  ASSERT_OK(h.ProcessJson(Row("r1", "1"), T(10, 7), R));
+  ASSERT_OK(h.AdvanceWatermark(T(11, 1)));
   std::vector<std::string> before = h.TakeOutput();
   EXPECT_THAT(before, ElementsAre(Out(T(10, 0), T(11, 0), Row("l1", "1"), Row("r1", "1"))));
-  ASSERT_TRUE(h.Snapshot(dir).ok());
+  ASSERT_OK(h.Snapshot(dir));
   run_rest(h);
   std::vector<std::string> uninterrupted = h.TakeOutput();
   EXPECT_THAT(uninterrupted,
@@ -274,8 +274,8 @@ TEST(WindowJoinTest, SnapshotRestoreBetweenCloseAndFinalEqualsTheUninterruptedRu
 
   WindowJoinOperator restored(spec);
   OperatorHarness h2(&restored);
-  ASSERT_TRUE(h2.Open().ok());
-  ASSERT_TRUE(h2.RestoreInto(&restored, dir, T(11, 1)).ok());
+  ASSERT_OK(h2.Open());
+  ASSERT_OK(h2.RestoreInto(&restored, dir, T(11, 1)));
   EXPECT_EQ(restored.window_count(), 1u);
   run_rest(h2);
   EXPECT_EQ(h2.TakeOutput(), uninterrupted);
@@ -328,7 +328,7 @@ TEST_P(WindowJoinModelTest, MatchesBruteForceReference) {
   auto op = std::make_unique<WindowJoinOperator>(spec);
   std::unique_ptr<WindowJoinOperator> restored;
   OperatorHarness h(op.get());
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
 
   std::map<int64_t, RefWindow> windows;
   int64_t w = kMinTime;
@@ -404,7 +404,7 @@ TEST_P(WindowJoinModelTest, MatchesBruteForceReference) {
       }
       if (!used) ++too_late;
     }
-    ASSERT_TRUE(h.ProcessBatch(batch, side).ok());
+    ASSERT_OK(h.ProcessBatch(batch, side));
     ASSERT_THAT(h.TakeOutput(), UnorderedElementsAreArray(want)) << "batch at step " << step;
 
     if (rng() % 3 == 0 && max_seen[L] != kMinTime && max_seen[R] != kMinTime) {
@@ -413,14 +413,14 @@ TEST_P(WindowJoinModelTest, MatchesBruteForceReference) {
         w = nw;
         want.clear();
         advance(&want);
-        ASSERT_TRUE(h.AdvanceWatermark(w).ok());
+        ASSERT_OK(h.AdvanceWatermark(w));
         ASSERT_THAT(h.TakeOutput(), UnorderedElementsAreArray(want)) << "watermark " << w;
       }
     }
     if (restored == nullptr && id >= snapshot_at) {
-      ASSERT_TRUE(h.Snapshot(dir).ok());
+      ASSERT_OK(h.Snapshot(dir));
       restored = std::make_unique<WindowJoinOperator>(spec);
-      ASSERT_TRUE(h.RestoreInto(restored.get(), dir, h.watermark()).ok());
+      ASSERT_OK(h.RestoreInto(restored.get(), dir, h.watermark()));
       RemoveTree(dir);
     }
   }
@@ -431,7 +431,7 @@ TEST_P(WindowJoinModelTest, MatchesBruteForceReference) {
   w = kMaxTime;
   std::vector<std::string> want;
   advance(&want);
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), UnorderedElementsAreArray(want));
   EXPECT_EQ(Keys(h), 0u) << "all state freed";
   EXPECT_GT(matches, 50);

@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "worker/operators/dedup_operator.h"
 #include "worker/testing/operator_harness.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -52,27 +53,27 @@ std::string Amount(int64_t a) { return "{\"amount\":" + std::to_string(a) + "}";
 TEST(WindowOperatorTest, OnTimeLateFinalAndTooLateByHand) {
   WindowOperator op(Tumbling(kHour, 30 * kMin));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.ProcessJson(Amount(100), T(10, 10)).ok());
-  ASSERT_TRUE(h.ProcessJson(Amount(50), T(10, 20)).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.ProcessJson(Amount(100), T(10, 10)));
+  ASSERT_OK(h.ProcessJson(Amount(50), T(10, 20)));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
-  ASSERT_TRUE(h.AdvanceWatermark(T(10, 59)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(10, 59)));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "window [10,11) is not complete before W=11:00";
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));
   EXPECT_THAT(
       h.TakeOutput(),
       ElementsAre(
           R"({"window_start":"2026-10-01T10:00:00.000Z","window_end":"2026-10-01T11:00:00.000Z","revenue":150,"orders":2,"revision":1,"state":"ON_TIME"})"));
-  ASSERT_TRUE(h.ProcessJson(Amount(20), T(10, 30)).ok());
+  ASSERT_OK(h.ProcessJson(Amount(20), T(10, 30)));
   EXPECT_THAT(h.TakeOutput(),
               ElementsAre(HasSubstr(R"("revenue":170,"orders":3,"revision":2,"state":"LATE")")));
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 29)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 29)));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 30)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 30)));
   EXPECT_THAT(h.TakeOutput(),
               ElementsAre(HasSubstr(R"("revenue":170,"orders":3,"revision":3,"state":"FINAL")")));
   EXPECT_EQ(op.window_count(), 0u);
-  ASSERT_TRUE(h.ProcessJson(Amount(30), T(10, 40)).ok());
+  ASSERT_OK(h.ProcessJson(Amount(30), T(10, 40)));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   EXPECT_THAT(h.TakeSide("too_late"), ElementsAre(HasSubstr("\"amount\":30")));
   // Records and amounts by arrival: 100 and 50 on time, 20 late (a LATE
@@ -105,20 +106,20 @@ TEST(WindowOperatorTest, ArgMaxKeepsEveryTiedRowAndSurvivesARestore) {
   spec.aggregates = {top, low};
   WindowOperator op(spec);
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"a","amount":5,"x":1})", T(10, 1)).ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"b","amount":9,"x":2})", T(10, 2)).ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"c","amount":null})", T(10, 3)).ok());  // ignored
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.ProcessJson(R"({"id":"a","amount":5,"x":1})", T(10, 1)));
+  ASSERT_OK(h.ProcessJson(R"({"id":"b","amount":9,"x":2})", T(10, 2)));
+  ASSERT_OK(h.ProcessJson(R"({"id":"c","amount":null})", T(10, 3)));  // ignored
   const std::string dir = ::testing::TempDir() + "/window_argmax_" + std::to_string(::getpid());
   RemoveTree(dir);
-  ASSERT_TRUE(h.Snapshot(dir).ok());
+  ASSERT_OK(h.Snapshot(dir));
   // A restored operator goes on from the same rows.
   WindowOperator restored(spec);
-  ASSERT_TRUE(h.RestoreInto(&restored, dir, h.watermark()).ok());
+  ASSERT_OK(h.RestoreInto(&restored, dir, h.watermark()));
   OperatorHarness& h2 = h;
-  ASSERT_TRUE(h2.ProcessJson(R"({"id":"d","amount":9.0,"x":3})", T(10, 4)).ok());  // a tie
-  ASSERT_TRUE(h2.ProcessJson(R"({"id":"e","amount":1,"x":4})", T(10, 5)).ok());
-  ASSERT_TRUE(h2.AdvanceWatermark(T(11, 0)).ok());
+  ASSERT_OK(h2.ProcessJson(R"({"id":"d","amount":9.0,"x":3})", T(10, 4)));  // a tie
+  ASSERT_OK(h2.ProcessJson(R"({"id":"e","amount":1,"x":4})", T(10, 5)));
+  ASSERT_OK(h2.AdvanceWatermark(T(11, 0)));
   const std::string want =
       R"("top":[{"id":"b","amount":9},{"id":"d","amount":9.0}],"low":[{"id":"e","amount":1,"x":4}])";
   EXPECT_THAT(h2.TakeOutput(), ElementsAre(HasSubstr(want + R"(,"revision":1,"state":"ON_TIME")"),
@@ -140,25 +141,25 @@ TEST(WindowOperatorTest, ArgMaxRowsOfMergedSessionsKeepTheHigherOrBothOnATie) {
   spec.aggregates = {top};
   WindowOperator op(spec);
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   // Two sessions, 20 min apart, each with a 9; then a record between them
   // merges them: both 9s are kept, the earlier session's first.
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"a","amount":9})", T(10, 0)).ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"b","amount":9})", T(10, 20)).ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"c","amount":1})", T(10, 10)).ok());
+  ASSERT_OK(h.ProcessJson(R"({"id":"a","amount":9})", T(10, 0)));
+  ASSERT_OK(h.ProcessJson(R"({"id":"b","amount":9})", T(10, 20)));
+  ASSERT_OK(h.ProcessJson(R"({"id":"c","amount":1})", T(10, 10)));
   // And a third, merged with a higher value: it replaces them.
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"d","amount":5})", T(11, 0)).ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"e","amount":12})", T(10, 40)).ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"f","amount":2})", T(10, 50)).ok());
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.ProcessJson(R"({"id":"d","amount":5})", T(11, 0)));
+  ASSERT_OK(h.ProcessJson(R"({"id":"e","amount":12})", T(10, 40)));
+  ASSERT_OK(h.ProcessJson(R"({"id":"f","amount":2})", T(10, 50)));
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h.TakeOutput(), Contains(HasSubstr(R"("top":[{"id":"e"}],"revision")")));
   WindowOperator two(spec);
   OperatorHarness h2(&two);
-  ASSERT_TRUE(h2.Open().ok());
-  ASSERT_TRUE(h2.ProcessJson(R"({"id":"a","amount":9})", T(10, 0)).ok());
-  ASSERT_TRUE(h2.ProcessJson(R"({"id":"b","amount":9})", T(10, 20)).ok());
-  ASSERT_TRUE(h2.ProcessJson(R"({"id":"c","amount":1})", T(10, 10)).ok());
-  ASSERT_TRUE(h2.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h2.Open());
+  ASSERT_OK(h2.ProcessJson(R"({"id":"a","amount":9})", T(10, 0)));
+  ASSERT_OK(h2.ProcessJson(R"({"id":"b","amount":9})", T(10, 20)));
+  ASSERT_OK(h2.ProcessJson(R"({"id":"c","amount":1})", T(10, 10)));
+  ASSERT_OK(h2.AdvanceWatermark(kMaxTime));
   EXPECT_THAT(h2.TakeOutput(), Contains(HasSubstr(R"("top":[{"id":"a"},{"id":"b"}],"revision")")));
 }
 
@@ -170,14 +171,14 @@ TEST(WindowOperatorTest, WatermarkBurstIsHandedOnInPieces) {
   spec.group_paths = {FieldPath::Parse("k")};
   WindowOperator op(spec);
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   constexpr int kKeys = 3 * static_cast<int>(Output::kDrainAt);
   std::vector<std::pair<std::string, int64_t>> batch;
   for (int k = kKeys - 1; k >= 0; --k) {
     batch.emplace_back("{\"k\":" + std::to_string(k) + ",\"amount\":1}", T(10, k % 60));
   }
-  ASSERT_TRUE(h.ProcessBatch(batch).ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
+  ASSERT_OK(h.ProcessBatch(batch));
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));
   EXPECT_GE(h.drains(), 5);
   const std::vector<std::string> out = h.TakeOutput();
   ASSERT_EQ(out.size(), 2u * kKeys);
@@ -197,44 +198,44 @@ TEST(WindowOperatorTest, WatermarkBurstIsHandedOnInPieces) {
 TEST(WindowOperatorTest, RecordExactlyAtWatermarkIsNotLate) {
   WindowOperator op(Tumbling(kHour, 0));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
-  ASSERT_TRUE(h.ProcessJson(Amount(1), T(11, 0)).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));
+  ASSERT_OK(h.ProcessJson(Amount(1), T(11, 0)));
   EXPECT_THAT(h.TakeSide("too_late"), IsEmpty());
-  ASSERT_TRUE(h.ProcessJson(Amount(1), T(11, 0) - 1).ok());
+  ASSERT_OK(h.ProcessJson(Amount(1), T(11, 0) - 1));
   EXPECT_THAT(h.TakeSide("too_late"), ElementsAre(HasSubstr("\"amount\":1")));
 }
 
 TEST(WindowOperatorTest, WindowWhoseFirstRecordIsLateStartsWithLate) {
   WindowOperator op(Tumbling(kHour, kHour));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());  // exactly the window's end
-  ASSERT_TRUE(h.ProcessJson(Amount(4), T(10, 59)).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));  // exactly the window's end
+  ASSERT_OK(h.ProcessJson(Amount(4), T(10, 59)));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr(R"("revision":1,"state":"LATE")")));
-  ASSERT_TRUE(h.AdvanceWatermark(T(12, 0)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(12, 0)));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr(R"("revision":2,"state":"FINAL")")));
 }
 
 TEST(WindowOperatorTest, EarlyFiresOnlyWhenChanged) {
   WindowOperator op(Tumbling(kHour, 0, kMin));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.SetProcessingTime(5'000).ok());
-  ASSERT_TRUE(h.ProcessJson(Amount(7), T(10, 0)).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.SetProcessingTime(5'000));
+  ASSERT_OK(h.ProcessJson(Amount(7), T(10, 0)));
   EXPECT_EQ(op.NextTimer(), 60'000);
-  ASSERT_TRUE(h.SetProcessingTime(59'999).ok());
+  ASSERT_OK(h.SetProcessingTime(59'999));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
-  ASSERT_TRUE(h.SetProcessingTime(60'000).ok());
+  ASSERT_OK(h.SetProcessingTime(60'000));
   EXPECT_THAT(h.TakeOutput(),
               ElementsAre(HasSubstr(R"("revenue":7,"orders":1,"revision":1,"state":"EARLY")")));
-  ASSERT_TRUE(h.SetProcessingTime(300'000).ok());
+  ASSERT_OK(h.SetProcessingTime(300'000));
   EXPECT_THAT(h.TakeOutput(), IsEmpty()) << "nothing new since the last emission";
-  ASSERT_TRUE(h.ProcessJson(Amount(3), T(10, 1)).ok());
-  ASSERT_TRUE(h.SetProcessingTime(360'000).ok());
+  ASSERT_OK(h.ProcessJson(Amount(3), T(10, 1)));
+  ASSERT_OK(h.SetProcessingTime(360'000));
   EXPECT_THAT(h.TakeOutput(),
               ElementsAre(HasSubstr(R"("revenue":10,"orders":2,"revision":2,"state":"EARLY")")));
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr("\"revision\":3,\"state\":\"ON_TIME\""),
                                           HasSubstr("\"revision\":4,\"state\":\"FINAL\"")));
 }
@@ -253,31 +254,30 @@ TEST(WindowOperatorTest, SnapshotRestoreContinuesRevisionsAndState) {
   spec.aggregates.push_back(distinct);
   WindowOperator op(spec);
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.ProcessBatch({{R"({"country":"PT","amount":1.25,"user":"a"})", T(10, 5)},
-                              {R"({"country":"PT","amount":2,"user":"b"})", T(10, 6)},
-                              {R"({"country":"ES","amount":5,"user":"a"})", T(10, 7)}})
-                  .ok());
-  ASSERT_TRUE(h.SetProcessingTime(60'000).ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.ProcessBatch({{R"({"country":"PT","amount":1.25,"user":"a"})", T(10, 5)},
+                            {R"({"country":"PT","amount":2,"user":"b"})", T(10, 6)},
+                            {R"({"country":"ES","amount":5,"user":"a"})", T(10, 7)}}));
+  ASSERT_OK(h.SetProcessingTime(60'000));
   EXPECT_EQ(h.TakeOutput().size(), 2u);
-  ASSERT_TRUE(h.ProcessJson(R"({"country":"PT","amount":0.5,"user":"a"})", T(10, 8)).ok());
-  ASSERT_TRUE(h.Snapshot(dir).ok());
+  ASSERT_OK(h.ProcessJson(R"({"country":"PT","amount":0.5,"user":"a"})", T(10, 8)));
+  ASSERT_OK(h.Snapshot(dir));
 
   // The uninterrupted run...
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
-  ASSERT_TRUE(h.ProcessJson(R"({"country":"PT","amount":1,"user":"c"})", T(10, 9)).ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(12, 0)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));
+  ASSERT_OK(h.ProcessJson(R"({"country":"PT","amount":1,"user":"c"})", T(10, 9)));
+  ASSERT_OK(h.AdvanceWatermark(T(12, 0)));
   std::vector<std::string> uninterrupted = h.TakeOutput();
 
   // ...equals the restored one.
   WindowOperator restored(spec);
   OperatorHarness h2(&restored);
-  ASSERT_TRUE(h2.Open().ok());
-  ASSERT_TRUE(h2.RestoreInto(&restored, dir, T(10, 7) - 1).ok());
+  ASSERT_OK(h2.Open());
+  ASSERT_OK(h2.RestoreInto(&restored, dir, T(10, 7) - 1));
   EXPECT_EQ(restored.window_count(), 2u);
-  ASSERT_TRUE(h2.AdvanceWatermark(T(11, 0)).ok());
-  ASSERT_TRUE(h2.ProcessJson(R"({"country":"PT","amount":1,"user":"c"})", T(10, 9)).ok());
-  ASSERT_TRUE(h2.AdvanceWatermark(T(12, 0)).ok());
+  ASSERT_OK(h2.AdvanceWatermark(T(11, 0)));
+  ASSERT_OK(h2.ProcessJson(R"({"country":"PT","amount":1,"user":"c"})", T(10, 9)));
+  ASSERT_OK(h2.AdvanceWatermark(T(12, 0)));
   EXPECT_EQ(h2.TakeOutput(), uninterrupted);
   EXPECT_THAT(
       uninterrupted,
@@ -289,31 +289,30 @@ TEST(WindowOperatorTest, SnapshotRestoreContinuesRevisionsAndState) {
 TEST(WindowOperatorTest, ExpiredStateIsDeletedFromTheBackend) {
   WindowOperator op(Tumbling(kHour, 0));
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(h.ProcessJson(Amount(i), T(i, 0)).ok());
-  ASSERT_TRUE(h.Commit().ok());
+  ASSERT_OK(h.Open());
+  for (int i = 0; i < 10; ++i) ASSERT_OK(h.ProcessJson(Amount(i), T(i, 0)));
+  ASSERT_OK(h.Commit());
   auto table = h.state().OpenTable("op/windows");
-  ASSERT_TRUE(table.ok());
+  ASSERT_OK(table.status());
   EXPECT_EQ(*(*table)->CountKeys(), 10u);
-  ASSERT_TRUE(h.AdvanceWatermark(T(5, 0)).ok());
-  ASSERT_TRUE(h.Commit().ok());
+  ASSERT_OK(h.AdvanceWatermark(T(5, 0)));
+  ASSERT_OK(h.Commit());
   EXPECT_EQ(*(*table)->CountKeys(), 5u);
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
-  ASSERT_TRUE(h.Commit().ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
+  ASSERT_OK(h.Commit());
   EXPECT_EQ(*(*table)->CountKeys(), 0u);
 }
 
 TEST(DedupOperatorTest, DuplicatesConflictsHorizonAndExpiry) {
   DedupOperator op(FieldPath::Parse("id"), kHour, {}, "arrival");
   OperatorHarness h(&op, nullptr, "unique");
-  ASSERT_TRUE(h.Open().ok());
-  ASSERT_TRUE(h.ProcessBatch({{R"({"id":"a","amount":1,"arrival":1})", T(10, 0)},
-                              {R"({"id":"a","amount":1,"arrival":2})", T(10, 0)},
-                              {R"({"amount":1,"id":"a","arrival":2})", T(10, 0)},
-                              {R"({"id":"a","amount":2,"arrival":3})", T(10, 0)},
-                              {R"({"id":"b","amount":1})", T(10, 1)},
-                              {R"({"amount":9})", T(10, 1)}})
-                  .ok());
+  ASSERT_OK(h.Open());
+  ASSERT_OK(h.ProcessBatch({{R"({"id":"a","amount":1,"arrival":1})", T(10, 0)},
+                            {R"({"id":"a","amount":1,"arrival":2})", T(10, 0)},
+                            {R"({"amount":1,"id":"a","arrival":2})", T(10, 0)},
+                            {R"({"id":"a","amount":2,"arrival":3})", T(10, 0)},
+                            {R"({"id":"b","amount":1})", T(10, 1)},
+                            {R"({"amount":9})", T(10, 1)}}));
   EXPECT_THAT(h.TakeOutput(), ElementsAre(HasSubstr("\"arrival\":1"), HasSubstr("\"id\":\"b\""),
                                           HasSubstr("\"amount\":9")));
   // Top-level field order is not part of the payload: the reordered copy is a
@@ -326,16 +325,16 @@ TEST(DedupOperatorTest, DuplicatesConflictsHorizonAndExpiry) {
   EXPECT_EQ(h.metrics().Value("dedup_conflicts_total", "op=\"unique\""), 1);
   EXPECT_EQ(h.metrics().Value("dedup_missing_id_total", "op=\"unique\""), 1);
 
-  ASSERT_TRUE(h.Commit().ok());
+  ASSERT_OK(h.Commit());
   auto ids = h.state().OpenTable("unique/ids");
-  ASSERT_TRUE(ids.ok());
+  ASSERT_OK(ids.status());
   EXPECT_EQ(*(*ids)->CountKeys(), 2u);
   // W = 11:00:30: a (10:00) and b (10:01) are still inside the 1h horizon... a is not.
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0) + 30'000).ok());
-  ASSERT_TRUE(h.Commit().ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0) + 30'000));
+  ASSERT_OK(h.Commit());
   EXPECT_EQ(*(*ids)->CountKeys(), 1u);
   // A retry of a now is older than the horizon: too_late, not passed on.
-  ASSERT_TRUE(h.ProcessJson(R"({"id":"a","amount":1,"arrival":9})", T(10, 0)).ok());
+  ASSERT_OK(h.ProcessJson(R"({"id":"a","amount":1,"arrival":9})", T(10, 0)));
   EXPECT_THAT(h.TakeOutput(), IsEmpty());
   EXPECT_THAT(h.TakeSide("too_late"), ElementsAre(HasSubstr("dedup horizon")));
 }
@@ -451,7 +450,7 @@ TEST_P(WindowModelTest, MatchesReferenceModel) {
   spec.group_paths = {FieldPath::Parse("g")};
   WindowOperator op(spec);
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   Model model(size, slide, lateness);
 
   const int64_t ooo = 4 * kMin;
@@ -482,33 +481,33 @@ TEST_P(WindowModelTest, MatchesReferenceModel) {
       ++records;
     }
     model.Process(batch);
-    ASSERT_TRUE(h.ProcessBatch(json_batch).ok());
+    ASSERT_OK(h.ProcessBatch(json_batch));
     if (rng() % 3 == 0) {
       now += static_cast<int64_t>(rng() % (2 * kMin));
       // Timers are aligned to multiples of a minute: fire the model's EARLY
       // pass once per crossed boundary, like the harness does.
       while (op.NextTimer() <= now) {
         model.Early();
-        ASSERT_TRUE(h.SetProcessingTime(op.NextTimer()).ok());
+        ASSERT_OK(h.SetProcessingTime(op.NextTimer()));
       }
-      ASSERT_TRUE(h.SetProcessingTime(now).ok());
+      ASSERT_OK(h.SetProcessingTime(now));
     }
     if (rng() % 2 == 0) {
       model.Watermark(max_seen - ooo);
-      ASSERT_TRUE(h.AdvanceWatermark(max_seen - ooo).ok());
+      ASSERT_OK(h.AdvanceWatermark(max_seen - ooo));
     }
     if (rng() % 97 == 0) {
-      ASSERT_TRUE(h.Commit().ok());
+      ASSERT_OK(h.Commit());
     }
   }
   model.Watermark(kMaxTime);
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
 
   std::map<WindowKey, std::vector<Emission>> actual;
   JsonDecoder dec;
   Record r;
   for (const std::string& line : h.TakeOutput()) {
-    ASSERT_TRUE(dec.Decode(line, &r).ok());
+    ASSERT_OK(dec.Decode(line, &r));
     const Value gv = r.GetPath(FieldPath::Parse("g"));
     const std::string g = gv.type == ValueType::kInt ? std::to_string(gv.i) : std::string(gv.s);
     int64_t start = *ParseIso8601(r.GetPath(FieldPath::Parse("window_start")).s);
@@ -549,7 +548,7 @@ TEST_P(SessionModelTest, MatchesReferenceModel) {
   spec.group_paths = {FieldPath::Parse("g")};
   WindowOperator op(spec);
   OperatorHarness h(&op);
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
 
   struct Session {
     int64_t end, sum, count, revision;
@@ -573,7 +572,7 @@ TEST_P(SessionModelTest, MatchesReferenceModel) {
   auto take = [&](bool check_order) {
     std::vector<std::tuple<int64_t, std::string, int64_t>> on_time, final;  // end, key, start
     for (const std::string& line : h.TakeOutput()) {
-      ASSERT_TRUE(dec.Decode(line, &r).ok());
+      ASSERT_OK(dec.Decode(line, &r));
       std::string g(r.GetPath(FieldPath::Parse("g")).s);
       int64_t start = *ParseIso8601(r.GetPath(FieldPath::Parse("window_start")).s);
       int64_t end = *ParseIso8601(r.GetPath(FieldPath::Parse("window_end")).s);
@@ -626,7 +625,7 @@ TEST_P(SessionModelTest, MatchesReferenceModel) {
       }
       sessions[start] = Session{end, sum, count, revision, W >= end, true};
     }
-    ASSERT_TRUE(h.ProcessBatch(batch).ok());
+    ASSERT_OK(h.ProcessBatch(batch));
     for (auto& [g, sessions] : model) {
       for (auto& [s, ses] : sessions) {
         if (ses.fired && ses.changed) emit(g, s, ses, "LATE");
@@ -653,11 +652,11 @@ TEST_P(SessionModelTest, MatchesReferenceModel) {
           }
         }
       }
-      ASSERT_TRUE(h.AdvanceWatermark(W).ok());
+      ASSERT_OK(h.AdvanceWatermark(W));
       take(true);
     }
     if (rng() % 7 == 0) {
-      ASSERT_TRUE(h.Commit().ok());
+      ASSERT_OK(h.Commit());
     }
   }
   for (auto& [g, sessions] : model) {
@@ -666,7 +665,7 @@ TEST_P(SessionModelTest, MatchesReferenceModel) {
     }
     for (auto& [s, ses] : sessions) emit(g, s, ses, "FINAL");
   }
-  ASSERT_TRUE(h.AdvanceWatermark(kMaxTime).ok());
+  ASSERT_OK(h.AdvanceWatermark(kMaxTime));
   take(true);
   EXPECT_EQ(static_cast<int>(h.TakeSide("too_late").size()), too_late);
   EXPECT_GT(too_late, 0) << "the generator should produce some too-late records";
@@ -697,22 +696,22 @@ TEST(WindowOperatorTest, TooLateRecordsSayWhichWindowTheyMissedAndItsLastRevisio
   const std::string dir = ::testing::TempDir() + "/audit_" + std::to_string(::getpid());
   RemoveTree(dir);
   auto backend = OpenRocksDbBackend(dir + "/db");
-  ASSERT_TRUE(backend.ok());
+  ASSERT_OK(backend.status());
   OperatorHarness h(&op, std::move(*backend));
-  ASSERT_TRUE(h.Open().ok());
+  ASSERT_OK(h.Open());
   auto rec = [](const char* country, int amount) {
     return absl::StrCat(R"({"country":")", country, R"(","amount":)", amount, "}");
   };
-  ASSERT_TRUE(h.ProcessJson(rec("FR", 5), T(10, 10)).ok());
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
-  ASSERT_TRUE(h.ProcessJson(rec("FR", 7), T(10, 15)).ok());  // LATE, revision 2
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 30)).ok());           // FINAL, revision 3
+  ASSERT_OK(h.ProcessJson(rec("FR", 5), T(10, 10)));
+  ASSERT_OK(h.AdvanceWatermark(T(11, 0)));
+  ASSERT_OK(h.ProcessJson(rec("FR", 7), T(10, 15)));  // LATE, revision 2
+  ASSERT_OK(h.AdvanceWatermark(T(11, 30)));           // FINAL, revision 3
   EXPECT_THAT(h.TakeOutput(),
               Contains(HasSubstr(R"("revenue":12,"orders":2,"revision":3,"state":"FINAL")")));
   const std::string fr_window =
       R"("window":{"country":"FR","window_start":"2026-10-01T10:00:00.000Z","window_end":"2026-10-01T11:00:00.000Z","revision":3})";
-  ASSERT_TRUE(h.ProcessJson(rec("FR", 1), T(10, 20)).ok());
-  ASSERT_TRUE(h.ProcessJson(rec("PT", 1), T(10, 20)).ok());
+  ASSERT_OK(h.ProcessJson(rec("FR", 1), T(10, 20)));
+  ASSERT_OK(h.ProcessJson(rec("PT", 1), T(10, 20)));
   EXPECT_THAT(
       h.TakeSide("too_late"),
       ElementsAre(
@@ -722,15 +721,15 @@ TEST(WindowOperatorTest, TooLateRecordsSayWhichWindowTheyMissedAndItsLastRevisio
               R"("window":{"country":"PT","window_start":"2026-10-01T10:00:00.000Z","window_end":"2026-10-01T11:00:00.000Z","revision":null})")));
   EXPECT_EQ(h.metrics().Value("too_late_total", R"(op="op",reason="after_final")"), 2);
 
-  ASSERT_TRUE(h.Snapshot(dir + "/snap").ok());
-  ASSERT_TRUE(h.RestoreInto(&restored, dir + "/snap", h.watermark()).ok());
-  ASSERT_TRUE(h.ProcessJson(rec("FR", 1), T(10, 25)).ok());
+  ASSERT_OK(h.Snapshot(dir + "/snap"));
+  ASSERT_OK(h.RestoreInto(&restored, dir + "/snap", h.watermark()));
+  ASSERT_OK(h.ProcessJson(rec("FR", 1), T(10, 25)));
   EXPECT_THAT(h.TakeSide("too_late"), ElementsAre(HasSubstr(fr_window)));
 
   // Seven days of event time later it is forgotten.
-  ASSERT_TRUE(h.AdvanceWatermark(T(11, 30) + WindowOperator::kAuditHorizon + kHour + 1).ok());
-  ASSERT_TRUE(h.Commit().ok());
-  ASSERT_TRUE(h.ProcessJson(rec("FR", 1), T(10, 25)).ok());
+  ASSERT_OK(h.AdvanceWatermark(T(11, 30) + WindowOperator::kAuditHorizon + kHour + 1));
+  ASSERT_OK(h.Commit());
+  ASSERT_OK(h.ProcessJson(rec("FR", 1), T(10, 25)));
   EXPECT_THAT(
       h.TakeSide("too_late"),
       ElementsAre(HasSubstr(R"("window_end":"2026-10-01T11:00:00.000Z","revision":null})")));
@@ -752,17 +751,17 @@ TEST(WindowOperatorTest, ReconcileCountsEventsAndDigestsIdsInAnyOrder) {
     std::string dir = ::testing::TempDir() + "/reconcile_" + std::to_string(::getpid());
     RemoveTree(dir);
     auto backend = OpenRocksDbBackend(dir + "/db");
-    EXPECT_TRUE(backend.ok());
+    EXPECT_OK(backend.status());
     OperatorHarness h(&op, std::move(*backend));
-    EXPECT_TRUE(h.Open().ok());
+    EXPECT_OK(h.Open());
     for (size_t i = 0; i < ids.size(); ++i) {
-      EXPECT_TRUE(h.ProcessJson(rec(ids[i], 10), T(10, static_cast<int>(i))).ok());
+      EXPECT_OK(h.ProcessJson(rec(ids[i], 10), T(10, static_cast<int>(i))));
       if (restore && i == ids.size() / 2) {
-        EXPECT_TRUE(h.Snapshot(dir + "/snap").ok());
-        EXPECT_TRUE(h.RestoreInto(&restored, dir + "/snap", h.watermark()).ok());
+        EXPECT_OK(h.Snapshot(dir + "/snap"));
+        EXPECT_OK(h.RestoreInto(&restored, dir + "/snap", h.watermark()));
       }
     }
-    EXPECT_TRUE(h.AdvanceWatermark(T(11, 0)).ok());
+    EXPECT_OK(h.AdvanceWatermark(T(11, 0)));
     std::vector<std::string> out = h.TakeOutput();
     RemoveTree(dir);
     return out.empty() ? std::string() : out.back();
