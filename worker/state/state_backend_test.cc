@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/state/key_codec.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -60,7 +61,7 @@ class StateBackendTest : public ::testing::TestWithParam<Kind> {
       backend_ = NewMemoryBackend();
     } else {
       auto b = OpenRocksDbBackend(dir_.Sub("db"));
-      ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_OK(b.status());
       backend_ = *std::move(b);
     }
   }
@@ -68,14 +69,14 @@ class StateBackendTest : public ::testing::TestWithParam<Kind> {
   StateTable* Table(const std::string& name) {
     auto t = GetParam() == Kind::kRocksDbWriteBehind ? backend_->OpenWriteBehindTable(name)
                                                      : backend_->OpenTable(name);
-    EXPECT_TRUE(t.ok()) << t.status();
+    EXPECT_OK(t.status());
     return t.ok() ? *t : nullptr;
   }
 
   static std::optional<std::string> Get(StateTable* t, std::string_view key) {
     std::string value;
     auto found = t->Get(key, &value);
-    EXPECT_TRUE(found.ok()) << found.status();
+    EXPECT_OK(found.status());
     if (!found.ok() || !*found) return std::nullopt;
     return value;
   }
@@ -86,13 +87,13 @@ class StateBackendTest : public ::testing::TestWithParam<Kind> {
       out.emplace_back(std::string(k), std::string(v));
       return true;
     });
-    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_OK(s);
     return out;
   }
 
   static uint64_t Count(StateTable* t) {
     auto n = t->CountKeys();
-    EXPECT_TRUE(n.ok()) << n.status();
+    EXPECT_OK(n.status());
     return n.ok() ? *n : ~uint64_t{0};
   }
 
@@ -105,18 +106,18 @@ TEST_P(StateBackendTest, PutGetDelete) {
   EXPECT_EQ(Get(t, "a"), std::nullopt);
   t->Put("a", "1");
   t->Put("b", "2");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_EQ(Get(t, "a"), "1");
   EXPECT_EQ(Get(t, "b"), "2");
   t->Put("a", "11");
   t->Delete("b");
   t->Delete("never-existed");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_EQ(Get(t, "a"), "11");
   EXPECT_EQ(Get(t, "b"), std::nullopt);
   // Existence check without a value.
   auto found = t->Get("a", nullptr);
-  ASSERT_TRUE(found.ok());
+  ASSERT_OK(found.status());
   EXPECT_TRUE(*found);
   // An empty value is a present key.
   t->Put("empty", "");
@@ -135,21 +136,21 @@ TEST_P(StateBackendTest, ReadYourWritesBeforeCommit) {
   EXPECT_EQ(Get(t, "k"), "v1");
   t->Put("k", "v2");
   EXPECT_EQ(Get(t, "k"), "v2");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   t->Delete("k");
   EXPECT_EQ(Get(t, "k"), std::nullopt);
   t->Put("k", "v3");
   EXPECT_EQ(Get(t, "k"), "v3");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_EQ(Get(t, "k"), "v3");
   // Commit with nothing buffered is fine.
-  EXPECT_TRUE(backend_->Commit().ok());
+  EXPECT_OK(backend_->Commit());
 }
 
 TEST_P(StateBackendTest, ScanOrderAndBounds) {
   StateTable* t = Table("t");
   for (const char* k : {"d", "b", "e", "a", "c", "ca"}) t->Put(k, std::string("v") + k);
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "va"), Pair("b", "vb"), Pair("c", "vc"),
                                       Pair("ca", "vca"), Pair("d", "vd"), Pair("e", "ve")));
   EXPECT_THAT(ScanAll(t, "b", "d"),
@@ -167,7 +168,7 @@ TEST_P(StateBackendTest, ScanSeesUncommittedPutsNotUncommittedDeletes) {
   t->Put("a", "1");
   t->Put("b", "2");
   t->Put("c", "3");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   t->Put("bb", "new");
   t->Delete("b");
   t->Put("c", "33");
@@ -175,16 +176,16 @@ TEST_P(StateBackendTest, ScanSeesUncommittedPutsNotUncommittedDeletes) {
   t->Delete("z");
   EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "1"), Pair("bb", "new"), Pair("c", "33")));
   EXPECT_THAT(ScanAll(t, "b", "c"), ElementsAre(Pair("bb", "new")));
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "1"), Pair("bb", "new"), Pair("c", "33")));
 }
 
 TEST_P(StateBackendTest, ScanStopsEarly) {
   StateTable* t = Table("t");
   for (int i = 0; i < 10; ++i) t->Put(EncodeBigEndian64(i), "v");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   int seen = 0;
-  ASSERT_TRUE(t->Scan("", "", [&](std::string_view, std::string_view) { return ++seen < 3; }).ok());
+  ASSERT_OK(t->Scan("", "", [&](std::string_view, std::string_view) { return ++seen < 3; }));
   EXPECT_EQ(seen, 3);
 }
 
@@ -195,22 +196,20 @@ TEST_P(StateBackendTest, ScanCallbackMayWriteOtherTables) {
   StateTable* dst = Table("dst");
   for (int i = 0; i < 200; ++i) src->Put(EncodeBigEndian64(i), std::string(100, 'a' + i % 26));
   // Half committed, half still in the batch.
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   for (int i = 200; i < 400; ++i) src->Put(EncodeBigEndian64(i), std::string(100, 'a' + i % 26));
   int n = 0;
-  ASSERT_TRUE(src->Scan("", "",
-                        [&](std::string_view k, std::string_view v) {
-                          // Large writes force the batch buffer to grow.
-                          dst->Put(k, std::string(v) + std::string(1000, 'x'));
-                          std::string_view rest = k;
-                          int64_t i;
-                          EXPECT_TRUE(ReadBigEndian64(&rest, &i));
-                          EXPECT_EQ(i, n);
-                          EXPECT_EQ(v, std::string(100, 'a' + n % 26));
-                          ++n;
-                          return true;
-                        })
-                  .ok());
+  ASSERT_OK(src->Scan("", "", [&](std::string_view k, std::string_view v) {
+    // Large writes force the batch buffer to grow.
+    dst->Put(k, std::string(v) + std::string(1000, 'x'));
+    std::string_view rest = k;
+    int64_t i;
+    EXPECT_TRUE(ReadBigEndian64(&rest, &i));
+    EXPECT_EQ(i, n);
+    EXPECT_EQ(v, std::string(100, 'a' + n % 26));
+    ++n;
+    return true;
+  }));
   EXPECT_EQ(n, 400);
   EXPECT_EQ(Count(dst), 400u);
 }
@@ -218,9 +217,9 @@ TEST_P(StateBackendTest, ScanCallbackMayWriteOtherTables) {
 TEST_P(StateBackendTest, DeleteRange) {
   StateTable* t = Table("t");
   for (const char* k : {"a", "b", "c", "d", "e"}) t->Put(k, k);
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   t->Put("bb", "uncommitted");
-  ASSERT_TRUE(t->DeleteRange("b", "d").ok());
+  ASSERT_OK(t->DeleteRange("b", "d"));
   EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "a"), Pair("d", "d"), Pair("e", "e")));
   EXPECT_EQ(Get(t, "b"), std::nullopt);
   EXPECT_EQ(Get(t, "bb"), std::nullopt);
@@ -228,19 +227,19 @@ TEST_P(StateBackendTest, DeleteRange) {
   // A write after the DeleteRange is visible.
   t->Put("c", "again");
   EXPECT_EQ(Get(t, "c"), "again");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_THAT(ScanAll(t),
               ElementsAre(Pair("a", "a"), Pair("c", "again"), Pair("d", "d"), Pair("e", "e")));
   // Empty end deletes to the end of the table.
-  ASSERT_TRUE(t->DeleteRange("d", "").ok());
+  ASSERT_OK(t->DeleteRange("d", ""));
   EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "a"), Pair("c", "again")));
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   // Empty range: no-op, and no uncommitted writes left behind.
-  ASSERT_TRUE(t->DeleteRange("x", "z").ok());
-  EXPECT_TRUE(backend_->Snapshot(dir_.Sub("snap")).ok());
-  ASSERT_TRUE(t->DeleteRange("", "").ok());
+  ASSERT_OK(t->DeleteRange("x", "z"));
+  EXPECT_OK(backend_->Snapshot(dir_.Sub("snap")));
+  ASSERT_OK(t->DeleteRange("", ""));
   EXPECT_EQ(Count(t), 0u);
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_EQ(Count(t), 0u);
 }
 
@@ -248,11 +247,11 @@ TEST_P(StateBackendTest, DeleteRangeManyKeys) {
   // More keys than the RocksDB backend deletes per chunk.
   StateTable* t = Table("t");
   for (int i = 0; i < 10000; ++i) t->Put(EncodeBigEndian64(i), "v");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   for (int i = 10000; i < 12000; ++i) t->Put(EncodeBigEndian64(i), "v");
-  ASSERT_TRUE(t->DeleteRange(EncodeBigEndian64(100), EncodeBigEndian64(11900)).ok());
+  ASSERT_OK(t->DeleteRange(EncodeBigEndian64(100), EncodeBigEndian64(11900)));
   EXPECT_EQ(Count(t), 200u);
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_EQ(Count(t), 200u);
 }
 
@@ -262,13 +261,13 @@ TEST_P(StateBackendTest, CountKeysIncludesUncommitted) {
   t->Put("a", "1");
   t->Put("b", "2");
   EXPECT_EQ(Count(t), 2u);
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   t->Put("a", "overwrite");
   t->Put("c", "3");
   t->Delete("b");
   t->Delete("missing");
   EXPECT_EQ(Count(t), 2u);
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   EXPECT_EQ(Count(t), 2u);
 }
 
@@ -281,13 +280,13 @@ TEST_P(StateBackendTest, TablesAreIsolated) {
   EXPECT_EQ(Get(t1, "k"), "from-one");
   EXPECT_EQ(Get(t2, "k"), "from-two");
   EXPECT_EQ(Get(t2, "only-one"), std::nullopt);
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   t2->Delete("k");
   EXPECT_EQ(Get(t1, "k"), "from-one");
   EXPECT_EQ(Count(t1), 2u);
   EXPECT_EQ(Count(t2), 0u);
-  ASSERT_TRUE(t1->DeleteRange("", "").ok());
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(t1->DeleteRange("", ""));
+  ASSERT_OK(backend_->Commit());
   t2->Put("k", "back");
   EXPECT_EQ(Count(t1), 0u);
   EXPECT_THAT(ScanAll(t2), ElementsAre(Pair("k", "back")));
@@ -299,9 +298,9 @@ TEST_P(StateBackendTest, SnapshotThenRestore) {
   t->Put("a", "1");
   t->Put("b", "2");
   u->Put("a", "u1");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   const std::string snap = dir_.Sub("snaps/1");  // parent created as needed
-  ASSERT_TRUE(backend_->Snapshot(snap).ok());
+  ASSERT_OK(backend_->Snapshot(snap));
   EXPECT_EQ(backend_->Snapshot(snap).code(), absl::StatusCode::kAlreadyExists);
 
   // Diverge: overwrite, delete, add, new table; some committed, some not.
@@ -310,10 +309,10 @@ TEST_P(StateBackendTest, SnapshotThenRestore) {
   t->Put("c", "3");
   StateTable* v = Table("v");
   v->Put("x", "y");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   u->Put("b", "uncommitted");
 
-  ASSERT_TRUE(backend_->Restore(snap).ok());
+  ASSERT_OK(backend_->Restore(snap));
   t = Table("t");
   u = Table("u");
   v = Table("v");
@@ -323,15 +322,15 @@ TEST_P(StateBackendTest, SnapshotThenRestore) {
 
   // The snapshot is not consumed: write, restore again.
   t->Put("z", "z");
-  ASSERT_TRUE(backend_->Commit().ok());
-  ASSERT_TRUE(backend_->Restore(snap).ok());
+  ASSERT_OK(backend_->Commit());
+  ASSERT_OK(backend_->Restore(snap));
   t = Table("t");
   EXPECT_THAT(ScanAll(t), ElementsAre(Pair("a", "1"), Pair("b", "2")));
   // And the restored state is writable and snapshottable.
   t->Put("c", "after-restore");
-  ASSERT_TRUE(backend_->Commit().ok());
-  ASSERT_TRUE(backend_->Snapshot(dir_.Sub("snaps/2")).ok());
-  ASSERT_TRUE(backend_->Restore(dir_.Sub("snaps/2")).ok());
+  ASSERT_OK(backend_->Commit());
+  ASSERT_OK(backend_->Snapshot(dir_.Sub("snaps/2")));
+  ASSERT_OK(backend_->Restore(dir_.Sub("snaps/2")));
   EXPECT_THAT(ScanAll(Table("t")),
               ElementsAre(Pair("a", "1"), Pair("b", "2"), Pair("c", "after-restore")));
 }
@@ -342,14 +341,14 @@ TEST_P(StateBackendTest, SnapshotRequiresCommit) {
   absl::Status s = backend_->Snapshot(dir_.Sub("snap"));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_FALSE(fs::exists(dir_.Sub("snap")));
-  ASSERT_TRUE(backend_->Commit().ok());
-  EXPECT_TRUE(backend_->Snapshot(dir_.Sub("snap")).ok());
+  ASSERT_OK(backend_->Commit());
+  EXPECT_OK(backend_->Snapshot(dir_.Sub("snap")));
 }
 
 TEST_P(StateBackendTest, RestoreFromMissingDirFailsAndKeepsState) {
   StateTable* t = Table("t");
   t->Put("a", "1");
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   absl::Status s = backend_->Restore(dir_.Sub("no-such-snapshot"));
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr("no-such-snapshot"));
@@ -372,7 +371,7 @@ TEST_P(StateBackendTest, BinaryKeysAndValues) {
                                          std::string("\x80", 1)};
   auto value_of = [&](const std::string& k) { return absl::StrCat("v", k, zero); };
   for (const auto& k : keys) t->Put(k, value_of(k));
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   std::map<std::string, std::string> want;  // std::string orders bytes as unsigned
   for (const auto& k : keys) want[k] = value_of(k);
   KV got = ScanAll(t);
@@ -383,7 +382,7 @@ TEST_P(StateBackendTest, BinaryKeysAndValues) {
   ASSERT_FALSE(mid.empty());
   EXPECT_EQ(mid.front().first, zero);
   EXPECT_EQ(mid.back().first, "\x80");
-  ASSERT_TRUE(t->DeleteRange(ff, "").ok());
+  ASSERT_OK(t->DeleteRange(ff, ""));
   EXPECT_EQ(Get(t, ff + zero), std::nullopt);
   EXPECT_EQ(Get(t, "\x80"), "v\x80" + zero);
 }
@@ -398,12 +397,12 @@ TEST_P(StateBackendTest, BigValues) {
   }
   for (int i = 0; i < 4; ++i) t->Put("big" + std::to_string(i), values[i]);
   EXPECT_EQ(Get(t, "big1"), values[1]);
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(backend_->Commit());
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Get(t, "big" + std::to_string(i)), values[i]);
-  ASSERT_TRUE(backend_->Snapshot(dir_.Sub("snap")).ok());
+  ASSERT_OK(backend_->Snapshot(dir_.Sub("snap")));
   t->Delete("big0");
-  ASSERT_TRUE(backend_->Commit().ok());
-  ASSERT_TRUE(backend_->Restore(dir_.Sub("snap")).ok());
+  ASSERT_OK(backend_->Commit());
+  ASSERT_OK(backend_->Restore(dir_.Sub("snap")));
   EXPECT_EQ(Get(Table("t"), "big0"), values[0]);
 }
 
@@ -416,39 +415,39 @@ TEST_P(StateBackendTest, HundredThousandKeys) {
     int64_t k = (int64_t{i} * 7919) % kKeys;
     t->Put(EncodeBigEndian64(k - kKeys / 2), "value-" + std::to_string(k));
     if (i % 10000 == 9999) {
-      ASSERT_TRUE(backend_->Commit().ok());
+      ASSERT_OK(backend_->Commit());
     }
   }
   EXPECT_EQ(Count(t), uint64_t{kKeys});
   int64_t expect = -kKeys / 2;
-  ASSERT_TRUE(t->Scan("", "", [&](std::string_view key, std::string_view value) {
-                 int64_t k;
-                 EXPECT_TRUE(ReadBigEndian64(&key, &k));
-                 EXPECT_EQ(k, expect);
-                 EXPECT_EQ(value, "value-" + std::to_string(k + kKeys / 2));
-                 ++expect;
-                 return true;
-               }).ok());
+  ASSERT_OK(t->Scan("", "", [&](std::string_view key, std::string_view value) {
+    int64_t k;
+    EXPECT_TRUE(ReadBigEndian64(&key, &k));
+    EXPECT_EQ(k, expect);
+    EXPECT_EQ(value, "value-" + std::to_string(k + kKeys / 2));
+    ++expect;
+    return true;
+  }));
   EXPECT_EQ(expect, kKeys / 2);
   for (int i = 0; i < kKeys; i += 3) {
     EXPECT_EQ(Get(t, EncodeBigEndian64(i - kKeys / 2)), "value-" + std::to_string(i));
   }
   // Negative keys sort first: deleting [min, 0) removes exactly half.
-  ASSERT_TRUE(t->DeleteRange(EncodeBigEndian64(INT64_MIN), EncodeBigEndian64(0)).ok());
-  ASSERT_TRUE(backend_->Commit().ok());
+  ASSERT_OK(t->DeleteRange(EncodeBigEndian64(INT64_MIN), EncodeBigEndian64(0)));
+  ASSERT_OK(backend_->Commit());
   EXPECT_EQ(Count(t), uint64_t{kKeys / 2});
 }
 
 TEST_P(StateBackendTest, CompactReclaimsDeletedKeys) {
   StateTable* t = Table("t");
   for (int i = 0; i < 20000; ++i) t->Put(EncodeBigEndian64(i), std::string(200, 'v'));
-  ASSERT_TRUE(backend_->Commit().ok());
-  ASSERT_TRUE(backend_->Compact().ok());  // data now in SST files for RocksDB
+  ASSERT_OK(backend_->Commit());
+  ASSERT_OK(backend_->Compact());  // data now in SST files for RocksDB
   const uint64_t before = backend_->ApproximateBytes();
   EXPECT_GT(before, 0u);
-  ASSERT_TRUE(t->DeleteRange("", "").ok());
-  ASSERT_TRUE(backend_->Commit().ok());
-  ASSERT_TRUE(backend_->Compact().ok());
+  ASSERT_OK(t->DeleteRange("", ""));
+  ASSERT_OK(backend_->Commit());
+  ASSERT_OK(backend_->Compact());
   EXPECT_EQ(Count(t), 0u);
   const uint64_t after = backend_->ApproximateBytes();
   EXPECT_LT(after, before / 10) << "before=" << before << " after=" << after;
@@ -482,11 +481,11 @@ TEST(RocksDbBackendTest, InstancesShareOneMemoryBudget) {
   std::vector<std::unique_ptr<StateBackend>> backends;
   for (const char* name : {"a", "b"}) {
     auto b = OpenRocksDbBackend(dir.Sub(name), budget);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b.status());
     auto t = (*b)->OpenTable("t");
-    ASSERT_TRUE(t.ok());
+    ASSERT_OK(t.status());
     for (int i = 0; i < 2000; ++i) (*t)->Put(absl::StrCat(name, i), std::string(200, 'v'));
-    ASSERT_TRUE((*b)->Commit().ok());
+    ASSERT_OK((*b)->Commit());
     backends.push_back(std::move(*b));
     if (after_first == 0) after_first = GetStateMemoryUsage(*budget).write_buffer_usage;
   }
@@ -499,33 +498,35 @@ TEST(RocksDbBackendTest, InstancesShareOneMemoryBudget) {
 TEST(RocksDbBackendTest, SwitchingATableToWriteBehindKeepsOrderOfWrites) {
   TempDir dir;
   auto b = OpenRocksDbBackend(dir.Sub("db"));
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b.status());
   StateBackend& backend = **b;
   auto indexed = backend.OpenTable("t");
-  ASSERT_TRUE(indexed.ok());
+  ASSERT_OK(indexed.status());
   (*indexed)->Put("k", "old");
   (*indexed)->Put("gone", "x");
   auto behind = backend.OpenWriteBehindTable("t");
-  ASSERT_TRUE(behind.ok());
+  ASSERT_OK(behind.status());
   EXPECT_EQ(*behind, *indexed);  // same table, now written behind
   (*behind)->Put("k", "new");
   (*behind)->Delete("gone");
-  ASSERT_TRUE(backend.Commit().ok());
+  ASSERT_OK(backend.Commit());
   std::string v;
   auto found = (*behind)->Get("k", &v);
-  ASSERT_TRUE(found.ok() && *found);
+  ASSERT_OK(found.status());
+  ASSERT_TRUE(*found);
   EXPECT_EQ(v, "new");
   found = (*behind)->Get("gone", nullptr);
-  ASSERT_TRUE(found.ok());
+  ASSERT_OK(found.status());
   EXPECT_FALSE(*found);
   // And back: pending write-behind writes are applied before indexed ones.
   (*behind)->Put("k", "behind");
   auto again = backend.OpenTable("t");
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again.status());
   (*again)->Put("k", "indexed");
-  ASSERT_TRUE(backend.Commit().ok());
+  ASSERT_OK(backend.Commit());
   found = (*again)->Get("k", &v);
-  ASSERT_TRUE(found.ok() && *found);
+  ASSERT_OK(found.status());
+  ASSERT_TRUE(*found);
   EXPECT_EQ(v, "indexed");
 }
 
@@ -536,20 +537,22 @@ TEST(RocksDbBackendTest, ReopenSeesCommittedDataAndTables) {
   const std::string path = dir.Sub("db");
   {
     auto b = OpenRocksDbBackend(path);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b.status());
     auto t = (*b)->OpenTable("t");
     auto u = (*b)->OpenTable("u");
-    ASSERT_TRUE(t.ok() && u.ok());
+    ASSERT_OK(t.status());
+    ASSERT_OK(u.status());
     (*t)->Put("a", "1");
     (*u)->Put("a", "u1");
-    ASSERT_TRUE((*b)->Commit().ok());
+    ASSERT_OK((*b)->Commit());
     (*t)->Put("uncommitted", "lost");
   }
   auto b = OpenRocksDbBackend(path);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b.status());
   auto t = (*b)->OpenTable("t");
   auto u = (*b)->OpenTable("u");
-  ASSERT_TRUE(t.ok() && u.ok());
+  ASSERT_OK(t.status());
+  ASSERT_OK(u.status());
   std::string v;
   ASSERT_TRUE(*(*t)->Get("a", &v));
   EXPECT_EQ(v, "1");
@@ -563,20 +566,20 @@ TEST(RocksDbBackendTest, ReopenAfterRestore) {
   const std::string path = dir.Sub("db/");  // trailing slash is fine
   {
     auto b = OpenRocksDbBackend(path);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b.status());
     auto t = (*b)->OpenTable("t");
-    ASSERT_TRUE(t.ok());
+    ASSERT_OK(t.status());
     (*t)->Put("a", "snap");
-    ASSERT_TRUE((*b)->Commit().ok());
-    ASSERT_TRUE((*b)->Snapshot(dir.Sub("snap")).ok());
+    ASSERT_OK((*b)->Commit());
+    ASSERT_OK((*b)->Snapshot(dir.Sub("snap")));
     (*t)->Put("a", "later");
-    ASSERT_TRUE((*b)->Commit().ok());
-    ASSERT_TRUE((*b)->Restore(dir.Sub("snap")).ok());
+    ASSERT_OK((*b)->Commit());
+    ASSERT_OK((*b)->Restore(dir.Sub("snap")));
   }
   auto b = OpenRocksDbBackend(path);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b.status());
   auto t = (*b)->OpenTable("t");
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t.status());
   std::string v;
   ASSERT_TRUE(*(*t)->Get("a", &v));
   EXPECT_EQ(v, "snap");
@@ -596,10 +599,10 @@ TEST(MemoryBackendTest, RestoreRejectsCorruptSnapshot) {
   TempDir dir;
   auto b = NewMemoryBackend();
   auto t = b->OpenTable("t");
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t.status());
   (*t)->Put("a", "1");
-  ASSERT_TRUE(b->Commit().ok());
-  ASSERT_TRUE(b->Snapshot(dir.Sub("snap")).ok());
+  ASSERT_OK(b->Commit());
+  ASSERT_OK(b->Snapshot(dir.Sub("snap")));
   {
     std::fstream f(dir.Sub("snap/state.bin"), std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(20);
