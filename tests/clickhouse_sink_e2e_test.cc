@@ -28,6 +28,7 @@
 #include "tests/purchases_input.h"
 #include "tests/test_util.h"
 #include "worker/testing/clickhouse_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -62,7 +63,7 @@ class ClickHouseSinkE2ETest : public ::testing::Test {
       GTEST_SKIP() << missing;
     }
     auto s = ClickHouseServer::Start();
-    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_OK(s.status());
     server_ = std::move(*s);
     dir_ =
         std::make_unique<TempDir>("clickhouse_e2e", "CARAVELA_KEEP_TEST_DIRS", "clickhouse test");
@@ -87,10 +88,10 @@ class ClickHouseSinkE2ETest : public ::testing::Test {
   Results TableFinals(const std::string& table, int64_t* rows = nullptr) {
     Results out;
     const std::string t = "analytics." + table;
-    EXPECT_TRUE(server_->Query("OPTIMIZE TABLE " + t + " FINAL").ok());
+    EXPECT_OK(server_->Query("OPTIMIZE TABLE " + t + " FINAL").status());
     auto body = server_->Query(absl::StrCat(
         "SELECT country, window_start, toString(revenue), orders, state FROM ", t, " FINAL"));
-    EXPECT_TRUE(body.ok()) << body.status();
+    EXPECT_OK(body.status());
     if (!body.ok()) return out;
     for (absl::string_view line : absl::StrSplit(*body, '\n', absl::SkipEmpty())) {
       std::vector<std::string> f = absl::StrSplit(line, '\t');
@@ -135,9 +136,9 @@ TEST_F(ClickHouseSinkE2ETest, SelectFinalEqualsTheJobsFinalResultsAndSurvivesACr
   auto types = server_->Query(
       "SELECT name, type FROM system.columns WHERE database = 'analytics' AND table = "
       "'hourly_revenue' FORMAT TabSeparated");
-  ASSERT_TRUE(types.ok());
+  ASSERT_OK(types.status());
   auto version = server_->Query("SELECT version()");
-  ASSERT_TRUE(version.ok());
+  ASSERT_OK(version.status());
   const std::string time_type = std::stoi(*version) >= 20 ? "DateTime64(3, 'UTC')" : "Int64";
   EXPECT_EQ(*types,
             absl::StrCat("country\tString\nwindow_start\t", time_type, "\nwindow_end\t", time_type,
@@ -162,7 +163,7 @@ TEST_F(ClickHouseSinkE2ETest, SelectFinalEqualsTheJobsFinalResultsAndSurvivesACr
     ExpectSame(TableFinals(table), expected);
     // The restart restored a checkpoint: its revisions are of epoch 1.
     auto max_revision = server_->Query("SELECT max(revision) FROM analytics." + table);
-    ASSERT_TRUE(max_revision.ok());
+    ASSERT_OK(max_revision.status());
     EXPECT_GE(std::stoll(*max_revision), 1'000'000'000) << table << " " << *max_revision;
   }
 }
@@ -215,9 +216,9 @@ TEST_F(ClickHouseSinkE2ETest, ReconcileReadsTheTableBackAndApplyRaisesItsRevisio
   ASSERT_EQ(reconcile(sink + " --json", "again.json"), 0) << ReadFile(Dir() / "again.json");
   EXPECT_TRUE(differing("again.json").first.empty());
   const std::string t = "analytics.reconciled";
-  ASSERT_TRUE(server_->Query("OPTIMIZE TABLE " + t + " FINAL").ok());
+  ASSERT_OK(server_->Query("OPTIMIZE TABLE " + t + " FINAL").status());
   auto reconciled = server_->Query("SELECT count() FROM " + t + " FINAL WHERE reconciled = 1");
-  ASSERT_TRUE(reconciled.ok()) << reconciled.status();
+  ASSERT_OK(reconciled.status());
   EXPECT_EQ(std::stoll(*reconciled), static_cast<int64_t>(from_file.first.size()));
 }
 

@@ -42,6 +42,7 @@
 #include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/testing/postgres_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -58,7 +59,7 @@ class ClusterJobTest : public ::testing::Test {
     tmp_ = std::make_unique<TempDir>("cluster-job", "CARAVELA_KEEP_TEST_DIRS", "cluster job test");
     dir_ = tmp_->path();
     auto pg = PostgresServer::Start();
-    ASSERT_TRUE(pg.ok()) << pg.status();
+    ASSERT_OK(pg.status());
     postgres_ = std::move(*pg);
     // The embedded broker serves no CreateTopics to other processes: the
     // input topic and the job's exchange topics are created at its start
@@ -72,7 +73,7 @@ class ClusterJobTest : public ::testing::Test {
     ASSERT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
     auto plan = PlanJob(parsed.spec, kParallelism,
                         {{"purchases", kSourcePartitions}, {"shipments", kSourcePartitions}});
-    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_OK(plan.status());
     ASSERT_EQ(plan->exchanges.size(), 3u) << plan->ToText();
     for (const ExchangePlan& ex : plan->exchanges) {
       args.push_back("--topic");
@@ -100,7 +101,7 @@ class ClusterJobTest : public ::testing::Test {
       r.value = line;
       records.push_back(r);
       Record rec;
-      ASSERT_TRUE(decoder.Decode(line, &rec).ok());
+      ASSERT_OK(decoder.Decode(line, &rec));
       const std::string id(rec.GetPath(FieldPath::Parse("event_id")).s);
       const uint64_t h = std::hash<std::string>()(id);
       const int64_t event_time =
@@ -115,13 +116,13 @@ class ClusterJobTest : public ::testing::Test {
                               R"(","shipped_at":")", FormatIso8601(t), R"("})");
       shipments[t].push_back(std::move(sr));
     }
-    ASSERT_TRUE(ProduceRecords(bootstrap_, "purchases", records, 60000).ok());
+    ASSERT_OK(ProduceRecords(bootstrap_, "purchases", records, 60000));
     produced_["purchases"] = static_cast<int64_t>(records.size());
     std::vector<KafkaTestRecord> ordered;
     for (auto& [t, v] : shipments) {
       for (KafkaTestRecord& r : v) ordered.push_back(std::move(r));
     }
-    ASSERT_TRUE(ProduceRecords(bootstrap_, "shipments", ordered, 60000).ok());
+    ASSERT_OK(ProduceRecords(bootstrap_, "shipments", ordered, 60000));
     produced_["shipments"] = static_cast<int64_t>(ordered.size());
 
     // The single-process answer.
@@ -132,8 +133,8 @@ class ClusterJobTest : public ::testing::Test {
     options.embedded_bootstrap = bootstrap_;
     options.parallelism = 1;
     auto pipeline = Pipeline::Create(ref.spec, options);
-    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-    ASSERT_TRUE((*pipeline)->Run().ok());
+    ASSERT_OK(pipeline.status());
+    ASSERT_OK((*pipeline)->Run());
     reference_ = FinalResults((dir_ / "reference/out").string());
     ASSERT_FALSE(reference_.empty());
     reference_shipped_ = ReadParts(dir_ / "reference/out", "shipped");
@@ -219,20 +220,20 @@ class ClusterJobTest : public ::testing::Test {
     {
       SCOPED_TRACE("Kafka changelog");
       auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
-      ASSERT_TRUE(values.ok()) << values.status();
+      ASSERT_OK(values.status());
       ExpectSameFinals(reference_, HighestFinals(*values));
     }
     {
       SCOPED_TRACE("PostgreSQL");
       auto rows = postgres_->Query("SELECT value::text FROM revenue");
-      ASSERT_TRUE(rows.ok()) << rows.status();
+      ASSERT_OK(rows.status());
       std::vector<std::string> values;
       for (const auto& r : *rows) values.push_back(r[0]);
       EXPECT_EQ(values.size(), reference_.size());
       ExpectSameFinals(reference_, HighestFinals(values));
       auto fence = postgres_->Query(
           "SELECT epoch FROM caravela_fences WHERE job = 'cluster-revenue' AND target = 'revenue'");
-      ASSERT_TRUE(fence.ok()) << fence.status();
+      ASSERT_OK(fence.status());
       EXPECT_THAT(*fence,
                   ::testing::ElementsAre(::testing::ElementsAre(std::to_string(job.epoch()))));
     }
@@ -240,7 +241,7 @@ class ClusterJobTest : public ::testing::Test {
 
   std::string Submit() {
     auto r = JobClient(address_, "").Submit(Yaml(), kParallelism);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r.status());
     if (!r.ok()) return "";
     EXPECT_EQ(r->errors_size(), 0) << r->DebugString();
     return r->job_id();
@@ -280,7 +281,7 @@ class ClusterJobTest : public ::testing::Test {
   // Nothing produced twice: each window's FINAL once in the changelog.
   void ExpectEachFinalOnceInTheChangelog() {
     auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
-    ASSERT_TRUE(values.ok()) << values.status();
+    ASSERT_OK(values.status());
     size_t finals = 0;
     for (const std::string& v : *values) finals += v.find("\"FINAL\"") != std::string::npos;
     EXPECT_EQ(finals, reference_.size());
@@ -292,7 +293,7 @@ class ClusterJobTest : public ::testing::Test {
 
   v1::Job Get(const std::string& id) {
     auto j = JobClient(address_, "").Get(id);
-    EXPECT_TRUE(j.ok()) << j.status();
+    EXPECT_OK(j.status());
     return j.ok() ? *j : v1::Job();
   }
 
@@ -358,7 +359,7 @@ TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   for (const auto& [topic, n] : produced_) {
     auto committed =
         CommittedOffsets(bootstrap_, "caravela-cluster-revenue", topic, kSourcePartitions);
-    ASSERT_TRUE(committed.ok()) << committed.status();
+    ASSERT_OK(committed.status());
     int64_t total = 0;
     for (int64_t o : *committed) total += std::max<int64_t>(o, 0);
     EXPECT_EQ(total, n) << topic;
@@ -432,7 +433,7 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   // worker holds mid-commit waits for it: resuming releases it).
   Eventually([&] { return Get(id).state() == v1::RUNNING; }, milliseconds(3000));
   auto resumed_at = postgres_->Query("SELECT clock_timestamp()::text");
-  ASSERT_TRUE(resumed_at.ok()) << resumed_at.status();
+  ASSERT_OK(resumed_at.status());
   ::kill(workers_[0]->pid(), SIGCONT);
   // It notices that its lease is gone and stops every task.
   EXPECT_FALSE(
@@ -451,7 +452,7 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   auto stale =
       postgres_->Query(absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", moved_epoch,
                                     " AND updated_at > '", (*resumed_at)[0][0], "'::timestamptz"));
-  ASSERT_TRUE(stale.ok()) << stale.status();
+  ASSERT_OK(stale.status());
   EXPECT_EQ((*stale)[0][0], "0");
   ExpectTheAnswer(job);
 }
@@ -558,7 +559,7 @@ TEST_F(ClusterJobTest, SavepointAndResubmissionFromItGiveTheSameAnswer) {
     unbounded.replace(at, 13, "bounded: false");
   }
   auto submitted = JobClient(address_, "").Submit(unbounded, kParallelism);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  ASSERT_OK(submitted.status());
   const std::string id = submitted->job_id();
   ASSERT_FALSE(id.empty()) << submitted->DebugString();
   ASSERT_TRUE(Eventually(
@@ -638,7 +639,7 @@ TEST_F(ClusterRestartTest, CoordinatorRestartAdoptsTheRunningJob) {
   StartCoordinator(address);
   ASSERT_EQ(address_, address) << coordinator_->Log();
   auto jobs = JobClient(address_, "").List();
-  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_OK(jobs.status());
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ((*jobs)[0].id(), id);
   ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))

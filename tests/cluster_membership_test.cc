@@ -22,6 +22,7 @@
 #include "tests/child_process.h"
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -33,7 +34,7 @@ using milliseconds = std::chrono::milliseconds;
 std::map<std::string, v1::WorkerState> States(const std::string& coordinator) {
   std::map<std::string, v1::WorkerState> out;
   auto workers = JobClient(coordinator, "").Workers();
-  EXPECT_TRUE(workers.ok()) << workers.status();
+  EXPECT_OK(workers.status());
   if (!workers.ok()) return out;
   for (const v1::WorkerInfo& w : *workers) out[w.id()] = w.state();
   return out;
@@ -123,7 +124,7 @@ TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
       << local.Log();
   std::vector<std::string> workers;
   auto listed = JobClient(coordinator, "").Workers();
-  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_OK(listed.status());
   for (const v1::WorkerInfo& w : *listed) workers.push_back(w.address());
   EXPECT_EQ(local.Stop(SIGTERM), 0) << local.Log();
   for (const std::string& a : workers) {
@@ -184,7 +185,7 @@ TEST(ClusterMembershipTest, LocalRunsASubmittedJob) {
                                     1'700'000'000'000LL + i * 1000, "}"));
     // (partition i % 4 of the auto-created topic)
   }
-  ASSERT_TRUE(ProduceLines(broker, "purchases", lines, 30000).ok());
+  ASSERT_OK(ProduceLines(broker, "purchases", lines, 30000));
   const std::string yaml = absl::StrCat(R"(apiVersion: caravela/v1
 kind: Job
 metadata: {name: local-revenue}

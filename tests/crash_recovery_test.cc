@@ -30,6 +30,7 @@
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/testing/operator_harness.h"
 #include "worker/testing/postgres_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace fs = std::filesystem;
 
@@ -79,10 +80,10 @@ class CrashRecoveryTest : public ::testing::Test {
   // One real PostgreSQL server for the suite; each run gets its own database.
   static void SetUpTestSuite() {
     auto server = PostgresServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server.status());
     server_ = std::move(*server).release();
     auto broker = EmbeddedBroker::Start(0, 4);
-    ASSERT_TRUE(broker.ok()) << broker.status();
+    ASSERT_OK(broker.status());
     broker_ = std::move(*broker).release();
   }
   static void TearDownTestSuite() {
@@ -97,7 +98,7 @@ class CrashRecoveryTest : public ::testing::Test {
   // revision.
   static std::map<std::string, std::string> Topic(const std::string& db) {
     auto records = ConsumeAll(broker_->bootstrap(), "hourly_" + db);
-    EXPECT_TRUE(records.ok()) << records.status();
+    EXPECT_OK(records.status());
     std::map<std::string, std::string> last;
     std::map<std::string, int64_t> last_rev;
     if (!records.ok()) return last;
@@ -124,7 +125,7 @@ class CrashRecoveryTest : public ::testing::Test {
         "'revision')::text "
         "FROM hourly ORDER BY 1",
         db);
-    EXPECT_TRUE(rows.ok()) << rows.status();
+    EXPECT_OK(rows.status());
     std::vector<std::string> out;
     if (rows.ok()) {
       for (const auto& r : *rows) out.push_back(r[0]);
@@ -136,7 +137,7 @@ class CrashRecoveryTest : public ::testing::Test {
     ASSERT_NE(server_, nullptr);
     // Each test has its own reference database (the suite shares the server).
     ref_db_ = "ref_" + std::to_string(++test_count_);
-    ASSERT_TRUE(server_->CreateDatabase(ref_db_).ok());
+    ASSERT_OK(server_->CreateDatabase(ref_db_));
     char tmpl[] = "/tmp/caravela_crash_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -260,7 +261,7 @@ spec:
     for (const char* f : {"purchases.jsonl", "payments.jsonl"})
       fs::copy_file(dir_ / f, run_dir / f);
     const std::string db = "run_" + std::regex_replace(name, std::regex("-"), "_");
-    ASSERT_TRUE(server_->CreateDatabase(db).ok());
+    ASSERT_OK(server_->CreateDatabase(db));
     std::ofstream(run_dir / "job.yaml") << JobText(db);
     ASSERT_TRUE(fs::exists(run_dir / "job.yaml"));
     RunResult crashed = RunJob(run_dir / "job.yaml", run_dir / "data", failpoint);
@@ -336,7 +337,7 @@ TEST_F(CrashRecoveryTest, SavepointRestoresIntoAFreshDataDir) {
   const fs::path run_dir = dir_ / "savepoint";
   fs::create_directories(run_dir);
   for (const char* f : {"purchases.jsonl", "payments.jsonl"}) fs::copy_file(dir_ / f, run_dir / f);
-  ASSERT_TRUE(server_->CreateDatabase("run_savepoint").ok());
+  ASSERT_OK(server_->CreateDatabase("run_savepoint"));
   std::ofstream(run_dir / "job.yaml") << JobText("run_savepoint");
   const fs::path sp = run_dir / "sp";
   RunResult first =

@@ -16,6 +16,7 @@
 #include "common/metrics.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/grpc_support.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -32,7 +33,7 @@ class GrpcMetricsTest : public ::testing::Test {
     absl::StatusOr<GrpcServer> server =
         StartGrpcServer("127.0.0.1:0", grpc::InsecureServerCredentials(), {&workers_},
                         kDefaultGrpcMessageBytes, &server_m_);
-    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_OK(server.status());
     server_ = std::move(server->server);
     channel_ = CreateGrpcChannel(server->address, grpc::InsecureChannelCredentials(), &client_m_);
     stub_ = health::Health::NewStub(channel_);

@@ -17,6 +17,7 @@
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -58,27 +59,26 @@ std::string Click(const std::string& id, const std::string& ts, int v) {
 
 TEST(KafkaPipelineTest, PerPartitionWatermarksFromRealPartitions) {
   auto broker = EmbeddedBroker::Start(0, 2);
-  ASSERT_TRUE(broker.ok()) << broker.status();
+  ASSERT_OK(broker.status());
   const std::string bootstrap = (*broker)->bootstrap();
-  ASSERT_TRUE((*broker)->CreateTopic("clicks", 2).ok());
-  ASSERT_TRUE((*broker)->CreateTopic("per-hour", 1).ok());
+  ASSERT_OK((*broker)->CreateTopic("clicks", 2));
+  ASSERT_OK((*broker)->CreateTopic("per-hour", 1));
   // Each partition is in order; together they are not. With the watermark
   // as the min over partitions no record is late, so [10:00, 11:00) fires
   // ON_TIME once with all four records and is never corrected. A global-max
   // watermark would fire it early (after partition 0's 11:30) and then
   // correct it with LATE revisions as partition 1's 10:30 and 10:50 arrive.
-  ASSERT_TRUE(ProduceLines(bootstrap, "clicks",
-                           {{0, Click("a", "10:10", 1)},
-                            {0, Click("b", "10:20", 2)},
-                            {0, Click("c", "11:30", 4)},
-                            {0, Click("d", "12:10", 8)},
-                            {1, Click("e", "10:30", 16)},
-                            {1, Click("e", "10:30", 16)},  // a retry
-                            {1, Click("f", "10:50", 32)},
-                            {1, "{broken json"},
-                            {1, Click("g", "11:40", 64)},
-                            {1, Click("h", "12:20", 128)}})
-                  .ok());
+  ASSERT_OK(ProduceLines(bootstrap, "clicks",
+                         {{0, Click("a", "10:10", 1)},
+                          {0, Click("b", "10:20", 2)},
+                          {0, Click("c", "11:30", 4)},
+                          {0, Click("d", "12:10", 8)},
+                          {1, Click("e", "10:30", 16)},
+                          {1, Click("e", "10:30", 16)},  // a retry
+                          {1, Click("f", "10:50", 32)},
+                          {1, "{broken json"},
+                          {1, Click("g", "11:40", 64)},
+                          {1, Click("h", "12:20", 128)}}));
 
   std::string dir = ::testing::TempDir() + "/kafka_e2e_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
@@ -88,8 +88,8 @@ TEST(KafkaPipelineTest, PerPartitionWatermarksFromRealPartitions) {
   options.data_dir = dir;
   options.embedded_bootstrap = bootstrap;
   auto pipeline = Pipeline::Create(parsed.spec, options);
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-  ASSERT_TRUE((*pipeline)->Run().ok());
+  ASSERT_OK(pipeline.status());
+  ASSERT_OK((*pipeline)->Run());
 
   MetricsRegistry& m = (*pipeline)->metrics();
   EXPECT_EQ(m.Value("records_in_total", "source=\"clicks\""), 10);
@@ -98,7 +98,7 @@ TEST(KafkaPipelineTest, PerPartitionWatermarksFromRealPartitions) {
   EXPECT_EQ(m.Value("dedup_duplicates_total", "op=\"unique\""), 1);
 
   auto out = ConsumeAll(bootstrap, "per-hour");
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out.status());
   std::vector<std::string> values;
   for (const auto& r : *out) {
     values.push_back(r.value);
@@ -143,21 +143,18 @@ namespace {
 // an invalid record with a reason.
 TEST(KafkaPipelineTest, TombstonesDeleteLookupTableRows) {
   auto broker = EmbeddedBroker::Start(0, 1);
-  ASSERT_TRUE(broker.ok()) << broker.status();
+  ASSERT_OK(broker.status());
   const std::string bootstrap = (*broker)->bootstrap();
-  ASSERT_TRUE((*broker)->CreateTopic("shops", 1).ok());
-  ASSERT_TRUE((*broker)->CreateTopic("orders", 1).ok());
-  ASSERT_TRUE(
-      ProduceRecords(bootstrap, "shops",
-                     {{0, R"({"alias":"porto"})", R"({"alias":"porto","shop_id":"PT-1"})"},
-                      {0, R"({"alias":"lisboa"})", R"({"alias":"lisboa","shop_id":"PT-2"})"},
-                      {0, R"({"alias":"lisboa"})", "", true}})
-          .ok());
-  ASSERT_TRUE(ProduceRecords(bootstrap, "orders",
-                             {{0, "", R"({"order":1,"shop":"porto","ts":"2026-10-01T10:00:00Z"})"},
-                              {0, "", R"({"order":2,"shop":"lisboa","ts":"2026-10-01T10:01:00Z"})"},
-                              {0, "o3", "", true}})
-                  .ok());
+  ASSERT_OK((*broker)->CreateTopic("shops", 1));
+  ASSERT_OK((*broker)->CreateTopic("orders", 1));
+  ASSERT_OK(ProduceRecords(bootstrap, "shops",
+                           {{0, R"({"alias":"porto"})", R"({"alias":"porto","shop_id":"PT-1"})"},
+                            {0, R"({"alias":"lisboa"})", R"({"alias":"lisboa","shop_id":"PT-2"})"},
+                            {0, R"({"alias":"lisboa"})", "", true}}));
+  ASSERT_OK(ProduceRecords(bootstrap, "orders",
+                           {{0, "", R"({"order":1,"shop":"porto","ts":"2026-10-01T10:00:00Z"})"},
+                            {0, "", R"({"order":2,"shop":"lisboa","ts":"2026-10-01T10:01:00Z"})"},
+                            {0, "o3", "", true}}));
   std::string dir = ::testing::TempDir() + "/kafka_tombstone_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   ParseResult parsed = ParseJobSpec(R"(apiVersion: caravela/v1
@@ -185,8 +182,8 @@ spec:
   options.data_dir = dir + "/data";
   options.embedded_bootstrap = bootstrap;
   auto pipeline = Pipeline::Create(parsed.spec, options);
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
-  ASSERT_TRUE((*pipeline)->Run().ok());
+  ASSERT_OK(pipeline.status());
+  ASSERT_OK((*pipeline)->Run());
   auto read = [](const std::string& path) {
     std::ifstream in(path);
     std::vector<std::string> lines;

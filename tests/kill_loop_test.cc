@@ -51,6 +51,7 @@
 #include "tests/test_util.h"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/status_testing.h"
 
 namespace fs = std::filesystem;
 
@@ -179,7 +180,7 @@ TEST(KillLoopTest, RandomKillsConvergeToTheUninterruptedResult) {
     std::vector<std::pair<int32_t, std::string>> messages;  // (partition, JSON)
     for (const KafkaTestRecord& r : stream.records) messages.emplace_back(r.partition, r.value);
     absl::Status st = ProduceLines(bootstrap, "purchases", messages, 60000);
-    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_OK(st);
   }
   std::printf(
       "kill loop: %lld messages (%d events, %d retries, %d conflicting copies, %d late) "

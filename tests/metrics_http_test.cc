@@ -22,6 +22,7 @@
 #include "tests/http_test_util.h"
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -77,7 +78,7 @@ spec:
     lines.emplace_back(i < 2 ? 0 : 2, absl::StrCat(R"({"event_id":"e)", i % 3, R"(","ts":)",
                                                    1700000000000 + (i % 3) * 60'000, "}"));
   }
-  ASSERT_TRUE(ProduceLines(broker, "purchases", lines, 30000).ok());
+  ASSERT_OK(ProduceLines(broker, "purchases", lines, 30000));
   std::string text;
   ASSERT_TRUE(Eventually(
       [&] {

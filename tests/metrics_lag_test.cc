@@ -20,6 +20,7 @@
 #include "tests/http_test_util.h"
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -70,7 +71,7 @@ spec:
   for (int i = 0; i < 5; ++i) {
     first.emplace_back(0, absl::StrCat(R"({"ts":)", 1700000000000 + i, R"(,"amount":1})"));
   }
-  ASSERT_TRUE(ProduceLines(broker, "purchases", first, 30000).ok());
+  ASSERT_OK(ProduceLines(broker, "purchases", first, 30000));
   ASSERT_FALSE(
       run.WaitFor(R"((failpoint source.after_batch hit 1: stalling))", milliseconds(20000)).empty())
       << run.Log();
@@ -80,7 +81,7 @@ spec:
   for (int i = 0; i < 1000; ++i) {
     unread.emplace_back(2, absl::StrCat(R"({"ts":)", 1700000001000 + i, R"(,"amount":2})"));
   }
-  ASSERT_TRUE(ProduceLines(broker, "purchases", unread, 30000).ok());
+  ASSERT_OK(ProduceLines(broker, "purchases", unread, 30000));
 
   const std::string p0 =
       R"(caravela_source_partition_lag_records{job="lag-demo",source="purchases",partition="0"})";

@@ -22,6 +22,7 @@
 #include "tests/test_util.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -360,7 +361,7 @@ TEST(NexmarkCliTest, GenProducesTheFilesToKafkaTopics) {
   TempDir tmp("nexmark-kafka", "CARAVELA_KEEP_TEST_DIRS", "nexmark kafka test");
   const fs::path& d = tmp.path();
   auto broker = EmbeddedBroker::Start(0, 4);
-  ASSERT_TRUE(broker.ok()) << broker.status();
+  ASSERT_OK(broker.status());
   ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " nexmark gen --events 5000 --out ",
                             (d / "events").string(), " --kafka ", (*broker)->bootstrap()),
                d / "gen.log"),
@@ -372,7 +373,7 @@ TEST(NexmarkCliTest, GenProducesTheFilesToKafkaTopics) {
                                                         {"nexmark-bid", "bids.jsonl"}};
   for (const auto& [topic, file] : topics) {
     auto records = ConsumeAll((*broker)->bootstrap(), topic);
-    ASSERT_TRUE(records.ok()) << records.status();
+    ASSERT_OK(records.status());
     std::vector<std::string> got;
     std::set<int32_t> partitions;
     for (const KafkaConsumedRecord& r : *records) {

@@ -26,6 +26,7 @@
 #include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 #include "worker/testing/embedded_broker_test.h"
+#include "worker/testing/status_testing.h"
 
 namespace fs = std::filesystem;
 
@@ -107,7 +108,8 @@ class ParallelGoldenTest : public EmbeddedBrokerTest, public ::testing::WithPara
       const std::string topic = absl::StrCat("golden-", c.name, "-", src["name"].as<std::string>());
       const int partitions = 4 + (i++ % 3);
       *max_partitions = std::max(*max_partitions, partitions);
-      EXPECT_TRUE(broker_->CreateTopic(topic, partitions).ok()) << topic;
+      SCOPED_TRACE(topic);
+      EXPECT_OK(broker_->CreateTopic(topic, partitions));
       std::vector<KafkaTestRecord> records;
       const std::vector<std::string> lines = ReadLines(input);
       for (size_t k = 0; k < lines.size(); ++k) {
@@ -116,7 +118,7 @@ class ParallelGoldenTest : public EmbeddedBrokerTest, public ::testing::WithPara
         r.value = lines[k];
         records.push_back(r);
       }
-      EXPECT_TRUE(ProduceRecords(broker_->bootstrap(), topic, records, 30000).ok()) << topic;
+      EXPECT_OK(ProduceRecords(broker_->bootstrap(), topic, records, 30000));
       YAML::Node kafka;
       kafka["topic"] = topic;
       kafka["bounded"] = true;
@@ -152,14 +154,14 @@ class ParallelGoldenTest : public EmbeddedBrokerTest, public ::testing::WithPara
     options.embedded_bootstrap = broker_->bootstrap();
     options.parallelism = parallelism;
     auto pipeline = Pipeline::Create(parsed.spec, options);
-    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+    EXPECT_OK(pipeline.status());
     if (!pipeline.ok()) return {};
     // Every source reads Kafka now: its stage runs `parallelism` tasks.
     if (parallelism > 1) {
       EXPECT_GT((*pipeline)->task_count(), parallelism);
     }
     absl::Status st = (*pipeline)->Run();
-    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_OK(st);
     fs::remove_all(dir / "data");
     fs::remove(dir / "job.yaml");
     return Outputs(dir);

@@ -34,6 +34,7 @@
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -42,9 +43,9 @@ class ParallelJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto b = EmbeddedBroker::Start(0, 4);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b.status());
     broker_ = std::move(*b);
-    ASSERT_TRUE(broker_->CreateTopic("purchases", 4).ok());
+    ASSERT_OK(broker_->CreateTopic("purchases", 4));
     bench::PurchaseGenerator gen(RevenueStream(/*seed=*/7, /*purchases=*/20000));
     std::vector<KafkaTestRecord> records;
     std::string line;
@@ -55,7 +56,7 @@ class ParallelJobTest : public ::testing::Test {
       records.push_back(r);
       lines_.push_back(line);
     }
-    ASSERT_TRUE(ProduceRecords(broker_->bootstrap(), "purchases", records, 60000).ok());
+    ASSERT_OK(ProduceRecords(broker_->bootstrap(), "purchases", records, 60000));
     records_ = std::move(records);
   }
 
@@ -77,12 +78,12 @@ class ParallelJobTest : public ::testing::Test {
     options.parallelism = parallelism;
     options.exchange = exchange;
     auto pipeline = Pipeline::Create(parsed.spec, options);
-    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+    EXPECT_OK(pipeline.status());
     if (!pipeline.ok()) return dir;
     // Three stages (source, dedup, window), each with `parallelism` tasks.
     EXPECT_EQ((*pipeline)->task_count(), parallelism == 1 ? 1 : 3 * parallelism);
     absl::Status st = (*pipeline)->Run();
-    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_OK(st);
     EXPECT_EQ((*pipeline)->metrics().Value("records_in_total", "source=\"purchases\""),
               static_cast<int64_t>(lines_.size()));
     return dir;
@@ -96,7 +97,7 @@ class ParallelJobTest : public ::testing::Test {
     std::map<std::string, std::pair<int64_t, int64_t>> sums;  // cents, orders
     for (size_t i = 0; i < lines_.size(); ++i) {
       Record r;
-      EXPECT_TRUE(decoder.Decode(lines_[i], &r).ok());
+      EXPECT_OK(decoder.Decode(lines_[i], &r));
       std::string id(r.GetPath(FieldPath::Parse("event_id")).s);
       if (!seen.insert(id).second) continue;
       const std::optional<int64_t> parsed =
@@ -186,7 +187,7 @@ TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
   int64_t first = kMaxTime, last = kMinTime;
   for (const std::string& l : lines_) {
     Record r;
-    ASSERT_TRUE(decoder.Decode(l, &r).ok());
+    ASSERT_OK(decoder.Decode(l, &r));
     const int64_t t = ParseIso8601(r.GetPath(FieldPath::Parse("event_time")).s).value_or(0);
     first = std::min(first, t);
     last = std::max(last, t);
@@ -209,7 +210,7 @@ TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
   for (int n : {1, 3}) {
     SCOPED_TRACE(absl::StrCat("parallelism ", n));
     const std::string topic = absl::StrCat("purchases-late-", n);
-    ASSERT_TRUE(broker_->CreateTopic(topic, 4).ok());
+    ASSERT_OK(broker_->CreateTopic(topic, 4));
     std::vector<KafkaTestRecord> records = records_;
     records.push_back({-1, "u-marker", purchase("marker", "u-marker", "ZZ", marker)});
     for (int p = 0; p < 4; ++p) {  // every partition's watermark passes the marker's window
@@ -217,7 +218,7 @@ TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
           {p, "u-sentinel",
            purchase(absl::StrCat("sentinel-", p), "u-sentinel", "ZZ", marker + 3 * kHour)});
     }
-    ASSERT_TRUE(ProduceRecords(broker_->bootstrap(), topic, records, 60000).ok());
+    ASSERT_OK(ProduceRecords(broker_->bootstrap(), topic, records, 60000));
     const std::string dir =
         absl::StrCat(::testing::TempDir(), "/parallel_late_", ::getpid(), "_", n);
     std::filesystem::remove_all(dir);
@@ -233,7 +234,7 @@ TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
     options.parallelism = n;
     options.end_of_input = &end_of_input;
     auto pipeline = Pipeline::Create(parsed.spec, options);
-    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ASSERT_OK(pipeline.status());
     absl::Status status;
     std::thread runner([&] { status = (*pipeline)->Run(); });
     const std::string marker_window = "\"window_start\":\"" + FormatIso8601(marker) + "\"";
@@ -247,7 +248,7 @@ TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
       }
     }
     EXPECT_TRUE(final_seen) << "the marker's window never went FINAL";
-    ASSERT_TRUE(ProduceRecords(broker_->bootstrap(), topic, late, 60000).ok());
+    ASSERT_OK(ProduceRecords(broker_->bootstrap(), topic, late, 60000));
     MetricsRegistry& m = (*pipeline)->metrics();
     const int64_t total = static_cast<int64_t>(records.size() + late.size());
     while (m.Value("records_in_total", "source=\"purchases\"") < total &&
@@ -256,13 +257,14 @@ TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
     }
     end_of_input = true;
     runner.join();
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status);
     EXPECT_EQ(m.Value("records_in_total", "source=\"purchases\""), total);
 
     std::set<std::string> too_late;
     for (const std::string& l : ReadParts(dir + "/out", "too_late")) {
       Record r;
-      ASSERT_TRUE(decoder.Decode(l, &r).ok()) << l;
+      SCOPED_TRACE(l);
+      ASSERT_OK(decoder.Decode(l, &r));
       too_late.insert(std::string(r.GetPath(FieldPath::Parse("record.event_id")).s));
     }
     EXPECT_EQ(too_late, late_ids);
@@ -304,8 +306,8 @@ class IdleProducerTest : public ::testing::TestWithParam<bool> {};
 TEST_P(IdleProducerTest, EmptyProducerTaskStallsTheWatermarkOnlyWithoutIdleTimeout) {
   const bool idle_timeout = GetParam();
   auto broker = EmbeddedBroker::Start(0, 4);
-  ASSERT_TRUE(broker.ok()) << broker.status();
-  ASSERT_TRUE((*broker)->CreateTopic("sparse", 4).ok());
+  ASSERT_OK(broker.status());
+  ASSERT_OK((*broker)->CreateTopic("sparse", 4));
   // Three hours of events, all in partitions 0 and 2: with parallelism 2 the
   // source task owning partitions 1 and 3 reads nothing.
   std::vector<KafkaTestRecord> records;
@@ -318,7 +320,7 @@ TEST_P(IdleProducerTest, EmptyProducerTaskStallsTheWatermarkOnlyWithoutIdleTimeo
                            FormatIso8601(int64_t{i} * 60'000), R"("})");
     records.push_back(r);
   }
-  ASSERT_TRUE(ProduceRecords((*broker)->bootstrap(), "sparse", records, 30000).ok());
+  ASSERT_OK(ProduceRecords((*broker)->bootstrap(), "sparse", records, 30000));
 
   const std::string dir = absl::StrCat(::testing::TempDir(), "/idle_", ::getpid(), "_",
                                        idle_timeout ? "timeout" : "none");
@@ -357,7 +359,7 @@ spec:
   options.parallelism = 2;
   options.stop = &stop;
   auto pipeline = Pipeline::Create(parsed.spec, options);
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_OK(pipeline.status());
   absl::Status run_status;
   std::thread runner([&] { run_status = (*pipeline)->Run(); });
   // Hours 0 and 1 close once the watermark passes 02:00 (the input reaches 02:59).
@@ -376,7 +378,7 @@ spec:
   const int got = closed();
   stop = true;
   runner.join();
-  EXPECT_TRUE(run_status.ok()) << run_status;
+  EXPECT_OK(run_status);
   EXPECT_EQ((*pipeline)->metrics().Value("records_in_total", "source=\"purchases\""), 180);
   if (idle_timeout) {
     EXPECT_GE(got, 2) << "the idle producer task held the watermark back";
@@ -423,7 +425,7 @@ class ParallelCrashTest : public ParallelJobTest, public ::testing::WithParamInt
     // (4 partitions: a rescaled run may have up to 4 tasks per stage; the
     // first `tasks` partitions are used.)
     for (const char* op : {"unique", "revenue"}) {
-      EXPECT_TRUE(broker_->CreateTopic(absl::StrCat("caravela.", name, ".", op), 4).ok());
+      EXPECT_OK(broker_->CreateTopic(absl::StrCat("caravela.", name, ".", op), 4));
     }
     return dir;
   }

@@ -33,6 +33,7 @@
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -168,7 +169,8 @@ std::multiset<std::string> JoinedRows(const std::string& dir) {
   const FieldPath payment = FieldPath::Parse("right.payment_id");
   for (const std::string& line : ReadParts(dir, "paid")) {
     Record r;
-    EXPECT_TRUE(decoder.Decode(line, &r).ok()) << line;
+    SCOPED_TRACE(line);
+    EXPECT_OK(decoder.Decode(line, &r));
     const Value p = r.GetPath(payment);
     rows.insert(std::string(r.GetPath(order).s) + " " +
                 (p.type == ValueType::kString ? std::string(p.s) : std::string("-")));
@@ -181,7 +183,8 @@ std::set<std::string> TooLateIds(const std::string& dir) {
   JsonDecoder decoder;
   for (const std::string& line : ReadParts(dir, "too_late")) {
     Record r;
-    EXPECT_TRUE(decoder.Decode(line, &r).ok()) << line;
+    SCOPED_TRACE(line);
+    EXPECT_OK(decoder.Decode(line, &r));
     // A payment names its own id; an order only its order_id.
     const Value payment = r.GetPath(FieldPath::Parse("record.payment_id"));
     const Value order = r.GetPath(FieldPath::Parse("record.order_id"));
@@ -236,7 +239,7 @@ class ParallelJoinTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto b = EmbeddedBroker::Start(0, kPartitions);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b.status());
     broker_ = std::move(*b);
     input_ = Generate();
   }
@@ -246,11 +249,10 @@ class ParallelJoinTest : public ::testing::Test {
     const std::string suffix = absl::StrCat(parallelism);
     const std::string bootstrap = broker_->bootstrap();
     for (const char* t : {"orders-", "payments-"}) {
-      EXPECT_TRUE(broker_->CreateTopic(t + suffix, kPartitions).ok());
+      EXPECT_OK(broker_->CreateTopic(t + suffix, kPartitions));
     }
-    EXPECT_TRUE(ProduceRecords(bootstrap, "orders-" + suffix, input_.order_records, 60000).ok());
-    EXPECT_TRUE(
-        ProduceRecords(bootstrap, "payments-" + suffix, input_.payment_records, 60000).ok());
+    EXPECT_OK(ProduceRecords(bootstrap, "orders-" + suffix, input_.order_records, 60000));
+    EXPECT_OK(ProduceRecords(bootstrap, "payments-" + suffix, input_.payment_records, 60000));
     std::string dir =
         absl::StrCat(::testing::TempDir(), "/parallel_join_", ::getpid(), "_", parallelism);
     std::filesystem::remove_all(dir);
@@ -264,7 +266,7 @@ class ParallelJoinTest : public ::testing::Test {
     options.parallelism = parallelism;
     options.end_of_input = &end_of_input;
     auto pipeline = Pipeline::Create(parsed.spec, options);
-    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+    EXPECT_OK(pipeline.status());
     if (!pipeline.ok()) return dir;
     absl::Status status;
     std::thread runner([&] { status = (*pipeline)->Run(); });
@@ -278,11 +280,11 @@ class ParallelJoinTest : public ::testing::Test {
       }
     }
     EXPECT_TRUE(marker) << "the join's watermark never passed the marker";
-    EXPECT_TRUE(ProduceRecords(bootstrap, "orders-" + suffix, input_.late_orders, 60000).ok());
-    EXPECT_TRUE(ProduceRecords(bootstrap, "payments-" + suffix, input_.late_payments, 60000).ok());
+    EXPECT_OK(ProduceRecords(bootstrap, "orders-" + suffix, input_.late_orders, 60000));
+    EXPECT_OK(ProduceRecords(bootstrap, "payments-" + suffix, input_.late_payments, 60000));
     end_of_input = true;
     runner.join();
-    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_OK(status);
     const int64_t total =
         static_cast<int64_t>(input_.order_records.size() + input_.payment_records.size() +
                              input_.late_orders.size() + input_.late_payments.size());

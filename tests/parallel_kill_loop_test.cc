@@ -97,6 +97,7 @@
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/testing/postgres_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace fs = std::filesystem;
 
@@ -694,7 +695,7 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
   std::map<std::string, int64_t> changelog_high;
   {
     auto records = ConsumeAll(s.bootstrap, changelog, 30000);
-    ASSERT_TRUE(records.ok()) << records.status();
+    ASSERT_OK(records.status());
     std::map<std::string, WindowLine> last;
     std::map<std::string, int32_t> partition_of;
     std::vector<std::string> errors;
@@ -767,13 +768,13 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
     // its revision, both in jsonb's normal form.
     auto want_rows = s.postgres->Query(
         absl::StrCat("SELECT k, v::text FROM (VALUES ", values, ") AS f(k, v) ORDER BY 1"));
-    ASSERT_TRUE(want_rows.ok()) << want_rows.status();
+    ASSERT_OK(want_rows.status());
     auto rows =
         s.postgres->Query(absl::StrCat("SELECT window_start || '|' || country, (value - "
                                        "'revision')::text, revision, state, epoch, "
                                        "value->>'revision' FROM ",
                                        table, " ORDER BY 1"));
-    ASSERT_TRUE(rows.ok()) << rows.status();
+    ASSERT_OK(rows.status());
     std::vector<std::string> want_pg, got_pg;
     for (const auto& r : *want_rows) want_pg.push_back(r[0] + " " + r[1]);
     for (const auto& r : *rows) {

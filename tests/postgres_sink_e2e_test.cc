@@ -15,6 +15,7 @@
 #include "tests/test_util.h"
 #include "worker/testing/operator_harness.h"
 #include "worker/testing/postgres_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace fs = std::filesystem;
 
@@ -84,7 +85,7 @@ class PostgresSinkE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<PostgresServer>> s = PostgresServer::Start();
-    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_OK(s.status());
     server_ = std::move(*s);
     dir_ = fs::temp_directory_path() / ("caravela-pg-e2e-" + std::to_string(getpid()));
     fs::remove_all(dir_);
@@ -108,13 +109,13 @@ class PostgresSinkE2ETest : public ::testing::Test {
     if (finals == 0) return {};
     absl::StatusOr<Rows> rows =
         server_->Query("SELECT v::text FROM (VALUES " + values + ") AS f(v) ORDER BY 1");
-    EXPECT_TRUE(rows.ok()) << rows.status();
+    EXPECT_OK(rows.status());
     return rows.ok() ? *rows : Rows{};
   }
   Rows Table(const std::string& columns) {
     absl::StatusOr<Rows> rows =
         server_->Query("SELECT " + columns + " FROM hourly_revenue ORDER BY value::text");
-    EXPECT_TRUE(rows.ok()) << rows.status();
+    EXPECT_OK(rows.status());
     return rows.ok() ? *rows : Rows{};
   }
 

@@ -25,6 +25,7 @@
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/testing/postgres_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -69,10 +70,10 @@ class ReconcileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto b = EmbeddedBroker::Start(0, 2);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b.status());
     broker_ = std::move(*b);
     auto pg = PostgresServer::Start();
-    ASSERT_TRUE(pg.ok()) << pg.status();
+    ASSERT_OK(pg.status());
     postgres_ = std::move(*pg);
     dir_ = std::make_unique<TempDir>("reconcile", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
     Generate();
@@ -284,7 +285,7 @@ TEST_F(ReconcileTest, ReportsExactlyTheChangedWindowsAndApplyConvergesEverySink)
       3)
       << ReadFile(Dir() / "apply-kafka.txt");
   auto values = ConsumeAllValues(broker_->bootstrap(), "revenue");
-  ASSERT_TRUE(values.ok()) << values.status();
+  ASSERT_OK(values.status());
   ExpectOffline(Latest(*values), "kafka sink");
   // Revisions only grow: the reconciled ones lie beyond the writing epoch.
   for (const std::string& v : *values) {
@@ -302,12 +303,12 @@ TEST_F(ReconcileTest, ReportsExactlyTheChangedWindowsAndApplyConvergesEverySink)
       << ReadFile(Dir() / "apply-pg.json");
   EXPECT_EQ(json::parse(ReadFile(Dir() / "apply-pg.json"))["applied"], changed.size());
   auto rows = postgres_->Query("SELECT value::text FROM revenue");
-  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_OK(rows.status());
   std::vector<std::string> pg_values;
   for (const auto& row : *rows) pg_values.push_back(row[0]);
   ExpectOffline(Latest(pg_values), "postgres sink");
   auto reconciled = postgres_->Query("SELECT count(*) FROM revenue WHERE value ? 'reconciled'");
-  ASSERT_TRUE(reconciled.ok()) << reconciled.status();
+  ASSERT_OK(reconciled.status());
   EXPECT_EQ((*reconciled)[0][0], std::to_string(changed.size()));
   EXPECT_EQ(
       Caravela(absl::StrCat("reconcile ", job, " --sink postgres:revenue --apply"), "again-pg.txt"),
@@ -375,7 +376,7 @@ TEST(ReconcileMinimalSequenceTest, TooLateRecordOfTheWindowIsTheCause) {
 // must still match its recomputation; a changed member must not.
 TEST(ReconcileNestedValuesTest, ArgMaxRowsReadBackFromPostgresCompareByContent) {
   auto pg = PostgresServer::Start();
-  ASSERT_TRUE(pg.ok()) << pg.status();
+  ASSERT_OK(pg.status());
   TempDir dir("reconcile_nested", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
   {
     std::ofstream in(dir.path() / "input.jsonl");
@@ -416,7 +417,7 @@ spec:
       << ReadFile(dir.path() / "run.log");
   // PostgreSQL really reorders the members.
   auto top = (*pg)->Query("SELECT value->'top'->0 FROM largest LIMIT 1");
-  ASSERT_TRUE(top.ok()) << top.status();
+  ASSERT_OK(top.status());
   ASSERT_EQ(top->size(), 1u);
   EXPECT_THAT((*top)[0][0], ::testing::StartsWith(R"({"amount": )")) << (*top)[0][0];
   ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --json ", job), dir.path() / "r.json",
@@ -432,7 +433,7 @@ spec:
   auto changed = (*pg)->Query(
       "UPDATE largest SET value = jsonb_set(value, '{top,0,event_id}', '\"other\"') "
       "WHERE ctid = (SELECT min(ctid) FROM largest) RETURNING revision");
-  ASSERT_TRUE(changed.ok()) << changed.status();
+  ASSERT_OK(changed.status());
   ASSERT_EQ(changed->size(), 1u);
   ASSERT_EQ(Sh(absl::StrCat(CARAVELA_BINARY, " reconcile --json ", job), dir.path() / "r2.json",
                dir.path() / "r2.err"),
@@ -589,9 +590,9 @@ spec:
 // windows the job finalizes afterwards are its own.
 TEST(ReconcileRaceTest, ApplyWhileTheJobRunsNeverLowersARevision) {
   auto b = EmbeddedBroker::Start(0, 1);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b.status());
   const std::string bootstrap = (*b)->bootstrap();
-  ASSERT_TRUE((*b)->CreateTopic("purchases", 1).ok());
+  ASSERT_OK((*b)->CreateTopic("purchases", 1));
   TempDir dir("reconcile_race", "CARAVELA_KEEP_TEST_DIRS", "reconcile test");
   const fs::path job = dir.path() / "job.yaml";
   std::ofstream(job) << absl::StrCat(R"(apiVersion: caravela/v1
@@ -631,7 +632,7 @@ spec:
           0,
           Purchase{absl::StrCat("late", n++), "FR", 1000, kBase + h * kHour + 5 * kMin, 0}.Json());
     }
-    ASSERT_TRUE(ProduceLines(bootstrap, "purchases", msgs).ok());
+    ASSERT_OK(ProduceLines(bootstrap, "purchases", msgs));
   };
   auto finals = [&](const std::string& start) {
     auto v = ConsumeAllValues(bootstrap, "revenue");
@@ -674,7 +675,7 @@ spec:
   EXPECT_EQ(run.Stop(SIGTERM), 0) << run.Log();
 
   auto values = ConsumeAllValues(bootstrap, "revenue");
-  ASSERT_TRUE(values.ok()) << values.status();
+  ASSERT_OK(values.status());
   std::map<Key, int64_t> last;
   std::map<Key, json> latest;
   for (const std::string& line : *values) {

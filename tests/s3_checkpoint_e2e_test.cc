@@ -18,6 +18,7 @@
 #include "tests/test_util.h"
 #include "worker/checkpoint/checkpoint_storage.h"
 #include "worker/testing/s3_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -31,7 +32,7 @@ class S3CheckpointE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto s = S3Server::Start();
-    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_OK(s.status());
     server_ = std::move(*s);
     server_->ExportEnvironment();  // for the caravela processes this test starts
     dir_ = std::make_unique<TempDir>("s3_e2e", "CARAVELA_KEEP_TEST_DIRS", "s3 checkpoint test");
@@ -72,9 +73,9 @@ TEST_F(S3CheckpointE2ETest, CrashBetweenUploadAndManifestRecoversFromTheBucket) 
   ASSERT_NE(killed, 0) << ReadFile(Dir() / "run.log");
   EXPECT_THAT(ReadFile(Dir() / "run.log"), HasSubstr("failpoint checkpoint.after_files hit 4"));
   auto storage = OpenCheckpointStorage(url);
-  ASSERT_TRUE(storage.ok()) << storage.status();
+  ASSERT_OK(storage.status());
   auto objects = (*storage)->List("s3-e2e/");
-  ASSERT_TRUE(objects.ok()) << objects.status();
+  ASSERT_OK(objects.status());
   int manifests = 0;
   for (const ObjectInfo& o : *objects) manifests += o.key.ends_with(".manifest") ? 1 : 0;
   EXPECT_GE(manifests, 1);  // checkpoints before the crash are in the bucket
