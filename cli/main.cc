@@ -15,10 +15,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "caravela/v1/worker.pb.h"
+#include "cli/commands.h"
 #include "cli/demo.h"
 #include "cli/nexmark_command.h"
 #include "cli/reconcile_command.h"
-#include "cli/service_commands.h"
 #include "common/dashboard.h"
 #include "common/http_server.h"
 #include "common/job_plan.h"
@@ -337,7 +337,14 @@ int main(int argc, char** argv) {
   demo->add_option("--events", demo_events, "Purchases to produce")->check(CLI::PositiveNumber);
   demo->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
 
-  caravela::AddServiceCommands(app);
+  // The cluster, one file each (cli/commands.h).
+  const caravela::Command cluster_commands[] = {
+      caravela::AddCoordinatorCommand(app), caravela::AddWorkerCommand(app),
+      caravela::AddLocalCommand(app),       caravela::AddHealthCommand(app),
+      caravela::AddWorkersCommand(app),     caravela::AddSubmitCommand(app),
+      caravela::AddJobsCommand(app),        caravela::AddJobCommand(app),
+      caravela::AddCancelCommand(app),      caravela::AddRescaleCommand(app),
+      caravela::AddSavepointCommand(app)};
   caravela::AddNexmarkCommands(app);
   caravela::AddReconcileCommand(app);
 
@@ -357,7 +364,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  if (int rc = caravela::RunServiceCommands(); rc >= 0) return rc;
+  for (const caravela::Command& command : cluster_commands) {
+    if (*command.cli) return command.run();
+  }
   if (int rc = caravela::RunNexmarkCommands(); rc >= 0) return rc;
   if (int rc = caravela::RunReconcileCommand(); rc >= 0) return rc;
 

@@ -1,0 +1,67 @@
+// `caravela job ID`: one job, and per task where it runs and how far it is
+// (live from the workers' heartbeats).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cli/command_support.h"
+#include "cli/commands.h"
+#include "common/time_util.h"
+
+namespace caravela {
+namespace {
+
+struct JobFlags {
+  std::string job_id;
+  ClientFlags client;
+};
+
+void PrintTasks(const v1::Job& job) {
+  std::printf("last checkpoint %lld\n", static_cast<long long>(job.last_checkpoint()));
+  std::printf("%5s %5s %5s  %-12s %-15s %12s %12s %10s %10s  %-24s %s\n", "TASK", "STAGE", "INDEX",
+              "WORKER", "STATE", "RECORDS_IN", "RECORDS_OUT", "LAG", "CHECKPOINT", "WATERMARK",
+              "PARTITIONS");
+  for (int g = 0; g < job.tasks_size(); ++g) {
+    const v1::TaskStatus& t = job.tasks(g);
+    // "purchases:0,3 shipments:0,3": the source partitions it reads.
+    std::string parts;
+    std::string last;
+    for (const v1::SourcePartitionStatus& p : t.sources()) {
+      const bool same = p.source() == last;
+      absl::StrAppend(&parts, same ? "," : (parts.empty() ? "" : " "), same ? "" : p.source() + ":",
+                      p.partition());
+      last = p.source();
+    }
+    std::printf(
+        "%5d %5d %5d  %-12s %-15s %12lld %12lld %10lld %10lld  %-24s %s%s%s\n", g, t.stage(),
+        t.index(), t.worker().c_str(), t.state().c_str(), static_cast<long long>(t.records_in()),
+        static_cast<long long>(t.records_out()), static_cast<long long>(t.consumer_lag()),
+        static_cast<long long>(t.last_checkpoint()),
+        t.state() == "ASSIGNED" ? "" : FormatWatermark(t.watermark_ms()).c_str(),
+        parts.empty() ? "-" : parts.c_str(), t.error().empty() ? "" : "  ", t.error().c_str());
+  }
+}
+
+int RunJob(JobClient& client, const JobFlags& f) {
+  absl::StatusOr<v1::Job> job = client.Get(f.job_id);
+  const int rc = PrintJobResult(job, f.client.json);
+  if (rc == 0 && !f.client.json && job->tasks_size() > 0) PrintTasks(*job);
+  return rc;
+}
+
+}  // namespace
+
+Command AddJobCommand(CLI::App& app) {
+  auto f = std::make_shared<JobFlags>();
+  CLI::App* cmd = app.add_subcommand("job", "Show one job");
+  cmd->add_option("id", f->job_id, "Job id")->required();
+  AddClientOptions(cmd, &f->client);
+  return {cmd, [cmd, f] {
+            InheritClientFlags(*cmd, &f->client);
+            return WithJobClient(f->client, 10000,
+                                 [&](JobClient& client) { return RunJob(client, *f); });
+          }};
+}
+
+}  // namespace caravela

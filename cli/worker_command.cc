@@ -1,0 +1,113 @@
+// `caravela worker`: a worker process (worker/agent/worker_agent.h) until
+// SIGINT (stops its tasks at once) or SIGTERM (hands them over first).
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "cli/command_support.h"
+#include "cli/commands.h"
+#include "common/time_util.h"
+#include "worker/agent/worker_agent.h"
+
+namespace caravela {
+namespace {
+
+struct WorkerFlags {
+  // The coordinator resolved by CoordinatorAddress and the token filled in
+  // from token_file when it runs.
+  WorkerAgentOptions agent;
+  std::string token_file;
+  std::string drain_timeout = "25s";
+};
+
+int RunWorker(const CLI::App& cmd, WorkerFlags& f) {
+  // Without its own, the coordinator's token file (a [coordinator] section of
+  // --config).
+  InheritOption(cmd, "--token-file", {"coordinator"}, &f.token_file);
+  if (!ReadToken(f.token_file, &f.agent.token)) return 2;
+  f.agent.coordinator = CoordinatorAddress(f.agent.coordinator);
+  for (const std::string& p : f.agent.allowed_paths) {
+    if (!std::filesystem::path(p).is_absolute()) {
+      std::fprintf(stderr, "error: --allow-path %s: give an absolute directory\n", p.c_str());
+      return 2;
+    }
+  }
+  f.agent.on_registered = [coordinator = f.agent.coordinator](const std::string& id) {
+    std::printf("caravela worker: id=%s coordinator=%s\n", id.c_str(), coordinator.c_str());
+    std::fflush(stdout);
+  };
+  absl::StatusOr<std::unique_ptr<WorkerAgent>> agent = WorkerAgent::Start(f.agent);
+  if (!agent.ok()) return Fail(agent.status());
+  std::printf("caravela worker: grpc=%s http=%s slots=%d data-dir=%s\n",
+              (*agent)->address().c_str(),
+              (*agent)->http_address().empty() ? "off" : (*agent)->http_address().c_str(),
+              f.agent.slots, f.agent.data_dir.c_str());
+  std::fflush(stdout);
+  // SIGTERM (Kubernetes, systemd): hand the tasks over, then leave.
+  // SIGINT (Ctrl-C): stop at once.
+  CatchStopSignals(OnSigterm::kDrain);
+  while (!StopRequested() && !DrainRequested()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (DrainRequested() && !StopRequested()) {
+    const std::optional<int64_t> drain = ParseDuration(f.drain_timeout);
+    (*agent)->Drain(drain.value_or(25000));
+  } else {
+    (*agent)->Stop();
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command AddWorkerCommand(CLI::App& app) {
+  auto f = std::make_shared<WorkerFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "worker",
+      "Run a worker: registers with the coordinator, heartbeats within its lease and\n"
+      "runs the tasks the coordinator assigns it (one thread each; all of them stop when\n"
+      "the lease is lost); serves gRPC health. Prints its id and address.");
+  cmd->add_option("--coordinator", f->agent.coordinator,
+                  "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR)")
+      ->envname("CARAVELA_COORDINATOR");
+  cmd->add_option("--listen", f->agent.listen, "The worker's gRPC HOST:PORT (port 0: any)")
+      ->envname("CARAVELA_LISTEN")
+      ->capture_default_str();
+  cmd->add_option("--data-dir", f->agent.data_dir, "State and checkpoint scratch")
+      ->envname("CARAVELA_DATA_DIR")
+      ->capture_default_str();
+  cmd->add_option("--slots", f->agent.slots, "Tasks it can run")
+      ->envname("CARAVELA_SLOTS")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", f->drain_timeout,
+                  "On SIGTERM: how long to wait for its tasks to move to other workers through a "
+                  "checkpoint before stopping them (SIGINT stops at once)")
+      ->envname("CARAVELA_DRAIN_TIMEOUT")
+      ->capture_default_str();
+  cmd->add_option("--token-file", f->token_file,
+                  "File holding the bearer token (default $CARAVELA_TOKEN)")
+      ->envname("CARAVELA_TOKEN_FILE");
+  cmd->add_option("--http", f->agent.http_listen,
+                  "HOST:PORT for /metrics (its tasks' counters) and /healthz (port 0: any)")
+      ->envname("CARAVELA_HTTP");
+  cmd->add_option("--bootstrap", f->agent.bootstrap,
+                  "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)")
+      ->envname("CARAVELA_BOOTSTRAP");
+  cmd->add_option(
+         "--allow-path", f->agent.allowed_paths,
+         "An absolute directory jobs may read and write files in (repeatable; default: the\n"
+         "data directory). Relative paths of a job are resolved against <data-dir>/<job id>.")
+      ->envname("CARAVELA_ALLOW_PATH");
+  cmd->add_option("--tls-ca", f->agent.tls_ca,
+                  "PEM file of the roots to trust: talk TLS to the coordinator")
+      ->envname("CARAVELA_TLS_CA");
+  return {cmd, [cmd, f] { return RunWorker(*cmd, *f); }};
+}
+
+}  // namespace caravela
