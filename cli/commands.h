@@ -1,11 +1,7 @@
-// The cluster subcommands of `caravela` (SPEC §8 "Services"), one file each
+// The subcommands of `caravela` that live in files of their own
 // (cli/README.md names them). Each Add<Name>Command adds its subcommand to
 // `app` with flags the command owns, and returns it with its action; main
 // runs the action of the one that was parsed.
-//
-// Exit codes of these commands: 0 ok; 1 the call failed (coordinator
-// unreachable, unknown job, ...); 2 usage errors and an invalid job (every
-// error printed with its YAML path); 3 unauthenticated.
 #pragma once
 
 #include <functional>
@@ -22,6 +18,9 @@ struct Command {
   std::function<int()> run;
 };
 
+// The cluster (SPEC §8 "Services"). Exit codes: 0 ok; 1 the call failed
+// (coordinator unreachable, unknown job, ...); 2 usage errors and an invalid
+// job (every error printed with its YAML path); 3 unauthenticated.
 // The processes.
 Command AddCoordinatorCommand(CLI::App& app);  // coordinator_command.cc
 Command AddWorkerCommand(CLI::App& app);       // worker_command.cc
@@ -35,5 +34,9 @@ Command AddJobCommand(CLI::App& app);        // job_command.cc
 Command AddCancelCommand(CLI::App& app);     // cancel_command.cc
 Command AddRescaleCommand(CLI::App& app);    // rescale_command.cc
 Command AddSavepointCommand(CLI::App& app);  // savepoint_command.cc
+
+// Tools. `nexmark gen` (the returned subcommand is `gen`).
+Command AddNexmarkCommand(CLI::App& app);    // nexmark_command.cc
+Command AddReconcileCommand(CLI::App& app);  // reconcile_command.cc
 
 }  // namespace caravela

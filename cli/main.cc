@@ -17,8 +17,6 @@
 #include "caravela/v1/worker.pb.h"
 #include "cli/commands.h"
 #include "cli/demo.h"
-#include "cli/nexmark_command.h"
-#include "cli/reconcile_command.h"
 #include "common/dashboard.h"
 #include "common/http_server.h"
 #include "common/job_plan.h"
@@ -337,16 +335,15 @@ int main(int argc, char** argv) {
   demo->add_option("--events", demo_events, "Purchases to produce")->check(CLI::PositiveNumber);
   demo->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
 
-  // The cluster, one file each (cli/commands.h).
-  const caravela::Command cluster_commands[] = {
+  // The subcommands in files of their own (cli/commands.h).
+  const caravela::Command commands[] = {
       caravela::AddCoordinatorCommand(app), caravela::AddWorkerCommand(app),
       caravela::AddLocalCommand(app),       caravela::AddHealthCommand(app),
       caravela::AddWorkersCommand(app),     caravela::AddSubmitCommand(app),
       caravela::AddJobsCommand(app),        caravela::AddJobCommand(app),
       caravela::AddCancelCommand(app),      caravela::AddRescaleCommand(app),
-      caravela::AddSavepointCommand(app)};
-  caravela::AddNexmarkCommands(app);
-  caravela::AddReconcileCommand(app);
+      caravela::AddSavepointCommand(app),   caravela::AddNexmarkCommand(app),
+      caravela::AddReconcileCommand(app)};
 
   // The environment beats a --config file (CLI11 itself reads the file
   // first): with --config, each CARAVELA_<FLAG> of the subcommand being run
@@ -364,11 +361,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  for (const caravela::Command& command : cluster_commands) {
+  for (const caravela::Command& command : commands) {
     if (*command.cli) return command.run();
   }
-  if (int rc = caravela::RunNexmarkCommands(); rc >= 0) return rc;
-  if (int rc = caravela::RunReconcileCommand(); rc >= 0) return rc;
 
   if (*demo) return caravela::RunDemo(demo_job, demo_seconds, demo_events, quiet);
 

@@ -1,14 +1,18 @@
-#include "cli/nexmark_command.h"
-
+// `caravela nexmark gen`: the Nexmark events of the benchmark (issue 12;
+// bench/nexmark_generator.h) into JSON Lines files and, with --kafka, into
+// topics nexmark-person, nexmark-auction and nexmark-bid. Exit codes: 0 ok,
+// 1 failure, 2 usage.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "bench/nexmark_generator.h"
+#include "cli/commands.h"
 #include "common/time_util.h"
 #include "worker/connectors/kafka_sink.h"
 
@@ -16,8 +20,6 @@ namespace caravela {
 namespace {
 
 struct NexmarkFlags {
-  CLI::App* nexmark = nullptr;
-  CLI::App* gen = nullptr;
   int64_t events = 1'000'000;
   std::string out;
   uint64_t seed = 1;
@@ -25,11 +27,6 @@ struct NexmarkFlags {
   std::string base_time = "2026-01-01T00:00:00Z";
   std::string kafka;
 };
-
-NexmarkFlags& Flags() {
-  static NexmarkFlags flags;
-  return flags;
-}
 
 // Produces the files' lines to nexmark-person|auction|bid on `bootstrap`.
 absl::Status ProduceToKafka(const std::string& bootstrap, const std::string& dir) {
@@ -59,8 +56,7 @@ absl::Status ProduceToKafka(const std::string& bootstrap, const std::string& dir
   return absl::OkStatus();
 }
 
-int RunGen() {
-  NexmarkFlags& f = Flags();
+int RunGen(const NexmarkFlags& f) {
   if (f.events < 1) {
     std::fprintf(stderr, "error: --events %lld: generate at least 1 event\n",
                  static_cast<long long>(f.events));
@@ -109,30 +105,26 @@ int RunGen() {
 
 }  // namespace
 
-void AddNexmarkCommands(CLI::App& app) {
-  NexmarkFlags& f = Flags();
-  f.nexmark = app.add_subcommand("nexmark", "The Nexmark benchmark's events (see scripts/nexmark)");
-  f.nexmark->require_subcommand(1);
-  f.gen = f.nexmark->add_subcommand(
+Command AddNexmarkCommand(CLI::App& app) {
+  auto f = std::make_shared<NexmarkFlags>();
+  CLI::App* nexmark =
+      app.add_subcommand("nexmark", "The Nexmark benchmark's events (see scripts/nexmark)");
+  nexmark->require_subcommand(1);
+  CLI::App* gen = nexmark->add_subcommand(
       "gen",
       "Generate Nexmark events (persons, auctions, bids: the reference generator's model,\n"
       "deterministic by seed) into OUT/persons.jsonl, OUT/auctions.jsonl, OUT/bids.jsonl,\n"
       "each in generation order; dateTime advances by 1/RATE s per event.");
-  f.gen->add_option("--events", f.events, "Events to generate (all kinds)")->capture_default_str();
-  f.gen->add_option("--out", f.out, "Output directory (created)")->required();
-  f.gen->add_option("--seed", f.seed, "Random seed")->capture_default_str();
-  f.gen->add_option("--rate", f.rate, "Events per second of event time")->capture_default_str();
-  f.gen->add_option("--base-time", f.base_time, "Event time of the first event (ISO-8601)")
+  gen->add_option("--events", f->events, "Events to generate (all kinds)")->capture_default_str();
+  gen->add_option("--out", f->out, "Output directory (created)")->required();
+  gen->add_option("--seed", f->seed, "Random seed")->capture_default_str();
+  gen->add_option("--rate", f->rate, "Events per second of event time")->capture_default_str();
+  gen->add_option("--base-time", f->base_time, "Event time of the first event (ISO-8601)")
       ->capture_default_str();
-  f.gen->add_option("--kafka", f.kafka,
-                    "Also produce the events to topics nexmark-person|auction|bid on this "
-                    "bootstrap address");
-}
-
-int RunNexmarkCommands() {
-  NexmarkFlags& f = Flags();
-  if (f.gen != nullptr && *f.gen) return RunGen();
-  return -1;
+  gen->add_option("--kafka", f->kafka,
+                  "Also produce the events to topics nexmark-person|auction|bid on this "
+                  "bootstrap address");
+  return {gen, [f] { return RunGen(*f); }};
 }
 
 }  // namespace caravela

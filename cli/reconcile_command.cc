@@ -1,9 +1,14 @@
-#include "cli/reconcile_command.h"
-
+// `caravela reconcile JOB.yaml`: recompute a job's window results from its
+// raw input with no lateness cut-off and compare them with the FINAL results
+// in one of its sinks (worker/reconcile/reconcile.h); --apply publishes the
+// differences as higher FINAL revisions. Exit codes: 0 every window matches,
+// 3 differences were found, 2 usage errors, 1 other failures.
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include "cli/commands.h"
 #include "common/job_spec.h"
 #include "worker/reconcile/reconcile.h"
 #include "worker/registry/builtin_kinds.h"
@@ -12,7 +17,6 @@ namespace caravela {
 namespace {
 
 struct ReconcileFlags {
-  CLI::App* cmd = nullptr;
   std::string job;
   std::string range;
   std::string sink;
@@ -22,47 +26,7 @@ struct ReconcileFlags {
   bool json = false;
 };
 
-ReconcileFlags& Flags() {
-  static ReconcileFlags flags;
-  return flags;
-}
-
-}  // namespace
-
-void AddReconcileCommand(CLI::App& app) {
-  ReconcileFlags& f = Flags();
-  f.cmd = app.add_subcommand(
-      "reconcile",
-      "Recompute a job's window results from its raw input (JSONL files, or Kafka topics\n"
-      "from their earliest retained offset) with the same filters, dedup and aggregates\n"
-      "but no lateness cut-off, and compare them with the FINAL results in one of its\n"
-      "sinks, window by window. A join's rows are compared as a whole (report only).\n"
-      "Exit 0: everything matches; 3: differences (listed); 2: usage errors; 1: other\n"
-      "failures.");
-  f.cmd->add_option("job", f.job, "Job YAML")->required()->check(CLI::ExistingFile);
-  f.cmd->add_option("--range", f.range,
-                    "Windows whose window_start is in [START, END), ISO-8601 UTC:\n"
-                    "2026-10-01T00:00:00Z..2026-10-02T00:00:00Z (either side may be empty),\n"
-                    "or yesterday / today (UTC days); for a join, only a window join's rows\n"
-                    "can be selected");
-  f.cmd->add_option("--sink", f.sink,
-                    "The sink to read back: file:PATH, kafka:TOPIC, postgres:TABLE or\n"
-                    "clickhouse:DB.TABLE (as in the metrics' sink label), or its index in\n"
-                    "spec.sinks (default: the first sink of a window, else of a join)");
-  f.cmd->add_flag("--apply", f.apply,
-                  "Publish each differing window through the sink as a higher revision with\n"
-                  "state FINAL and reconciled: true (window results only)");
-  f.cmd->add_flag("--json", f.json, "Print the report as one JSON object");
-  f.cmd->add_option("--bootstrap", f.bootstrap,
-                    "Kafka broker (HOST:PORT) for the job's topics that name no bootstrap\n"
-                    "(the embedded broker of the run that wrote them)");
-  f.cmd->add_option("--work-dir", f.work_dir,
-                    "Scratch directory of the recomputation (default: a temporary one)");
-}
-
-int RunReconcileCommand() {
-  ReconcileFlags& f = Flags();
-  if (f.cmd == nullptr || !*f.cmd) return -1;
+int RunReconcile(const ReconcileFlags& f) {
   ParseResult parsed = LoadJobSpec(f.job);
   if (!parsed.ok()) {
     std::fprintf(stderr, "%s: %zu error%s\n", f.job.c_str(), parsed.errors.size(),
@@ -95,6 +59,40 @@ int RunReconcileCommand() {
   const std::string text = f.json ? report->ToJson() + "\n" : report->ToText();
   std::fputs(text.c_str(), stdout);
   return report->all_match() ? 0 : 3;
+}
+
+}  // namespace
+
+Command AddReconcileCommand(CLI::App& app) {
+  auto f = std::make_shared<ReconcileFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "reconcile",
+      "Recompute a job's window results from its raw input (JSONL files, or Kafka topics\n"
+      "from their earliest retained offset) with the same filters, dedup and aggregates\n"
+      "but no lateness cut-off, and compare them with the FINAL results in one of its\n"
+      "sinks, window by window. A join's rows are compared as a whole (report only).\n"
+      "Exit 0: everything matches; 3: differences (listed); 2: usage errors; 1: other\n"
+      "failures.");
+  cmd->add_option("job", f->job, "Job YAML")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--range", f->range,
+                  "Windows whose window_start is in [START, END), ISO-8601 UTC:\n"
+                  "2026-10-01T00:00:00Z..2026-10-02T00:00:00Z (either side may be empty),\n"
+                  "or yesterday / today (UTC days); for a join, only a window join's rows\n"
+                  "can be selected");
+  cmd->add_option("--sink", f->sink,
+                  "The sink to read back: file:PATH, kafka:TOPIC, postgres:TABLE or\n"
+                  "clickhouse:DB.TABLE (as in the metrics' sink label), or its index in\n"
+                  "spec.sinks (default: the first sink of a window, else of a join)");
+  cmd->add_flag("--apply", f->apply,
+                "Publish each differing window through the sink as a higher revision with\n"
+                "state FINAL and reconciled: true (window results only)");
+  cmd->add_flag("--json", f->json, "Print the report as one JSON object");
+  cmd->add_option("--bootstrap", f->bootstrap,
+                  "Kafka broker (HOST:PORT) for the job's topics that name no bootstrap\n"
+                  "(the embedded broker of the run that wrote them)");
+  cmd->add_option("--work-dir", f->work_dir,
+                  "Scratch directory of the recomputation (default: a temporary one)");
+  return {cmd, [f] { return RunReconcile(*f); }};
 }
 
 }  // namespace caravela
