@@ -5,7 +5,7 @@
 //   name()        its YAML key ("window", "dedup", ...) and, in checkpoints,
 //                 its identity (JobGraphHash hashes kind names);
 //   Parse()       its typed spec (a struct of its own, held in
-//                 OperatorSpec::config) from its YAML mapping, every error
+//                 OperatorSpec's config, common/job_spec.h) from its YAML mapping, every error
 //                 with its YAML path (common/spec_reader.h);
 //   Inputs() / SideOutputs()   what it reads and which side outputs it has,
 //                 declared once for the parser, the planner and the task;
@@ -45,7 +45,7 @@ class OperatorKind {
   virtual int legacy_id() const { return -1; }
 
   // Reads the kind's mapping into its typed spec (returned as the value of
-  // OperatorSpec::config; on errors, what could be read) and sets
+  // the OperatorSpec's config; on errors, what could be read) and sets
   // ctx.has_event_time for its output.
   virtual std::any Parse(OperatorParseContext& ctx) const = 0;
   // Names of the upstream nodes the operator reads, in input-index order.
