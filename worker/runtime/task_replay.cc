@@ -1,38 +1,29 @@
-// Lockstep replays (SPEC §8): the steps the JobRunner drives when every
-// source of a parallel job has an arrival field (JobRunner::RunReplay).
-#include <algorithm>
-#include <chrono>
-#include <string>
-#include <utility>
-#include <vector>
-
-#include "absl/strings/str_cat.h"
-#include "worker/exchange/exchange.h"
-#include "worker/runtime/task.h"
+// Lockstep replay (SPEC §8): the JobRunner drives every task of a job whose
+// sources all have arrival fields, on one thread, step by step in arrival
+// order, as one task would run the whole job. Each sweep is one Step of the
+// task with what the phase does.
 #include "worker/runtime/task_internal.h"
 
 namespace caravela {
 namespace {
 
 using task_internal::SourceNode;
-using task_internal::WriterNode;
+using StepSpec = Task::Impl::StepSpec;
 
 }  // namespace
 
-// ---- Lockstep replay ------------------------------------------------------------
-
 absl::StatusOr<int64_t> Task::ReplayNextArrival(int source) {
   Impl& im = *impl_;
-  SourceNode& src = im.sources[source];
+  SourceNode& src = im.graph.sources[source];
   if (!src.present || src.finished) return kMaxTime;
-  RETURN_IF_ERROR(im.FillPending(src, 0));
+  RETURN_IF_ERROR(im.ingest.FillPending(src, 0));
   return src.has_pending() ? src.pending[src.head].arrival : kMaxTime;
 }
 
-int64_t Task::ReplayNextTimer() const { return impl_->NextTimer(); }
+int64_t Task::ReplayNextTimer() const { return impl_->watermarks.NextTimer(); }
 
 void Task::ReplayFinishSource(int source) {
-  SourceNode& src = impl_->sources[source];
+  SourceNode& src = impl_->graph.sources[source];
   if (!src.present || src.finished) return;
   src.finished = true;
   src.wm->Finish();
@@ -40,60 +31,39 @@ void Task::ReplayFinishSource(int source) {
 
 absl::Status Task::ReplaySweep(ReplayPhase phase, int64_t now, int source) {
   Impl& im = *impl_;
-  im.manual_clock.Set(now);
-  RETURN_IF_ERROR(im.ConsumeReplayInput());
+  im.ctx.manual_clock.Set(now);
+  StepSpec step;
+  step.exchanges = StepSpec::Exchanges::kReplay;
+  step.input = StepSpec::Input::kNone;
+  step.watermarks = false;
+  step.timers = false;
+  step.flush = false;
   switch (phase) {
-    case ReplayPhase::kApply: {
-      if (source < 0 || source >= im.S()) break;
-      RETURN_IF_ERROR(im.ApplyArrivalStep(source, now));
+    case ReplayPhase::kApply:
+      step.input = StepSpec::Input::kArrival;
+      step.source = source;
+      step.arrival = now;
       break;
-    }
     case ReplayPhase::kWatermarks:
-      RETURN_IF_ERROR(im.UpdateWatermarks());
-      RETURN_IF_ERROR(im.SendWatermarkMarkers(true));
+      step.watermarks = true;
+      step.force_markers = true;
       break;
     case ReplayPhase::kTimers:
-      RETURN_IF_ERROR(im.FireTimers());
-      RETURN_IF_ERROR(im.Commit(false));
+      step.timers = true;
+      step.flush = true;
       break;
   }
-  for (WriterNode& wn : im.writers) RETURN_IF_ERROR(wn.writer->SendBuffered());
-  return absl::OkStatus();
+  Impl::StepResult result;
+  return im.Step(step, &result);
 }
 
 absl::Status Task::ReplayClose() {
   Impl& im = *impl_;
-  RETURN_IF_ERROR(im.ConsumeReplayInput());
+  RETURN_IF_ERROR(im.dispatch.ConsumeReplayInput());
   RETURN_IF_ERROR(im.Commit(true));
-  for (WriterNode& wn : im.writers) RETURN_IF_ERROR(wn.writer->Flush(30000));
+  for (auto& wn : im.graph.writers) RETURN_IF_ERROR(wn.writer->Flush(30000));
   im.Progress(true);
-  return im.CloseSinks();
-}
-
-absl::Status Task::Impl::ConsumeReplayInput() {
-  for (ReaderNode& rn : readers) {
-    for (;;) {
-      for (RecordBatch& b : rn.by_input) b.clear();
-      ASSIGN_OR_RETURN(int n, rn.reader->Poll(1 << 20, 0, &rn.by_input));
-      if (n == 0) break;
-      for (size_t in = 0; in < rn.by_input.size(); ++in) {
-        RecordBatch& batch = rn.by_input[in];
-        if (batch.empty()) continue;
-        // One task would have seen them in source order: partition, offset
-        // (ties keep their producer's order).
-        std::vector<size_t> order(batch.size());
-        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-          return std::pair(batch[a].partition, batch[a].offset) <
-                 std::pair(batch[b].partition, batch[b].offset);
-        });
-        sorted.clear();
-        for (size_t i : order) sorted.AppendSwapped(batch[i]);
-        RETURN_IF_ERROR(Feed(rn.op, static_cast<int>(in), sorted));
-      }
-    }
-  }
-  return absl::OkStatus();
+  return im.dispatch.CloseSinks();
 }
 
 }  // namespace caravela

@@ -27,84 +27,91 @@
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/checkpoint/manifest_fields.h"
-#include "worker/runtime/task_internal.h"
+#include "worker/runtime/task_checkpointer.h"
 #include "worker/runtime/watermark.h"
 #include "worker/state/state_backend.h"
 
 namespace caravela {
 
-absl::StatusOr<std::vector<std::vector<FieldPath>>> Task::Impl::RescaleKeys(
-    const OperatorNode& on) const {
+using task_internal::OperatorNode;
+using task_internal::SinkNode;
+using task_internal::SourceNode;
+
+absl::StatusOr<std::vector<std::vector<FieldPath>>> TaskCheckpointer::RescaleKeys(
+    const task_internal::OperatorNode& on) const {
   // True if the records operator `op` emits are partitioned by an exchange
   // of this stage (directly or through forwarded operators).
   std::function<bool(int)> fed_by_exchange = [&](int op) {
-    const OperatorNode& n = ops[static_cast<size_t>(op)];
+    const OperatorNode& n = graph_.ops[static_cast<size_t>(op)];
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.input_reader[i] >= 0) return true;
-      if (n.inputs[i] >= S() && fed_by_exchange(n.inputs[i] - S())) return true;
+      if (n.inputs[i] >= graph_.S() && fed_by_exchange(n.inputs[i] - graph_.S())) return true;
     }
     return false;
   };
   std::vector<std::vector<FieldPath>> keys(on.inputs.size());
   for (size_t i = 0; i < on.inputs.size(); ++i) {
-    if (const ExchangePlan* ex = placement.plan->ExchangeFor(on.spec->name, static_cast<int>(i))) {
+    if (const ExchangePlan* ex =
+            ctx_.placement.plan->ExchangeFor(on.spec->name, static_cast<int>(i))) {
       for (const ExchangePlan::Input& in : ex->inputs) {
         if (in.input == static_cast<int>(i)) keys[i] = in.key;
       }
       continue;
     }
     const int from = on.inputs[i];
-    const bool forwarded_exchange = from >= S() && fed_by_exchange(from - S());
-    if (!forwarded_exchange || stage->key.empty()) {
+    const bool forwarded_exchange = from >= graph_.S() && fed_by_exchange(from - graph_.S());
+    if (!forwarded_exchange || ctx_.stage->key.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "operator ", on.spec->name, " keeps state partitioned by ",
-          from < S() ? absl::StrCat("Kafka source ", sources[from].spec->name, "'s own partitioner")
-                     : std::string("no exchange key"),
+          from < graph_.S()
+              ? absl::StrCat("Kafka source ", graph_.sources[from].spec->name, "'s own partitioner")
+              : std::string("no exchange key"),
           ": its keys cannot move to another task count. Run the job with its previous "
           "parallelism, or start it from scratch"));
     }
-    for (const std::string& name : stage->key) keys[i].push_back(FieldPath::Parse(name));
+    for (const std::string& name : ctx_.stage->key) keys[i].push_back(FieldPath::Parse(name));
   }
   return keys;
 }
 
-absl::Status Task::Impl::RestoreRescaled() {
-  const int64_t id = placement.restore_checkpoint;
-  ASSIGN_OR_RETURN(JobPlan old_plan,
-                   PlanJob(spec, placement.restore_parallelism, placement.source_partitions));
-  const JobPlan& plan = *placement.plan;
+absl::Status TaskCheckpointer::RestoreRescaled() {
+  const int64_t id = ctx_.placement.restore_checkpoint;
+  ASSIGN_OR_RETURN(JobPlan old_plan, PlanJob(ctx_.spec, ctx_.placement.restore_parallelism,
+                                             ctx_.placement.source_partitions));
+  const JobPlan& plan = *ctx_.placement.plan;
   if (old_plan.stages.size() != plan.stages.size()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint ", id, " of job ", spec.name, ": the plan at parallelism ",
-                     placement.restore_parallelism, " has ", old_plan.stages.size(),
+        absl::StrCat("checkpoint ", id, " of job ", ctx_.spec.name, ": the plan at parallelism ",
+                     ctx_.placement.restore_parallelism, " has ", old_plan.stages.size(),
                      " stages, this one ", plan.stages.size()));
   }
-  const int s = placement.stage;
+  const int s = ctx_.placement.stage;
   const int n_old = old_plan.stages[s].tasks;
-  const int n_new = stage->tasks;
+  const int n_new = ctx_.stage->tasks;
   const int first_old = old_plan.FirstTask(s);
 
   // The old tasks' parts of checkpoint `id`: all of them when the task count
   // changed, else only the one this task continues.
-  const std::string& url = checkpoints->storage().url();
+  const std::string& url = manager_->storage().url();
   const std::string scratch =
-      absl::StrCat(options.data_dir, "/task-", placement.global_id, "/rescale");
+      absl::StrCat(ctx_.options.data_dir, "/task-", ctx_.placement.global_id, "/rescale");
   std::vector<int> olds;
   if (n_old == n_new) {
-    olds.push_back(placement.index);
+    olds.push_back(ctx_.placement.index);
   } else {
     for (int j = 0; j < n_old; ++j) olds.push_back(j);
   }
   std::vector<std::unique_ptr<CheckpointManager>> managers(static_cast<size_t>(n_old));
   std::vector<CheckpointManifest> manifests(static_cast<size_t>(n_old));
   for (int j : olds) {
-    ASSIGN_OR_RETURN(managers[j], CheckpointManager::Open(url, spec.name, first_old + j,
+    ASSIGN_OR_RETURN(managers[j], CheckpointManager::Open(url, ctx_.spec.name, first_old + j,
                                                           absl::StrCat(scratch, "/old-", j), 1));
     ASSIGN_OR_RETURN(std::optional<CheckpointManifest> m, managers[j]->LatestUpTo(id));
     if (!m.has_value() || m->checkpoint_id() != id) {
-      return absl::DataLossError(absl::StrCat(
-          "job ", spec.name, ": checkpoint ", id, " is complete job-wide but the part of task ",
-          first_old + j, " (stage ", s, " task ", j, " of ", n_old, ") is missing from ", url));
+      return absl::DataLossError(absl::StrCat("job ", ctx_.spec.name, ": checkpoint ", id,
+                                              " is complete job-wide but the part of task ",
+                                              first_old + j, " (stage ", s, " task ", j, " of ",
+                                              n_old, ") is missing from ", url));
     }
     RETURN_IF_ERROR(CheckSameGraph(*m));
     manifests[j] = std::move(*m);
@@ -112,13 +119,13 @@ absl::Status Task::Impl::RestoreRescaled() {
 
   if (n_old == n_new) {
     // Same task count (a one-task stage): the old task's state as it is.
-    const CheckpointManifest& m = manifests[placement.index];
-    RETURN_IF_ERROR(managers[placement.index]->RestoreState(m, *state).status());
+    const CheckpointManifest& m = manifests[ctx_.placement.index];
+    RETURN_IF_ERROR(managers[ctx_.placement.index]->RestoreState(m, *ctx_.state).status());
     RETURN_IF_ERROR(ApplyManifest(m));
     RuntimeLogger()->info(
         "stage {} task {}: restored checkpoint {} of task {} (parallelism {} -> {})", s,
-        placement.index, id, first_old + placement.index, placement.restore_parallelism,
-        plan.parallelism);
+        ctx_.placement.index, id, first_old + ctx_.placement.index,
+        ctx_.placement.restore_parallelism, plan.parallelism);
     return absl::OkStatus();
   }
 
@@ -127,9 +134,9 @@ absl::Status Task::Impl::RestoreRescaled() {
   // the old task it continues.
   CheckpointManifest merged;
   merged.set_checkpoint_id(id);
-  merged.set_job_name(spec.name);
+  merged.set_job_name(ctx_.spec.name);
   merged.set_epoch(manifests[0].epoch());
-  for (const SourceNode& src : sources) {
+  for (const SourceNode& src : graph_.sources) {
     if (!src.present) continue;
     auto* sc = merged.add_sources();
     sc->set_name(src.spec->name);
@@ -138,7 +145,7 @@ absl::Status Task::Impl::RestoreRescaled() {
       for (const auto& old : manifests[j].sources()) {
         if (old.name() != src.spec->name) continue;
         for (const auto& pc : old.partitions()) {
-          if (pc.partition() % n_old == j && pc.partition() % n_new == placement.index) {
+          if (pc.partition() % n_old == j && pc.partition() % n_new == ctx_.placement.index) {
             *sc->add_partitions() = pc;
           }
         }
@@ -154,7 +161,7 @@ absl::Status Task::Impl::RestoreRescaled() {
       SetSourceWatermarkState(&merged, sc, *wm);
     }
   }
-  for (const OperatorNode& on : ops) {
+  for (const OperatorNode& on : graph_.ops) {
     if (!on.here) continue;
     int64_t w = kMaxTime;
     for (int j = 0; j < n_old; ++j) {
@@ -167,23 +174,24 @@ absl::Status Task::Impl::RestoreRescaled() {
     oc->set_name(on.spec->name);
     SetOperatorWatermark(oc, w == kMaxTime ? kMinTime : w);
   }
-  if (placement.index < n_old) {
-    for (const auto& sc : manifests[placement.index].sinks()) *merged.add_sinks() = sc;
+  if (ctx_.placement.index < n_old) {
+    for (const auto& sc : manifests[ctx_.placement.index].sinks()) *merged.add_sinks() = sc;
   } else {
     // No old task wrote this task's part files: a fresh start for its sinks.
-    for (SinkNode& sn : sinks) RETURN_IF_ERROR(sn.sink->Recover(0, ""));
+    for (SinkNode& sn : graph_.sinks) RETURN_IF_ERROR(sn.sink->Recover(0, ""));
   }
   // Old tasks without a successor (fewer tasks now): their sinks still owe
   // the output of checkpoint `id` if it was complete but not yet published
   // everywhere. Task j % N' finishes their commit (Sink::Recover redoes it).
   for (int j = n_new; j < n_old; ++j) {
-    if (j % n_new != placement.index) continue;
+    if (j % n_new != ctx_.placement.index) continue;
     for (const auto& sc : manifests[j].sinks()) {
-      if (sc.index() < 0 || sc.index() >= static_cast<int>(sinks.size())) continue;
-      const SinkNode& sn = sinks[sc.index()];
+      if (sc.index() < 0 || sc.index() >= static_cast<int>(graph_.sinks.size())) continue;
+      const SinkNode& sn = graph_.sinks[sc.index()];
       absl::StatusOr<std::unique_ptr<Sink>> opened =
-          sn.dead_letter ? OpenDeadLetter(j)
-                         : OpenTaskSink(static_cast<size_t>(sn.spec_index), j, first_old + j);
+          sn.dead_letter
+              ? Builder().OpenDeadLetter(j)
+              : Builder().OpenTaskSink(static_cast<size_t>(sn.spec_index), j, first_old + j);
       RETURN_IF_ERROR(opened.status());
       std::unique_ptr<Sink> old_sink = std::move(*opened);
       absl::Status st = old_sink->Recover(id, sc.state());
@@ -199,11 +207,11 @@ absl::Status Task::Impl::RestoreRescaled() {
   // Operator state: every old task's checkpoint in a scratch backend, each
   // operator keeping the keys now routed here.
   std::vector<std::pair<OperatorNode*, KeyOwner>> owners;
-  for (OperatorNode& on : ops) {
+  for (OperatorNode& on : graph_.ops) {
     if (!on.here) continue;
     KeyOwner owner;
     owner.tasks = n_new;
-    owner.index = placement.index;
+    owner.index = ctx_.placement.index;
     ASSIGN_OR_RETURN(owner.keys, RescaleKeys(on));
     owners.emplace_back(&on, std::move(owner));
   }
@@ -213,17 +221,17 @@ absl::Status Task::Impl::RestoreRescaled() {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
     ASSIGN_OR_RETURN(std::unique_ptr<StateBackend> old_state,
-                     OpenRocksDbBackend(dir, options.state_budget));
+                     OpenRocksDbBackend(dir, ctx_.options.state_budget));
     RETURN_IF_ERROR(managers[j]->RestoreState(manifests[j], *old_state).status());
     for (auto& [on, owner] : owners) {
-      OperatorContext from(on->spec->name, old_state.get(), metrics, clock);
+      OperatorContext from(on->spec->name, old_state.get(), ctx_.metrics, ctx_.clock);
       absl::Status st = on->op->AdoptState(from, *on->ctx, owner);
       if (!st.ok()) {
         return absl::Status(st.code(), absl::StrCat("rescaling checkpoint ", id, " from ", n_old,
                                                     " to ", n_new, " tasks: ", st.message()));
       }
     }
-    RETURN_IF_ERROR(state->Commit());
+    RETURN_IF_ERROR(ctx_.state->Commit());
     old_state.reset();
     std::filesystem::remove_all(dir, ec);
   }
@@ -233,11 +241,11 @@ absl::Status Task::Impl::RestoreRescaled() {
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
           .count();
-  metrics->Get("rescale_restores_total")->Add();
+  ctx_.metrics->Get("rescale_restores_total")->Add();
   RuntimeLogger()->info(
       "stage {} task {}: gathered its keys of checkpoint {} from {} tasks in {} ms "
       "(parallelism {} -> {})",
-      s, placement.index, id, n_old, ms, placement.restore_parallelism, plan.parallelism);
+      s, ctx_.placement.index, id, n_old, ms, ctx_.placement.restore_parallelism, plan.parallelism);
   return absl::OkStatus();
 }
 

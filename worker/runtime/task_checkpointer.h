@@ -1,0 +1,96 @@
+// TaskCheckpointer: a task's part of checkpoints (SPEC §6, §8), Flink's
+// SubtaskCheckpointCoordinator. It opens the task's checkpoint manager and
+// epoch, restores the latest checkpoint (or savepoint, or a checkpoint taken
+// with another parallelism: task_rescale.cc) into the task's state,
+// sources, operators and sinks, and takes checkpoints: the manifest (source
+// offsets and watermark state, operator watermarks, sink pre-commits),
+// barriers into the exchanges, the state upload, then the sinks' commit.
+//
+// A standalone task checkpoints on its own clock (Due). A task of a parallel
+// job follows the job's coordinator (ServeJob): it stores checkpoint n once
+// n is triggered and every exchange input is aligned on barrier n, and
+// commits its sinks when n is complete job-wide.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "worker/checkpoint/checkpoint_manager.h"
+#include "worker/runtime/task_context.h"
+#include "worker/runtime/task_graph.h"
+#include "worker/runtime/task_status.h"
+
+namespace caravela {
+
+class TaskCheckpointer {
+ public:
+  // `flush` writes operator state into the backend and flushes sinks: what
+  // a snapshot must hold (Task::Impl::Commit(true)).
+  TaskCheckpointer(TaskContext& ctx, TaskGraph& graph, TaskStatus& status,
+                   std::function<absl::Status()> flush)
+      : ctx_(ctx), graph_(graph), status_(status), flush_(std::move(flush)) {}
+
+  // Before the graph is built: the manager, the epoch (counted durably at
+  // every start of a standalone job), a savepoint's manifest.
+  absl::Status Open();
+  // After the graph is built: restores what Open found, if anything (sinks
+  // of a fresh start drop what a crashed run left).
+  absl::Status Restore();
+  // Standalone: true once spec.checkpoint.interval passed since the last one.
+  bool Due();
+  // Takes checkpoint `id` (0: the manager's next id) or, with a
+  // `savepoint_dir`, a savepoint; standalone tasks commit their sinks at once.
+  absl::Status Take(const std::string& savepoint_dir, int64_t id = 0);
+  // Parallel jobs: commits a checkpoint complete job-wide, stores a
+  // triggered one once aligned; after a stopping one, stopped() is true.
+  absl::Status ServeJob();
+
+  bool enabled() const { return manager_ != nullptr; }
+  bool periodic() const { return manager_ != nullptr && interval_ms_ > 0; }
+  int64_t next_id() const { return manager_ == nullptr ? 1 : manager_->next_checkpoint_id(); }
+  int64_t last_id() const { return last_id_; }
+  std::chrono::steady_clock::time_point last_at() const { return last_at_; }
+  int64_t committed_id() const { return committed_id_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  GraphBuilder Builder() const { return GraphBuilder(ctx_, graph_, manager_ != nullptr); }
+  absl::Status ApplyManifest(const CheckpointManifest& m);
+  // FailedPrecondition if `m` was taken by another job graph (spec_hash).
+  absl::Status CheckSameGraph(const CheckpointManifest& m) const;
+  // Parallel jobs restored with another parallelism than the checkpoint's
+  // (task_rescale.cc): gathers this task's share of the old tasks' state.
+  bool Rescaled() const;
+  absl::Status RestoreRescaled();
+  // Per input of operator `on`: the key paths that route its records.
+  absl::StatusOr<std::vector<std::vector<FieldPath>>> RescaleKeys(
+      const task_internal::OperatorNode& on) const;
+  // Publishes the source offsets of checkpoint `id`, now complete, to the
+  // job's consumer group `caravela-<job>` (lag tools read them there).
+  void CommitSourceOffsets(int64_t id);
+
+  TaskContext& ctx_;
+  TaskGraph& graph_;
+  TaskStatus& status_;
+  std::function<absl::Status()> flush_;
+  // Null when the job has no checkpoints and no savepoint is used.
+  std::unique_ptr<CheckpointManager> manager_;
+  int64_t interval_ms_ = 0;     // standalone: spec.checkpoint.interval
+  int64_t next_at_ = kMinTime;  // processing time; kMinTime: not scheduled yet
+  int64_t last_id_ = 0;         // for the progress line
+  std::chrono::steady_clock::time_point last_at_;
+  std::string spec_hash_;
+  std::optional<CheckpointManifest> savepoint_;  // options.from_savepoint's manifest
+  // Parallel jobs: the last checkpoint this task stored and committed, and
+  // whether it stopped reading input after a stopping checkpoint.
+  int64_t stored_id_ = 0;
+  int64_t committed_id_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace caravela

@@ -1,0 +1,53 @@
+// TaskContext: what every part of a task reads (worker/runtime/task*.cc):
+// the job, where the task sits in it, its options, metrics, state and clock.
+// Set up by Task::Create before the graph is built; the checkpointer sets
+// `epoch` (TaskCheckpointer::Open) before anything else reads it.
+#pragma once
+
+#include <string>
+
+#include "common/job_plan.h"
+#include "common/job_spec.h"
+#include "common/metrics.h"
+#include "common/time_util.h"
+#include "worker/runtime/pipeline.h"
+#include "worker/runtime/task.h"
+#include "worker/state/state_backend.h"
+
+namespace caravela {
+
+class JobCheckpoints;
+
+struct TaskContext {
+  JobSpec spec;
+  RunOptions options;
+  TaskPlacement placement;
+  std::string name;  // "job" or "job/stage-1/task-2" (log prefix)
+  MetricsRegistry* metrics = nullptr;
+  StateBackend* state = nullptr;
+  // Processing time: the injected clock (default the system's), or the
+  // manual clock that arrival times drive (arrival_mode).
+  SystemClock system_clock;
+  ManualClock manual_clock;
+  const Clock* clock = nullptr;
+  bool arrival_mode = false;
+  // The task's stage of a parallel job and the job's checkpoint signals
+  // (null: the task runs the whole job, standalone).
+  const StagePlan* stage = nullptr;
+  JobCheckpoints* job = nullptr;
+  int64_t epoch = 0;
+
+  bool parallel() const { return placement.plan != nullptr; }
+  // The task in log lines (LogContext): "stage-1/task-2", "" for a one-task job.
+  std::string TaskLabel() const {
+    return name.size() > spec.name.size() ? name.substr(spec.name.size() + 1) : std::string();
+  }
+  // True if operator `os` runs in this task's stage.
+  bool OperatorHere(const OperatorSpec& os) const {
+    if (!parallel()) return true;
+    auto it = placement.plan->stage_of.find(os.name);
+    return it != placement.plan->stage_of.end() && it->second == placement.stage;
+  }
+};
+
+}  // namespace caravela
