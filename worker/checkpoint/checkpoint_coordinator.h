@@ -37,6 +37,11 @@
 
 namespace caravela {
 
+// How long a job-wide checkpoint may be in flight, in JobRunner and by
+// default in the Scheduler: a task that never stores it (stuck, or waiting
+// for a barrier that never comes) must not hold the job forever.
+constexpr int64_t kCheckpointTimeoutMs = 10 * 60 * 1000;
+
 struct CheckpointCoordinatorOptions {
   int tasks = 1;  // the job's tasks, numbered 0..tasks-1
   // spec.checkpoint.interval; <= 0: the job takes no checkpoints.
