@@ -264,7 +264,8 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   run.restore = job.last_checkpoint();
   run.restore_parallelism =
       job.checkpoint_parallelism() > 0 ? job.checkpoint_parallelism() : job.parallelism();
-  run.checkpoint.interval_ms = parsed.spec.checkpoint.interval;
+  // The tasks restore `restore` themselves: none is complete in this run yet.
+  run.checkpoint = NewCheckpointCoordinator(parsed.spec, total, /*completed=*/0);
   job.clear_tasks();
   int g = 0;
   for (const StagePlan& st : plan->stages) {
@@ -298,6 +299,25 @@ void Scheduler::Count(const char* name) {
   if (options_.metrics != nullptr) options_.metrics->Get(name)->Add();
 }
 
+CheckpointCoordinator Scheduler::NewCheckpointCoordinator(const JobSpec& spec, int tasks,
+                                                          int64_t completed) const {
+  CheckpointCoordinatorOptions o;
+  o.tasks = tasks;
+  o.interval_ms = spec.checkpoint.interval;
+  o.timeout_ms = options_.checkpoint_timeout_ms;
+  return CheckpointCoordinator(o, completed);
+}
+
+void Scheduler::RecoverFromFailure(v1::Job& job, const std::vector<v1::Job>& all,
+                                   const std::string& why) {
+  if (++failures_[job.id()] > options_.max_restarts) {
+    Fail(job, absl::StrCat(why, " (", options_.max_restarts,
+                           " restarts without a completed checkpoint)"));
+  } else {
+    Recover(job, all, why);
+  }
+}
+
 void Scheduler::Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why) {
   Count("scheduler_recoveries_total");
   Log()->warn("job {} epoch {}: {}; restoring checkpoint {} with a new epoch", job.id(),
@@ -326,8 +346,6 @@ bool Scheduler::Adopt(const v1::Job& job) {
   run.yaml = job.yaml();
   run.parallelism = job.parallelism();
   run.restore = job.last_checkpoint();
-  run.checkpoint.completed = job.last_checkpoint();
-  run.checkpoint.interval_ms = parsed.spec.checkpoint.interval;
   for (const v1::TaskStatus& t : job.tasks()) {
     if (t.worker().empty()) return false;
     TaskSlot slot;
@@ -336,6 +354,9 @@ bool Scheduler::Adopt(const v1::Job& job) {
     slot.index = t.index();
     run.tasks.push_back(std::move(slot));
   }
+  // The tasks know the job's last checkpoint complete.
+  run.checkpoint = NewCheckpointCoordinator(parsed.spec, static_cast<int>(run.tasks.size()),
+                                            job.last_checkpoint());
   run.phase = RunPhaseMachine(RunPhase::kAdopting);
   run.adopt_until_ms = clock_->NowMs() + workers_->lease_ms();
   Log()->info("job {} epoch {}: adopting its {} tasks (waiting up to {} ms for their workers)",
@@ -355,49 +376,39 @@ bool Scheduler::Resume(v1::Job& job, JobRun& run) {
     return true;
   }
   const int64_t now = clock_->NowMs();
-  RunCheckpoints& cp = run.checkpoint;
+  CheckpointCoordinator& cp = run.checkpoint;
   int64_t stored = 0, stop = 0;
   for (const TaskSlot& t : run.tasks) {
     stored = std::max(stored, t.report.stored_checkpoint());
     stop = std::max(stop, t.report.stop_checkpoint());
   }
+  cp.Start(now, std::max(stored, cp.completed()) + 1);
   // A checkpoint some task stored but the old coordinator never completed:
   // trigger it again (tasks that stored it wait for its completion), as the
   // stopping one only if it was triggered so: a periodic checkpoint stored
   // before the input drained does not hold what came after.
   RunPhase phase = RunPhase::kRunning;
-  if (stored > cp.completed) {
-    cp.in_flight = stored;
-    cp.in_flight_since_ms = now;
+  if (stored > cp.completed()) {
+    cp.ResumeInFlight(stored, /*stop=*/stop == stored, now);
     if (stop == stored) phase = RunPhase::kStopping;
-  } else if (stop > 0 && stop == cp.completed) {
+  } else if (stop > 0 && stop == cp.completed()) {
     // The stopping checkpoint completed but the tasks never heard "finish".
+    cp.ResumeFinished();
     phase = RunPhase::kFinishing;
   }
-  cp.next_id = std::max(stored, cp.completed) + 1;
-  cp.next_trigger_at = now + cp.interval_ms;
   if (!MoveRun(job, run, phase)) return false;
   if (job.state() != v1::RUNNING && !MoveJob(job, v1::RUNNING, "")) return false;
   job.clear_message();
   Put(job);
   Log()->info("job {} epoch {}: adopted running on its workers (last checkpoint {}{})", job.id(),
-              run.epoch, cp.completed,
-              cp.in_flight > 0 ? absl::StrCat(", completing checkpoint ", cp.in_flight) : "");
+              run.epoch, cp.completed(),
+              cp.in_flight() > 0 ? absl::StrCat(", completing checkpoint ", cp.in_flight()) : "");
   return true;
 }
 
-bool Scheduler::TriggerCheckpoint(v1::Job& job, JobRun& run, int64_t now_ms, bool stop) {
-  if (stop && !MoveRun(job, run, RunPhase::kStopping)) return false;
-  RunCheckpoints& cp = run.checkpoint;
-  cp.in_flight = cp.next_id++;
-  cp.in_flight_since_ms = now_ms;
-  next_ids_[job.id()] = cp.next_id;
-  return true;
-}
-
-void Scheduler::Advance(v1::Job& job, JobRun& run) {
+void Scheduler::Advance(v1::Job& job, JobRun& run, const std::vector<v1::Job>& all) {
   const int64_t now = clock_->NowMs();
-  RunCheckpoints& cp = run.checkpoint;
+  CheckpointCoordinator& cp = run.checkpoint;
   auto all_tasks = [&](auto pred) {
     return std::all_of(run.tasks.begin(), run.tasks.end(),
                        [&](const TaskSlot& t) { return t.reported && pred(t.report); });
@@ -408,14 +419,12 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
   }
   if (!run.phase.started()) {
     if (!all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_READY); })) return;
-    cp.next_id = run.restore + 1;
-    for (const TaskSlot& t : run.tasks) {
-      cp.next_id = std::max(cp.next_id, t.report.next_checkpoint());
-    }
+    int64_t next_id = run.restore + 1;
+    for (const TaskSlot& t : run.tasks) next_id = std::max(next_id, t.report.next_checkpoint());
     // Never an id an earlier epoch triggered: a paused task of it may still
     // store that checkpoint when it resumes, and must not overwrite ours.
-    cp.next_id = std::max(cp.next_id, next_ids_[job.id()]);
-    cp.next_trigger_at = now + cp.interval_ms;
+    next_id = std::max(next_id, next_ids_[job.id()]);
+    cp.Start(now, next_id);
     if (!MoveRun(job, run, RunPhase::kRunning)) return;
     // An adopted job may be RUNNING already (its tasks were told to start
     // but none reported running yet).
@@ -425,51 +434,70 @@ void Scheduler::Advance(v1::Job& job, JobRun& run) {
     Log()->info("job {} epoch {} running: every task is ready", job.id(), run.epoch);
     return;
   }
-  if (cp.in_flight > 0 &&
-      all_tasks([&](const v1::TaskReport& r) { return r.stored_checkpoint() >= cp.in_flight; })) {
-    // The commit point: recorded (synced) before any worker hears of it.
-    job.set_last_checkpoint(cp.in_flight);
-    job.set_checkpoint_parallelism(run.parallelism);
-    Put(job);
-    cp.completed = cp.in_flight;
-    const bool stopping = run.phase.Is(RunPhase::kStopping);
-    std::deque<CheckpointRecord>& history = history_[job.id()];
-    history.push_back({cp.in_flight, now, now - cp.in_flight_since_ms, run.epoch, stopping});
-    while (history.size() > kCheckpointHistory) history.pop_front();
-    failures_.erase(job.id());
-    Count("scheduler_checkpoints_total");
-    Log()->debug("job {} checkpoint {} complete", job.id(), cp.in_flight);
-    cp.in_flight = 0;
-    if (stopping &&
-        !MoveRun(job, run, run.handoff.empty() ? RunPhase::kFinishing : RunPhase::kHandingOff)) {
-      return;
+  for (size_t g = 0; g < run.tasks.size(); ++g) {
+    const TaskSlot& t = run.tasks[g];
+    cp.TaskStored(static_cast<int>(g), t.reported ? t.report.stored_checkpoint() : 0);
+    cp.TaskDrained(static_cast<int>(g), t.reported && AtLeast(t.report, v1::TASK_DRAINED));
+  }
+  // Why this round asked for a stopping checkpoint (for its log line).
+  enum class StopFor { kNone, kSavepoint, kHandoff } stop_for = StopFor::kNone;
+  for (;;) {
+    if (stop_for == StopFor::kNone && cp.in_flight() == 0 && !run.phase.stopping() &&
+        cp.checkpoints()) {
+      if (!job.savepoint_to().empty()) {
+        // The job's last checkpoint, copied to the savepoint once complete.
+        stop_for = StopFor::kSavepoint;
+        cp.RequestStop();
+      } else if (const std::string why = HandoffReason(job, run); !why.empty()) {
+        // A rescale, a leaving worker or evening the load out, through a
+        // stopping checkpoint.
+        stop_for = StopFor::kHandoff;
+        run.handoff = why;
+        cp.RequestStop();
+      }
     }
-  }
-  if (cp.in_flight == 0 && !run.phase.stopping() && cp.interval_ms > 0 &&
-      !job.savepoint_to().empty()) {
-    // The job's last checkpoint, copied to the savepoint once complete.
-    if (!TriggerCheckpoint(job, run, now, /*stop=*/true)) return;
-    Log()->info("job {} epoch {}: stopping at checkpoint {} for a savepoint to {}", job.id(),
-                run.epoch, cp.in_flight, job.savepoint_to());
-  }
-  if (cp.in_flight == 0 && !run.phase.stopping() && cp.interval_ms > 0) {
-    // A rescale, a leaving worker or evening the load out, through a
-    // stopping checkpoint.
-    if (const std::string why = HandoffReason(job, run); !why.empty()) {
-      run.handoff = why;
-      if (!TriggerCheckpoint(job, run, now, /*stop=*/true)) return;
-      Log()->info("job {} epoch {}: {}: stopping at checkpoint {} to move tasks", job.id(),
-                  run.epoch, why, cp.in_flight);
-    }
-  }
-  if (cp.in_flight == 0 && !run.phase.stopping()) {
-    const bool end =
-        all_tasks([](const v1::TaskReport& r) { return AtLeast(r, v1::TASK_DRAINED); });
-    if (cp.interval_ms > 0 && (end || now >= cp.next_trigger_at)) {
-      if (!TriggerCheckpoint(job, run, now, /*stop=*/end)) return;
-      cp.next_trigger_at = now + cp.interval_ms;
-    } else if (cp.interval_ms <= 0 && end) {
-      if (!MoveRun(job, run, RunPhase::kFinishing)) return;
+    const CheckpointAction a = cp.Poll(now);
+    if (a.kind == CheckpointAction::kNone) break;
+    switch (a.kind) {
+      case CheckpointAction::kTrigger:
+        // A stopping checkpoint: the job's last (input drained, a
+        // savepoint) or a handoff's.
+        if (a.stop && !MoveRun(job, run, RunPhase::kStopping)) return;
+        next_ids_[job.id()] = cp.next_id();
+        if (a.stop && stop_for == StopFor::kSavepoint) {
+          Log()->info("job {} epoch {}: stopping at checkpoint {} for a savepoint to {}", job.id(),
+                      run.epoch, a.id, job.savepoint_to());
+        } else if (a.stop && stop_for == StopFor::kHandoff) {
+          Log()->info("job {} epoch {}: {}: stopping at checkpoint {} to move tasks", job.id(),
+                      run.epoch, run.handoff, a.id);
+        }
+        break;
+      case CheckpointAction::kComplete: {
+        // The commit point: recorded (synced) before any worker hears of it.
+        job.set_last_checkpoint(a.id);
+        job.set_checkpoint_parallelism(run.parallelism);
+        Put(job);
+        std::deque<CheckpointRecord>& history = history_[job.id()];
+        history.push_back({a.id, now, a.duration_ms, run.epoch, a.stop});
+        while (history.size() > kCheckpointHistory) history.pop_front();
+        failures_.erase(job.id());
+        Count("scheduler_checkpoints_total");
+        Log()->debug("job {} checkpoint {} complete", job.id(), a.id);
+        break;
+      }
+      case CheckpointAction::kFinish:
+        // The stopping checkpoint completed (or, without checkpoints, the
+        // input drained): the tasks finish, or hand over.
+        if (!MoveRun(job, run,
+                     run.handoff.empty() ? RunPhase::kFinishing : RunPhase::kHandingOff)) {
+          return;
+        }
+        break;
+      case CheckpointAction::kFail:
+        RecoverFromFailure(job, all, a.why);
+        return;  // the run is gone
+      case CheckpointAction::kNone:
+        break;
     }
   }
   if (run.phase.Is(RunPhase::kFinishing) &&
@@ -554,7 +582,7 @@ void Scheduler::Tick() {
       Recover(job, *all, lost);
       continue;
     }
-    if (run.checkpoint.interval_ms <= 0 && !run.phase.stopping()) {
+    if (!run.checkpoint.checkpoints() && !run.phase.stopping()) {
       // No checkpoint to hand over through: a leaving worker's job restarts.
       if (const std::string leaving = Leaving(run); !leaving.empty()) {
         Recover(job, *all, leaving);
@@ -571,15 +599,10 @@ void Scheduler::Tick() {
       }
     }
     if (!failed.empty()) {
-      if (++failures_[job.id()] > options_.max_restarts) {
-        Fail(job, absl::StrCat(failed, " (", options_.max_restarts,
-                               " restarts without a completed checkpoint)"));
-      } else {
-        Recover(job, *all, failed);
-      }
+      RecoverFromFailure(job, *all, failed);
       continue;
     }
-    Advance(job, run);
+    Advance(job, run, *all);
     auto again = runs_.find(job.id());
     if (again != runs_.end() && again->second.phase.Is(RunPhase::kHandingOff)) {
       const std::string why = again->second.handoff;
@@ -644,11 +667,11 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
           a->set_restore_parallelism(run.restore_parallelism);
         }
         a->set_checkpoint_storage(options_.checkpoint_storage);
-        const RunCheckpoints& cp = run.checkpoint;
+        const CheckpointCoordinator& cp = run.checkpoint;
         a->set_start(run.phase.started());
-        a->set_trigger_checkpoint(cp.in_flight > 0 ? cp.in_flight : cp.completed);
+        a->set_trigger_checkpoint(cp.in_flight() > 0 ? cp.in_flight() : cp.completed());
         a->set_stop_at_trigger(run.StopAtTrigger());
-        a->set_completed_checkpoint(cp.completed);
+        a->set_completed_checkpoint(cp.completed());
         a->set_finish(run.phase.Is(RunPhase::kFinishing));
       }
       a->add_tasks(static_cast<int32_t>(g));

@@ -20,7 +20,11 @@
 //    checkpoint n; when every task reported n stored, n is recorded in the
 //    job store (synced: the commit point) and announced complete, and sinks
 //    publish it. When every task drained its bounded input, the last
-//    checkpoint stops the job; FINISHED once every task returned.
+//    checkpoint stops the job; FINISHED once every task returned. The rules
+//    are the CheckpointCoordinator's (worker/checkpoint/
+//    checkpoint_coordinator.h, one per run, fed with the task reports), as
+//    in JobRunner; a checkpoint in flight longer than
+//    `checkpoint_timeout_ms` is a failure of the run, as a failed task is.
 //  * Recovery: a dead worker holding tasks of the job, or a failed task,
 //    starts a new epoch from the last complete checkpoint (RECOVERING, then
 //    RUNNING); after `max_restarts` failures in a row without a completed
@@ -69,6 +73,7 @@
 #include "coordinator/placement_policy.h"
 #include "coordinator/run_phase.h"
 #include "coordinator/worker_registry.h"
+#include "worker/checkpoint/checkpoint_coordinator.h"
 #include "worker/checkpoint/job_savepoint.h"
 
 namespace caravela {
@@ -94,6 +99,9 @@ struct SchedulerOptions {
   // Where tasks go and when a running job moves (placement_policy.h).
   // Null: SpreadPolicy.
   std::shared_ptr<const PlacementPolicy> placement;
+  // How long a checkpoint may be in flight before the run restarts (a
+  // failure: it counts toward max_restarts); <= 0: forever.
+  int64_t checkpoint_timeout_ms = kCheckpointTimeoutMs;
 };
 
 class Scheduler {
@@ -153,15 +161,6 @@ class Scheduler {
     bool reported = false;
     v1::TaskReport report;
   };
-  // A run's checkpoints (job-wide ids, 0: none).
-  struct RunCheckpoints {
-    int64_t interval_ms = 0;  // spec.checkpoint.interval; 0: the job takes none
-    int64_t next_id = 1;      // the id the next trigger takes
-    int64_t in_flight = 0;    // triggered, not complete yet
-    int64_t in_flight_since_ms = 0;
-    int64_t next_trigger_at = 0;
-    int64_t completed = 0;
-  };
   // One epoch of a job's placement; what it waits for is its phase
   // (run_phase.h), which changes only through MoveRun.
   struct JobRun {
@@ -172,7 +171,9 @@ class Scheduler {
     int64_t restore = 0;
     int restore_parallelism = 0;  // the parallelism `restore` was taken with
     std::vector<TaskSlot> tasks;
-    RunCheckpoints checkpoint;
+    // The run's checkpoints (job-wide ids, 0: none): created with the run,
+    // started when it starts (or resumes), fed the task reports by Advance.
+    CheckpointCoordinator checkpoint;
     // Why the stopping checkpoint stops the tasks so that the job is placed
     // again from it (a handoff: a rebalance, a leaving worker, a rescale);
     // "" when it stops them to end the job.
@@ -190,7 +191,7 @@ class Scheduler {
     // last complete one) stops them: once the run stops, its last trigger
     // is the stopping checkpoint. A run without checkpoints never triggers
     // one, even when it finishes.
-    bool StopAtTrigger() const { return phase.stopping() && checkpoint.interval_ms > 0; }
+    bool StopAtTrigger() const { return phase.stopping() && checkpoint.checkpoints(); }
   };
 
   absl::Status CheckNameLocked(const std::string& name) const;
@@ -198,6 +199,9 @@ class Scheduler {
   // (false: not enough slots, or the job failed).
   bool Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   void Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
+  // A failure of the run (a failed task, a checkpoint timed out): Recover,
+  // or FAILED after max_restarts in a row without a completed checkpoint.
+  void RecoverFromFailure(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   // Ends the job's run (its slots free again) and places it anew: a RUNNING
   // job goes to `from_running` first (RECOVERING after a loss, SCHEDULING
   // for a rebalance).
@@ -215,10 +219,14 @@ class Scheduler {
   // An adopted run whose tasks all reported: resume its checkpoints. False
   // if the job failed (its run is gone).
   bool Resume(v1::Job& job, JobRun& run);
-  void Advance(v1::Job& job, JobRun& run);
-  // Triggers the run's next checkpoint at `now_ms`; `stop`: the tasks stop
-  // at it (the run is stopping). False if the job failed (its run is gone).
-  bool TriggerCheckpoint(v1::Job& job, JobRun& run, int64_t now_ms, bool stop);
+  // Starts the run once its tasks are ready, drives its checkpoints and
+  // ends it when its tasks returned. The run may be gone afterwards (ended,
+  // failed, or restarted after a checkpoint timed out).
+  void Advance(v1::Job& job, JobRun& run, const std::vector<v1::Job>& all);
+  // The checkpoint coordinator of a run of `tasks` tasks of a job with this
+  // spec; `completed`: the last checkpoint its tasks know complete.
+  CheckpointCoordinator NewCheckpointCoordinator(const JobSpec& spec, int tasks,
+                                                 int64_t completed) const;
   // Moves the job through its state machine (job_state.h), or the run to
   // its next phase (run_phase.h). Every caller checked the state first, so
   // a refusal is a bug in the scheduler: it is logged and the job FAILED

@@ -69,6 +69,7 @@ class SchedulerTest : public ::testing::Test {
     SchedulerOptions o;
     o.checkpoint_storage = "file:///shared/checkpoints";
     o.placement = placement_;
+    o.checkpoint_timeout_ms = checkpoint_timeout_ms_;
     o.write_savepoint = [this](const JobCheckpointRef& ref,
                                const std::string& dir) -> absl::StatusOr<JobSavepoint> {
       std::lock_guard<std::mutex> lock(saved_mu_);
@@ -147,6 +148,7 @@ class SchedulerTest : public ::testing::Test {
   std::set<std::string> draining_;  // workers whose heartbeats say they leave
   int jobs_ = 0;
   std::shared_ptr<const PlacementPolicy> placement_;  // null: the default
+  int64_t checkpoint_timeout_ms_ = kCheckpointTimeoutMs;
   // What the scheduler asked the savepoint writer for, and its answer.
   std::mutex saved_mu_;
   std::vector<std::pair<JobCheckpointRef, std::string>> saved_;
@@ -293,6 +295,39 @@ TEST_F(SchedulerTest, AJoiningWorkerGetsTasksThroughAStoppingCheckpoint) {
   scheduler_->Tick();
   EXPECT_EQ(Get(id).epoch(), 2);
   EXPECT_EQ(Get(id).state(), v1::RUNNING);
+}
+
+// A checkpoint some task never stores: after the timeout the run restarts
+// from the last complete checkpoint with a new epoch, as after a failure.
+TEST_F(SchedulerTest, ACheckpointThatTimesOutRestartsTheRun) {
+  checkpoint_timeout_ms_ = 2000;
+  Restart();
+  const std::string a = AddWorker(3), b = AddWorker(3);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  for (const std::string& w : {a, b}) Beat(w, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  EXPECT_EQ(Beat(a, v1::TASK_RUNNING, 1).assignments(0).trigger_checkpoint(), 1);
+  Beat(b, v1::TASK_RUNNING);     // never stores it
+  for (int i = 0; i < 5; ++i) {  // 2000 ms in flight: not over the timeout yet
+    clock_.Advance(400);
+    Beat(a, v1::TASK_RUNNING);
+    Beat(b, v1::TASK_RUNNING);
+    scheduler_->Tick();
+  }
+  EXPECT_EQ(Get(id).epoch(), 1);
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+  clock_.Advance(1);
+  scheduler_->Tick();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.epoch(), 2);
+  EXPECT_EQ(job.state(), v1::RECOVERING);
+  EXPECT_EQ(job.last_checkpoint(), 0);
+  EXPECT_THAT(job.message(),
+              HasSubstr("checkpoint 1 did not complete in 2000 ms (3 of 6 tasks stored it)"));
 }
 
 TEST_F(SchedulerTest, RepeatedFailuresFailTheJob) {

@@ -2,7 +2,9 @@
 // coordinating thread of a parallel job (JobRunner) and its task threads
 // (SPEC §8 "Checkpoints are job-wide").
 //
-// Protocol, checkpoint n:
+// Protocol, checkpoint n (when to do what is decided by the job's
+// CheckpointCoordinator, worker/checkpoint/checkpoint_coordinator.h, which
+// the coordinating thread feeds with stored() and drained()):
 //   1. the coordinator Trigger(n) (only when no checkpoint is in flight, and
 //      only after Complete(n-1));
 //   2. each task, once it sees n triggered and every exchange input delivered
@@ -41,18 +43,6 @@ class JobCheckpoints {
   void Trigger(int64_t id, bool stop) {
     stop_at_.store(stop ? id : 0);
     triggered_.store(id);
-  }
-  bool AllStored(int64_t id) const {
-    for (const auto& s : stored_) {
-      if (s.load() < id) return false;
-    }
-    return true;
-  }
-  bool AllDrained() const {
-    for (const auto& d : drained_) {
-      if (!d.load()) return false;
-    }
-    return true;
   }
   void Complete(int64_t id) { completed_.store(id); }
   int64_t stored(int task) const { return stored_[task].load(); }

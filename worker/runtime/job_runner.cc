@@ -16,6 +16,7 @@
 #include "common/sink_kind.h"
 #include "common/time_util.h"
 #include "spdlog/spdlog.h"
+#include "worker/checkpoint/checkpoint_coordinator.h"
 #include "worker/checkpoint/checkpoint_storage.h"
 #include "worker/checkpoint/job_savepoint.h"
 #include "worker/connectors/embedded_broker.h"
@@ -307,19 +308,23 @@ absl::Status JobRunner::Run() {
   }
 
   using Clock = std::chrono::steady_clock;
-  const bool checkpointing = im.storage != nullptr;
-  const auto interval =
-      std::chrono::milliseconds(std::max<int64_t>(1, im.spec.checkpoint.interval));
-  auto next_at = Clock::now() + interval;
-  auto last_progress = Clock::now();
-  int64_t last_in = 0;
+  const Clock::time_point started = Clock::now();
+  auto now_ms = [started] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  };
+  CheckpointCoordinatorOptions checkpoint_options;
+  checkpoint_options.tasks = static_cast<int>(tasks_.size());
+  checkpoint_options.interval_ms =
+      im.storage != nullptr ? std::max<int64_t>(1, im.spec.checkpoint.interval) : 0;
+  checkpoint_options.timeout_ms = kCheckpointTimeoutMs;
+  CheckpointCoordinator coordinator(checkpoint_options);
   // Above every id a task used: a crashed run may have stored checkpoints
   // that never completed job-wide (they are skipped, never reused).
   int64_t next_id = im.restore_id + 1;
   for (const auto& t : tasks_) next_id = std::max(next_id, t->next_checkpoint_id());
-  int64_t in_flight = 0;
-  Clock::time_point in_flight_since;
-  bool finishing = false;
+  coordinator.Start(now_ms(), next_id);
+  auto last_progress = Clock::now();
+  int64_t last_in = 0;
   auto all_done = [&] {
     return std::all_of(done.begin(), done.end(), [](const auto& d) { return d.load(); });
   };
@@ -328,40 +333,46 @@ absl::Status JobRunner::Run() {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
-    const bool stop = im.options.stop != nullptr && im.options.stop->load();
-    if (in_flight > 0 && job.AllStored(in_flight)) {
-      // Every task stored it: the job's record is the commit point.
-      JobRecord rec{in_flight, static_cast<int>(tasks_.size()), im.parallelism};
-      absl::Status st = im.storage->Write(im.record_key, EncodeJobRecord(rec));
-      if (!st.ok()) {
-        job.Fail(st);
-        continue;
-      }
-      Failpoint("checkpoint.after_job_record");
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - in_flight_since)
-              .count();
-      im.metrics->Get("job_checkpoints_total")->Add();
-      im.metrics->Get("job_checkpoint_last_id")->Set(in_flight);
-      im.metrics->Get("job_checkpoint_last_duration_ms")->Set(ms);
-      im.metrics->Get("job_checkpoint_last_completed_timestamp_ms")->Set(SystemClock().NowMs());
-      Log()->debug("checkpoint {} complete on {} tasks in {} ms", in_flight, tasks_.size(), ms);
-      job.Complete(in_flight);
-      if (job.stops_at(in_flight)) job.Finish();
-      in_flight = 0;
+    // A stop makes the next checkpoint the last (without checkpoints: ends).
+    if (im.options.stop != nullptr && im.options.stop->load()) coordinator.RequestStop();
+    for (int i = 0; i < job.tasks(); ++i) {
+      coordinator.TaskStored(i, job.stored(i));
+      coordinator.TaskDrained(i, job.drained(i));
     }
-    if (in_flight == 0 && !finishing) {
-      const bool end = job.AllDrained() || stop;
-      if (checkpointing && (end || Clock::now() >= next_at)) {
-        in_flight = next_id++;
-        in_flight_since = Clock::now();
-        // The last checkpoint (input drained or stop) ends the job.
-        job.Trigger(in_flight, end);
-        finishing = end;
-        next_at = Clock::now() + interval;
-      } else if (!checkpointing && end) {
-        job.Finish();
-        finishing = true;
+    for (CheckpointAction a = coordinator.Poll(now_ms());
+         a.kind != CheckpointAction::kNone && !job.failed(); a = coordinator.Poll(now_ms())) {
+      switch (a.kind) {
+        case CheckpointAction::kTrigger:
+          // The last checkpoint (input drained or stop) ends the job.
+          job.Trigger(a.id, a.stop);
+          break;
+        case CheckpointAction::kComplete: {
+          // Every task stored it: the job's record is the commit point.
+          JobRecord rec{a.id, static_cast<int>(tasks_.size()), im.parallelism};
+          if (absl::Status st = im.storage->Write(im.record_key, EncodeJobRecord(rec)); !st.ok()) {
+            job.Fail(st);
+            break;
+          }
+          Failpoint("checkpoint.after_job_record");
+          im.metrics->Get("job_checkpoints_total")->Add();
+          im.metrics->Get("job_checkpoint_last_id")->Set(a.id);
+          im.metrics->Get("job_checkpoint_last_duration_ms")->Set(a.duration_ms);
+          im.metrics->Get("job_checkpoint_last_completed_timestamp_ms")->Set(SystemClock().NowMs());
+          Log()->debug("checkpoint {} complete on {} tasks in {} ms", a.id, tasks_.size(),
+                       a.duration_ms);
+          job.Complete(a.id);
+          break;
+        }
+        case CheckpointAction::kFinish:
+          job.Finish();
+          break;
+        case CheckpointAction::kFail:
+          // The tasks stop as for a failed task.
+          job.Fail(absl::DeadlineExceededError(a.why));
+          im.AbortExchanges();
+          break;
+        case CheckpointAction::kNone:
+          break;
       }
     }
     if (im.options.progress_interval_ms > 0 && im.options.progress_out != nullptr &&
