@@ -24,6 +24,7 @@
 #include "common/logging.h"
 #include "common/operator_kind.h"
 #include "common/sink_kind.h"
+#include "common/source_kind.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/checkpoint/manifest_fields.h"
@@ -203,29 +204,14 @@ absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptio
 absl::StatusOr<std::unique_ptr<RawSource>> Task::Impl::OpenRawSource(
     const SourceSpec& ss, const std::vector<int32_t>& owned,
     const std::map<int32_t, int64_t>& start_offsets) {
-  std::unique_ptr<RawSource> raw;
-  absl::Status st;
-  if (ss.kind == SourceSpec::Kind::kFile) {
-    auto file = std::make_unique<FileSource>(ss.file.path);
-    st = file->Open();
-    auto it = start_offsets.find(0);
-    if (st.ok() && it != start_offsets.end() && it->second > 0) st = file->SkipLines(it->second);
-    raw = std::move(file);
-  } else {
-    KafkaSourceOptions ko;
-    ko.bootstrap = ss.kafka.bootstrap.empty() ? options.embedded_bootstrap : ss.kafka.bootstrap;
-    ko.topic = ss.kafka.topic;
-    ko.start = ss.kafka.start;
-    ko.start_offsets = start_offsets;
-    ko.partitions = owned;
-    // Progress after each completed checkpoint goes to this group, where
-    // kcat, Burrow and kafka-consumer-groups read consumer lag.
-    ko.config["group.id"] = "caravela-" + spec.name;
-    raw = std::make_unique<KafkaSource>(ko);
-    st = raw->Open();
-    if (st.ok() && ss.kafka.bounded) st = raw->StopAtCurrentEnd();
-  }
-  if (!st.ok()) {
+  SourceContext sc;
+  sc.job_name = spec.name;
+  sc.embedded_bootstrap = options.embedded_bootstrap;
+  sc.partitions = owned;
+  sc.start_offsets = start_offsets;
+  absl::StatusOr<std::unique_ptr<RawSource>> raw = ss.kind->Create(ss, sc);
+  if (!raw.ok()) {
+    const absl::Status& st = raw.status();
     return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));
   }
   return raw;
@@ -288,12 +274,8 @@ absl::Status Task::Impl::Build() {
     const SourceSpec& ss = spec.sources[i];
     SourceNode& src = sources[i];
     src.spec = &ss;
-    if (ss.kind == SourceSpec::Kind::kFile) {
-      src.partition_path = FieldPath::Parse(ss.file.partition_field);
-      src.arrival_path = FieldPath::Parse(ss.file.arrival_field);
-    } else {
-      src.arrival_path = FieldPath::Parse(ss.kafka.arrival_field);
-    }
+    src.partition_path = FieldPath::Parse(ss.kind->PartitionField(ss));
+    src.arrival_path = FieldPath::Parse(ss.kind->ArrivalField(ss));
     src.wm = std::make_unique<SourceWatermark>(ss.watermark, start_time);
     if (parallel()) {
       const bool mine =
@@ -302,7 +284,7 @@ absl::Status Task::Impl::Build() {
                              stage->broadcast.end();
       src.present = mine || broadcast;
       if (!src.present) continue;
-      if (mine && stage->tasks > 1 && ss.kind == SourceSpec::Kind::kKafka) {
+      if (mine && stage->tasks > 1 && ss.kind->partitioned_log()) {
         auto it = placement.source_partitions.find(ss.name);
         if (it == placement.source_partitions.end()) {
           return absl::InternalError(absl::StrCat("source ", ss.name, ": partition count unknown"));
@@ -316,11 +298,11 @@ absl::Status Task::Impl::Build() {
     ASSIGN_OR_RETURN(src.raw, OpenRawSource(ss, src.owned, {}));
     src.applied = src.raw->Positions();
     src.ResetLiveApplied();
-    if (arrival_mode && ss.kind == SourceSpec::Kind::kKafka && !ss.kafka.arrival_field.empty()) {
+    if (arrival_mode && ss.kind->partitioned_log() && !ss.kind->ArrivalField(ss).empty()) {
       src.merged = true;
       src.staged.resize(static_cast<size_t>(src.raw->PartitionCount()));
     }
-    if (ss.kind == SourceSpec::Kind::kKafka) src.wm->EnsurePartitions(src.raw->PartitionCount());
+    if (ss.kind->partitioned_log()) src.wm->EnsurePartitions(src.raw->PartitionCount());
     std::string labels = absl::StrCat("source=\"", ss.name, "\"");
     src.in = metrics->Get("records_in_total", labels);
     for (int r = 1; r < kInvalidReasons; ++r) {
@@ -353,8 +335,7 @@ absl::Status Task::Impl::Build() {
     while (up >= S()) up = ops[up - S()].inputs.empty() ? -1 : ops[up - S()].inputs[0];
     if (up >= 0) {
       const SourceSpec& us = *sources[up].spec;
-      build.upstream_arrival_field =
-          us.kind == SourceSpec::Kind::kFile ? us.file.arrival_field : us.kafka.arrival_field;
+      build.upstream_arrival_field = us.kind->ArrivalField(us);
     }
     ASSIGN_OR_RETURN(on.op, os.kind->Create(os, build));
     // Preloaded inputs (lookup tables) are read whole before the first
@@ -642,7 +623,7 @@ int64_t Task::Impl::Backlog(const SourceNode& src, int partition) const {
     return 0;
   }
   if (src.has_pending()) return 1;
-  if (src.spec->kind == SourceSpec::Kind::kFile) return src.raw->Exhausted() ? 0 : 1;
+  if (!src.spec->kind->partitioned_log()) return src.raw->Exhausted() ? 0 : 1;
   return src.raw->Backlog(partition);
 }
 
@@ -653,10 +634,10 @@ absl::Status Task::Impl::ApplySourceBatch(int src_id, size_t count) {
   const int64_t skew = src.spec->watermark.max_future_skew;
   const bool has_time = src.spec->event_time.has_value();
   Output& out = src.out;
-  const bool file = src.spec->kind == SourceSpec::Kind::kFile;
+  const bool one_stream = !src.spec->kind->partitioned_log();  // positions: partition 0
   for (size_t i = src.head; i < src.head + count; ++i) {
     Record& r = src.pending[i];
-    const size_t raw_partition = file ? 0 : static_cast<size_t>(r.partition);
+    const size_t raw_partition = one_stream ? 0 : static_cast<size_t>(r.partition);
     if (raw_partition < src.applied.size()) src.applied[raw_partition] = r.offset + 1;
     src.applied_arrival = r.arrival;
     src.wm->OnActivity(r.partition, now);
@@ -790,7 +771,7 @@ absl::Status Task::Impl::UpdateWatermarks() {
   for (int i = 0; i < S(); ++i) {
     SourceNode& src = sources[i];
     if (!src.present) continue;
-    if (src.spec->kind == SourceSpec::Kind::kKafka && !arrival_mode) {
+    if (src.spec->kind->partitioned_log() && !arrival_mode) {
       // Consumer lag: records after the position, up to the last high watermark seen.
       for (int p = 0; p < src.raw->PartitionCount(); ++p) lag += src.raw->Backlog(p);
     }
@@ -852,7 +833,7 @@ void Task::Impl::PublishPartitions(bool now_anyway) {
   for (int i = 0; i < S(); ++i) {
     SourceNode& src = sources[i];
     if (!src.present || src.raw == nullptr) continue;
-    const bool kafka = src.spec->kind == SourceSpec::Kind::kKafka && !arrival_mode;
+    const bool kafka = src.spec->kind->partitioned_log() && !arrival_mode;
     src.idle_logged.resize(static_cast<size_t>(src.raw->PartitionCount()), 0);
     for (int p = 0; p < src.raw->PartitionCount(); ++p) {
       if (src.wm != nullptr && !src.wm->owned(p)) continue;
