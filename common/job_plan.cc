@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "common/key_encoding.h"
 #include "common/operator_kind.h"
+#include "common/source_kind.h"
 #include "xxhash.h"
 
 namespace caravela {
@@ -72,10 +73,10 @@ class Planner {
   struct Group {
     int parent = 0;
     int first_node = 0;          // lowest member node index (order of stages)
-    std::string file_source;     // a file source member: 1 task
-    std::string global_window;   // a global window member: 1 task
-    int source_partitions = -1;  // keyed Kafka members' partition count, -1 unknown
-    bool one_task() const { return !file_source.empty() || !global_window.empty(); }
+    std::string one_task_source;  // "<kind> source <name>": a member one task reads whole
+    std::string global_window;    // a global window member: 1 task
+    int source_partitions = -1;   // keyed Kafka members' partition count, -1 unknown
+    bool one_task() const { return !one_task_source.empty() || !global_window.empty(); }
   };
   struct Exchange {
     int op = 0;  // operator index
@@ -111,7 +112,7 @@ class Planner {
     groups_[b].parent = a;
     Group& ga = groups_[a];
     const Group& gb = groups_[b];
-    if (ga.file_source.empty()) ga.file_source = gb.file_source;
+    if (ga.one_task_source.empty()) ga.one_task_source = gb.one_task_source;
     if (ga.global_window.empty()) ga.global_window = gb.global_window;
     if (ga.source_partitions < 0) ga.source_partitions = gb.source_partitions;
     return a;
@@ -324,8 +325,8 @@ absl::StatusOr<JobPlan> Planner::Plan() {
     if (lookup_table[i] && !other_use[i]) continue;
     int g = NewGroup(i);
     group_of_[i] = g;
-    if (src.kind == SourceSpec::Kind::kFile) {
-      groups_[g].file_source = src.name;
+    if (!src.kind->partitioned_log()) {
+      groups_[g].one_task_source = std::string(src.kind_name()) + " source " + src.name;
     } else {
       auto it = partitions_.find(src.name);
       if (it != partitions_.end()) groups_[g].source_partitions = it->second;
@@ -375,9 +376,9 @@ absl::StatusOr<JobPlan> Planner::Plan() {
     StagePlan& st = plan.stages[id];
     st.id = id;
     const Group& g = groups_[root];
-    if (!g.file_source.empty()) {
+    if (!g.one_task_source.empty()) {
       st.tasks = 1;
-      st.tasks_reason = "file source " + g.file_source;
+      st.tasks_reason = g.one_task_source;
     } else if (!g.global_window.empty()) {
       st.tasks = 1;
       st.tasks_reason = "global window " + g.global_window;
@@ -446,11 +447,11 @@ absl::StatusOr<JobPlan> Planner::Plan() {
   for (const StagePlan& st : plan.stages) {
     for (const std::string& name : st.sources) {
       const SourceSpec* src = spec_.FindSource(name);
-      if (src->kind != SourceSpec::Kind::kKafka) continue;
+      if (!src->kind->partitioned_log()) continue;
       auto it = partitions_.find(name);
       if (it == partitions_.end() || it->second >= st.tasks) continue;
       errors.push_back(absl::StrCat("spec.parallelism: ", st.tasks, " tasks but source \"", name,
-                                    "\" (topic ", src->kafka.topic, ") has ", it->second,
+                                    "\" (", src->kind->Label(*src), ") has ", it->second,
                                     " partition", it->second == 1 ? "" : "s", "; use at most ",
                                     it->second, " or add partitions to the topic"));
     }

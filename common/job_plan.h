@@ -15,11 +15,12 @@
 //    project have none (they stay in the stage of their input). A lookup
 //    join's stream has none; its table source is read whole by every task of
 //    the stream's stage (broadcast), never exchanged.
-//  * Partitioning of a node's output: a Kafka source with `key:` is
-//    partitioned by those fields; filter, dedup, lookup and temporal joins keep
-//    their input's partitioning; project keeps it when every key field is
-//    projected unchanged (`f: f`); a window is partitioned by its group_by;
-//    interval and window joins and file sources are unpartitioned.
+//  * Partitioning of a node's output: a partitioned-log source (Kafka,
+//    SourceKind::partitioned_log) with `key:` is partitioned by those
+//    fields; filter, dedup, lookup and temporal joins keep their input's
+//    partitioning; project keeps it when every key field is projected
+//    unchanged (`f: f`); a window is partitioned by its group_by; interval
+//    and window joins and other sources (files) are unpartitioned.
 //  * An input whose partitioning P satisfies the requirement R (P non-empty and
 //    every field of P is in R: equal R-keys imply equal P-keys) is forwarded
 //    (same stage), otherwise it is exchanged. A multi-input operator forwards
@@ -29,9 +30,10 @@
 //    one operator that are exchanged go through one topic (records carry
 //    their input index).
 //  * Tasks of a stage: `parallelism`, except 1 for a stage holding a global
-//    window or reading a file source (a file is one partition). A stage
-//    reading a Kafka source with fewer partitions than `parallelism` is an
-//    error naming the source, its partition count and the parallelism.
+//    window or reading a source that is not a partitioned log (a file is
+//    one partition: "file source <name>"). A stage reading a Kafka source
+//    with fewer partitions than `parallelism` is an error naming the
+//    source, its partition count and the parallelism.
 //  * Exchange topics have as many partitions as their consuming stage has tasks.
 //
 // Refinements of these rules (the planner is conservative: when in doubt it

@@ -36,6 +36,12 @@
 
 namespace caravela {
 
+std::string_view SourceSpec::kind_name() const {
+  return kind == nullptr ? std::string_view() : kind->name();
+}
+
+bool SourceSpec::is(std::string_view name) const { return kind_name() == name; }
+
 std::string_view OperatorSpec::kind_name() const {
   return kind == nullptr ? std::string_view() : kind->name();
 }
@@ -80,7 +86,9 @@ const OperatorSpec* JobSpec::FindOperator(std::string_view name) const {
 
 bool JobSpec::NeedsEmbeddedBroker() const {
   for (const SourceSpec& s : sources) {
-    if (s.kind == SourceSpec::Kind::kKafka && s.kafka.bootstrap.empty()) return true;
+    if (s.kind == nullptr) continue;
+    const std::optional<std::string> bootstrap = s.kind->KafkaBootstrap(s);
+    if (bootstrap.has_value() && bootstrap->empty()) return true;
   }
   for (const SinkSpec& s : sinks) {
     if (s.kind == nullptr) continue;
@@ -132,7 +140,8 @@ void ResolvePath(const std::string& base_dir, std::string* path) {
 
 void JobSpec::ResolvePaths(const std::string& base_dir) {
   for (SourceSpec& s : sources) {
-    if (s.kind == SourceSpec::Kind::kFile) ResolvePath(base_dir, &s.file.path);
+    if (s.kind == nullptr) continue;
+    for (auto& [yaml_path, path] : s.kind->Files(s)) ResolvePath(base_dir, path);
   }
   for (SinkSpec& s : sinks) {
     if (s.kind == nullptr) continue;
@@ -364,44 +373,31 @@ class SpecParser : private SpecReader {
   }
 
   void Source(const YAML::Node& n, const std::string& path) {
-    if (!CheckMap(n, path, {"name", "file", "kafka", "format", "key", "event_time", "watermark"})) {
-      return;
-    }
+    std::vector<std::string_view> allowed = {"name"};
+    for (std::string_view k : kinds_.sources.Names()) allowed.push_back(k);
+    for (std::string_view k : {"format", "key", "event_time", "watermark"}) allowed.push_back(k);
+    if (!CheckMap(n, path, allowed)) return;
     SourceSpec src;
     if (auto name = NodeName(n, path)) src.name = *name;
-    std::string kind = ExactlyOne(n, path, {"file", "kafka"});
-    if (kind == "file") {
-      src.kind = SourceSpec::Kind::kFile;
-      std::string fpath = Join(path, "file");
-      YAML::Node f = Field(n, "file");
-      if (CheckMap(f, fpath, {"path", "partition_field", "arrival_field"})) {
-        if (auto p = String(f, "path", fpath, true)) src.file.path = *p;
-        if (auto p = PathField(f, "partition_field", fpath, false)) {
-          src.file.partition_field = p->ToString();
-        }
-        if (auto p = PathField(f, "arrival_field", fpath, false)) {
-          src.file.arrival_field = p->ToString();
-        }
-      }
-    } else if (kind == "kafka") {
-      src.kind = SourceSpec::Kind::kKafka;
-      std::string kpath = Join(path, "kafka");
-      YAML::Node k = Field(n, "kafka");
-      if (CheckMap(k, kpath, {"topic", "bootstrap", "start", "bounded", "arrival_field"})) {
-        if (auto t = String(k, "topic", kpath, true)) src.kafka.topic = *t;
-        if (auto b = String(k, "bootstrap", kpath, false)) src.kafka.bootstrap = *b;
-        if (auto s = OneOf(k, "start", kpath, {"earliest", "latest"})) src.kafka.start = *s;
-        if (auto b = OneOf(k, "bounded", kpath, {"true", "false"})) {
-          src.kafka.bounded = *b == "true";
-        }
-        if (auto p = PathField(k, "arrival_field", kpath, false)) {
-          src.kafka.arrival_field = p->ToString();
-          if (!src.kafka.bounded) {
-            Err(Join(kpath, "arrival_field"),
-                "needs bounded: true (a replay merges the partitions in arrival order up to "
-                "their end at the start)");
-          }
-        }
+    std::vector<const SourceKind*> present;
+    for (const SourceKind* k : kinds_.sources.all()) {
+      if (Field(n, k->name()).IsDefined()) present.push_back(k);
+    }
+    if (present.size() == 1) {
+      src.kind = present[0];
+      const YAML::Node k = Field(n, src.kind->name());
+      SourceParseContext ctx{*this, k, Join(path, src.kind->name()), spec()};
+      src.config = src.kind->Parse(ctx);
+    } else {
+      std::vector<std::string> names;
+      for (std::string_view k : kinds_.sources.Names()) names.emplace_back(k);
+      if (present.empty()) {
+        Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
+      } else {
+        std::vector<std::string> got;
+        for (const SourceKind* k : present) got.emplace_back(k->name());
+        Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
+                               absl::StrJoin(got, " and ")));
       }
     }
     if (auto f = OneOf(n, "format", path, {"json"})) src.format = *f;
@@ -639,13 +635,11 @@ bool ArrivalDriven(const JobSpec& spec) {
         lookup_table = lookup_table || inputs[static_cast<size_t>(in)] == s.name;
       }
     }
+    if (s.kind == nullptr) return false;
     // A table that ends (a file, a bounded topic) is read whole before
     // anything else; one that keeps changing needs the clock.
-    const bool bounded = s.kind == SourceSpec::Kind::kFile || s.kafka.bounded;
-    if (lookup_table && bounded) continue;
-    const std::string& field =
-        s.kind == SourceSpec::Kind::kFile ? s.file.arrival_field : s.kafka.arrival_field;
-    if (field.empty()) return false;
+    if (lookup_table && s.kind->Bounded(s)) continue;
+    if (s.kind->ArrivalField(s).empty()) return false;
   }
   return true;
 }
@@ -680,8 +674,10 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
                                               "worker's data directory or an allowed one")});
   };
   for (size_t i = 0; i < spec.sources.size(); ++i) {
-    if (spec.sources[i].kind == SourceSpec::Kind::kFile) {
-      check(absl::StrCat("spec.sources[", i, "].file.path"), spec.sources[i].file.path);
+    SourceSpec source = spec.sources[i];
+    if (source.kind == nullptr) continue;
+    for (auto& [yaml_path, path] : source.kind->Files(source)) {
+      check(absl::StrCat("spec.sources[", i, "].", yaml_path), *path);
     }
   }
   for (size_t i = 0; i < spec.sinks.size(); ++i) {
@@ -701,10 +697,6 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
 
 namespace {
 
-std::string_view SourceKindName(SourceSpec::Kind kind) {
-  return kind == SourceSpec::Kind::kFile ? "file" : "kafka";
-}
-
 std::string Xxh3Hex(const std::string& text) {
   // xxh3 is stable across processes and releases (absl::Hash is seeded per process).
   return absl::StrFormat("%016x", XXH3_64bits(text.data(), text.size()));
@@ -715,7 +707,7 @@ std::string Xxh3Hex(const std::string& text) {
 std::string JobGraphHash(const JobSpec& spec) {
   std::string text = "graph v2\n";
   for (const SourceSpec& ss : spec.sources) {
-    absl::StrAppend(&text, "source ", ss.name, " ", Sv(SourceKindName(ss.kind)), "\n");
+    absl::StrAppend(&text, "source ", ss.name, " ", Sv(ss.kind_name()), "\n");
   }
   for (const OperatorSpec& os : spec.operators) {
     absl::StrAppend(&text, "operator ", os.name, " ", Sv(os.kind_name()), "\n");
@@ -727,11 +719,12 @@ std::string JobGraphHash(const JobSpec& spec) {
 }
 
 std::string LegacyJobGraphHash(const JobSpec& spec) {
-  // The enums' numbers as they were: sources file 0, kafka 1; operators and
-  // sinks by their kind's legacy_id.
+  // The enums' numbers as they were: sources, operators and sinks by their
+  // kind's legacy_id.
   std::string text;
   for (const SourceSpec& ss : spec.sources) {
-    absl::StrAppend(&text, "source ", ss.name, " ", static_cast<int>(ss.kind), "\n");
+    if (ss.kind == nullptr || ss.kind->legacy_id() < 0) return "";
+    absl::StrAppend(&text, "source ", ss.name, " ", ss.kind->legacy_id(), "\n");
   }
   for (const OperatorSpec& os : spec.operators) {
     if (os.kind == nullptr || os.kind->legacy_id() < 0) return "";

@@ -21,6 +21,7 @@ namespace caravela {
 
 class OperatorKind;   // common/operator_kind.h
 class SinkKind;       // common/sink_kind.h
+class SourceKind;     // common/source_kind.h
 struct KindRegistry;  // common/kind_registry.h
 class StorageScheme;  // common/storage_scheme.h
 
@@ -37,35 +38,6 @@ struct WatermarkSpec {
   int64_t max_future_skew = 0;  // 0 = no future check
 };
 
-struct FileSourceSpec {
-  std::string path;
-  std::string partition_field;  // empty: a single partition 0
-  std::string arrival_field;    // empty: processing time is the wall clock
-};
-
-struct KafkaSourceSpec {
-  std::string topic;
-  std::string bootstrap;           // empty: the embedded broker
-  std::string start = "earliest";  // earliest | latest
-  // Read only what exists when the job starts, then end (watermark +inf),
-  // like a file: replays, reconciliation, benchmarks.
-  bool bounded = false;
-  // As for files: processing time follows this field (needs bounded: the
-  // partitions are merged by it, ties by partition then offset).
-  std::string arrival_field;
-};
-
-struct SourceSpec {
-  std::string name;
-  enum class Kind { kFile, kKafka } kind = Kind::kFile;
-  FileSourceSpec file;
-  KafkaSourceSpec kafka;
-  std::string format = "json";
-  std::vector<FieldPath> key;
-  std::optional<EventTimeSpec> event_time;  // absent: lookup-table source
-  WatermarkSpec watermark;
-};
-
 // One equality of a join's `on` list: a field name present on both sides
 // (`left == right`) or a [left_field, right_field] pair. For temporal and
 // lookup joins "left" is the stream and "right" the table.
@@ -77,7 +49,7 @@ struct JoinKeySpec {
 enum class JoinType { kInner, kLeft, kRight, kFull };
 const char* JoinTypeName(JoinType t);
 
-// A kind's typed spec (an operator's, a sink's), read with As<T>() (null
+// A kind's typed spec (a source's, an operator's, a sink's), read with As<T>() (null
 // if it is of another kind), Mutable<T>(), or Get<T>() by the kind's own
 // code, which knows it.
 struct KindConfig {
@@ -97,6 +69,23 @@ struct KindConfig {
     CARAVELA_CHECK(t != nullptr);
     return *t;
   }
+};
+
+// One source of the job: its name, its kind (common/source_kind.h) and the
+// kind's typed spec (e.g. KafkaSourceSpec, declared beside its source in
+// worker/connectors/), then what every kind shares: the records' format, key,
+// event time and watermark.
+struct SourceSpec : KindConfig {
+  std::string name;
+  const SourceKind* kind = nullptr;  // null only in a spec that has errors
+  std::string format = "json";
+  std::vector<FieldPath> key;
+  std::optional<EventTimeSpec> event_time;  // absent: lookup-table source
+  WatermarkSpec watermark;
+
+  // The kind's YAML key ("" without a kind).
+  std::string_view kind_name() const;
+  bool is(std::string_view kind_name) const;
 };
 
 // One operator of the job: its name, its kind (common/operator_kind.h) and

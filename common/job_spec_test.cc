@@ -16,6 +16,7 @@
 #include "worker/connectors/clickhouse_sink.h"
 #include "worker/connectors/file_connectors.h"
 #include "worker/connectors/kafka_sink.h"
+#include "worker/connectors/kafka_source.h"
 #include "worker/connectors/postgres_sink.h"
 #include "worker/operators/basic_operators.h"
 #include "worker/operators/dedup_operator.h"
@@ -103,10 +104,10 @@ TEST(JobSpecTest, ParsesTheSpecExample) {
   ASSERT_EQ(j.sources.size(), 1u);
   const SourceSpec& s = j.sources[0];
   EXPECT_EQ(s.name, "purchases");
-  EXPECT_EQ(s.kind, SourceSpec::Kind::kFile);
-  EXPECT_EQ(s.file.path, "in.jsonl");
-  EXPECT_EQ(s.file.partition_field, "shard");
-  EXPECT_EQ(s.file.arrival_field, "arrived_at");
+  EXPECT_EQ(s.kind_name(), "file");
+  EXPECT_EQ(s.Get<FileSourceSpec>().path, "in.jsonl");
+  EXPECT_EQ(s.Get<FileSourceSpec>().partition_field, "shard");
+  EXPECT_EQ(s.Get<FileSourceSpec>().arrival_field, "arrived_at");
   EXPECT_EQ(s.format, "json");
   ASSERT_EQ(s.key.size(), 1u);
   EXPECT_EQ(s.key[0].ToString(), "user_id");
@@ -218,11 +219,11 @@ spec:
   EXPECT_EQ(j.checkpoint.retain, 3);
   EXPECT_EQ(j.dead_letter_path, "dl/dead.jsonl");
   ASSERT_EQ(j.sources.size(), 2u);
-  EXPECT_EQ(j.sources[0].kind, SourceSpec::Kind::kKafka);
-  EXPECT_EQ(j.sources[0].kafka.topic, "clicks");
-  EXPECT_EQ(j.sources[0].kafka.bootstrap, "broker:9092");
-  EXPECT_EQ(j.sources[0].kafka.start, "latest");
-  EXPECT_TRUE(j.sources[0].kafka.bounded);
+  EXPECT_EQ(j.sources[0].kind_name(), "kafka");
+  EXPECT_EQ(j.sources[0].Get<KafkaSourceSpec>().topic, "clicks");
+  EXPECT_EQ(j.sources[0].Get<KafkaSourceSpec>().bootstrap, "broker:9092");
+  EXPECT_EQ(j.sources[0].Get<KafkaSourceSpec>().start, "latest");
+  EXPECT_TRUE(j.sources[0].Get<KafkaSourceSpec>().bounded);
   EXPECT_EQ(j.sources[0].event_time->format, TimeFormat::kEpochMs);
   EXPECT_THAT(j.sources[0].event_time->field.parts, ElementsAre("meta", "ts"));
   EXPECT_EQ(j.sources[0].watermark.max_out_of_orderness, 0);  // defaults
@@ -1092,13 +1093,13 @@ TEST(JobSpecTest, ResolvePaths) {
   r.spec.dead_letter_path = "dl.jsonl";
   r.spec.sinks[0].Mutable<KafkaSinkSpec>()->topic = "ignored-not-a-file-sink";
   r.spec.ResolvePaths("/jobs/x");
-  EXPECT_EQ(r.spec.sources[0].file.path, "/jobs/x/in.jsonl");
+  EXPECT_EQ(r.spec.sources[0].Get<FileSourceSpec>().path, "/jobs/x/in.jsonl");
   EXPECT_EQ(r.spec.sinks[1].Get<FileSinkSpec>().path, "/jobs/x/out/conflicts.jsonl");
   EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().topic, "ignored-not-a-file-sink");
   EXPECT_EQ(r.spec.dead_letter_path, "/jobs/x/dl.jsonl");
-  r.spec.sources[0].file.path = "/abs/in.jsonl";
+  r.spec.sources[0].Mutable<FileSourceSpec>()->path = "/abs/in.jsonl";
   r.spec.ResolvePaths("/elsewhere");
-  EXPECT_EQ(r.spec.sources[0].file.path, "/abs/in.jsonl");
+  EXPECT_EQ(r.spec.sources[0].Get<FileSourceSpec>().path, "/abs/in.jsonl");
 }
 
 TEST(JobSpecTest, LoadJobSpecResolvesAgainstTheFilesDirectory) {
@@ -1112,7 +1113,7 @@ TEST(JobSpecTest, LoadJobSpecResolvesAgainstTheFilesDirectory) {
   }
   ParseResult r = LoadJobSpec(file);
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
-  EXPECT_EQ(r.spec.sources[0].file.path, (dir / "jobs" / "in.jsonl").string());
+  EXPECT_EQ(r.spec.sources[0].Get<FileSourceSpec>().path, (dir / "jobs" / "in.jsonl").string());
   EXPECT_EQ(r.spec.sinks[1].Get<FileSinkSpec>().path,
             (dir / "jobs" / "out" / "conflicts.jsonl").string());
 
@@ -1212,7 +1213,7 @@ spec:
   };
   ParseResult ok = job("{topic: clicks, bounded: true, arrival_field: meta.at}");
   ASSERT_TRUE(ok.ok()) << ok.errors[0].ToString();
-  EXPECT_EQ(ok.spec.sources[0].kafka.arrival_field, "meta.at");
+  EXPECT_EQ(ok.spec.sources[0].Get<KafkaSourceSpec>().arrival_field, "meta.at");
   EXPECT_TRUE(ArrivalDriven(ok.spec));
   ParseResult unbounded = job("{topic: clicks, arrival_field: at}");
   ASSERT_FALSE(unbounded.ok());

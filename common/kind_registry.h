@@ -7,6 +7,7 @@
 
 #include "common/operator_kind.h"
 #include "common/sink_kind.h"
+#include "common/source_kind.h"
 #include "common/storage_scheme.h"
 
 namespace caravela {
@@ -37,6 +38,7 @@ class KindList {
 // Every kind the engine knows (BuiltinKinds() in worker/registry/ gives the
 // builtin ones; tests may make their own).
 struct KindRegistry {
+  KindList<SourceKind> sources;
   KindList<OperatorKind> operators;
   KindList<SinkKind> sinks;
   KindList<StorageScheme> storages;

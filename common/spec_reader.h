@@ -4,10 +4,11 @@
 // and reading goes on, so a job's every error is reported at once.
 //
 // The job parser (job_spec.cc) reads the document's frame through it and
-// hands each operator's mapping to its kind's parser (OperatorKind::Parse,
-// common/operator_kind.h) with an OperatorParseContext, so every kind reports
-// errors in the same words. Each reader returns nullopt (after reporting,
-// when the field is present but wrong, or required and absent) or the value.
+// hands each source's, operator's and sink's mapping to its kind's parser
+// (SourceKind::Parse, OperatorKind::Parse, SinkKind::Parse) with a
+// *ParseContext, so every kind reports errors in the same words. Each reader
+// returns nullopt (after reporting, when the field is present but wrong, or
+// required and absent) or the value.
 //
 // Threading: one reader per parse; not shared.
 #pragma once
@@ -153,6 +154,14 @@ struct OperatorParseContext {
   void TimedInput(std::string* from, std::string_view what, std::string_view key = "from") {
     if (!Input(from, key)) r.NoEventTime(path, *from, what, key);
   }
+};
+
+// What a source kind's parser reads from (SourceKind::Parse).
+struct SourceParseContext {
+  SpecReader& r;
+  const YAML::Node& node;  // the kind's value, e.g. what `kafka:` maps to
+  std::string path;        // its YAML path, e.g. spec.sources[0].kafka
+  const JobSpec& job;      // what is parsed so far (checkpoint)
 };
 
 // What a sink kind's parser reads from (SinkKind::Parse).

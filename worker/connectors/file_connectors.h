@@ -13,7 +13,15 @@
 
 namespace caravela {
 
-// `file: {path}` (file_sink_kind.cc).
+// A source's `file: {path, partition_field?, arrival_field?}`
+// (file_source_kind.cc).
+struct FileSourceSpec {
+  std::string path;
+  std::string partition_field;  // empty: a single partition 0
+  std::string arrival_field;    // empty: processing time is the wall clock
+};
+
+// A sink's `file: {path}` (file_sink_kind.cc).
 struct FileSinkSpec {
   std::string path;
 };

@@ -29,6 +29,20 @@ class logger;
 
 namespace caravela {
 
+// A source's `kafka: {topic, bootstrap?, start?, bounded?, arrival_field?}`
+// (kafka_source_kind.cc).
+struct KafkaSourceSpec {
+  std::string topic;
+  std::string bootstrap;           // empty: the embedded broker
+  std::string start = "earliest";  // earliest | latest
+  // Read only what exists when the job starts, then end (watermark +inf),
+  // like a file: replays, reconciliation, benchmarks.
+  bool bounded = false;
+  // As for files: processing time follows this field (needs bounded: the
+  // partitions are merged by it, ties by partition then offset).
+  std::string arrival_field;
+};
+
 struct KafkaSourceOptions {
   std::string bootstrap;  // "host:port[,host:port...]"
   std::string topic;

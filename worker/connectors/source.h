@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -69,6 +71,20 @@ class RawSource {
   virtual absl::Status CommitOffsets(const std::vector<int64_t>& /*next_offsets*/) {
     return absl::OkStatus();
   }
+};
+
+// What a source kind's factory (SourceKind::Create, common/source_kind.h)
+// needs besides the source's spec.
+struct SourceContext {
+  std::string job_name;
+  // The engine's Kafka broker, for sources that name no bootstrap.
+  std::string embedded_bootstrap;
+  // The partitions this task reads (a partitioned log shared by the tasks
+  // of a stage); empty: all of them.
+  std::vector<int32_t> partitions;
+  // Where to start, per partition (a checkpoint's positions, RawSource::
+  // Positions()); partitions without an entry start where the spec says.
+  std::map<int32_t, int64_t> start_offsets;
 };
 
 }  // namespace caravela

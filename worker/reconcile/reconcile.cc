@@ -22,6 +22,7 @@
 #include "common/json.h"
 #include "common/logging.h"
 #include "common/sink_kind.h"
+#include "common/source_kind.h"
 #include "worker/connectors/file_connectors.h"
 #include "worker/connectors/sink_factory.h"
 #include "worker/operators/dedup_operator.h"
@@ -436,25 +437,28 @@ int64_t EventsOf(std::string_view json) {
   return v.type == ValueType::kInt ? v.i : -1;
 }
 
-// How many lines the job's file sources hold, from their sizes and the mean
-// length of the lines in their first MiB (at least one per source that has
-// one); 0 when a source is not a file or cannot be read: the id set then
-// grows as it goes.
+// How many lines the files the job's sources read hold (SourceKind::Files),
+// from their sizes and the mean length of the lines in their first MiB (at
+// least one per file that has one); 0 when a source reads no file (Kafka) or
+// one cannot be read: the id set then grows as it goes.
 size_t ExpectedLines(const JobSpec& job) {
   constexpr size_t kSample = size_t{1} << 20;
   size_t lines = 0;
   std::vector<char> buf(kSample);
-  for (const SourceSpec& src : job.sources) {
-    if (src.kind != SourceSpec::Kind::kFile) return 0;
-    std::error_code ec;
-    const uintmax_t size = fs::file_size(src.file.path, ec);
-    if (ec) return 0;
-    std::ifstream in(src.file.path, std::ios::binary);
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const size_t got = static_cast<size_t>(in.gcount());
-    const size_t newlines = static_cast<size_t>(std::count(buf.data(), buf.data() + got, '\n'));
-    if (got == 0) continue;
-    lines += newlines == 0 ? 1 : static_cast<size_t>(size / (got / newlines)) + 1;
+  for (SourceSpec src : job.sources) {
+    const std::vector<std::pair<std::string, std::string*>> files = src.kind->Files(src);
+    if (files.empty()) return 0;
+    for (const auto& [yaml_path, path] : files) {
+      std::error_code ec;
+      const uintmax_t size = fs::file_size(*path, ec);
+      if (ec) return 0;
+      std::ifstream in(*path, std::ios::binary);
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      const size_t got = static_cast<size_t>(in.gcount());
+      const size_t newlines = static_cast<size_t>(std::count(buf.data(), buf.data() + got, '\n'));
+      if (got == 0) continue;
+      lines += newlines == 0 ? 1 : static_cast<size_t>(size / (got / newlines)) + 1;
+    }
   }
   return lines;
 }
@@ -467,10 +471,7 @@ JobSpec RecomputeSpec(const JobSpec& job, const std::string& window, const std::
   s.parallelism = 1;
   s.checkpoint = CheckpointSpec{};
   for (SourceSpec& src : s.sources) {
-    if (src.kind == SourceSpec::Kind::kKafka) {
-      src.kafka.bounded = true;
-      src.kafka.start = "earliest";
-    }
+    src.kind->MakeBounded(src);
     if (src.event_time.has_value()) {
       src.watermark.max_out_of_orderness = kForever;
       src.watermark.idle_timeout = 0;

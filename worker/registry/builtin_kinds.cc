@@ -11,6 +11,15 @@
 
 namespace caravela {
 
+// Each source kind's descriptor, defined in its own file (worker/connectors/).
+#define CARAVELA_SOURCE_KINDS(X) \
+  X(File)                        \
+  X(Kafka)
+
+#define CARAVELA_DECLARE_SOURCE_KIND(Name) const SourceKind& Name##SourceKind();
+CARAVELA_SOURCE_KINDS(CARAVELA_DECLARE_SOURCE_KIND)
+#undef CARAVELA_DECLARE_SOURCE_KIND
+
 // Each operator kind's descriptor, defined in its own file (worker/operators/).
 #define CARAVELA_OPERATOR_KINDS(X) \
   X(Filter)                        \
@@ -52,6 +61,9 @@ CARAVELA_STORAGE_SCHEMES(CARAVELA_DECLARE_SCHEME)
 const KindRegistry& BuiltinKinds() {
   static const KindRegistry* const kinds = [] {
     auto* r = new KindRegistry;
+#define CARAVELA_ADD_SOURCE_KIND(Name) r->sources.Add(&Name##SourceKind());
+    CARAVELA_SOURCE_KINDS(CARAVELA_ADD_SOURCE_KIND)
+#undef CARAVELA_ADD_SOURCE_KIND
 #define CARAVELA_ADD_KIND(Name) r->operators.Add(&Name##Kind());
     CARAVELA_OPERATOR_KINDS(CARAVELA_ADD_KIND)
 #undef CARAVELA_ADD_KIND

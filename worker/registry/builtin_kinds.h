@@ -2,8 +2,8 @@
 //
 // Adding an operator kind: its descriptor in a file of its own under
 // worker/operators/ (worker/operators/README.md) and one line in the list in
-// builtin_kinds.cc; a sink kind: the same under worker/connectors/
-// (*_sink_kind.cc, worker/connectors/README.md).
+// builtin_kinds.cc; a source or sink kind: the same under worker/connectors/
+// (*_source_kind.cc, *_sink_kind.cc, worker/connectors/README.md).
 #pragma once
 
 #include <string>

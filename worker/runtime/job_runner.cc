@@ -14,13 +14,13 @@
 #include "common/failpoint.h"
 #include "common/logging.h"
 #include "common/sink_kind.h"
+#include "common/source_kind.h"
 #include "common/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_coordinator.h"
 #include "worker/checkpoint/checkpoint_storage.h"
 #include "worker/checkpoint/job_savepoint.h"
 #include "worker/connectors/embedded_broker.h"
-#include "worker/connectors/kafka_source.h"
 #include "worker/exchange/exchange.h"
 #include "worker/runtime/job_checkpoints.h"
 
@@ -88,9 +88,8 @@ JobRunner::~JobRunner() = default;
 
 std::string JobKafkaBootstrap(const JobSpec& spec, const std::string& embedded_bootstrap) {
   for (const SourceSpec& ss : spec.sources) {
-    if (ss.kind == SourceSpec::Kind::kKafka && !ss.kafka.bootstrap.empty()) {
-      return ss.kafka.bootstrap;
-    }
+    const std::optional<std::string> bootstrap = ss.kind->KafkaBootstrap(ss);
+    if (bootstrap.has_value() && !bootstrap->empty()) return *bootstrap;
   }
   for (const SinkSpec& ss : spec.sinks) {
     const std::optional<std::string> bootstrap = ss.kind->KafkaBootstrap(ss);
@@ -103,16 +102,13 @@ absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
                                                        const std::string& embedded_bootstrap) {
   SourcePartitions out;
   for (const SourceSpec& ss : spec.sources) {
-    if (ss.kind != SourceSpec::Kind::kKafka) continue;
-    KafkaSourceOptions ko;
-    ko.bootstrap = ss.kafka.bootstrap.empty() ? embedded_bootstrap : ss.kafka.bootstrap;
-    ko.topic = ss.kafka.topic;
-    KafkaSource probe(ko);
-    absl::Status st = probe.Open();
-    if (!st.ok()) {
+    if (!ss.kind->partitioned_log()) continue;
+    absl::StatusOr<int> count = ss.kind->PartitionCount(ss, embedded_bootstrap);
+    if (!count.ok()) {
+      const absl::Status& st = count.status();
       return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));
     }
-    out[ss.name] = probe.PartitionCount();
+    out[ss.name] = *count;
   }
   return out;
 }

@@ -65,8 +65,9 @@ class JobRunner {
   std::vector<std::unique_ptr<Task>> tasks_;
 };
 
-// Partition counts of the job's Kafka sources (asks the brokers; waits for
-// missing topics like a Kafka source does). File sources are not listed.
+// Partition counts of the job's partitioned-log sources (SourceKind::
+// PartitionCount: Kafka asks the brokers, waiting for missing topics like a
+// Kafka source does). Other sources (files) are not listed.
 absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
                                                        const std::string& embedded_bootstrap);
 

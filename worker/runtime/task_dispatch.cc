@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/failpoint.h"
+#include "common/source_kind.h"
 #include "common/time_util.h"
 
 namespace caravela {
@@ -26,7 +27,7 @@ absl::Status Dispatcher::ApplySourceBatch(int src_id, size_t count) {
   const int64_t skew = src.spec->watermark.max_future_skew;
   const bool has_time = src.spec->event_time.has_value();
   Output& out = src.out;
-  const bool file = src.spec->kind == SourceSpec::Kind::kFile;
+  const bool file = !src.spec->kind->partitioned_log();  // one stream: positions of partition 0
   for (size_t i = src.head; i < src.head + count; ++i) {
     Record& r = src.pending[i];
     const size_t raw_partition = file ? 0 : static_cast<size_t>(r.partition);

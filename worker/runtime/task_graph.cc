@@ -7,8 +7,8 @@
 #include "absl/strings/str_replace.h"
 #include "common/operator_kind.h"
 #include "common/sink_kind.h"
+#include "common/source_kind.h"
 #include "worker/connectors/file_connectors.h"
-#include "worker/connectors/kafka_source.h"
 #include "worker/connectors/sink_factory.h"
 #include "worker/runtime/task_dispatch.h"
 #include "worker/runtime/task_ingest.h"
@@ -28,30 +28,14 @@ using task_internal::WriterNode;
 absl::StatusOr<std::unique_ptr<RawSource>> GraphBuilder::OpenRawSource(
     const SourceSpec& ss, const std::vector<int32_t>& owned,
     const std::map<int32_t, int64_t>& start_offsets) const {
-  std::unique_ptr<RawSource> raw;
-  absl::Status st;
-  if (ss.kind == SourceSpec::Kind::kFile) {
-    auto file = std::make_unique<FileSource>(ss.file.path);
-    st = file->Open();
-    auto it = start_offsets.find(0);
-    if (st.ok() && it != start_offsets.end() && it->second > 0) st = file->SkipLines(it->second);
-    raw = std::move(file);
-  } else {
-    KafkaSourceOptions ko;
-    ko.bootstrap =
-        ss.kafka.bootstrap.empty() ? ctx_.options.embedded_bootstrap : ss.kafka.bootstrap;
-    ko.topic = ss.kafka.topic;
-    ko.start = ss.kafka.start;
-    ko.start_offsets = start_offsets;
-    ko.partitions = owned;
-    // Progress after each completed checkpoint goes to this group, where
-    // kcat, Burrow and kafka-consumer-groups read consumer lag.
-    ko.config["group.id"] = "caravela-" + ctx_.spec.name;
-    raw = std::make_unique<KafkaSource>(ko);
-    st = raw->Open();
-    if (st.ok() && ss.kafka.bounded) st = raw->StopAtCurrentEnd();
-  }
-  if (!st.ok()) {
+  SourceContext sc;
+  sc.job_name = ctx_.spec.name;
+  sc.embedded_bootstrap = ctx_.options.embedded_bootstrap;
+  sc.partitions = owned;
+  sc.start_offsets = start_offsets;
+  absl::StatusOr<std::unique_ptr<RawSource>> raw = ss.kind->Create(ss, sc);
+  if (!raw.ok()) {
+    const absl::Status& st = raw.status();
     return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));
   }
   return raw;
@@ -115,12 +99,8 @@ absl::Status GraphBuilder::BuildSources() {
     const SourceSpec& ss = spec.sources[i];
     SourceNode& src = sources[i];
     src.spec = &ss;
-    if (ss.kind == SourceSpec::Kind::kFile) {
-      src.partition_path = FieldPath::Parse(ss.file.partition_field);
-      src.arrival_path = FieldPath::Parse(ss.file.arrival_field);
-    } else {
-      src.arrival_path = FieldPath::Parse(ss.kafka.arrival_field);
-    }
+    src.partition_path = FieldPath::Parse(ss.kind->PartitionField(ss));
+    src.arrival_path = FieldPath::Parse(ss.kind->ArrivalField(ss));
     src.wm = std::make_unique<SourceWatermark>(ss.watermark, start_time);
     if (ctx_.parallel()) {
       const StagePlan& stage = *ctx_.stage;
@@ -130,7 +110,7 @@ absl::Status GraphBuilder::BuildSources() {
                              stage.broadcast.end();
       src.present = mine || broadcast;
       if (!src.present) continue;
-      if (mine && stage.tasks > 1 && ss.kind == SourceSpec::Kind::kKafka) {
+      if (mine && stage.tasks > 1 && ss.kind->partitioned_log()) {
         auto it = ctx_.placement.source_partitions.find(ss.name);
         if (it == ctx_.placement.source_partitions.end()) {
           return absl::InternalError(absl::StrCat("source ", ss.name, ": partition count unknown"));
@@ -144,12 +124,11 @@ absl::Status GraphBuilder::BuildSources() {
     ASSIGN_OR_RETURN(src.raw, OpenRawSource(ss, src.owned, {}));
     src.applied = src.raw->Positions();
     src.ResetLiveApplied();
-    if (ctx_.arrival_mode && ss.kind == SourceSpec::Kind::kKafka &&
-        !ss.kafka.arrival_field.empty()) {
+    if (ctx_.arrival_mode && ss.kind->partitioned_log() && !ss.kind->ArrivalField(ss).empty()) {
       src.merged = true;
       src.staged.resize(static_cast<size_t>(src.raw->PartitionCount()));
     }
-    if (ss.kind == SourceSpec::Kind::kKafka) src.wm->EnsurePartitions(src.raw->PartitionCount());
+    if (ss.kind->partitioned_log()) src.wm->EnsurePartitions(src.raw->PartitionCount());
     std::string labels = absl::StrCat("source=\"", ss.name, "\"");
     src.in = ctx_.metrics->Get("records_in_total", labels);
     for (int r = 1; r < kInvalidReasons; ++r) {
@@ -188,8 +167,7 @@ absl::Status GraphBuilder::BuildOperators(Dispatcher& dispatch) {
     while (up >= S) up = ops[up - S].inputs.empty() ? -1 : ops[up - S].inputs[0];
     if (up >= 0) {
       const SourceSpec& us = *graph_.sources[up].spec;
-      build.upstream_arrival_field =
-          us.kind == SourceSpec::Kind::kFile ? us.file.arrival_field : us.kafka.arrival_field;
+      build.upstream_arrival_field = us.kind->ArrivalField(us);
     }
     ASSIGN_OR_RETURN(on.op, os.kind->Create(os, build));
     // Preloaded inputs (lookup tables) are read whole before the first

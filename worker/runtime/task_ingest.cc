@@ -5,6 +5,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/source_kind.h"
 #include "simdjson.h"
 #include "worker/runtime/event_time.h"
 
@@ -168,7 +169,7 @@ int64_t SourceIngest::Backlog(const task_internal::SourceNode& src, int partitio
     return 0;
   }
   if (src.has_pending()) return 1;
-  if (src.spec->kind == SourceSpec::Kind::kFile) return src.raw->Exhausted() ? 0 : 1;
+  if (!src.spec->kind->partitioned_log()) return src.raw->Exhausted() ? 0 : 1;
   return src.raw->Backlog(partition);
 }
 

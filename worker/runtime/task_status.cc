@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/source_kind.h"
 #include "spdlog/spdlog.h"
 
 namespace caravela {
@@ -27,7 +28,7 @@ void TaskStatus::PublishPartitions(bool now_anyway) {
   std::vector<LiveLag> live;
   for (task_internal::SourceNode& src : graph_.sources) {
     if (!src.present || src.raw == nullptr) continue;
-    const bool kafka = src.spec->kind == SourceSpec::Kind::kKafka && !ctx_.arrival_mode;
+    const bool kafka = src.spec->kind->partitioned_log() && !ctx_.arrival_mode;
     src.idle_logged.resize(static_cast<size_t>(src.raw->PartitionCount()), 0);
     for (int p = 0; p < src.raw->PartitionCount(); ++p) {
       if (src.wm != nullptr && !src.wm->owned(p)) continue;

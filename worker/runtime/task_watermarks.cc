@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/source_kind.h"
 
 namespace caravela {
 
@@ -16,7 +17,7 @@ absl::Status WatermarkTracker::Update() {
   for (int i = 0; i < graph_.S(); ++i) {
     SourceNode& src = graph_.sources[i];
     if (!src.present) continue;
-    if (src.spec->kind == SourceSpec::Kind::kKafka && !ctx_.arrival_mode) {
+    if (src.spec->kind->partitioned_log() && !ctx_.arrival_mode) {
       // Consumer lag: records after the position, up to the last high watermark seen.
       for (int p = 0; p < src.raw->PartitionCount(); ++p) lag += src.raw->Backlog(p);
     }
