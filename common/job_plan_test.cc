@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/registry/builtin_kinds.h"
+#include "worker/testing/status_testing.h"
 #include "xxhash.h"
 
 namespace caravela {
@@ -388,9 +389,9 @@ TEST(JobPlanTest, MoreTasksThanSourcePartitionsIsAnError) {
             "partitions; use at most 3 or add partitions to the topic\n"
             "spec.parallelism: 4 tasks but source \"refunds\" (topic refunds) has 1 "
             "partition; use at most 1 or add partitions to the topic");
-  EXPECT_TRUE(PlanJob(spec, 1, {{"purchases", 3}, {"refunds", 1}}).ok());
-  EXPECT_TRUE(PlanJob(spec, 4, {{"purchases", 4}, {"refunds", 12}}).ok());
-  EXPECT_TRUE(PlanJob(spec, 4).ok());  // unknown counts: not checked
+  EXPECT_OK(PlanJob(spec, 1, {{"purchases", 3}, {"refunds", 1}}));
+  EXPECT_OK(PlanJob(spec, 4, {{"purchases", 4}, {"refunds", 12}}));
+  EXPECT_OK(PlanJob(spec, 4));  // unknown counts: not checked
 }
 
 TEST(JobPlanTest, ExchangedInputAndItsOwnSourceDoNotFormACycle) {

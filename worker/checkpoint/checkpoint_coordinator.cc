@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/time_util.h"
 
 namespace caravela {
 
@@ -32,7 +33,7 @@ CheckpointCoordinator::CheckpointCoordinator(CheckpointCoordinatorOptions option
 void CheckpointCoordinator::Start(int64_t now_ms, int64_t next_id) {
   started_ = true;
   next_id_ = std::max<int64_t>(next_id, 1);
-  next_trigger_at_ms_ = now_ms + options_.interval_ms;
+  next_trigger_at_ms_ = SatAdd(now_ms, options_.interval_ms);
 }
 
 void CheckpointCoordinator::ResumeInFlight(int64_t id, bool stop, int64_t now_ms) {
@@ -112,7 +113,7 @@ CheckpointAction CheckpointCoordinator::Poll(int64_t now_ms) {
       in_flight_stop_ = end;
       in_flight_since_ms_ = now_ms;
       stopping_ = end;
-      next_trigger_at_ms_ = now_ms + options_.interval_ms;
+      next_trigger_at_ms_ = SatAdd(now_ms, options_.interval_ms);
     }
   } else if (end) {
     a.kind = CheckpointAction::kFinish;

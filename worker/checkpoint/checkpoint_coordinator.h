@@ -4,7 +4,9 @@
 // clock of the caller's). It decides when checkpoint n is triggered, when it
 // is complete, when the job finishes and when a checkpoint took too long;
 // its driver does the rest (tells the tasks, writes the commit point, logs,
-// counts). Two drivers, the same rules:
+// counts). Three drivers, the same rules:
+//   * TaskCheckpointer::Drive (worker/runtime/task_checkpointer.cc): a job
+//     that runs as one task; the commit point is the task's manifest.
 //   * JobRunner::Run (worker/runtime/job_runner.cc): the tasks of one
 //     process, through JobCheckpoints; the commit point is the job's record
 //     `<job>/job-checkpoint`.

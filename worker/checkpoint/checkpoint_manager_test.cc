@@ -287,12 +287,12 @@ TEST_P(CheckpointManagerTest, TornCheckpointsAreSkipped) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 1000);
   auto mgr = OpenManager(/*retain=*/5);
-  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  ASSERT_OK(mgr->Write(*backend_, CheckpointManifest()));
   Contents at_first = Dump(*backend_, {"a"});
 
   // Files without a manifest: the crash between files and manifest.
   Fill(*backend_, "a", 1000, 2000);
-  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  ASSERT_OK(mgr->Write(*backend_, CheckpointManifest()));
   ASSERT_OK(mgr->storage().Delete(mgr->prefix() + "chk-2.manifest"));
   EXPECT_EQ(LatestOrDie(*mgr).checkpoint_id(), 1);
 
@@ -319,7 +319,7 @@ TEST_P(CheckpointManagerTest, TornCheckpointsAreSkipped) {
   ASSERT_TRUE(up_to_2->has_value());
   EXPECT_EQ((*up_to_2)->checkpoint_id(), 1);
   auto up_to_0 = mgr->LatestUpTo(0);
-  ASSERT_TRUE(up_to_0.ok());
+  ASSERT_OK(up_to_0);
   EXPECT_FALSE(up_to_0->has_value());
 
   // A file with the wrong size counts as missing too.
@@ -339,7 +339,7 @@ TEST_P(CheckpointManagerTest, LostSharedFileIsUploadedAgain) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 2000);
   auto mgr = OpenManager();
-  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  ASSERT_OK(mgr->Write(*backend_, CheckpointManifest()));
   std::string lost;
   CheckpointManifest first = LatestOrDie(*mgr);
   for (const auto& f : first.files()) {
@@ -348,7 +348,7 @@ TEST_P(CheckpointManagerTest, LostSharedFileIsUploadedAgain) {
   ASSERT_FALSE(lost.empty());
   ASSERT_OK(mgr->storage().Delete(mgr->prefix() + lost));
   // Checkpoint 2 still believes the file is there: it is torn (its GC resyncs).
-  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  ASSERT_OK(mgr->Write(*backend_, CheckpointManifest()));
   auto latest = mgr->Latest();
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_FALSE(latest->has_value());
@@ -365,11 +365,11 @@ TEST_P(CheckpointManagerTest, CorruptManifestFailsNamingTheFile) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 100);
   auto mgr = OpenManager();
-  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
-  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  ASSERT_OK(mgr->Write(*backend_, CheckpointManifest()));
+  ASSERT_OK(mgr->Write(*backend_, CheckpointManifest()));
   std::string key = mgr->prefix() + "chk-2.manifest";
   auto good = mgr->storage().Read(key);
-  ASSERT_TRUE(good.ok());
+  ASSERT_OK(good);
 
   for (const std::string& bad : {std::string("garbage"), good->substr(0, good->size() - 3),
                                  good->substr(0, 16) + "x" + good->substr(17)}) {
@@ -393,7 +393,7 @@ TEST_P(CheckpointManagerTest, NewerLayoutVersionIsRefused) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 100);
   auto mgr = OpenManager();
-  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  ASSERT_OK(mgr->Write(*backend_, CheckpointManifest()));
   std::string key = mgr->prefix() + "chk-1.manifest";
   auto m = DecodeManifest(*mgr->storage().Read(key), key);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -462,7 +462,7 @@ TEST_P(CheckpointManagerTest, GarbageCollectionLeavesNoUnreferencedFiles) {
   EXPECT_EQ(latest.checkpoint_id(), 6);
   EXPECT_EQ(RestoreAndDump(*mgr, latest, {"a"}), states[6]);
   auto m5 = DecodeManifest(*s.Read(mgr->prefix() + "chk-5.manifest"), "m5");
-  ASSERT_TRUE(m5.ok());
+  ASSERT_OK(m5);
   EXPECT_EQ(RestoreAndDump(*mgr, *m5, {"a"}), states[5]);
   EXPECT_NE(states[5], states[6]);
 
@@ -491,14 +491,14 @@ TEST_P(CheckpointManagerTest, PinnedCheckpointSurvivesNewerOnes) {
   auto pinned = s.Read(mgr->prefix() + "chk-2.manifest");
   ASSERT_TRUE(pinned.ok()) << "the pinned checkpoint's manifest was collected";
   auto m2 = DecodeManifest(*pinned, "m2");
-  ASSERT_TRUE(m2.ok());
+  ASSERT_OK(m2);
   EXPECT_EQ(RestoreAndDump(*mgr, *m2, {"a"}), states[2]);
   // Unpinned, older than the newest 2: gone.
   for (int64_t id : {1, 3, 4}) {
     EXPECT_FALSE(s.Exists(mgr->prefix() + "chk-" + std::to_string(id) + ".manifest").value()) << id;
   }
   mgr->Pin(6);
-  ASSERT_TRUE(mgr->CollectGarbage().ok());
+  ASSERT_OK(mgr->CollectGarbage());
   EXPECT_FALSE(s.Exists(mgr->prefix() + "chk-2.manifest").value());
 }
 
@@ -506,7 +506,7 @@ TEST_P(CheckpointManagerTest, RestoreDetectsCorruptFileAndKeepsState) {
   backend_ = NewBackend(root_ + "/db");
   Fill(*backend_, "a", 0, 2000);
   auto mgr = OpenManager();
-  ASSERT_TRUE(mgr->Write(*backend_, CheckpointManifest()).ok());
+  ASSERT_OK(mgr->Write(*backend_, CheckpointManifest()));
   CheckpointManifest m = LatestOrDie(*mgr);
   const v1::StateFile* sst = nullptr;
   for (const auto& f : m.files()) {
@@ -661,9 +661,9 @@ void CheckRecovery(const std::string& dir, int64_t expect_id, size_t expect_keys
   EXPECT_EQ((*latest)->checkpoint_id(), expect_id);
   auto fresh = OpenRocksDbBackend(dir + "/recovered");
   ASSERT_TRUE(fresh.ok()) << fresh.status();
-  ASSERT_TRUE((*mgr)->RestoreState(**latest, **fresh).ok());
+  ASSERT_OK((*mgr)->RestoreState(**latest, **fresh));
   auto table = (*fresh)->OpenTable("a");
-  ASSERT_TRUE(table.ok());
+  ASSERT_OK(table);
   EXPECT_EQ(*(*table)->CountKeys(), expect_keys);
 
   // The next checkpoint commits and its GC removes the crashed one's files.
@@ -671,7 +671,7 @@ void CheckRecovery(const std::string& dir, int64_t expect_id, size_t expect_keys
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_EQ(third->checkpoint_id, 3);
   auto list = (*mgr)->storage().List("job/task-0/chk-2/");
-  ASSERT_TRUE(list.ok());
+  ASSERT_OK(list);
   if (expect_id == 1) {
     EXPECT_TRUE(list->empty());
   }

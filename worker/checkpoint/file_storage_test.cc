@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/testing/operator_harness.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -64,9 +65,9 @@ class FileStorageTest : public ::testing::Test {
 };
 
 TEST_F(FileStorageTest, WriteReadExistsSizeListDelete) {
-  ASSERT_TRUE(storage_->Write("job/task-0/chk-1.manifest", "hello").ok());
-  ASSERT_TRUE(storage_->Write("job/task-0/shared/a.sst", std::string(10000, 'x')).ok());
-  ASSERT_TRUE(storage_->Write("job/task-1/x", "y").ok());
+  ASSERT_OK(storage_->Write("job/task-0/chk-1.manifest", "hello"));
+  ASSERT_OK(storage_->Write("job/task-0/shared/a.sst", std::string(10000, 'x')));
+  ASSERT_OK(storage_->Write("job/task-1/x", "y"));
 
   auto data = storage_->Read("job/task-0/chk-1.manifest");
   ASSERT_TRUE(data.ok()) << data.status();
@@ -86,12 +87,12 @@ TEST_F(FileStorageTest, WriteReadExistsSizeListDelete) {
   EXPECT_THAT(Keys(*storage_, "other/"), IsEmpty());
 
   // Overwrite replaces the whole object.
-  ASSERT_TRUE(storage_->Write("job/task-0/chk-1.manifest", "hi").ok());
+  ASSERT_OK(storage_->Write("job/task-0/chk-1.manifest", "hi"));
   EXPECT_EQ(*storage_->Read("job/task-0/chk-1.manifest"), "hi");
 
-  ASSERT_TRUE(storage_->Delete("job/task-0/shared/a.sst").ok());
-  ASSERT_TRUE(storage_->Delete("job/task-0/shared/a.sst").ok());  // missing is fine
-  EXPECT_FALSE(fs::exists(root_ + "/store/job/task-0/shared"));   // empty dirs go too
+  ASSERT_OK(storage_->Delete("job/task-0/shared/a.sst"));
+  ASSERT_OK(storage_->Delete("job/task-0/shared/a.sst"));        // missing is fine
+  EXPECT_FALSE(fs::exists(root_ + "/store/job/task-0/shared"));  // empty dirs go too
   EXPECT_THAT(Keys(*storage_, "job/task-0/"), ElementsAre("job/task-0/chk-1.manifest"));
 }
 
@@ -100,7 +101,7 @@ TEST_F(FileStorageTest, UploadAndReadChunksStreamLargeFiles) {
   for (int i = 0; i < (9 << 20) / 8; ++i) big += "abcdefg" + std::to_string(i % 10);
   std::string local = root_ + "/local.bin";
   std::ofstream(local, std::ios::binary) << big;
-  ASSERT_TRUE(storage_->Upload("k/big.sst", local).ok());
+  ASSERT_OK(storage_->Upload("k/big.sst", local));
   EXPECT_EQ(*storage_->Size("k/big.sst"), big.size());
   std::string back;
   int chunks = 0;
@@ -134,7 +135,7 @@ TEST_F(FileStorageTest, RejectsBadKeys) {
 }
 
 TEST_F(FileStorageTest, TemporariesAreInvisibleAndStaleOnesAreRemoved) {
-  ASSERT_TRUE(storage_->Write("job/shared/a.sst", "a").ok());
+  ASSERT_OK(storage_->Write("job/shared/a.sst", "a"));
   // What a write cut short by a crash leaves behind.
   std::string tmp = root_ + "/store/job/shared/.b.sst.tmp.123.0";
   std::ofstream(tmp) << "partial";
@@ -147,10 +148,10 @@ TEST_F(FileStorageTest, TemporariesAreInvisibleAndStaleOnesAreRemoved) {
                     .count();
   // Younger than the cutoff: kept.
   fs::last_write_time(tmp, fs::file_time_type::clock::now());
-  ASSERT_TRUE(storage_->DeleteStaleTemporaries("job/", now_ms - 3600'000).ok());
+  ASSERT_OK(storage_->DeleteStaleTemporaries("job/", now_ms - 3600'000));
   EXPECT_TRUE(fs::exists(tmp));
   // Older: removed, with the empty directory.
-  ASSERT_TRUE(storage_->DeleteStaleTemporaries("job/", now_ms + 3600'000).ok());
+  ASSERT_OK(storage_->DeleteStaleTemporaries("job/", now_ms + 3600'000));
   EXPECT_FALSE(fs::exists(tmp));
   EXPECT_FALSE(fs::exists(root_ + "/store/job/chk-9"));
   EXPECT_THAT(FilesOnDisk(root_ + "/store"), ElementsAre("job/shared/a.sst"));
@@ -159,7 +160,7 @@ TEST_F(FileStorageTest, TemporariesAreInvisibleAndStaleOnesAreRemoved) {
 // A real crash between writing the temporary and renaming it: the object
 // keeps its old content and the temporary is invisible.
 TEST_F(FileStorageTest, CrashBeforeRenameLeavesOldObject) {
-  ASSERT_TRUE(storage_->Write("job/chk-1.manifest", "old").ok());
+  ASSERT_OK(storage_->Write("job/chk-1.manifest", "old"));
   EXPECT_EXIT(
       {
         ConfigureFailpoints("file_storage.before_rename");

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/testing/s3_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -64,10 +65,10 @@ TEST_F(S3StorageTest, WriteReadExistsSizeListDeleteUnderAPrefix) {
   auto other = Open("jobs/p10");  // a prefix of p1's text: must not see p1's keys
   ASSERT_TRUE(s && other);
   EXPECT_EQ(s->url(), absl::StrCat("s3://", S3Server::kBucket, "/jobs/p1"));
-  ASSERT_TRUE(s->Write("job/task-0/chk-1.manifest", "manifest").ok());
-  ASSERT_TRUE(s->Write("job/task-0/shared/ab-3.sst", "sst").ok());
-  ASSERT_TRUE(s->Write("job/task-1/x", std::string(1000, '\0')).ok());
-  ASSERT_TRUE(other->Write("job/task-0/y", "other").ok());
+  ASSERT_OK(s->Write("job/task-0/chk-1.manifest", "manifest"));
+  ASSERT_OK(s->Write("job/task-0/shared/ab-3.sst", "sst"));
+  ASSERT_OK(s->Write("job/task-1/x", std::string(1000, '\0')));
+  ASSERT_OK(other->Write("job/task-0/y", "other"));
   EXPECT_EQ(*s->Read("job/task-0/chk-1.manifest"), "manifest");
   EXPECT_EQ(*s->Read("job/task-1/x"), std::string(1000, '\0'));
   EXPECT_TRUE(*s->Exists("job/task-0/shared/ab-3.sst"));
@@ -82,10 +83,10 @@ TEST_F(S3StorageTest, WriteReadExistsSizeListDeleteUnderAPrefix) {
   EXPECT_EQ(s->List("job/")->size(), 3u);
   EXPECT_EQ(other->List("")->size(), 1u);
   // Replace, delete, delete again.
-  ASSERT_TRUE(s->Write("job/task-0/chk-1.manifest", "v2").ok());
+  ASSERT_OK(s->Write("job/task-0/chk-1.manifest", "v2"));
   EXPECT_EQ(*s->Read("job/task-0/chk-1.manifest"), "v2");
-  ASSERT_TRUE(s->Delete("job/task-0/chk-1.manifest").ok());
-  ASSERT_TRUE(s->Delete("job/task-0/chk-1.manifest").ok());
+  ASSERT_OK(s->Delete("job/task-0/chk-1.manifest"));
+  ASSERT_OK(s->Delete("job/task-0/chk-1.manifest"));
   EXPECT_FALSE(*s->Exists("job/task-0/chk-1.manifest"));
   // Missing objects and bad keys.
   auto missing = s->Read("job/task-0/chk-1.manifest");
@@ -116,8 +117,8 @@ TEST_F(S3StorageTest, LargeObjectsGoUpAsParallelMultipartUploads) {
   const fs::path file = fs::temp_directory_path() / "caravela-s3-upload.bin";
   std::ofstream(file, std::ios::binary) << data;
   const S3Traffic before = S3TrafficSoFar();
-  ASSERT_TRUE(s.Upload("job/big.sst", file.string()).ok());
-  ASSERT_TRUE(s.Write("job/big-from-memory", data).ok());
+  ASSERT_OK(s.Upload("job/big.sst", file.string()));
+  ASSERT_OK(s.Write("job/big-from-memory", data));
   ASSERT_TRUE(s.Upload("job/small.sst", file.string() + ".missing").code() ==
               absl::StatusCode::kNotFound);
   const S3Traffic after = S3TrafficSoFar();
@@ -143,7 +144,7 @@ TEST_F(S3StorageTest, LargeObjectsGoUpAsParallelMultipartUploads) {
   EXPECT_TRUE(absl::IsCancelled(stop)) << stop;
   // Only whole objects are listed.
   EXPECT_EQ(s.List("job/")->size(), 2u);
-  EXPECT_TRUE(s.DeleteStaleTemporaries("job/", 0).ok());
+  EXPECT_OK(s.DeleteStaleTemporaries("job/", 0));
 }
 
 TEST_F(S3StorageTest, WrongCredentialsMissingBucketAndUnreachableEndpointNameTheUrl) {
@@ -209,7 +210,7 @@ TEST(S3ConfigTest, FromTheUrlAndTheEnvironment) {
   setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
   setenv("AWS_SECRET_ACCESS_KEY", "s3", 1);
   c = S3ConfigFromEnvironment("s3://my-bucket/p");
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_FALSE(c->path_style);
   EXPECT_EQ(c->access_key_id, "AKENV");
 

@@ -16,6 +16,7 @@
 #include "worker/operators/window_operator.h"
 #include "worker/registry/builtin_kinds.h"
 #include "worker/testing/clickhouse_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -94,7 +95,7 @@ std::string Window(const std::string& country, const std::string& start, double 
 
 TEST_F(ClickHouseSinkTest, RevisionsCollapseToTheHighestAndABatchWrittenTwiceIsHarmless) {
   ClickHouseSink sink(Options("rev"));
-  ASSERT_TRUE(sink.Open().ok());
+  ASSERT_OK(sink.Open());
   EXPECT_EQ(sink.time_type(), ClickHouseTimeType(Query("SELECT version()")));
   const std::string key_pt =
       R"({"country":"PT","window_start":"2026-10-01T10:00:00.000Z","window_end":"2026-10-01T11:00:00.000Z"})";
@@ -108,12 +109,12 @@ TEST_F(ClickHouseSinkTest, RevisionsCollapseToTheHighestAndABatchWrittenTwiceIsH
   for (int pass = 0; pass < 2; ++pass) {  // the second: a replay after a crash
     for (const auto& [k, v] : batch) ASSERT_TRUE(sink.WriteRecord(Result(k, v, 0)).ok());
     // A batch's end: small and fresh, the rows wait for more.
-    ASSERT_TRUE(sink.Flush().ok());
+    ASSERT_OK(sink.Flush());
     if (pass == 0) {
       EXPECT_EQ(sink.written(), 0);
       EXPECT_EQ(Query("SELECT count() FROM caravela_test.rev"), "0\n");
     }
-    ASSERT_TRUE(sink.PreCommit(pass + 1).ok());  // a checkpoint sends them
+    ASSERT_OK(sink.PreCommit(pass + 1));  // a checkpoint sends them
   }
   EXPECT_EQ(sink.written(), 6);
   EXPECT_EQ(Query("SELECT country, window_start, total, n, revision, state FROM caravela_test.rev "
@@ -132,28 +133,28 @@ TEST_F(ClickHouseSinkTest, RevisionsCollapseToTheHighestAndABatchWrittenTwiceIsH
   absl::Status no_revision = sink.WriteRecord(Result(key_pt, R"({"country":"PT"})", -1));
   EXPECT_EQ(no_revision.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(no_revision.message(), HasSubstr("a keyed result without a revision"));
-  ASSERT_TRUE(sink.Close().ok());
+  ASSERT_OK(sink.Close());
 
   // A second sink on the existing table uses it as it is.
   ClickHouseSink again(Options("rev"));
-  ASSERT_TRUE(again.Open().ok());
+  ASSERT_OK(again.Open());
   ASSERT_TRUE(
       again
           .WriteRecord(Result(
               key_pt, Window("PT", "2026-10-01T10:00:00.000Z", 31, 4, 1000000001, "FINAL"), 0))
           .ok());
-  ASSERT_TRUE(again.Close().ok());
+  ASSERT_OK(again.Close());
   EXPECT_EQ(Query("SELECT n FROM caravela_test.rev FINAL WHERE country = 'PT'"), "4\n");
 }
 
 TEST_F(ClickHouseSinkTest, KeylessRowsAreAppendedAndMisfitsAreCounted) {
   ClickHouseSink sink(Options("rows"));
-  ASSERT_TRUE(sink.Open().ok());
-  ASSERT_TRUE(sink.Write("", R"({"left":{"id":1},"right":null,"amount":2.5,"ok":true})").ok());
+  ASSERT_OK(sink.Open());
+  ASSERT_OK(sink.Write("", R"({"left":{"id":1},"right":null,"amount":2.5,"ok":true})"));
   // amount as text does not fit Nullable(Float64): NULL, counted, kept in _result.
   ASSERT_TRUE(
       sink.Write("", R"({"left":{"id":2},"right":{"id":9},"amount":"n/a","ok":false})").ok());
-  ASSERT_TRUE(sink.Close().ok());
+  ASSERT_OK(sink.Close());
   EXPECT_EQ(sink.mismatched(), 1);
   EXPECT_EQ(Query("SELECT left, right, amount, ok FROM caravela_test.rows ORDER BY left"),
             "{\"id\":1}\t\\N\t2.5\t1\n{\"id\":2}\t{\"id\":9}\t\\N\t0\n");
@@ -162,7 +163,7 @@ TEST_F(ClickHouseSinkTest, KeylessRowsAreAppendedAndMisfitsAreCounted) {
               HasSubstr("MergeTree"));
   // A keyed result into the keyless table: the table has no revision.
   ClickHouseSink keyed(Options("rows"));
-  ASSERT_TRUE(keyed.Open().ok());
+  ASSERT_OK(keyed.Open());
   absl::Status st = keyed.WriteRecord(
       Result(R"({"country":"PT"})", R"({"country":"PT","revision":1,"state":"FINAL"})", 1));
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);

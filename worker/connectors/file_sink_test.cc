@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/connectors/file_connectors.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -49,23 +50,23 @@ class FileSinkTest : public ::testing::Test {
 // file: it can neither publish a checkpoint nor prepare one; epoch 2 goes on.
 TEST_F(FileSinkTest, ANewerEpochFencesTheOldWriter) {
   FileSink old_sink(path_, /*checkpointed=*/true, /*local=*/false, /*fence_epoch=*/1);
-  ASSERT_TRUE(old_sink.Open().ok());
-  ASSERT_TRUE(old_sink.Recover(0, "").ok());
-  ASSERT_TRUE(Write(old_sink, "a1").ok());
+  ASSERT_OK(old_sink.Open());
+  ASSERT_OK(old_sink.Recover(0, ""));
+  ASSERT_OK(Write(old_sink, "a1"));
   auto state = old_sink.PreCommit(1);
   ASSERT_TRUE(state.ok()) << state.status();
-  ASSERT_TRUE(old_sink.Commit(1).ok());
-  ASSERT_TRUE(Write(old_sink, "a2").ok());
+  ASSERT_OK(old_sink.Commit(1));
+  ASSERT_OK(Write(old_sink, "a2"));
   auto state2 = old_sink.PreCommit(2);  // stored, never completed job-wide
-  ASSERT_TRUE(state2.ok());
-  ASSERT_TRUE(Write(old_sink, "a3").ok());
+  ASSERT_OK(state2);
+  ASSERT_OK(Write(old_sink, "a3"));
   EXPECT_EQ(Content(), "a1\n");
 
   // Epoch 2 restores checkpoint 1 of the task.
   FileSink new_sink(path_, true, false, /*fence_epoch=*/2);
-  ASSERT_TRUE(new_sink.Open().ok());
-  ASSERT_TRUE(new_sink.Recover(1, *state).ok());
-  ASSERT_TRUE(Write(new_sink, "b2").ok());
+  ASSERT_OK(new_sink.Open());
+  ASSERT_OK(new_sink.Recover(1, *state));
+  ASSERT_OK(Write(new_sink, "b2"));
 
   // The old writer resumes: fenced everywhere.
   absl::Status committed = old_sink.Commit(2);
@@ -76,7 +77,7 @@ TEST_F(FileSinkTest, ANewerEpochFencesTheOldWriter) {
 
   auto s = new_sink.PreCommit(2);
   ASSERT_TRUE(s.ok()) << s.status();
-  ASSERT_TRUE(new_sink.Commit(2).ok());
+  ASSERT_OK(new_sink.Commit(2));
   EXPECT_EQ(Content(), "a1\nb2\n");
   // A late opener of the old epoch is refused.
   FileSink late(path_, true, false, 1);
@@ -88,16 +89,16 @@ TEST_F(FileSinkTest, ANewerEpochFencesTheOldWriter) {
 // one (or a single process) says the file was modified.
 TEST_F(FileSinkTest, ALocalFileOfAMovedTaskGoesOnFromWhatIsHere) {
   FileSink local(path_, true, /*local=*/true, 2);
-  ASSERT_TRUE(local.Open().ok());
-  EXPECT_TRUE(local.Recover(5, "100 120").ok());
-  ASSERT_TRUE(Write(local, "x").ok());
-  ASSERT_TRUE(local.PreCommit(6).ok());
-  ASSERT_TRUE(local.Commit(6).ok());
+  ASSERT_OK(local.Open());
+  EXPECT_OK(local.Recover(5, "100 120"));
+  ASSERT_OK(Write(local, "x"));
+  ASSERT_OK(local.PreCommit(6));
+  ASSERT_OK(local.Commit(6));
   EXPECT_EQ(Content(), "x\n");
 
   std::filesystem::remove(path_);
   FileSink shared(path_, true, /*local=*/false, 3);
-  ASSERT_TRUE(shared.Open().ok());
+  ASSERT_OK(shared.Open());
   absl::Status st = shared.Recover(6, "0 120");
   EXPECT_TRUE(absl::IsDataLoss(st)) << st;
   EXPECT_THAT(st.message(), HasSubstr("was it modified"));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "worker/connectors/file_connectors.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -39,9 +40,9 @@ class FileSourceTest : public ::testing::Test {
   // payload is followed by its line end and JsonDecoder::kPadding bytes.
   std::vector<Line> ReadAll(int64_t skip = 0) {
     FileSource src(path_);
-    EXPECT_TRUE(src.Open().ok());
+    EXPECT_OK(src.Open());
     if (skip > 0) {
-      EXPECT_TRUE(src.SkipLines(skip).ok());
+      EXPECT_OK(src.SkipLines(skip));
     }
     std::vector<Line> lines;
     while (!src.Exhausted()) {
@@ -67,7 +68,7 @@ class FileSourceTest : public ::testing::Test {
         (void)last;
         lines.push_back({std::string(m.payload), m.offset});
       });
-      EXPECT_TRUE(n.ok());
+      EXPECT_OK(n);
       if (!n.ok() || *n == 0) break;
       EXPECT_EQ(next, block.data() + block.size() + 1);  // the last payload ends the block
     }

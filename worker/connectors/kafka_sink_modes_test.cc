@@ -289,7 +289,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceCommitsWithTheCheckpointAndRemembersIt) {
                 ::testing::UnorderedElementsAre("a1", "b1"));
     EXPECT_EQ(*sink.LastCommittedCheckpoint(), 1);
     ASSERT_OK(sink.WriteRecord(Rec("a", "a2", 2)));
-    ASSERT_TRUE(sink.PreCommit(2).ok());
+    ASSERT_OK(sink.PreCommit(2));
     ASSERT_OK(sink.Commit(2));
     EXPECT_EQ(sink.delivered(), 3);
     ASSERT_OK(sink.Close());
@@ -319,7 +319,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceProtocolOrderIsChecked) {
   absl::Status s = sink.Commit(1);
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   ASSERT_OK(sink.WriteRecord(Rec("a", "a1", 1)));
-  ASSERT_TRUE(sink.PreCommit(1).ok());
+  ASSERT_OK(sink.PreCommit(1));
   s = sink.Commit(7);
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("the last PreCommit was for 1"));
@@ -327,7 +327,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceProtocolOrderIsChecked) {
   ASSERT_OK(sink.WriteRecord(Rec("a", "a2", 2)));
   s = sink.Commit(1);
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
-  ASSERT_TRUE(sink.PreCommit(2).ok());
+  ASSERT_OK(sink.PreCommit(2));
   ASSERT_OK(sink.Commit(2));
   EXPECT_EQ(*sink.LastCommittedCheckpoint(), 2);
   s = sink.Recover(2, "caravela-other-sink0");
@@ -342,7 +342,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceProtocolOrderIsChecked) {
   ASSERT_OK(plain.Open());
   EXPECT_EQ(*plain.LastCommittedCheckpoint(), -1);
   auto state = plain.PreCommit(1);
-  ASSERT_TRUE(state.ok());
+  ASSERT_OK(state);
   EXPECT_EQ(*state, "");
   ASSERT_OK(plain.Close());
 }
@@ -355,7 +355,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceCrashBeforePreCommitKeepsTheLastCommittedC
   auto first = std::make_unique<KafkaSink>(o);
   ASSERT_OK(first->Open());
   ASSERT_OK(first->WriteRecord(Rec("a", "committed", 1)));
-  ASSERT_TRUE(first->PreCommit(1).ok());
+  ASSERT_OK(first->PreCommit(1));
   ASSERT_OK(first->Commit(1));
   ASSERT_OK(first->WriteRecord(Rec("a", "uncommitted", 2)));
   ASSERT_OK(first->Flush());  // on the broker, inside the open transaction
@@ -386,10 +386,10 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceCrashBetweenPreCommitAndCommit) {
   auto first = std::make_unique<KafkaSink>(o);
   ASSERT_OK(first->Open());
   ASSERT_OK(first->WriteRecord(Rec("a", "committed", 1)));
-  ASSERT_TRUE(first->PreCommit(1).ok());
+  ASSERT_OK(first->PreCommit(1));
   ASSERT_OK(first->Commit(1));
   ASSERT_OK(first->WriteRecord(Rec("a", "precommitted", 2)));
-  ASSERT_TRUE(first->PreCommit(2).ok());
+  ASSERT_OK(first->PreCommit(2));
   first.reset();  // crash before Commit(2)
 
   KafkaSink second(o);
@@ -420,7 +420,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceStaleProducerIsFenced) {
   KafkaSink stale(o);
   ASSERT_OK(stale.Open());
   ASSERT_OK(stale.WriteRecord(Rec("a", "stale", 1)));
-  ASSERT_TRUE(stale.PreCommit(1).ok());
+  ASSERT_OK(stale.PreCommit(1));
   KafkaSink fresh(o);
   ASSERT_OK(fresh.Open());  // init_transactions fences `stale`
   absl::Status committed = stale.Commit(1);

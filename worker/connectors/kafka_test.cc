@@ -103,10 +103,10 @@ class KafkaTest : public EmbeddedBrokerTest {
 TEST_F(KafkaTest, BrokerCreatesTopicsOnce) {
   EXPECT_THAT(broker_->bootstrap(), ::testing::StartsWith("127.0.0.1:"));
   EXPECT_EQ(broker_->bootstrap(), broker_->advertised());
-  ASSERT_TRUE(broker_->CreateTopic("t", 3).ok());
+  ASSERT_OK(broker_->CreateTopic("t", 3));
   EXPECT_TRUE(absl::IsAlreadyExists(broker_->CreateTopic("t", 3)));
   EXPECT_TRUE(absl::IsInvalidArgument(broker_->CreateTopic("u", 0)));
-  ASSERT_TRUE(broker_->CreateTopic("v").ok());  // default partitions
+  ASSERT_OK(broker_->CreateTopic("v"));  // default partitions
 
   KafkaSource source(Options("t"));
   ASSERT_OK(source.Open());
@@ -117,7 +117,7 @@ TEST_F(KafkaTest, BrokerCreatesTopicsOnce) {
 }
 
 TEST_F(KafkaTest, SourceReadsEveryPartitionWithOffsetsAndBacklog) {
-  ASSERT_TRUE(broker_->CreateTopic("in", 4).ok());
+  ASSERT_OK(broker_->CreateTopic("in", 4));
   ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "in",
                            {{0, "a0"}, {1, "b0"}, {0, "a1"}, {2, "c0"}, {0, "a2"}, {2, "c1"}})
                   .ok());
@@ -149,22 +149,22 @@ TEST_F(KafkaTest, SourceReadsEveryPartitionWithOffsetsAndBacklog) {
 
   // Nothing more: Poll returns 0 after its timeout.
   auto none = source.Poll(10, 20, [](const RawMessage&) {});
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_EQ(*none, 0);
 
   // New records keep flowing to the open source.
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "in", {{3, "d0"}, {0, "a3"}}).ok());
+  ASSERT_OK(ProduceLines(broker_->bootstrap(), "in", {{3, "d0"}, {0, "a3"}}));
   got = ReadN(source, 2);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_THAT(source.Positions(), ElementsAre(4, 1, 2, 1));
 }
 
 TEST_F(KafkaTest, PollRespectsMaxMessages) {
-  ASSERT_TRUE(broker_->CreateTopic("many", 1).ok());
+  ASSERT_OK(broker_->CreateTopic("many", 1));
   std::vector<std::pair<int32_t, std::string>> msgs;
   msgs.reserve(50);
   for (int i = 0; i < 50; ++i) msgs.push_back({0, absl::StrCat("m", i)});
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "many", msgs).ok());
+  ASSERT_OK(ProduceLines(broker_->bootstrap(), "many", msgs));
   KafkaSource source(Options("many"));
   ASSERT_OK(source.Open());
   int total = 0;
@@ -176,7 +176,7 @@ TEST_F(KafkaTest, PollRespectsMaxMessages) {
       EXPECT_EQ(m.payload, absl::StrCat("m", next));
       ++next;
     });
-    ASSERT_TRUE(n.ok());
+    ASSERT_OK(n);
     EXPECT_LE(*n, 7);
     total += *n;
   }
@@ -185,7 +185,7 @@ TEST_F(KafkaTest, PollRespectsMaxMessages) {
 }
 
 TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
-  ASSERT_TRUE(broker_->CreateTopic("resume", 4).ok());
+  ASSERT_OK(broker_->CreateTopic("resume", 4));
   ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "resume",
                            {{0, "a0"}, {0, "a1"}, {0, "a2"}, {1, "b0"}, {2, "c0"}, {2, "c1"}})
                   .ok());
@@ -203,7 +203,7 @@ TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
   for (const Read& r : got) seen.insert({r.partition, r.offset});
   EXPECT_THAT(seen, UnorderedElementsAre(std::pair<int32_t, int64_t>{0, 2},
                                          std::pair<int32_t, int64_t>{2, 1}));
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "resume", {{1, "b1"}}).ok());
+  ASSERT_OK(ProduceLines(broker_->bootstrap(), "resume", {{1, "b1"}}));
   got = ReadN(source, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].partition, 1);
@@ -213,7 +213,7 @@ TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
 }
 
 TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {
-  ASSERT_TRUE(broker_->CreateTopic("subset", 4).ok());
+  ASSERT_OK(broker_->CreateTopic("subset", 4));
   ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "subset",
                            {{0, "a0"}, {1, "b0"}, {1, "b1"}, {2, "c0"}, {3, "d0"}, {3, "d1"}})
                   .ok());
@@ -243,7 +243,7 @@ TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {
   ASSERT_OK(tail.Open());
   EXPECT_THAT(tail.Positions(), ElementsAre(1, -1, -1, 2));
   EXPECT_EQ(tail.Backlog(0), 0);
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "subset", {{2, "c1"}, {3, "d2"}, {0, "a1"}}).ok());
+  ASSERT_OK(ProduceLines(broker_->bootstrap(), "subset", {{2, "c1"}, {3, "d2"}, {0, "a1"}}));
   got = ReadN(tail, 2);
   ASSERT_EQ(got.size(), 2u);
   payloads.clear();
@@ -252,7 +252,7 @@ TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {
   EXPECT_THAT(tail.Positions(), ElementsAre(2, -1, -1, 3));
   // Nothing from p1/p2 ever shows up.
   auto none = tail.Poll(10, 50, [](const RawMessage& m) { ADD_FAILURE() << m.payload; });
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
 
   // Bounded reading ends once the owned partitions are drained.
   ASSERT_OK(tail.StopAtCurrentEnd());
@@ -264,7 +264,7 @@ TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {
 }
 
 TEST_F(KafkaTest, StopAtCurrentEndDeliversWhatExistsThenEnds) {
-  ASSERT_TRUE(broker_->CreateTopic("bounded", 3).ok());
+  ASSERT_OK(broker_->CreateTopic("bounded", 3));
   ASSERT_TRUE(
       ProduceLines(broker_->bootstrap(), "bounded", {{0, "a0"}, {0, "a1"}, {2, "c0"}}).ok());
   KafkaSource source(Options("bounded"));
@@ -284,7 +284,7 @@ TEST_F(KafkaTest, StopAtCurrentEndDeliversWhatExistsThenEnds) {
   EXPECT_TRUE(source.Bounded());
   EXPECT_FALSE(source.Exhausted());
   // Records produced after the stop are not delivered.
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "bounded", {{0, "a2"}, {1, "b0"}}).ok());
+  ASSERT_OK(ProduceLines(broker_->bootstrap(), "bounded", {{0, "a2"}, {1, "b0"}}));
   std::vector<Read> rest;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (!source.Exhausted() && std::chrono::steady_clock::now() < deadline) {
@@ -299,13 +299,13 @@ TEST_F(KafkaTest, StopAtCurrentEndDeliversWhatExistsThenEnds) {
   EXPECT_THAT(source.Positions(), ElementsAre(2, 0, 1));
   for (int p = 0; p < 3; ++p) EXPECT_EQ(source.Backlog(p), 0) << p;
   auto after = source.Poll(100, 50, [](const RawMessage&) { ADD_FAILURE() << "after the end"; });
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_EQ(*after, 0);
 }
 
 TEST_F(KafkaTest, SourceRejectsBadStarts) {
-  ASSERT_TRUE(broker_->CreateTopic("small", 2).ok());
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "small", {{0, "x"}}).ok());
+  ASSERT_OK(broker_->CreateTopic("small", 2));
+  ASSERT_OK(ProduceLines(broker_->bootstrap(), "small", {{0, "x"}}));
 
   KafkaSourceOptions beyond = Options("small");
   beyond.start_offsets = {{0, 5}};
@@ -326,19 +326,19 @@ TEST_F(KafkaTest, SourceRejectsBadStarts) {
 }
 
 TEST_F(KafkaTest, SinkWritesKeyedRecords) {
-  ASSERT_TRUE(broker_->CreateTopic("out", 4).ok());
+  ASSERT_OK(broker_->CreateTopic("out", 4));
   KafkaSinkOptions o;
   o.bootstrap = broker_->bootstrap();
   o.topic = "out";
   KafkaSink sink(o);
-  ASSERT_TRUE(sink.Open().ok());
-  ASSERT_TRUE(sink.Write("k1", R"({"v":1})").ok());
-  ASSERT_TRUE(sink.Write("k2", R"({"v":2})").ok());
-  ASSERT_TRUE(sink.Write("k1", R"({"v":3})").ok());
-  ASSERT_TRUE(sink.Write("", R"({"v":4})").ok());
-  ASSERT_TRUE(sink.Flush().ok());
+  ASSERT_OK(sink.Open());
+  ASSERT_OK(sink.Write("k1", R"({"v":1})"));
+  ASSERT_OK(sink.Write("k2", R"({"v":2})"));
+  ASSERT_OK(sink.Write("k1", R"({"v":3})"));
+  ASSERT_OK(sink.Write("", R"({"v":4})"));
+  ASSERT_OK(sink.Flush());
   EXPECT_EQ(sink.delivered(), 4);
-  ASSERT_TRUE(sink.Close().ok());
+  ASSERT_OK(sink.Close());
 
   auto records = ConsumeAll(broker_->bootstrap(), "out");
   ASSERT_TRUE(records.ok()) << records.status();
@@ -356,7 +356,7 @@ TEST_F(KafkaTest, SinkWritesKeyedRecords) {
   EXPECT_EQ(partitions["k1"].size(), 1u);
 
   auto values = ConsumeAllValues(broker_->bootstrap(), "out");
-  ASSERT_TRUE(values.ok());
+  ASSERT_OK(values);
   EXPECT_EQ(values->size(), 4u);
 }
 
@@ -379,7 +379,7 @@ TEST(KafkaSinkTest, FlushReportsFailedDeliveryAndStaysFailed) {
   KafkaSink sink(o);
   ASSERT_OK(sink.Open());
   broker->reset();  // the broker goes away before the record is delivered
-  ASSERT_TRUE(sink.Write("k", "{}").ok());
+  ASSERT_OK(sink.Write("k", "{}"));
   absl::Status flushed = sink.Flush();
   EXPECT_TRUE(absl::IsUnavailable(flushed)) << flushed;
   EXPECT_FALSE(sink.Write("k", "{}").ok());
@@ -399,7 +399,7 @@ TEST(EmbeddedBrokerTest, ServesAChosenPort) {
 
   // Clients bootstrapping on the chosen port work end to end; the topic is
   // auto-created by the producer with the mock's fixed partition count.
-  ASSERT_TRUE(ProduceRecords(bootstrap, "fixed", {{-1, "k", "v1"}, {-1, "k", "v2"}}).ok());
+  ASSERT_OK(ProduceRecords(bootstrap, "fixed", {{-1, "k", "v1"}, {-1, "k", "v2"}}));
   auto records = ConsumeAll(bootstrap, "fixed");
   ASSERT_TRUE(records.ok()) << records.status();
   ASSERT_EQ(records->size(), 2u);
@@ -458,7 +458,7 @@ TEST(EmbeddedBrokerTest, BrokerCommandServesUntilSigterm) {
       absl::StripSuffix(absl::StripPrefix(line, prefix), " (4 partitions per new topic)"));
   EXPECT_THAT(bootstrap, ::testing::StartsWith("127.0.0.1:"));
 
-  EXPECT_TRUE(ProduceLines(bootstrap, "cmd", {{3, "hello"}}).ok());
+  EXPECT_OK(ProduceLines(bootstrap, "cmd", {{3, "hello"}}));
   auto records = ConsumeAll(bootstrap, "cmd");
   ASSERT_TRUE(records.ok()) << records.status();
   ASSERT_EQ(records->size(), 1u);
@@ -486,7 +486,7 @@ TEST(EmbeddedBrokerTest, BrokerCommandServesUntilSigterm) {
 TEST_F(KafkaTest, InteroperatesWithKcat) {
   if (!HaveKcat()) GTEST_SKIP() << "kcat not installed";
   const std::string b = broker_->bootstrap();
-  ASSERT_TRUE(broker_->CreateTopic("kin", 4).ok());
+  ASSERT_OK(broker_->CreateTopic("kin", 4));
   auto [out, rc] =
       Shell(absl::StrCat("printf 'x0\\nx1\\nx2\\n' | kcat -b ", b, " -t kin -P -p 2 2>&1"));
   ASSERT_EQ(rc, 0) << out;
@@ -501,16 +501,16 @@ TEST_F(KafkaTest, InteroperatesWithKcat) {
   }
   EXPECT_THAT(source.Positions(), ElementsAre(0, 0, 3, 0));
 
-  ASSERT_TRUE(broker_->CreateTopic("kout", 4).ok());
+  ASSERT_OK(broker_->CreateTopic("kout", 4));
   KafkaSinkOptions o;
   o.bootstrap = b;
   o.topic = "kout";
   KafkaSink sink(o);
-  ASSERT_TRUE(sink.Open().ok());
-  ASSERT_TRUE(sink.Write("w1", R"({"n":1})").ok());
-  ASSERT_TRUE(sink.Write("w2", R"({"n":2})").ok());
-  ASSERT_TRUE(sink.Write("", R"({"n":3})").ok());
-  ASSERT_TRUE(sink.Close().ok());
+  ASSERT_OK(sink.Open());
+  ASSERT_OK(sink.Write("w1", R"({"n":1})"));
+  ASSERT_OK(sink.Write("w2", R"({"n":2})"));
+  ASSERT_OK(sink.Write("", R"({"n":3})"));
+  ASSERT_OK(sink.Close());
   std::tie(out, rc) =
       Shell(absl::StrCat("kcat -b ", b, " -t kout -C -e -q -f '%k|%s\\n' 2>/dev/null"));
   ASSERT_EQ(rc, 0);

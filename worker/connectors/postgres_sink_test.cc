@@ -15,6 +15,7 @@
 #include "worker/connectors/sink_factory.h"
 #include "worker/registry/builtin_kinds.h"
 #include "worker/testing/postgres_server.h"
+#include "worker/testing/status_testing.h"
 
 namespace caravela {
 namespace {
@@ -101,11 +102,11 @@ TEST_F(PostgresSinkTest, CreatesTheTableAtTheFirstFlush) {
   auto sink = OpenSink(Options("Created_Table", /*epoch=*/2));
   // Unknown key fields: nothing is created before the first record is flushed.
   EXPECT_THAT(Query("SELECT to_regclass('created_table') IS NULL"), ElementsAre(ElementsAre("t")));
-  ASSERT_TRUE(sink->Flush().ok());
+  ASSERT_OK(sink->Flush());
   EXPECT_THAT(Query("SELECT to_regclass('created_table') IS NULL"), ElementsAre(ElementsAre("t")));
 
-  ASSERT_TRUE(Put(*sink, "PT", 2 * kEpochBase + 1, 150, "ON_TIME").ok());
-  ASSERT_TRUE(sink->Flush().ok());
+  ASSERT_OK(Put(*sink, "PT", 2 * kEpochBase + 1, 150, "ON_TIME"));
+  ASSERT_OK(sink->Flush());
   EXPECT_EQ(sink->written(), 1);
   // The name is folded to lower case, like an unquoted SQL name.
   EXPECT_THAT(
@@ -125,7 +126,7 @@ TEST_F(PostgresSinkTest, CreatesTheTableAtTheFirstFlush) {
                     "updated_at IS NOT NULL FROM created_table"),
               ElementsAre(ElementsAre("PT", "2026-10-01T10:00:00.000Z", "2000000001", "ON_TIME",
                                       "2", "150", "t")));
-  EXPECT_TRUE(sink->Close().ok());
+  EXPECT_OK(sink->Close());
 }
 
 TEST_F(PostgresSinkTest, KeyValuesAreStoredAsText) {
@@ -135,8 +136,8 @@ TEST_F(PostgresSinkTest, KeyValuesAreStoredAsText) {
   r.key = key;
   r.value = R"({"s":"quote \" backslash \\ tab \t unicode é 😀","revision":1})";
   r.revision = 1;
-  ASSERT_TRUE(sink->WriteRecord(r).ok());
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(sink->WriteRecord(r));
+  ASSERT_OK(sink->Close());
   EXPECT_THAT(
       Query("SELECT name, n, d, b, z, o, state IS NULL, value->>'s' FROM key_text"),
       // Non-strings are the runtime's JSON text (1.50 is the exact decimal 1.5).
@@ -146,25 +147,25 @@ TEST_F(PostgresSinkTest, KeyValuesAreStoredAsText) {
 
 TEST_F(PostgresSinkTest, UpsertKeepsTheHighestRevision) {
   auto sink = OpenSink(Options("upsert"));
-  ASSERT_TRUE(Put(*sink, "PT", 1, 100, "EARLY").ok());
-  ASSERT_TRUE(sink->Flush().ok());
-  ASSERT_TRUE(Put(*sink, "PT", 3, 170, "LATE").ok());
-  ASSERT_TRUE(sink->Flush().ok());
+  ASSERT_OK(Put(*sink, "PT", 1, 100, "EARLY"));
+  ASSERT_OK(sink->Flush());
+  ASSERT_OK(Put(*sink, "PT", 3, 170, "LATE"));
+  ASSERT_OK(sink->Flush());
   EXPECT_EQ(sink->written(), 2);
   EXPECT_EQ(sink->rejected(), 0);
   // An older and an equal revision (a replay with different content, to see
   // that it is not applied).
-  ASSERT_TRUE(Put(*sink, "PT", 2, 150, "ON_TIME").ok());
-  ASSERT_TRUE(sink->Flush().ok());
-  ASSERT_TRUE(Put(*sink, "PT", 3, 999, "LATE").ok());
-  ASSERT_TRUE(sink->Flush().ok());
+  ASSERT_OK(Put(*sink, "PT", 2, 150, "ON_TIME"));
+  ASSERT_OK(sink->Flush());
+  ASSERT_OK(Put(*sink, "PT", 3, 999, "LATE"));
+  ASSERT_OK(sink->Flush());
   EXPECT_EQ(sink->written(), 2);
   EXPECT_EQ(sink->rejected(), 2);
   EXPECT_THAT(Query("SELECT revision, state, value->>'revenue' FROM upsert"),
               ElementsAre(ElementsAre("3", "LATE", "170")));
   // A higher revision still goes through.
-  ASSERT_TRUE(Put(*sink, "PT", 4, 190, "FINAL").ok());
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(Put(*sink, "PT", 4, 190, "FINAL"));
+  ASSERT_OK(sink->Close());
   EXPECT_EQ(sink->written(), 3);
   EXPECT_THAT(Query("SELECT revision, state, value->>'revenue' FROM upsert"),
               ElementsAre(ElementsAre("4", "FINAL", "190")));
@@ -187,10 +188,10 @@ TEST_F(PostgresSinkTest, ManyKeysInOneBatchWithRepeatedKeys) {
   std::mt19937 rng(42);
   std::shuffle(writes.begin(), writes.end(), rng);
   for (const W& w : writes) {
-    ASSERT_TRUE(Put(*sink, absl::StrCat("C", w.key), w.rev, static_cast<int>(w.rev * 10)).ok());
+    ASSERT_OK(Put(*sink, absl::StrCat("C", w.key), w.rev, static_cast<int>(w.rev * 10)));
   }
   EXPECT_EQ(sink->pending(), 500u);
-  ASSERT_TRUE(sink->Flush().ok());
+  ASSERT_OK(sink->Flush());
   EXPECT_EQ(sink->pending(), 0u);
   EXPECT_EQ(sink->written(), 500);
   EXPECT_EQ(sink->written() + sink->rejected() + sink->superseded(),
@@ -206,9 +207,9 @@ TEST_F(PostgresSinkTest, ManyKeysInOneBatchWithRepeatedKeys) {
   }
   std::shuffle(writes.begin(), writes.end(), rng);
   for (const W& w : writes) {
-    ASSERT_TRUE(Put(*sink, absl::StrCat("C", w.key), w.rev, static_cast<int>(w.rev * 10)).ok());
+    ASSERT_OK(Put(*sink, absl::StrCat("C", w.key), w.rev, static_cast<int>(w.rev * 10)));
   }
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(sink->Close());
   EXPECT_EQ(sink->written(), 1000);
   EXPECT_THAT(Query("SELECT count(*), min(revision), max(revision) FROM many_keys"),
               ElementsAre(ElementsAre("500", "8", "8")));
@@ -220,7 +221,7 @@ TEST_F(PostgresSinkTest, ReplayedBatchIsRejected) {
   auto sink = OpenSink(Options("replayed"));
   for (int round = 0; round < 2; ++round) {
     for (int k = 0; k < 20; ++k) ASSERT_TRUE(Put(*sink, absl::StrCat("K", k), 5, k).ok());
-    ASSERT_TRUE(sink->Flush().ok());
+    ASSERT_OK(sink->Flush());
   }
   EXPECT_EQ(sink->written(), 20);
   EXPECT_EQ(sink->rejected(), 20);
@@ -231,18 +232,18 @@ TEST_F(PostgresSinkTest, ReplayedBatchIsRejected) {
 TEST_F(PostgresSinkTest, ASecondInstanceStillRespectsTheGuard) {
   {
     auto first = OpenSink(Options("restart"));
-    ASSERT_TRUE(Put(*first, "PT", 5, 170).ok());
-    ASSERT_TRUE(Put(*first, "ES", 2, 20).ok());
-    ASSERT_TRUE(first->Close().ok());
+    ASSERT_OK(Put(*first, "PT", 5, 170));
+    ASSERT_OK(Put(*first, "ES", 2, 20));
+    ASSERT_OK(first->Close());
   }
   auto second = OpenSink(Options("restart"));  // the table exists now
-  ASSERT_TRUE(Put(*second, "PT", 4, 1).ok());
-  ASSERT_TRUE(Put(*second, "ES", 2, 2).ok());
-  ASSERT_TRUE(second->Flush().ok());
+  ASSERT_OK(Put(*second, "PT", 4, 1));
+  ASSERT_OK(Put(*second, "ES", 2, 2));
+  ASSERT_OK(second->Flush());
   EXPECT_EQ(second->written(), 0);
   EXPECT_EQ(second->rejected(), 2);
-  ASSERT_TRUE(Put(*second, "PT", 6, 180).ok());
-  ASSERT_TRUE(second->Close().ok());
+  ASSERT_OK(Put(*second, "PT", 6, 180));
+  ASSERT_OK(second->Close());
   EXPECT_EQ(second->written(), 1);
   EXPECT_THAT(Query("SELECT country, revision, value->>'revenue' FROM restart ORDER BY 1"),
               ElementsAre(ElementsAre("ES", "2", "20"), ElementsAre("PT", "6", "180")));
@@ -250,24 +251,24 @@ TEST_F(PostgresSinkTest, ASecondInstanceStillRespectsTheGuard) {
 
 TEST_F(PostgresSinkTest, StaleEpochIsFenced) {
   auto current = OpenSink(Options("fenced", /*epoch=*/1));
-  ASSERT_TRUE(Put(*current, "PT", kEpochBase + 1, 170).ok());
-  ASSERT_TRUE(current->Flush().ok());
+  ASSERT_OK(Put(*current, "PT", kEpochBase + 1, 170));
+  ASSERT_OK(current->Flush());
 
   // A stale worker still running epoch 0, far along in its own numbering.
   auto stale = OpenSink(Options("fenced", /*epoch=*/0));
-  ASSERT_TRUE(Put(*stale, "PT", 999'999, 5).ok());
-  ASSERT_TRUE(stale->Flush().ok());
+  ASSERT_OK(Put(*stale, "PT", 999'999, 5));
+  ASSERT_OK(stale->Flush());
   EXPECT_EQ(stale->written(), 0);
   EXPECT_EQ(stale->rejected(), 1);
   EXPECT_THAT(Query("SELECT revision, epoch, value->>'revenue' FROM fenced"),
               ElementsAre(ElementsAre("1000000001", "1", "170")));
 
   // The current run goes on.
-  ASSERT_TRUE(Put(*current, "PT", kEpochBase + 2, 180).ok());
-  ASSERT_TRUE(current->Close().ok());
+  ASSERT_OK(Put(*current, "PT", kEpochBase + 2, 180));
+  ASSERT_OK(current->Close());
   EXPECT_THAT(Query("SELECT revision, epoch, value->>'revenue' FROM fenced"),
               ElementsAre(ElementsAre("1000000002", "1", "180")));
-  ASSERT_TRUE(stale->Close().ok());
+  ASSERT_OK(stale->Close());
 }
 
 // Cluster jobs fence by epoch explicitly: once epoch 2 of the job opened its
@@ -278,17 +279,17 @@ TEST_F(PostgresSinkTest, ClusterEpochFenceKeepsAStaleWorkerOut) {
   PostgresSinkOptions old_options = Options("epoch_fence", /*epoch=*/1);
   old_options.fence_job = "revenue";
   auto stale = OpenSink(old_options);
-  ASSERT_TRUE(Put(*stale, "PT", kEpochBase + 1, 100).ok());
-  ASSERT_TRUE(stale->Flush().ok());  // before the new epoch: lands
+  ASSERT_OK(Put(*stale, "PT", kEpochBase + 1, 100));
+  ASSERT_OK(stale->Flush());  // before the new epoch: lands
 
   PostgresSinkOptions new_options = Options("epoch_fence", /*epoch=*/2);
   new_options.fence_job = "revenue";
   auto current = OpenSink(new_options);
-  ASSERT_TRUE(Put(*current, "PT", 2 * kEpochBase + 1, 110).ok());
-  ASSERT_TRUE(current->Flush().ok());
+  ASSERT_OK(Put(*current, "PT", 2 * kEpochBase + 1, 110));
+  ASSERT_OK(current->Flush());
 
   // The stale worker resumes: a key the new epoch has not written yet.
-  ASSERT_TRUE(Put(*stale, "ES", kEpochBase + 2, 7).ok());
+  ASSERT_OK(Put(*stale, "ES", kEpochBase + 2, 7));
   absl::Status st = stale->Flush();
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
   EXPECT_THAT(st.message(), HasSubstr("fenced"));
@@ -303,21 +304,21 @@ TEST_F(PostgresSinkTest, ClusterEpochFenceKeepsAStaleWorkerOut) {
   absl::Status opened = late.Open();
   EXPECT_TRUE(absl::IsFailedPrecondition(opened)) << opened;
   EXPECT_THAT(opened.message(), HasSubstr("epoch 2 of job revenue"));
-  ASSERT_TRUE(current->Close().ok());
+  ASSERT_OK(current->Close());
 }
 
 TEST_F(PostgresSinkTest, KeylessRecordsAreAppended) {
   auto sink = OpenSink(Options("keyless", /*epoch=*/3));
-  ASSERT_TRUE(sink->Write("", R"({"reason":"late","n":1})").ok());
-  ASSERT_TRUE(sink->Write("", R"({"reason":"late","n":1})").ok());  // no dedup: appended
+  ASSERT_OK(sink->Write("", R"({"reason":"late","n":1})"));
+  ASSERT_OK(sink->Write("", R"({"reason":"late","n":1})"));  // no dedup: appended
   SinkRecord r;
   r.value = R"({"n":2,"revision":9,"state":"FINAL"})";
   r.revision = 9;
   r.state = "FINAL";
-  ASSERT_TRUE(sink->WriteRecord(r).ok());
-  ASSERT_TRUE(sink->Flush().ok());
-  ASSERT_TRUE(sink->Write("", R"({"n":3})").ok());
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(sink->WriteRecord(r));
+  ASSERT_OK(sink->Flush());
+  ASSERT_OK(sink->Write("", R"({"n":3})"));
+  ASSERT_OK(sink->Close());
   EXPECT_EQ(sink->written(), 4);
   EXPECT_THAT(
       Query("SELECT coalesce(revision::text, 'null'), coalesce(state, 'null'), epoch, "
@@ -381,8 +382,8 @@ TEST_F(PostgresSinkTest, ExistingTableThatDoesNotFitIsRefused) {
 TEST_F(PostgresSinkTest, RecordKeyMustMatchTheTablesKey) {
   {
     auto first = OpenSink(Options("key_match"));
-    ASSERT_TRUE(Put(*first, "PT", 1, 1).ok());
-    ASSERT_TRUE(first->Close().ok());
+    ASSERT_OK(Put(*first, "PT", 1, 1));
+    ASSERT_OK(first->Close());
   }
   auto sink = OpenSink(Options("key_match"));
   SinkRecord r;
@@ -396,8 +397,8 @@ TEST_F(PostgresSinkTest, RecordKeyMustMatchTheTablesKey) {
   // Same fields in another order are fine.
   r.key = R"({"window_start":"2026-10-01T10:00:00.000Z","country":"PT"})";
   r.revision = 2;
-  ASSERT_TRUE(sink->WriteRecord(r).ok());
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(sink->WriteRecord(r));
+  ASSERT_OK(sink->Close());
   EXPECT_THAT(Query("SELECT country, revision FROM key_match"),
               ElementsAre(ElementsAre("PT", "2")));
 }
@@ -424,8 +425,8 @@ TEST_F(PostgresSinkTest, RecordErrors) {
 
   // Nothing was buffered; a good record still works.
   EXPECT_EQ(sink->pending(), 0u);
-  ASSERT_TRUE(Put(*sink, "PT", 1, 1).ok());
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(Put(*sink, "PT", 1, 1));
+  ASSERT_OK(sink->Close());
   EXPECT_EQ(sink->written(), 1);
 
   PostgresSink bad_name(Options("bad-name"));
@@ -440,8 +441,8 @@ TEST_F(PostgresSinkTest, SqlErrorsSayWhatFailed) {
                          "value jsonb NOT NULL, PRIMARY KEY (country, window_start))")
                   .ok());
   auto sink = OpenSink(Options("checked"));
-  ASSERT_TRUE(Put(*sink, "PT", 5, 1).ok());
-  ASSERT_TRUE(Put(*sink, "ES", 500, 1).ok());
+  ASSERT_OK(Put(*sink, "PT", 5, 1));
+  ASSERT_OK(Put(*sink, "ES", 500, 1));
   absl::Status st = sink->Flush();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("spec.sinks[0].postgres (table checked): upsert of 2 rows "
@@ -456,17 +457,17 @@ TEST_F(PostgresSinkTest, ReconnectsOnceAfterALostConnection) {
   PostgresSinkOptions o = Options("reconnect");
   o.dsn = server_->Dsn() + " application_name=reconnect_test";
   auto sink = OpenSink(o);
-  ASSERT_TRUE(Put(*sink, "PT", 1, 100).ok());
-  ASSERT_TRUE(sink->Flush().ok());
+  ASSERT_OK(Put(*sink, "PT", 1, 100));
+  ASSERT_OK(sink->Flush());
   absl::StatusOr<int> killed = server_->TerminateConnections();
   ASSERT_TRUE(killed.ok()) << killed.status();
   EXPECT_GE(*killed, 1);
-  ASSERT_TRUE(Put(*sink, "PT", 2, 150).ok());
-  ASSERT_TRUE(sink->Flush().ok());
+  ASSERT_OK(Put(*sink, "PT", 2, 150));
+  ASSERT_OK(sink->Flush());
   EXPECT_EQ(sink->written(), 2);
   EXPECT_THAT(Query("SELECT revision, value->>'revenue' FROM reconnect"),
               ElementsAre(ElementsAre("2", "150")));
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(sink->Close());
 }
 
 TEST_F(PostgresSinkTest, WriteFlushesWhenTheBufferIsFull) {
@@ -476,12 +477,12 @@ TEST_F(PostgresSinkTest, WriteFlushesWhenTheBufferIsFull) {
   for (int k = 0; k < 25; ++k) ASSERT_TRUE(Put(*sink, absl::StrCat("K", k), 1, k).ok());
   EXPECT_EQ(sink->written(), 20);
   EXPECT_EQ(sink->pending(), 5u);
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(sink->Close());
   EXPECT_THAT(Query("SELECT count(*) FROM auto_flush"), ElementsAre(ElementsAre("25")));
 }
 
 TEST_F(PostgresSinkTest, SchemaQualifiedTableAndFactory) {
-  ASSERT_TRUE(server_->Exec("CREATE SCHEMA analytics").ok());
+  ASSERT_OK(server_->Exec("CREATE SCHEMA analytics"));
   SinkSpec spec;
   spec.kind = BuiltinKinds().sinks.Find("postgres");
   spec.config = PostgresSinkSpec{server_->Dsn(), "Analytics.Hourly"};
@@ -492,16 +493,16 @@ TEST_F(PostgresSinkTest, SchemaQualifiedTableAndFactory) {
   ASSERT_TRUE(made.ok()) << made.status();
   auto* sink = dynamic_cast<PostgresSink*>(made->get());
   ASSERT_NE(sink, nullptr);
-  ASSERT_TRUE(sink->Open().ok());
+  ASSERT_OK(sink->Open());
   EXPECT_EQ(sink->quoted_table(), "\"analytics\".\"hourly\"");
-  ASSERT_TRUE(Put(*sink, "PT", 7 * kEpochBase + 1, 1).ok());
-  ASSERT_TRUE(sink->Close().ok());
+  ASSERT_OK(Put(*sink, "PT", 7 * kEpochBase + 1, 1));
+  ASSERT_OK(sink->Close());
   EXPECT_THAT(Query("SELECT epoch FROM analytics.hourly"), ElementsAre(ElementsAre("7")));
 
   // The factory names the sink's YAML path in errors.
   spec.Mutable<PostgresSinkSpec>()->dsn = "host=127.0.0.1 port=1";
   made = MakeSink(spec, ctx);
-  ASSERT_TRUE(made.ok());
+  ASSERT_OK(made);
   EXPECT_THAT((*made)->Open().message(), HasSubstr("spec.sinks[3].postgres: cannot connect"));
 }
 

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "worker/testing/status_testing.h"
+
 namespace caravela {
 namespace {
 
@@ -17,17 +19,17 @@ TEST(ParseTimeRangeTest, IsoBoundsOpenEndsAndNamedDays) {
   EXPECT_EQ(r->first, kOct1);
   EXPECT_EQ(r->second, kOct1 + kDay);
   r = ParseTimeRange("2026-10-01T00:00:00Z..", 0);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->second, kMaxTime);
   r = ParseTimeRange("..2026-10-01T00:00:00Z", 0);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->first, kMinTime);
   // "Now" is 2026-10-02T05:00Z: yesterday is October 1st, today the 2nd.
   r = ParseTimeRange("yesterday", kOct1 + kDay + 5 * 3600 * 1000);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(*r, std::make_pair(kOct1, kOct1 + kDay));
   r = ParseTimeRange("today", kOct1 + kDay + 5 * 3600 * 1000);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(*r, std::make_pair(kOct1 + kDay, kOct1 + 2 * kDay));
 }
 

@@ -273,9 +273,7 @@ absl::Status Task::Impl::MaybeStopAtEndOfInput() {
   return absl::OkStatus();
 }
 
-absl::Status Task::Impl::MaybeCheckpoint() {
-  return checkpointer.Due() ? checkpointer.Take("") : absl::OkStatus();
-}
+absl::Status Task::Impl::MaybeCheckpoint() { return checkpointer.Drive(/*stop=*/false); }
 
 // ---- The standalone drivers -----------------------------------------------------
 
@@ -354,7 +352,7 @@ absl::Status Task::Impl::Finish() {
   RETURN_IF_ERROR(Commit(true));
   // A final checkpoint commits the last output (checkpointed sinks show only
   // committed output) and lets a stopped job resume where it stopped.
-  if (checkpointer.periodic()) RETURN_IF_ERROR(checkpointer.Take(""));
+  RETURN_IF_ERROR(checkpointer.Drive(/*stop=*/true));
   if (!ctx.options.savepoint_on_stop.empty()) {
     RETURN_IF_ERROR(checkpointer.Take(ctx.options.savepoint_on_stop));
   }

@@ -225,16 +225,33 @@ absl::Status TaskCheckpointer::ApplyManifest(const CheckpointManifest& m) {
   return absl::OkStatus();
 }
 
-bool TaskCheckpointer::Due() {
-  if (manager_ == nullptr || interval_ms_ <= 0) return false;
+absl::Status TaskCheckpointer::Drive(bool stop) {
+  if (!periodic()) return absl::OkStatus();
   const int64_t now = ctx_.clock->NowMs();
-  if (next_at_ == kMinTime) {
-    next_at_ = SatAdd(now, interval_ms_);
-    return false;
+  if (!coordinator_.started()) {
+    CheckpointCoordinatorOptions options;
+    options.tasks = 1;
+    options.interval_ms = interval_ms_;  // no timeout: Take is synchronous
+    coordinator_ = CheckpointCoordinator(options);
+    coordinator_.Start(now, next_id());
   }
-  if (now < next_at_) return false;
-  next_at_ = SatAdd(now, interval_ms_);
-  return true;
+  if (stop) coordinator_.RequestStop();
+  for (;;) {
+    const CheckpointAction a = coordinator_.Poll(now);
+    switch (a.kind) {
+      case CheckpointAction::kNone:
+        return absl::OkStatus();
+      case CheckpointAction::kTrigger:
+        RETURN_IF_ERROR(Take("", a.id));
+        coordinator_.TaskStored(0, a.id);
+        break;
+      case CheckpointAction::kComplete:  // Take committed the sinks: the task is the job
+      case CheckpointAction::kFinish:
+        break;
+      case CheckpointAction::kFail:
+        return absl::InternalError(absl::StrCat("checkpoint ", a.id, ": ", a.why));
+    }
+  }
 }
 
 absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t job_id) {

@@ -6,7 +6,9 @@
 // offsets and watermark state, operator watermarks, sink pre-commits),
 // barriers into the exchanges, the state upload, then the sinks' commit.
 //
-// A standalone task checkpoints on its own clock (Due). A task of a parallel
+// A standalone task is a one-task job: its own CheckpointCoordinator
+// (worker/checkpoint/checkpoint_coordinator.h) on the task's processing
+// time says when to take a checkpoint (Drive). A task of a parallel
 // job follows the job's coordinator (ServeJob): it stores checkpoint n once
 // n is triggered and every exchange input is aligned on barrier n, and
 // commits its sinks when n is complete job-wide.
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/checkpoint/checkpoint_coordinator.h"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/runtime/task_context.h"
 #include "worker/runtime/task_graph.h"
@@ -41,8 +44,10 @@ class TaskCheckpointer {
   // After the graph is built: restores what Open found, if anything (sinks
   // of a fresh start drop what a crashed run left).
   absl::Status Restore();
-  // Standalone: true once spec.checkpoint.interval passed since the last one.
-  bool Due();
+  // Standalone: does what the task's coordinator says is due now (a
+  // checkpoint spec.checkpoint.interval after the previous one); with
+  // `stop`, the job's last checkpoint. No-op without periodic checkpoints.
+  absl::Status Drive(bool stop);
   // Takes checkpoint `id` (0: the manager's next id) or, with a
   // `savepoint_dir`, a savepoint; standalone tasks commit their sinks at once.
   absl::Status Take(const std::string& savepoint_dir, int64_t id = 0);
@@ -80,9 +85,10 @@ class TaskCheckpointer {
   std::function<absl::Status()> flush_;
   // Null when the job has no checkpoints and no savepoint is used.
   std::unique_ptr<CheckpointManager> manager_;
-  int64_t interval_ms_ = 0;     // standalone: spec.checkpoint.interval
-  int64_t next_at_ = kMinTime;  // processing time; kMinTime: not scheduled yet
-  int64_t last_id_ = 0;         // for the progress line
+  int64_t interval_ms_ = 0;  // spec.checkpoint.interval
+  // Standalone: the one-task job's coordinator, started at the first Drive.
+  CheckpointCoordinator coordinator_;
+  int64_t last_id_ = 0;  // for the progress line
   std::chrono::steady_clock::time_point last_at_;
   std::string spec_hash_;
   std::optional<CheckpointManifest> savepoint_;  // options.from_savepoint's manifest
