@@ -137,7 +137,10 @@ absl::Status KafkaSource::Open() {
       {"bootstrap.servers", options_.bootstrap},
       {"client.id", "caravela-source"},
       // Offsets belong to the engine. librdkafka's assign() still wants a
-      // group.id, but the group never joins, rebalances or commits.
+      // group.id (the task passes caravela-<job> in options.config, which
+      // comes after these); the group never joins or rebalances, and only
+      // CommitOffsets commits to it (after a complete checkpoint, for lag
+      // tools).
       {"group.id", "caravela-source"},
       {"enable.auto.commit", "false"},
       {"enable.auto.offset.store", "false"},

@@ -167,6 +167,53 @@ TEST(RescaleTest, WindowsMoveWithTheirGroupAndKeepTheirRevisions) {
   EXPECT_GT(ref_out.size(), records.size() / 8);
 }
 
+TEST(RescaleTest, WindowFinalsMoveSoTooLateRecordsStillNameTheFinalRevision) {
+  auto make = [] { return std::make_unique<WindowOperator>(HourlyByCountry()); };
+  const char* countries[] = {"PT", "ES", "FR", "DE", "IT", "NL", "BE", "PL"};
+  std::vector<std::pair<std::string, int64_t>> records, too_late;
+  for (int i = 0; i < 32; ++i) {
+    records.emplace_back(absl::StrCat(R"({"country":")", countries[i % 8], R"(","city":"c)", i % 3,
+                                      R"(","amount":)", i, "}"),
+                         kDay + i * kMin);
+  }
+  // After hour 0's windows are FINAL (end + lateness), one record per group
+  // is too late for them.
+  for (int i = 0; i < 24; ++i) {
+    too_late.emplace_back(absl::StrCat(R"({"country":")", countries[i % 8], R"(","city":"c)", i % 3,
+                                       R"(","amount":5})"),
+                          kDay + 30 * kMin);
+  }
+  auto ref_op = make();
+  OperatorHarness ref(ref_op.get());
+  ASSERT_OK(ref.Open());
+  ASSERT_OK(ref.ProcessBatch(records));
+  ASSERT_OK(ref.AdvanceWatermark(kDay + 2 * kHour));
+  for (const auto& r : too_late) ASSERT_OK(ref.ProcessJson(r.first, r.second));
+  const std::vector<std::string> ref_side = ref.TakeSide("too_late");
+  ASSERT_EQ(ref_side.size(), too_late.size());
+  for (const std::string& s : ref_side) EXPECT_THAT(s, ::testing::HasSubstr(R"("revision":)"));
+  EXPECT_THAT(ref_side,
+              ::testing::Each(::testing::Not(::testing::HasSubstr(R"("revision":null)"))));
+
+  auto old_op = make();
+  OperatorHarness old(old_op.get());
+  ASSERT_OK(old.Open());
+  ASSERT_OK(old.ProcessBatch(records));
+  ASSERT_OK(old.AdvanceWatermark(kDay + 2 * kHour));
+  std::unique_ptr<WindowOperator> ops[2];
+  std::unique_ptr<OperatorHarness> tasks[2];
+  Split<WindowOperator>(old, {{FieldPath::Parse("country")}}, make, ops, tasks, kDay + 2 * kHour);
+  for (const auto& r : too_late) {
+    ASSERT_OK(tasks[TaskOf(r.first, "country")]->ProcessJson(r.first, r.second));
+  }
+  std::vector<std::string> side = tasks[0]->TakeSide("too_late"),
+                           more = tasks[1]->TakeSide("too_late");
+  EXPECT_FALSE(side.empty());
+  EXPECT_FALSE(more.empty());
+  side.insert(side.end(), more.begin(), more.end());
+  EXPECT_EQ(Sorted(side), Sorted(ref_side));
+}
+
 TEST(RescaleTest, IntervalJoinRowsMoveWithTheirKey) {
   IntervalJoinSpec spec;
   spec.left = "l";

@@ -587,6 +587,41 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
     if (owner.OwnsHash(KeyOwner::HashValues(values, &scratch))) table->Put(key, value);
     return true;
   }));
+  RETURN_IF_ERROR(bad);
+  // The FINAL revisions (FinalKey: final time, group key, start), which
+  // too_late records name: the group key is each group value's JSON text
+  // and a NUL, read back as the array "g" the windows table holds.
+  ASSIGN_OR_RETURN(StateTable * old_finals, from.OpenTable("finals"));
+  ASSIGN_OR_RETURN(StateTable * finals, to.OpenTable("finals"));
+  std::string json;
+  RETURN_IF_ERROR(old_finals->Scan("", "", [&](std::string_view key, std::string_view value) {
+    if (key.size() < 16) {
+      bad = absl::DataLossError("corrupt window finals in " + from.name());
+      return false;
+    }
+    const std::string_view group_key = key.substr(8, key.size() - 16);
+    json = "{\"g\":[";
+    for (size_t begin = 0, n = 0; begin < group_key.size(); ++n) {
+      const size_t end = group_key.find('\0', begin);
+      if (n > 0) json.push_back(',');
+      json.append(group_key.substr(begin, end - begin));
+      begin = end == std::string_view::npos ? group_key.size() : end + 1;
+    }
+    json += "]}";
+    if (absl::Status st = decoder.Decode(json, &rec); !st.ok()) {
+      bad = absl::DataLossError("corrupt window finals in " + from.name() + ": " +
+                                std::string(st.message()));
+      return false;
+    }
+    group.clear();
+    rec.ForEachChild(static_cast<uint32_t>(rec.FindChild(0, "g")),
+                     [&](uint32_t c) { group.push_back(rec.Get(static_cast<int32_t>(c))); });
+    for (size_t i = 0; i < positions.size(); ++i) {
+      values[i] = positions[i] < group.size() ? group[positions[i]] : Value::Null();
+    }
+    if (owner.OwnsHash(KeyOwner::HashValues(values, &scratch))) finals->Put(key, value);
+    return true;
+  }));
   return bad;
 }
 
