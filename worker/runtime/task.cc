@@ -193,7 +193,7 @@ absl::Status Task::Impl::StepSources(int timeout_ms, bool* got, bool* all_done) 
     if (src.has_pending()) {
       *got = true;
       *all_done = false;
-      RETURN_IF_ERROR(dispatch.ApplySourceBatch(i, src.pending.size() - src.head));
+      RETURN_IF_ERROR(dispatch.ApplySourceBatch(i, src.input.pending.size() - src.input.head));
     } else if (src.raw->Exhausted()) {
       // Ends only in a step without records, so the watermark of the last
       // batch is propagated (and fires) before the end-of-input +inf.
@@ -247,7 +247,7 @@ absl::Status Task::Impl::Preload() {
     for (;;) {
       RETURN_IF_ERROR(ingest.FillPending(src, 20));
       if (src.has_pending()) {
-        RETURN_IF_ERROR(dispatch.ApplySourceBatch(i, src.pending.size() - src.head));
+        RETURN_IF_ERROR(dispatch.ApplySourceBatch(i, src.input.pending.size() - src.input.head));
         continue;
       }
       if (src.raw->Exhausted()) break;
@@ -293,7 +293,7 @@ absl::Status Task::Impl::RunArrivalMode() {
         }
         continue;
       }
-      int64_t a = src.pending[src.head].arrival;
+      int64_t a = src.input.pending[src.input.head].arrival;
       if (best < 0 || a < t_next) {
         best = i;
         t_next = a;

@@ -32,9 +32,9 @@ bool TaskCheckpointer::Rescaled() const {
 
 void TaskCheckpointer::CommitSourceOffsets(int64_t id) {
   for (SourceNode& src : graph_.sources) {
-    if (!src.present || src.checkpointed_id != id) continue;
+    if (!src.present || src.pos.checkpointed_id != id) continue;
     // Monitoring only: a failure is logged, never fatal.
-    if (absl::Status st = src.raw->CommitOffsets(src.checkpointed); !st.ok()) {
+    if (absl::Status st = src.raw->CommitOffsets(src.pos.checkpointed); !st.ok()) {
       Log()->warn("source {}: {}", src.spec->name, std::string(st.message()));
     }
   }
@@ -181,8 +181,8 @@ absl::Status TaskCheckpointer::ApplyManifest(const CheckpointManifest& m) {
       status_.ForgetLiveSources();
     }
     ASSIGN_OR_RETURN(src.raw, Builder().OpenRawSource(*src.spec, src.owned, start));
-    src.applied = src.raw->Positions();
-    src.ResetLiveApplied();
+    src.pos.applied = src.raw->Positions();
+    src.pos.ResetLiveApplied();
     if (const std::optional<std::string> wm = SourceWatermarkState(m, sc)) {
       if (!src.wm->Import(*wm)) {
         return absl::DataLossError(absl::StrCat("checkpoint ", m.checkpoint_id(),
@@ -192,8 +192,8 @@ absl::Status TaskCheckpointer::ApplyManifest(const CheckpointManifest& m) {
     int n = 0;
     for (std::string& v : SourcePartitionIds(m, sc)) src.partition_ids.emplace(std::move(v), n++);
     if (const std::optional<int64_t> la = SourceLastArrival(m, sc)) {
-      src.last_arrival = *la;
-      src.applied_arrival = src.last_arrival;
+      src.input.last_arrival = *la;
+      src.pos.applied_arrival = src.input.last_arrival;
     }
   }
   for (const auto& oc : m.operators()) {
@@ -265,14 +265,14 @@ absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t jo
   m.set_epoch(ctx_.epoch);
   for (SourceNode& src : graph_.sources) {
     if (!src.present) continue;
-    src.checkpointed = src.applied;
-    src.checkpointed_id = id;
+    src.pos.checkpointed = src.pos.applied;
+    src.pos.checkpointed_id = id;
     auto* sc = m.add_sources();
     sc->set_name(src.spec->name);
-    for (size_t p = 0; p < src.applied.size(); ++p) {
+    for (size_t p = 0; p < src.pos.applied.size(); ++p) {
       auto* pc = sc->add_partitions();
       pc->set_partition(static_cast<int32_t>(p));
-      pc->set_next_offset(src.applied[p]);
+      pc->set_next_offset(src.pos.applied[p]);
       if (static_cast<int>(p) < src.wm->partition_count()) {
         pc->set_watermark(src.wm->partition_watermark(static_cast<int>(p)));
         pc->set_idle(src.wm->partition_idle(static_cast<int>(p)));
@@ -284,7 +284,7 @@ absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t jo
       for (const auto& [value, pid] : src.partition_ids) by_id[pid] = value;
       SetSourcePartitionIds(&m, sc, by_id);
     }
-    if (ctx_.arrival_mode) SetSourceLastArrival(&m, sc, src.applied_arrival);
+    if (ctx_.arrival_mode) SetSourceLastArrival(&m, sc, src.pos.applied_arrival);
   }
   if (ctx_.arrival_mode) SetManifestClock(&m, ctx_.clock->NowMs());
   for (OperatorNode& on : graph_.ops) {

@@ -28,15 +28,15 @@ absl::Status Dispatcher::ApplySourceBatch(int src_id, size_t count) {
   const bool has_time = src.spec->event_time.has_value();
   Output& out = src.out;
   const bool file = !src.spec->kind->partitioned_log();  // one stream: positions of partition 0
-  for (size_t i = src.head; i < src.head + count; ++i) {
-    Record& r = src.pending[i];
+  for (size_t i = src.input.head; i < src.input.head + count; ++i) {
+    Record& r = src.input.pending[i];
     const size_t raw_partition = file ? 0 : static_cast<size_t>(r.partition);
-    if (raw_partition < src.applied.size()) src.applied[raw_partition] = r.offset + 1;
-    src.applied_arrival = r.arrival;
+    if (raw_partition < src.pos.applied.size()) src.pos.applied[raw_partition] = r.offset + 1;
+    src.pos.applied_arrival = r.arrival;
     src.wm->OnActivity(r.partition, now);
-    if (src.pending_invalid[i] != kValidRecord) {
+    if (src.input.pending_invalid[i] != kValidRecord) {
       out.side(0).AppendSwapped(r);
-      src.invalid[src.pending_invalid[i]]->Add();
+      src.counters.invalid[src.input.pending_invalid[i]]->Add();
       status_.AddInvalid();
       continue;
     }
@@ -53,24 +53,24 @@ absl::Status Dispatcher::ApplySourceBatch(int src_id, size_t count) {
       s.AddString("raw", json_);
       s.partition = r.partition;
       s.offset = r.offset;
-      src.invalid[kFutureEventTime]->Add();
+      src.counters.invalid[kFutureEventTime]->Add();
       status_.AddInvalid();
       continue;
     }
     if (has_time && !r.tombstone) {
       src.wm->OnRecord(r.partition, r.event_time, now);
-      src.delay->Observe(now - r.event_time);
+      src.counters.delay->Observe(now - r.event_time);
     }
     out.main().AppendSwapped(r);
   }
-  src.head += count;
-  if (src.delay.has_value()) src.delay->Flush();
-  if (src.live_applied != nullptr) {
-    for (size_t p = 0; p < src.applied.size(); ++p) {
-      src.live_applied[p].store(src.applied[p], std::memory_order_relaxed);
+  src.input.head += count;
+  if (src.counters.delay.has_value()) src.counters.delay->Flush();
+  if (src.pos.live_applied != nullptr) {
+    for (size_t p = 0; p < src.pos.applied.size(); ++p) {
+      src.pos.live_applied[p].store(src.pos.applied[p], std::memory_order_relaxed);
     }
   }
-  src.in->Add(static_cast<int64_t>(count));
+  src.counters.in->Add(static_cast<int64_t>(count));
   status_.AddRecordsIn(static_cast<int64_t>(count));
   RETURN_IF_ERROR(Dispatch(src_id));
   Failpoint("source.after_batch");
@@ -180,7 +180,8 @@ absl::Status Dispatcher::Feed(int op, int input, const RecordBatch& batch, Recor
 absl::Status Dispatcher::ApplyArrivalStep(int src_id, int64_t t) {
   const SourceNode& src = graph_.sources[src_id];
   size_t count = 0;
-  while (src.head + count < src.pending.size() && src.pending[src.head + count].arrival == t &&
+  while (src.input.head + count < src.input.pending.size() &&
+         src.input.pending[src.input.head + count].arrival == t &&
          static_cast<int>(count) < ctx_.options.batch_size) {
     ++count;
   }

@@ -122,22 +122,23 @@ absl::Status GraphBuilder::BuildSources() {
       }
     }
     ASSIGN_OR_RETURN(src.raw, OpenRawSource(ss, src.owned, {}));
-    src.applied = src.raw->Positions();
-    src.ResetLiveApplied();
+    src.pos.applied = src.raw->Positions();
+    src.pos.ResetLiveApplied();
     if (ctx_.arrival_mode && ss.kind->partitioned_log() && !ss.kind->ArrivalField(ss).empty()) {
-      src.merged = true;
-      src.staged.resize(static_cast<size_t>(src.raw->PartitionCount()));
+      src.input.merged = true;
+      src.input.staged.resize(static_cast<size_t>(src.raw->PartitionCount()));
     }
     if (ss.kind->partitioned_log()) src.wm->EnsurePartitions(src.raw->PartitionCount());
     std::string labels = absl::StrCat("source=\"", ss.name, "\"");
-    src.in = ctx_.metrics->Get("records_in_total", labels);
+    src.counters.in = ctx_.metrics->Get("records_in_total", labels);
     for (int r = 1; r < kInvalidReasons; ++r) {
-      src.invalid[r] =
+      src.counters.invalid[r] =
           ctx_.metrics->Get("invalid_records_total",
                             absl::StrCat(labels, ",reason=\"", kInvalidReasonNames[r], "\""));
     }
     if (ss.event_time.has_value()) {
-      src.delay.emplace(ctx_.metrics->GetHistogram("arrival_delay_ms", labels, DelayBucketsMs()));
+      src.counters.delay.emplace(
+          ctx_.metrics->GetHistogram("arrival_delay_ms", labels, DelayBucketsMs()));
     }
   }
   return absl::OkStatus();

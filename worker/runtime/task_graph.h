@@ -66,28 +66,14 @@ enum InvalidReason : uint8_t {
 inline constexpr const char* kInvalidReasonNames[kInvalidReasons] = {
     "", "malformed", "tombstone", "missing_event_time", "bad_event_time", "future_event_time"};
 
-struct SourceNode {
-  const SourceSpec* spec = nullptr;
-  // False for a source another stage reads (parallel jobs): nothing is opened.
-  bool present = true;
-  // Kafka partitions this task reads (empty: all); p % tasks == index.
-  std::vector<int32_t> owned;
-  std::unique_ptr<RawSource> raw;
-  std::unique_ptr<SourceWatermark> wm;
-  FieldPath partition_path, arrival_path;
-  absl::flat_hash_map<std::string, int> partition_ids;
-  // Decoded records waiting to be applied, [head, size).
-  RecordBatch pending;
-  std::vector<uint8_t> pending_invalid;  // InvalidReason per pending record
-  size_t head = 0;
-  int64_t last_arrival = kMinTime;
-  bool finished = false;
-  bool preload = false;  // a lookup table: read whole before anything else
+// Where a source's task stands in its input: what was applied, what the
+// last stored checkpoint holds, and what other threads read.
+struct SourcePositions {
   // Per raw partition: offset after the last applied record, and the arrival
   // time of the last applied record (checkpoints: prefetched records are
   // read again after a restore, so neither may include them).
   std::vector<int64_t> applied;
-  std::vector<uint8_t> idle_logged;  // per partition: idle when last logged
+  int64_t applied_arrival = kMinTime;
   // `applied`, stored after every batch for other threads (live lag).
   std::unique_ptr<std::atomic<int64_t>[]> live_applied;
   void ResetLiveApplied() {
@@ -98,13 +84,24 @@ struct SourceNode {
   // CommitSourceOffsets publishes once that checkpoint is complete.
   std::vector<int64_t> checkpointed;
   int64_t checkpointed_id = 0;
-  int64_t applied_arrival = kMinTime;
-  Output out{1};
+};
+
+// A source's metrics, looked up once at build time.
+struct SourceCounters {
   Counter* in = nullptr;
   Counter* invalid[kInvalidReasons] = {};  // by InvalidReason (0 unused)
   // Processing time minus event time of the valid records (arrival delay),
   // observed per batch.
   std::optional<Histogram::Local> delay;
+};
+
+// A source's decoded records waiting to be applied.
+struct SourceInput {
+  // [head, size) of pending are not applied yet.
+  RecordBatch pending;
+  std::vector<uint8_t> pending_invalid;  // InvalidReason per pending record
+  size_t head = 0;
+  int64_t last_arrival = kMinTime;
   // A Kafka source in arrival mode: decoded records per partition, merged
   // into `pending` in (arrival, partition, offset) order (FillMerged).
   struct Staged {
@@ -116,7 +113,27 @@ struct SourceNode {
   };
   std::vector<Staged> staged;
   bool merged = false;
-  bool has_pending() const { return head < pending.size(); }
+};
+
+struct SourceNode {
+  const SourceSpec* spec = nullptr;
+  // False for a source another stage reads (parallel jobs): nothing is opened.
+  bool present = true;
+  // Kafka partitions this task reads (empty: all); p % tasks == index.
+  std::vector<int32_t> owned;
+  std::unique_ptr<RawSource> raw;
+  std::unique_ptr<SourceWatermark> wm;
+  FieldPath partition_path, arrival_path;
+  absl::flat_hash_map<std::string, int> partition_ids;
+  bool finished = false;
+  bool preload = false;              // a lookup table: read whole before anything else
+  std::vector<uint8_t> idle_logged;  // per partition: idle when last logged
+  SourcePositions pos;
+  Output out{1};
+  SourceCounters counters;
+  using Staged = SourceInput::Staged;
+  SourceInput input;
+  bool has_pending() const { return input.head < input.pending.size(); }
 };
 
 struct OperatorNode {

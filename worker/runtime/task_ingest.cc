@@ -18,7 +18,7 @@ using task_internal::kMissingEventTime;
 using task_internal::kTombstone;
 using task_internal::kValidRecord;
 
-// Decodes one raw message into src.pending (a valid record, or an invalid-record
+// Decodes one raw message into src.input.pending (a valid record, or an invalid-record
 // side record flagged in pending_invalid). Never fails: bad input is data.
 void SourceIngest::Decode(task_internal::SourceNode& src, const RawMessage& m, RecordBatch& into,
                           std::vector<uint8_t>& invalid, int64_t& last_arrival) {
@@ -90,16 +90,16 @@ void SourceIngest::Decode(task_internal::SourceNode& src, const RawMessage& m, R
 
 absl::Status SourceIngest::FillPending(task_internal::SourceNode& src, int timeout_ms) {
   if (src.has_pending()) return absl::OkStatus();
-  src.pending.clear();
-  src.pending_invalid.clear();
-  src.head = 0;
-  if (src.merged) return FillMerged(src);
+  src.input.pending.clear();
+  src.input.pending_invalid.clear();
+  src.input.head = 0;
+  if (src.input.merged) return FillMerged(src);
   if (src.raw->Exhausted()) return absl::OkStatus();
   poll_now_ = kMinTime;
   return src.raw
       ->Poll(ctx_.options.batch_size, timeout_ms,
              [&](const RawMessage& m) {
-               Decode(src, m, src.pending, src.pending_invalid, src.last_arrival);
+               Decode(src, m, src.input.pending, src.input.pending_invalid, src.input.last_arrival);
              })
       .status();
 }
@@ -113,8 +113,8 @@ absl::Status SourceIngest::FillMerged(task_internal::SourceNode& src) {
     // Every partition delivered all it has: MergeStaged took the last steps.
     if (src.raw->Exhausted()) return absl::OkStatus();
     ASSIGN_OR_RETURN(int n, src.raw->Poll(ctx_.options.batch_size, 100, [&](const RawMessage& m) {
-      if (m.partition < 0 || m.partition >= static_cast<int32_t>(src.staged.size())) return;
-      task_internal::SourceNode::Staged& st = src.staged[m.partition];
+      if (m.partition < 0 || m.partition >= static_cast<int32_t>(src.input.staged.size())) return;
+      task_internal::SourceNode::Staged& st = src.input.staged[m.partition];
       if (st.empty()) {
         st.records.clear();
         st.invalid.clear();
@@ -132,39 +132,40 @@ absl::Status SourceIngest::FillMerged(task_internal::SourceNode& src) {
 }
 
 void SourceIngest::MergeStaged(task_internal::SourceNode& src) {
-  src.pending.clear();
-  src.pending_invalid.clear();
-  src.head = 0;
+  src.input.pending.clear();
+  src.input.pending_invalid.clear();
+  src.input.head = 0;
   // A step (one arrival time) is complete once every partition either shows
   // a later arrival or has nothing more to deliver.
   for (;;) {
     int64_t t = kMaxTime;
-    for (const task_internal::SourceNode::Staged& st : src.staged) {
+    for (const task_internal::SourceNode::Staged& st : src.input.staged) {
       if (!st.empty()) t = std::min(t, st.records[st.head].arrival);
     }
     if (t == kMaxTime) return;
-    for (size_t p = 0; p < src.staged.size(); ++p) {
-      const task_internal::SourceNode::Staged& st = src.staged[p];
+    for (size_t p = 0; p < src.input.staged.size(); ++p) {
+      const task_internal::SourceNode::Staged& st = src.input.staged[p];
       const bool later = !st.empty() && st.records[st.records.size() - 1].arrival > t;
       const bool done = src.raw->Backlog(static_cast<int32_t>(p)) == 0;
       if (!later && !done) return;  // partition p may still bring records at t
     }
-    for (task_internal::SourceNode::Staged& st : src.staged) {
+    for (task_internal::SourceNode::Staged& st : src.input.staged) {
       while (!st.empty() && st.records[st.head].arrival == t) {
-        src.pending.AppendSwapped(st.records[st.head]);
-        src.pending_invalid.push_back(st.invalid[st.head]);
+        src.input.pending.AppendSwapped(st.records[st.head]);
+        src.input.pending_invalid.push_back(st.invalid[st.head]);
         ++st.head;
       }
     }
-    if (static_cast<int>(src.pending.size()) >= ctx_.options.batch_size) return;
+    if (static_cast<int>(src.input.pending.size()) >= ctx_.options.batch_size) return;
   }
 }
 
 int64_t SourceIngest::Backlog(const task_internal::SourceNode& src, int partition) const {
   if (ctx_.arrival_mode) {
     int64_t now = ctx_.clock->NowMs();
-    for (size_t i = src.head; i < src.pending.size() && src.pending[i].arrival <= now; ++i) {
-      if (src.pending[i].partition == partition) return 1;
+    for (size_t i = src.input.head;
+         i < src.input.pending.size() && src.input.pending[i].arrival <= now; ++i) {
+      if (src.input.pending[i].partition == partition) return 1;
     }
     return 0;
   }

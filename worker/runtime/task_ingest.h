@@ -21,7 +21,7 @@ class SourceIngest {
  public:
   explicit SourceIngest(const TaskContext& ctx) : ctx_(ctx) {}
 
-  // Decodes the next batch of `src` into src.pending unless records are
+  // Decodes the next batch of `src` into src.input.pending unless records are
   // still pending; waits at most `timeout_ms` for one.
   absl::Status FillPending(task_internal::SourceNode& src, int timeout_ms);
   // Records of partition `partition` of `src` not applied yet (> 0 is all
@@ -36,7 +36,7 @@ class SourceIngest {
   // FillPending of a Kafka source in arrival mode: reads until whole arrival
   // steps can be merged (or every partition is done).
   absl::Status FillMerged(task_internal::SourceNode& src);
-  // Moves the complete arrival steps of src.staged into src.pending.
+  // Moves the complete arrival steps of src.input.staged into src.input.pending.
   void MergeStaged(task_internal::SourceNode& src);
 
   const TaskContext& ctx_;

@@ -17,7 +17,7 @@ absl::StatusOr<int64_t> Task::ReplayNextArrival(int source) {
   SourceNode& src = im.graph.sources[source];
   if (!src.present || src.finished) return kMaxTime;
   RETURN_IF_ERROR(im.ingest.FillPending(src, 0));
-  return src.has_pending() ? src.pending[src.head].arrival : kMaxTime;
+  return src.has_pending() ? src.input.pending[src.input.head].arrival : kMaxTime;
 }
 
 int64_t Task::ReplayNextTimer() const { return impl_->watermarks.NextTimer(); }

@@ -35,7 +35,7 @@ void TaskStatus::PublishPartitions(bool now_anyway) {
       Task::PartitionStatus ps;
       ps.source = src.spec->name;
       ps.partition = p;
-      ps.offset = p < static_cast<int>(src.applied.size()) ? src.applied[p] : 0;
+      ps.offset = p < static_cast<int>(src.pos.applied.size()) ? src.pos.applied[p] : 0;
       ps.lag = kafka ? src.raw->Backlog(p) : 0;
       if (src.wm != nullptr && p < src.wm->partition_count()) {
         ps.watermark_ms = src.wm->partition_watermark(p);
@@ -58,8 +58,8 @@ void TaskStatus::PublishPartitions(bool now_anyway) {
       }
       out.push_back(std::move(ps));
       const bool has_live =
-          kafka && src.live_applied != nullptr && p < static_cast<int>(src.applied.size());
-      live.push_back(has_live ? LiveLag{src.raw.get(), &src.live_applied[p]} : LiveLag{});
+          kafka && src.pos.live_applied != nullptr && p < static_cast<int>(src.pos.applied.size());
+      live.push_back(has_live ? LiveLag{src.raw.get(), &src.pos.live_applied[p]} : LiveLag{});
     }
   }
   Task::Activity activity;
