@@ -13,7 +13,9 @@ class Dedup final : public OperatorKind {
  public:
   std::string_view name() const override { return "dedup"; }
   int legacy_id() const override { return 2; }
-  std::vector<std::string> SideOutputs() const override { return {"conflicts", "too_late"}; }
+  std::vector<std::string> SideOutputs() const override {
+    return DedupOperator::DeclaredSideOutputs();
+  }
 
   std::any Parse(OperatorParseContext& ctx) const override {
     DedupSpec spec;

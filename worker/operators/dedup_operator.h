@@ -70,7 +70,10 @@ class DedupOperator : public Operator {
                 std::string exclude_field);
   ~DedupOperator() override;
 
-  std::vector<std::string> SideOutputs() const override { return {"conflicts", "too_late"}; }
+  // Its side outputs, declared once: its kind (OperatorKind::SideOutputs)
+  // and the runtime read this list.
+  static std::vector<std::string> DeclaredSideOutputs() { return {"conflicts", "too_late"}; }
+  std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
   absl::Status Open(OperatorContext& ctx) override;
   // Keeps the entries of ids the owner gives to this task (the stored hash
   // is the routing hash), in blobs of their own.

@@ -17,7 +17,9 @@ class IntervalJoin final : public OperatorKind {
  public:
   std::string_view name() const override { return "interval_join"; }
   int legacy_id() const override { return 4; }
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override {
+    return IntervalJoinOperator::DeclaredSideOutputs();
+  }
   bool InheritsInputKey() const override { return false; }
 
   std::any Parse(OperatorParseContext& ctx) const override {

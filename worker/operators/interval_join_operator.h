@@ -99,7 +99,10 @@ class IntervalJoinOperator : public Operator {
   // if its `where` does not compile.
   static absl::StatusOr<std::unique_ptr<IntervalJoinOperator>> Create(IntervalJoinSpec spec);
 
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  // Its side outputs, declared once: its kind (OperatorKind::SideOutputs)
+  // and the runtime read this list.
+  static std::vector<std::string> DeclaredSideOutputs() { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
   ~IntervalJoinOperator() override { DropAllRows(); }
   absl::Status Open(OperatorContext& ctx) override;
   // Copies the rows (with their matched flags) whose join key the owner

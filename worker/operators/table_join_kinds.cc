@@ -38,10 +38,11 @@ bool ParseTableJoin(OperatorParseContext& ctx, bool temporal, TableJoinSpec* j) 
       for (const SpecReader::Node& ni : r.nodes()) {
         if (ni.is_source) known.push_back(ni.name);
       }
-      r.Err(tpath, absl::StrCat("expected a source (", std::string(what), " reads its table from a source), got ",
-                                node == nullptr ? "unknown node " : "operator ",
-                                SpecReader::Quote(*t), " (sources: ", SpecReader::KnownList(known),
-                                ")"));
+      r.Err(tpath,
+            absl::StrCat("expected a source (", std::string(what),
+                         " reads its table from a source), got ",
+                         node == nullptr ? "unknown node " : "operator ", SpecReader::Quote(*t),
+                         " (sources: ", SpecReader::KnownList(known), ")"));
     } else if (temporal && !node->has_event_time) {
       r.Err(tpath, absl::StrCat("source ", SpecReader::Quote(*t),
                                 " declares no event_time, but temporal_join versions are valid "
@@ -57,7 +58,9 @@ class TemporalJoin final : public OperatorKind {
  public:
   std::string_view name() const override { return "temporal_join"; }
   int legacy_id() const override { return 6; }
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override {
+    return TemporalJoinOperator::DeclaredSideOutputs();
+  }
   bool InheritsInputKey() const override { return false; }
 
   std::any Parse(OperatorParseContext& ctx) const override {

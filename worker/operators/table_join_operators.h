@@ -70,7 +70,10 @@ class TemporalJoinOperator : public Operator {
  public:
   TemporalJoinOperator(TableJoinSpec spec, std::string table_name);
 
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  // Its side outputs, declared once: its kind (OperatorKind::SideOutputs)
+  // and the runtime read this list.
+  static std::vector<std::string> DeclaredSideOutputs() { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
   absl::Status Open(OperatorContext& ctx) override;
   // Copies the versions and waiting stream records of owned keys.
   absl::Status AdoptState(OperatorContext& from, OperatorContext& to,

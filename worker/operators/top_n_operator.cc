@@ -36,8 +36,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/expr.h"
 #include "common/job_plan.h"
-#include "common/operator_kind.h"
 #include "common/json.h"
+#include "common/operator_kind.h"
 #include "common/spec_reader.h"
 #include "common/time_util.h"
 #include "worker/operators/operator.h"
@@ -67,7 +67,9 @@ class TopNOperator final : public Operator {
   TopNOperator(TopNSpec spec, std::unique_ptr<Expr> by)
       : spec_(std::move(spec)), by_(std::move(by)) {}
 
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  // Its side outputs, declared once: TopN (the kind) and the runtime read this.
+  static std::vector<std::string> DeclaredSideOutputs() { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
 
   std::vector<std::string> OutputKeyFields() const override {
     std::vector<std::string> keys = spec_.group_by;
@@ -397,7 +399,9 @@ class TopNOperator final : public Operator {
 class TopN final : public OperatorKind {
  public:
   std::string_view name() const override { return "top_n"; }
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override {
+    return TopNOperator::DeclaredSideOutputs();
+  }
 
   std::any Parse(OperatorParseContext& ctx) const override {
     TopNSpec spec;

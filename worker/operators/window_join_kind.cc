@@ -15,7 +15,9 @@ class WindowJoin final : public OperatorKind {
  public:
   std::string_view name() const override { return "window_join"; }
   int legacy_id() const override { return 5; }
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override {
+    return WindowJoinOperator::DeclaredSideOutputs();
+  }
   bool InheritsInputKey() const override { return false; }
 
   std::any Parse(OperatorParseContext& ctx) const override {

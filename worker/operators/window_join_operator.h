@@ -86,7 +86,10 @@ class WindowJoinOperator : public Operator {
   explicit WindowJoinOperator(WindowJoinSpec spec);
   ~WindowJoinOperator() override;
 
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  // Its side outputs, declared once: its kind (OperatorKind::SideOutputs)
+  // and the runtime read this list.
+  static std::vector<std::string> DeclaredSideOutputs() { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
   absl::Status Open(OperatorContext& ctx) override;
   // Copies the rows of owned join keys; a window stays open if any old task
   // had it open (its rows are still to be joined).

@@ -24,7 +24,9 @@ class Window final : public OperatorKind {
  public:
   std::string_view name() const override { return "window"; }
   int legacy_id() const override { return 3; }
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override {
+    return WindowOperator::DeclaredSideOutputs();
+  }
 
   std::any Parse(OperatorParseContext& ctx) const override {
     WindowSpec w;

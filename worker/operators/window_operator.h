@@ -90,7 +90,10 @@ class WindowOperator : public Operator {
   explicit WindowOperator(WindowSpec spec);
   ~WindowOperator() override;
 
-  std::vector<std::string> SideOutputs() const override { return {"too_late"}; }
+  // Its side outputs, declared once: its kind (OperatorKind::SideOutputs)
+  // and the runtime read this list.
+  static std::vector<std::string> DeclaredSideOutputs() { return {"too_late"}; }
+  std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
   std::vector<std::string> OutputKeyFields() const override;
   absl::Status Open(OperatorContext& ctx) override;
   // Copies the windows whose group the owner gives to this task (their

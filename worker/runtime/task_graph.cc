@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/operator_kind.h"
 #include "common/sink_kind.h"
@@ -171,6 +172,14 @@ absl::Status GraphBuilder::BuildOperators(Dispatcher& dispatch) {
       build.upstream_arrival_field = us.kind->ArrivalField(us);
     }
     ASSIGN_OR_RETURN(on.op, os.kind->Create(os, build));
+    // The spec's edges name the kind's side outputs; the operator emits by
+    // index into its own list: they must be one list.
+    if (on.op->SideOutputs() != os.SideOutputs()) {
+      return absl::InternalError(
+          absl::StrCat("operator kind ", std::string(os.kind->name()),
+                       ": its operator's side outputs [", absl::StrJoin(on.op->SideOutputs(), ", "),
+                       "] differ from the kind's [", absl::StrJoin(os.SideOutputs(), ", "), "]"));
+    }
     // Preloaded inputs (lookup tables) are read whole before the first
     // record of the others (Task::Impl::Preload).
     for (int in : os.kind->PreloadedInputs()) {
