@@ -438,7 +438,7 @@ TEST(JobSpecTest, Parallelism) {
       "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: t}\nspec:\n"
       "  sources: [{name: a, file: {path: x}}]\n";
   ParseResult def = ParseJobSpec(base);
-  ASSERT_TRUE(def.ok());
+  ASSERT_TRUE(def.ok()) << ::testing::PrintToString(Errors(def));
   EXPECT_EQ(def.spec.parallelism, 1);
   ParseResult four = ParseJobSpec(base + "  parallelism: 4\n");
   ASSERT_TRUE(four.ok()) << Errors(four)[0];
@@ -492,7 +492,7 @@ TEST(JobSpecTest, CheckpointAndDeadLetterErrors) {
   ASSERT_TRUE(s3.ok()) << ::testing::PrintToString(Errors(s3));
   EXPECT_EQ(s3.spec.checkpoint.storage, "s3://caravela-ckpt/prod");
   ParseResult ok = ParseJobSpec(base + "  checkpoint: {interval: 10s, retain: 5}\n");
-  ASSERT_TRUE(ok.ok());
+  ASSERT_TRUE(ok.ok()) << ::testing::PrintToString(Errors(ok));
   EXPECT_EQ(ok.spec.checkpoint.interval, 10'000);
   EXPECT_EQ(ok.spec.checkpoint.retain, 5);
   EXPECT_THAT(Errors(ParseJobSpec(base + "  dead_letter: {file: x}\n")),
@@ -1089,7 +1089,7 @@ TEST(JobSpecTest, WindowAndTableJoinErrors) {
 
 TEST(JobSpecTest, ResolvePaths) {
   ParseResult r = ParseJobSpec(kExample);
-  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
   r.spec.dead_letter_path = "dl.jsonl";
   r.spec.sinks[0].Mutable<KafkaSinkSpec>()->topic = "ignored-not-a-file-sink";
   r.spec.ResolvePaths("/jobs/x");

@@ -61,7 +61,8 @@ class GrpcMetricsTest : public ::testing::Test {
 };
 
 TEST_F(GrpcMetricsTest, ServerAndClientCountCallsByMethodAndCode) {
-  ASSERT_TRUE(Check("").ok());
+  const grpc::Status serving = Check("");
+  ASSERT_TRUE(serving.ok()) << serving.error_message();
   const grpc::Status unknown = Check("no.such.Service");
   EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND) << unknown.error_message();
 

@@ -107,7 +107,7 @@ TEST_F(ClickHouseSinkTest, RevisionsCollapseToTheHighestAndABatchWrittenTwiceIsH
       {key_pt, Window("PT", "2026-10-01T10:00:00.000Z", 30.25, 3, 2, "FINAL")},
   };
   for (int pass = 0; pass < 2; ++pass) {  // the second: a replay after a crash
-    for (const auto& [k, v] : batch) ASSERT_TRUE(sink.WriteRecord(Result(k, v, 0)).ok());
+    for (const auto& [k, v] : batch) ASSERT_OK(sink.WriteRecord(Result(k, v, 0)));
     // A batch's end: small and fresh, the rows wait for more.
     ASSERT_OK(sink.Flush());
     if (pass == 0) {

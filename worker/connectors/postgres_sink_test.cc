@@ -220,7 +220,7 @@ TEST_F(PostgresSinkTest, ReplayedBatchIsRejected) {
   // after the checkpoint): the second delivery changes nothing.
   auto sink = OpenSink(Options("replayed"));
   for (int round = 0; round < 2; ++round) {
-    for (int k = 0; k < 20; ++k) ASSERT_TRUE(Put(*sink, absl::StrCat("K", k), 5, k).ok());
+    for (int k = 0; k < 20; ++k) ASSERT_OK(Put(*sink, absl::StrCat("K", k), 5, k));
     ASSERT_OK(sink->Flush());
   }
   EXPECT_EQ(sink->written(), 20);
@@ -474,7 +474,7 @@ TEST_F(PostgresSinkTest, WriteFlushesWhenTheBufferIsFull) {
   PostgresSinkOptions o = Options("auto_flush");
   o.max_buffered = 10;
   auto sink = OpenSink(o);
-  for (int k = 0; k < 25; ++k) ASSERT_TRUE(Put(*sink, absl::StrCat("K", k), 1, k).ok());
+  for (int k = 0; k < 25; ++k) ASSERT_OK(Put(*sink, absl::StrCat("K", k), 1, k));
   EXPECT_EQ(sink->written(), 20);
   EXPECT_EQ(sink->pending(), 5u);
   ASSERT_OK(sink->Close());

@@ -82,7 +82,7 @@ TEST(TopNSpecTest, ParsesAndPlansAsItsKindSays) {
   EXPECT_THAT(plan->exchanges[0].inputs[0].key_names, ElementsAre("cat"));
   // Without group_by: one ranking, one task.
   ParseResult global = ParseJobSpec(Job("{from: bids, n: 1, by: price}"));
-  ASSERT_TRUE(global.ok());
+  ASSERT_TRUE(global.ok()) << global.errors[0].ToString();
   auto gplan = PlanJob(global.spec, 4);
   ASSERT_OK(gplan.status());
   EXPECT_EQ(gplan->stages.back().tasks, 1);
