@@ -372,6 +372,30 @@ class SpecParser : private SpecReader {
     for (size_t i = 0; i < n.size(); ++i) Source(n[i], Index(path, i));
   }
 
+  // The one kind of `registry` whose key `n` has (a source's `file:` or
+  // `kafka:`, a sink's `file:`, `postgres:`, ...); none or several is an
+  // error at `path` naming the keys.
+  template <class Kind>
+  const Kind* OneKind(const YAML::Node& n, const std::string& path,
+                      const KindList<Kind>& registry) {
+    std::vector<const Kind*> present;
+    for (const Kind* k : registry.all()) {
+      if (Field(n, k->name()).IsDefined()) present.push_back(k);
+    }
+    if (present.size() == 1) return present[0];
+    std::vector<std::string> names;
+    for (std::string_view k : registry.Names()) names.emplace_back(k);
+    if (present.empty()) {
+      Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
+    } else {
+      std::vector<std::string> got;
+      for (const Kind* k : present) got.emplace_back(k->name());
+      Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
+                             absl::StrJoin(got, " and ")));
+    }
+    return nullptr;
+  }
+
   void Source(const YAML::Node& n, const std::string& path) {
     std::vector<std::string_view> allowed = {"name"};
     for (std::string_view k : kinds_.sources.Names()) allowed.push_back(k);
@@ -379,26 +403,10 @@ class SpecParser : private SpecReader {
     if (!CheckMap(n, path, allowed)) return;
     SourceSpec src;
     if (auto name = NodeName(n, path)) src.name = *name;
-    std::vector<const SourceKind*> present;
-    for (const SourceKind* k : kinds_.sources.all()) {
-      if (Field(n, k->name()).IsDefined()) present.push_back(k);
-    }
-    if (present.size() == 1) {
-      src.kind = present[0];
+    if ((src.kind = OneKind(n, path, kinds_.sources)) != nullptr) {
       const YAML::Node k = Field(n, src.kind->name());
       SourceParseContext ctx{*this, k, Join(path, src.kind->name()), spec()};
       src.config = src.kind->Parse(ctx);
-    } else {
-      std::vector<std::string> names;
-      for (std::string_view k : kinds_.sources.Names()) names.emplace_back(k);
-      if (present.empty()) {
-        Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
-      } else {
-        std::vector<std::string> got;
-        for (const SourceKind* k : present) got.emplace_back(k->name());
-        Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
-                               absl::StrJoin(got, " and ")));
-      }
     }
     if (auto f = OneOf(n, "format", path, {"json"})) src.format = *f;
     src.key = PathList(n, "key", path);
@@ -531,25 +539,10 @@ class SpecParser : private SpecReader {
     if (!CheckMap(n, path, allowed)) return;
     SinkSpec sink;
     SinkInput(n, path, &sink.from);
-    std::vector<const SinkKind*> present;
-    for (const SinkKind* k : kinds_.sinks.all()) {
-      if (Field(n, k->name()).IsDefined()) present.push_back(k);
-    }
-    if (present.size() == 1) {
-      sink.kind = present[0];
+    if ((sink.kind = OneKind(n, path, kinds_.sinks)) != nullptr) {
       const YAML::Node k = Field(n, sink.kind->name());
       SinkParseContext ctx{*this, k, Join(path, sink.kind->name()), spec()};
       sink.config = sink.kind->Parse(ctx);
-    } else {
-      std::vector<std::string> names(allowed.begin() + 1, allowed.end());
-      if (present.empty()) {
-        Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
-      } else {
-        std::vector<std::string> got;
-        for (const SinkKind* k : present) got.emplace_back(k->name());
-        Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
-                               absl::StrJoin(got, " and ")));
-      }
     }
     spec().sinks.push_back(std::move(sink));
   }
