@@ -257,11 +257,29 @@ class SpecParser : private SpecReader {
     YAML::Node s = Field(root, "spec");
     if (Missing(s, "spec", true)) return;
     if (!CheckMap(s, "spec",
-                  {"parallelism", "checkpoint", "sources", "operators", "sinks", "dead_letter"})) {
+                  {"parallelism", "max_parallelism", "checkpoint", "sources", "operators", "sinks",
+                   "dead_letter"})) {
       return;
     }
     CollectNodes(s);
     if (auto p = PositiveInt(s, "parallelism", "spec")) spec().parallelism = *p;
+    if (auto m = PositiveInt(s, "max_parallelism", "spec")) {
+      if (!ValidateMaxParallelism(*m).ok()) {
+        Err("spec.max_parallelism", absl::StrCat("expected 1..", kMaxMaxParallelism, ", got ", *m));
+      } else {
+        spec().max_parallelism = *m;
+        if (spec().parallelism > *m) {
+          Err("spec.parallelism", absl::StrCat("expected at most max_parallelism (", *m, "), got ",
+                                               spec().parallelism));
+        }
+      }
+    } else if (spec().parallelism > kDefaultMaxParallelism &&
+               !Field(s, "max_parallelism").IsDefined()) {
+      Err("spec.parallelism",
+          absl::StrCat("expected at most max_parallelism (", kDefaultMaxParallelism,
+                       " by default; set spec.max_parallelism for more), got ",
+                       spec().parallelism));
+    }
     Checkpoint(Field(s, "checkpoint"));
     Sources(Field(s, "sources"));
     Operators(Field(s, "operators"));

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/key_groups.h"
 #include "common/record.h"
 #include "common/status.h"
 
@@ -152,6 +153,9 @@ struct JobSpec {
   std::string name;
   // spec.parallelism: tasks per stage (SPEC §8, common/job_plan.h); >= 1.
   int parallelism = 1;
+  // spec.max_parallelism: the job's key groups (common/key_groups.h), the
+  // most tasks a keyed stage can have; 1..32768, >= parallelism.
+  int max_parallelism = kDefaultMaxParallelism;
   CheckpointSpec checkpoint;
   std::vector<SourceSpec> sources;
   std::vector<OperatorSpec> operators;

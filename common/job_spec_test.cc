@@ -433,6 +433,31 @@ TEST(JobSpecTest, SourceErrors) {
   EXPECT_THAT(errs("    - x\n"), ElementsAre("spec.sources[0]: expected a mapping, got \"x\""));
 }
 
+TEST(JobSpecTest, MaxParallelismBoundsTheParallelism) {
+  std::string base =
+      "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: t}\nspec:\n"
+      "  sources: [{name: a, file: {path: x}}]\n";
+  ParseResult def = ParseJobSpec(base);
+  ASSERT_TRUE(def.ok()) << ::testing::PrintToString(Errors(def));
+  EXPECT_EQ(def.spec.max_parallelism, 128);
+  ParseResult big = ParseJobSpec(base + "  parallelism: 300\n  max_parallelism: 1024\n");
+  ASSERT_TRUE(big.ok()) << ::testing::PrintToString(Errors(big));
+  EXPECT_EQ(big.spec.parallelism, 300);
+  EXPECT_EQ(big.spec.max_parallelism, 1024);
+  ParseResult one = ParseJobSpec(base + "  max_parallelism: 1\n");
+  ASSERT_TRUE(one.ok()) << ::testing::PrintToString(Errors(one));
+  EXPECT_EQ(one.spec.max_parallelism, 1);
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  max_parallelism: 32769\n")),
+              ElementsAre("spec.max_parallelism: expected 1..32768, got 32769"));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  max_parallelism: 0\n")),
+              ElementsAre("spec.max_parallelism: expected an integer >= 1, got \"0\""));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  parallelism: 8\n  max_parallelism: 4\n")),
+              ElementsAre("spec.parallelism: expected at most max_parallelism (4), got 8"));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  parallelism: 200\n")),
+              ElementsAre("spec.parallelism: expected at most max_parallelism (128 by default; "
+                          "set spec.max_parallelism for more), got 200"));
+}
+
 TEST(JobSpecTest, Parallelism) {
   std::string base =
       "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: t}\nspec:\n"
