@@ -40,8 +40,8 @@
 #include "bench/bench_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
-#include "worker/testing/s3_server.h"
 #include "worker/state/state_backend.h"
+#include "worker/testing/s3_server.h"
 #define XXH_STATIC_LINKING_ONLY
 #include "xxhash.h"
 

@@ -72,7 +72,7 @@ class Planner {
   // A stage under construction (union-find over groups).
   struct Group {
     int parent = 0;
-    int first_node = 0;          // lowest member node index (order of stages)
+    int first_node = 0;           // lowest member node index (order of stages)
     std::string one_task_source;  // "<kind> source <name>": a member one task reads whole
     std::string global_window;    // a global window member: 1 task
     int source_partitions = -1;   // keyed Kafka members' partition count, -1 unknown

@@ -48,7 +48,8 @@ class FileSourceKind final : public SourceKind {
     auto file = std::make_unique<FileSource>(source.Get<FileSourceSpec>().path);
     RETURN_IF_ERROR(file->Open());
     auto it = ctx.start_offsets.find(0);
-    if (it != ctx.start_offsets.end() && it->second > 0) RETURN_IF_ERROR(file->SkipLines(it->second));
+    if (it != ctx.start_offsets.end() && it->second > 0)
+      RETURN_IF_ERROR(file->SkipLines(it->second));
     return std::unique_ptr<RawSource>(std::move(file));
   }
 };
