@@ -282,6 +282,15 @@ absl::StatusOr<JobPlan> Planner::Plan() {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.parallelism: expected an integer >= 1, got ", parallelism_));
   }
+  if (parallelism_ > spec_.max_parallelism) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallelism ", parallelism_, " is above the job's max_parallelism (",
+                     spec_.max_parallelism,
+                     "): a keyed stage has at most that many tasks (key groups); "
+                     "use at most ",
+                     spec_.max_parallelism,
+                     " or start the job without state with a higher spec.max_parallelism"));
+  }
   num_sources_ = static_cast<int>(spec_.sources.size());
   const int num_nodes = num_sources_ + static_cast<int>(spec_.operators.size());
   for (int i = 0; i < num_sources_; ++i) index_[spec_.sources[i].name] = i;
@@ -371,6 +380,7 @@ absl::StatusOr<JobPlan> Planner::Plan() {
   JobPlan plan;
   plan.job_name = spec_.name;
   plan.parallelism = parallelism_;
+  plan.max_parallelism = spec_.max_parallelism;
   plan.stages.resize(stage_id.size());
   for (const auto& [root, id] : stage_id) {
     StagePlan& st = plan.stages[id];
@@ -598,6 +608,12 @@ std::string JobPlan::ToJson() const {
   }
   out += "]}";
   return out;
+}
+
+int ExchangePlan::CreatePartitions(const JobPlan& plan) const {
+  const StagePlan& consumer = plan.stages[static_cast<size_t>(consumer_stage)];
+  return consumer.tasks_reason == "parallelism" ? std::max(partitions, plan.max_parallelism)
+                                                : partitions;
 }
 
 absl::StatusOr<JobPlan> PlanJob(const JobSpec& spec, int parallelism,

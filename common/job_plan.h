@@ -78,7 +78,13 @@
 
 namespace caravela {
 
+struct JobPlan;
+
 struct ExchangePlan {
+  // The partitions a Kafka topic for this exchange is created with: the
+  // job's max_parallelism when the consuming stage runs `parallelism` tasks
+  // (any rescale fits), 1 for a stage that always has one task.
+  int CreatePartitions(const JobPlan& plan) const;
   int id = 0;
   std::string topic;          // caravela.<job>.<operator>
   std::string operator_name;  // the consuming operator
@@ -116,6 +122,8 @@ struct StagePlan {
 struct JobPlan {
   std::string job_name;
   int parallelism = 1;
+  // spec.max_parallelism: the key groups exchanges route by (common/key_groups.h).
+  int max_parallelism = kDefaultMaxParallelism;
   std::vector<StagePlan> stages;  // in topological order
   std::vector<ExchangePlan> exchanges;
   // Per node (source or operator name): its stage.

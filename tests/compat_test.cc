@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -164,6 +165,53 @@ TEST(CompatTest, AnOldSavepointOfAnotherGraphIsRefused) {
       dir, absl::StrCat("--data-dir data --from-savepoint ", (kFixture / "savepoint/sp").string()));
   EXPECT_EQ(run.exit_code, 1) << run.log;
   EXPECT_THAT(run.log, HasSubstr("different job graph"));
+}
+
+// The FINAL window lines of every part file under `dir`/out, revisions
+// removed (a resumed run numbers them in its own epoch), sorted.
+std::vector<std::string> FinalLines(const fs::path& dir) {
+  static const std::regex revision(",?\"revision\":[0-9]+");
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(dir / "out")) {
+    if (entry.path().extension() != ".jsonl") continue;
+    for (const std::string& l : ReadLines(entry.path())) {
+      if (l.find("\"state\":\"FINAL\"") != std::string::npos) {
+        out.push_back(std::regex_replace(l, revision, ""));
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A parallel checkpoint from before key groups (tests/compat/parallel/: its
+// tasks owned keys by hash % tasks) restores at the same parallelism by
+// gathering every key into the task of its key group, and the run ends with
+// the FINAL results of an uninterrupted run: no key's dedup or window state is
+// lost or split.
+TEST(CompatTest, AParallelCheckpointFromBeforeKeyGroupsRegroupsItsKeys) {
+  TempDir tmp("compat_parallel", "KEEP_COMPAT_DIR", "compat");
+  ASSERT_FALSE(tmp.path().empty());
+  const fs::path fixture = kFixture / "parallel";
+  const fs::path ref = tmp.path() / "reference", resumed = tmp.path() / "resumed";
+  for (const fs::path& dir : {ref, resumed}) {
+    fs::create_directories(dir / "data");
+    fs::copy_file(fixture / "job.yaml", dir / "job.yaml");
+    const std::string gunzip = absl::StrCat("gzip -dc ", (fixture / "purchases.jsonl.gz").string(),
+                                            " > ", (dir / "purchases.jsonl").string());
+    ASSERT_EQ(std::system(gunzip.c_str()), 0);
+  }
+  fs::copy(fixture / "data/checkpoints", resumed / "data/checkpoints", fs::copy_options::recursive);
+
+  const RunResult fresh = Caravela(ref, "--data-dir data");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.log;
+  const RunResult run = Caravela(resumed, "--data-dir data");
+  ASSERT_EQ(run.exit_code, 0) << run.log;
+  EXPECT_THAT(run.log, HasSubstr("checkpoint 1 predates key groups"));
+  EXPECT_THAT(run.log, HasSubstr("gathered its keys of checkpoint 1 from 2 tasks"));
+  const std::vector<std::string> want = FinalLines(ref);
+  EXPECT_GT(want.size(), 50u);
+  EXPECT_EQ(FinalLines(resumed), want);
 }
 
 }  // namespace

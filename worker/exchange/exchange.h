@@ -64,6 +64,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/key_groups.h"
 #include "common/record.h"
 #include "common/status.h"
 #include "common/time_util.h"
@@ -124,10 +125,12 @@ int CountFrames(std::string_view message);
 // DecodeFrame accepted (`packed` may be unaligned).
 void UnpackRecordFrame(const ExchangeFrame& f, Record* r);
 
-// The partition a writer sends `r` to: ExchangeKeyHash(r, key) % partitions;
-// 0 for an empty key.
+// The partition a writer sends `r` to: the consuming task that owns its key
+// group (common/key_groups.h: ExchangeKeyHash(r, key) mod max_parallelism,
+// in the ranges of `partitions` tasks; partitions <= max_parallelism); 0 for
+// an empty key.
 int32_t ExchangePartition(const Record& r, const std::vector<FieldPath>& key, int partitions,
-                          std::string* scratch);
+                          int max_parallelism, std::string* scratch);
 
 // ---- Topics ------------------------------------------------------------------
 
@@ -140,8 +143,14 @@ int32_t ExchangePartition(const Record& r, const std::vector<FieldPath>& key, in
 // process the topic is created through it (CreateTopicOnEmbeddedBroker); one
 // in another process never answers the Admin request (Unavailable after
 // 10 s, asking to create the topic up front).
+//
+// A topic it creates gets max(partitions, create_partitions) partitions: the
+// runtime passes the job's max_parallelism, so that a later rescale to any
+// task count up to it finds enough partitions (exchange records are not
+// state: a new epoch's readers start at the log end, so only the count
+// matters).
 absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string& topic,
-                                 int partitions);
+                                 int partitions, int create_partitions = 0);
 
 // ---- Flow control ------------------------------------------------------------
 
@@ -242,6 +251,9 @@ struct ExchangeWriterOptions {
   std::string bootstrap;
   std::string topic;
   int partitions = 1;
+  // The job's key groups (spec.max_parallelism, >= partitions): records go
+  // to the partition of the consuming task that owns their key group.
+  int max_parallelism = kDefaultMaxParallelism;
   // This task's index among all tasks writing this topic (the runtime numbers
   // the tasks of the producing stages consecutively, stages in id order).
   int32_t producer = 0;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_plan.h"
 #include "common/time_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -243,17 +244,30 @@ TEST(ExchangeCodecTest, MessagesCarryLengthPrefixedFrames) {
 TEST(ExchangeCodecTest, PartitionIsAStableFunctionOfTheKey) {
   std::string scratch;
   const std::vector<FieldPath> key = {FieldPath::Parse("k")};
-  EXPECT_EQ(ExchangePartition(MakeRecord(5, 0, 0), {}, 8, &scratch), 0);
-  EXPECT_EQ(ExchangePartition(MakeRecord(5, 0, 0), key, 1, &scratch), 0);
+  EXPECT_EQ(ExchangePartition(MakeRecord(5, 0, 0), {}, 8, kDefaultMaxParallelism, &scratch), 0);
+  EXPECT_EQ(ExchangePartition(MakeRecord(5, 0, 0), key, 1, kDefaultMaxParallelism, &scratch), 0);
   std::vector<int> used(8);
   for (int k = 0; k < 100; ++k) {
-    const int32_t p = ExchangePartition(MakeRecord(k, 0, 0), key, 8, &scratch);
+    const int32_t p =
+        ExchangePartition(MakeRecord(k, 0, 0), key, 8, kDefaultMaxParallelism, &scratch);
     ASSERT_GE(p, 0);
     ASSERT_LT(p, 8);
-    EXPECT_EQ(ExchangePartition(MakeRecord(k, 1, 99), key, 8, &scratch), p) << k;
+    EXPECT_EQ(ExchangePartition(MakeRecord(k, 1, 99), key, 8, kDefaultMaxParallelism, &scratch), p)
+        << k;
     ++used[p];
   }
   for (int p = 0; p < 8; ++p) EXPECT_GT(used[p], 0) << p;
+  // The partition is the consuming task that owns the key's group.
+  for (int k = 0; k < 100; ++k) {
+    const Record r = MakeRecord(k, 0, 0);
+    const uint64_t h = ExchangeKeyHash(r, key, &scratch);
+    for (int tasks : {2, 3, 8}) {
+      const int32_t p = ExchangePartition(r, key, tasks, kDefaultMaxParallelism, &scratch);
+      EXPECT_TRUE(KeyGroupRangeOfTask(kDefaultMaxParallelism, tasks, p)
+                      .Contains(KeyGroupOf(h, kDefaultMaxParallelism)))
+          << k << " tasks " << tasks;
+    }
+  }
 }
 
 TEST(ExchangeFlowControlTest, CountsPerPartition) {
@@ -480,7 +494,9 @@ TEST_P(ExchangeTest, EveryRecordReachesTheOwnerOfItsKeyOnceInWriterOrder) {
         continue;
       }
       EXPECT_EQ(g.input, 0);
-      EXPECT_EQ(ExchangePartition(MakeRecord(g.key, 0, 0), key, 3, &scratch), p) << g.key;
+      EXPECT_EQ(
+          ExchangePartition(MakeRecord(g.key, 0, 0), key, 3, kDefaultMaxParallelism, &scratch), p)
+          << g.key;
       EXPECT_EQ(g.event_time, g.writer == 0 ? 1000 + g.seq : -g.seq);
     }
     for (int64_t w : {0, 1}) {

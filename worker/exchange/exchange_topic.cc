@@ -110,7 +110,7 @@ absl::StatusOr<rd_kafka_resp_err_t> AdminCreate(rd_kafka_t* rk, const std::strin
 }  // namespace
 
 absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string& topic,
-                                 int partitions) {
+                                 int partitions, int create_partitions) {
   if (bootstrap.empty() || topic.empty()) {
     return absl::InvalidArgumentError("exchange topic needs a bootstrap and a topic name");
   }
@@ -129,6 +129,8 @@ absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string
 
   ASSIGN_OR_RETURN(std::optional<int> existing, ExistingPartitions(rk.get(), bootstrap, topic));
   if (existing.has_value()) return CheckCount(topic, partitions, *existing);
+  const int want = partitions;
+  partitions = std::min(std::max(partitions, create_partitions), 10000);
 
   // The embedded broker (librdkafka's mock cluster) serves no CreateTopics
   // (librdkafka's Admin API waits for a controller the mock never names): if
@@ -157,8 +159,8 @@ absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string
   // another task, or auto-created by a client naming it) with another count.
   ASSIGN_OR_RETURN(int have, AwaitTopicPartitions(rk.get(), bootstrap, topic,
                                                   /*name_topic=*/false, kTimeoutMs));
-  RETURN_IF_ERROR(CheckCount(topic, partitions, have));
-  KafkaLogger()->info("exchange topic {} on {}: {} partitions", topic, bootstrap, partitions);
+  RETURN_IF_ERROR(CheckCount(topic, want, have));
+  KafkaLogger()->info("exchange topic {} on {}: {} partitions", topic, bootstrap, have);
   return absl::OkStatus();
 }
 

@@ -48,7 +48,7 @@ class BatchingExchangeWriter final : public ExchangeWriter {
     static const std::vector<FieldPath> kNoKey;
     const int32_t partition = ExchangePartition(
         r, static_cast<size_t>(input) < options_.keys.size() ? options_.keys[input] : kNoKey,
-        options_.partitions, &key_scratch_);
+        options_.partitions, options_.max_parallelism, &key_scratch_);
     std::string& buffer = buffers_[partition];
     AppendRecordFrame(options_.epoch, options_.producer, input, r, &buffer);
     ++frames_[partition];
@@ -128,9 +128,10 @@ class BatchingExchangeWriter final : public ExchangeWriter {
 }  // namespace
 
 int32_t ExchangePartition(const Record& r, const std::vector<FieldPath>& key, int partitions,
-                          std::string* scratch) {
+                          int max_parallelism, std::string* scratch) {
   if (key.empty() || partitions <= 1) return 0;
-  return static_cast<int32_t>(ExchangeKeyHash(r, key, scratch) % static_cast<uint64_t>(partitions));
+  return static_cast<int32_t>(
+      TaskOfKeyHash(ExchangeKeyHash(r, key, scratch), max_parallelism, partitions));
 }
 
 absl::StatusOr<std::unique_ptr<ExchangeWriter>> ExchangeWriter::Open(

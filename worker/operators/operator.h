@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/key_groups.h"
 #include "common/metrics.h"
 #include "common/record.h"
 #include "common/status.h"
@@ -93,16 +94,17 @@ struct OperatorBuildContext {
 };
 
 // Which keys a task owns after a rescale (SPEC §8 "Tasks and keys"): a key
-// belongs to task `index` of `tasks` when ExchangeKeyHash over the fields
-// that partition the operator's input (`keys[input]`, paths on the input
-// records, in the exchange's order) modulo `tasks` is `index` -- the task its
-// records are routed to from now on.
+// belongs to task `index` of `tasks` when the key group of ExchangeKeyHash
+// over the fields that partition the operator's input (`keys[input]`, paths
+// on the input records, in the exchange's order) is in that task's range
+// (common/key_groups.h) -- the task its records are routed to from now on.
 struct KeyOwner {
   std::vector<std::vector<FieldPath>> keys;  // per operator input
   int tasks = 1;
   int index = 0;
+  int max_parallelism = kDefaultMaxParallelism;  // spec.max_parallelism
   bool OwnsHash(uint64_t hash) const {
-    return tasks <= 1 || hash % static_cast<uint64_t>(tasks) == static_cast<uint64_t>(index);
+    return tasks <= 1 || TaskOfKeyHash(hash, max_parallelism, tasks) == index;
   }
   // Whether `r`, a record of input `input`, belongs to this task.
   bool Owns(const Record& r, int input, std::string* scratch) const;

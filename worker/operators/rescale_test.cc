@@ -1,6 +1,6 @@
 // Operator::AdoptState (SPEC §8 rescaling): the state one task built is split
 // over two new tasks by the exchange key's hash. Each test routes records
-// after the split the way the exchange does (ExchangeKeyHash % 2) and checks
+// after the split the way the exchange does (by key group, common/key_groups.h) and checks
 // that the two new tasks together behave exactly like the old one: no key's
 // state is lost or held twice.
 #include <gmock/gmock.h>
@@ -33,7 +33,8 @@ int TaskOf(const std::string& json, const std::string& key) {
   Record r;
   EXPECT_OK(decoder.Decode(json, &r));
   std::string scratch;
-  return static_cast<int>(ExchangeKeyHash(r, {FieldPath::Parse(key)}, &scratch) % 2);
+  return TaskOfKeyHash(ExchangeKeyHash(r, {FieldPath::Parse(key)}, &scratch),
+                       kDefaultMaxParallelism, 2);
 }
 
 // Splits `old`'s state over two new operators made by `make`, opened in

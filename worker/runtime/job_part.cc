@@ -90,7 +90,8 @@ struct JobPart::Impl {
           "the worker with --bootstrap");
     }
     for (const ExchangePlan& ex : plan.exchanges) {
-      RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
+      RETURN_IF_ERROR(
+          EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions, ex.CreatePartitions(plan)));
     }
     job = std::make_unique<JobCheckpoints>(plan.total_tasks());
     if (options.state_budget == nullptr) {

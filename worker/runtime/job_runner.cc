@@ -212,7 +212,8 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
 
   for (const ExchangePlan& ex : r->plan_.exchanges) {
     if (kafka_exchange) {
-      RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
+      RETURN_IF_ERROR(
+          EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions, ex.CreatePartitions(r->plan_)));
       im.flows.push_back(
           std::make_unique<ExchangeFlowControl>(ex.partitions, kExchangeFlowLimitBytes));
     } else {

@@ -25,6 +25,17 @@ using task_internal::SinkNode;
 using task_internal::SourceNode;
 using task_internal::WriterNode;
 
+absl::Status TaskCheckpointer::CheckKeyGroups(const CheckpointManifest& m) const {
+  if (!m.has_max_parallelism() || m.max_parallelism() == ctx_.spec.max_parallelism) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint ", m.checkpoint_id(), " of job ", ctx_.spec.name, " divides its state into ",
+      m.max_parallelism(), " key groups, but spec.max_parallelism is ", ctx_.spec.max_parallelism,
+      ": a job with state keeps its max_parallelism; set it back to ", m.max_parallelism(),
+      ", or start the job without its checkpoints"));
+}
+
 bool TaskCheckpointer::Rescaled() const {
   return ctx_.parallel() && ctx_.placement.restore_parallelism > 0 &&
          ctx_.placement.restore_parallelism != ctx_.placement.plan->parallelism;
@@ -103,6 +114,14 @@ absl::Status TaskCheckpointer::Restore() {
                          " is complete job-wide but this task's part of it is missing from ",
                          manager_->storage().url()));
       }
+      RETURN_IF_ERROR(CheckKeyGroups(*m));
+      if (!m->has_max_parallelism() && ctx_.stage->tasks > 1) {
+        // Keys were owned by hash % tasks then: gather them by key group.
+        Log()->info("checkpoint {} predates key groups: gathering keys by key group",
+                    m->checkpoint_id());
+        stored_id_ = committed_id_ = ctx_.placement.restore_checkpoint;
+        return RestoreRescaled(/*regroup=*/true);
+      }
     }
     stored_id_ = committed_id_ = ctx_.placement.restore_checkpoint;
   } else if (savepoint_.has_value()) {
@@ -131,6 +150,7 @@ absl::Status TaskCheckpointer::Restore() {
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(CheckSameGraph(*m));
+  RETURN_IF_ERROR(CheckKeyGroups(*m));
   const auto t0 = std::chrono::steady_clock::now();
   if (!ctx_.options.from_savepoint.empty()) {
     ASSIGN_OR_RETURN(CheckpointManifest sp,
@@ -263,6 +283,7 @@ absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t jo
   m.set_job_name(ctx_.spec.name);
   m.set_spec_hash(spec_hash_);
   m.set_epoch(ctx_.epoch);
+  m.set_max_parallelism(ctx_.spec.max_parallelism);
   for (SourceNode& src : graph_.sources) {
     if (!src.present) continue;
     src.pos.checkpointed = src.pos.applied;

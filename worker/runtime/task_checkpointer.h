@@ -71,7 +71,12 @@ class TaskCheckpointer {
   // Parallel jobs restored with another parallelism than the checkpoint's
   // (task_rescale.cc): gathers this task's share of the old tasks' state.
   bool Rescaled() const;
-  absl::Status RestoreRescaled();
+  // Refuses a checkpoint whose state is divided into other key groups than
+  // spec.max_parallelism.
+  absl::Status CheckKeyGroups(const CheckpointManifest& m) const;
+  // `regroup`: gather keys from every old task even where the task count is
+  // the same (a checkpoint from before key groups).
+  absl::Status RestoreRescaled(bool regroup = false);
   // Per input of operator `on`: the key paths that route its records.
   absl::StatusOr<std::vector<std::vector<FieldPath>>> RescaleKeys(
       const task_internal::OperatorNode& on) const;

@@ -305,6 +305,7 @@ absl::Status GraphBuilder::OpenExchanges() {
     wo.bootstrap = placement.exchange_bootstrap;
     wo.topic = ex.topic;
     wo.partitions = ex.partitions;
+    wo.max_parallelism = ctx_.spec.max_parallelism;
     wo.producer = placement.index;
     for (int ps : ex.producer_stages) {
       if (ps == placement.stage) break;

@@ -74,16 +74,19 @@ absl::StatusOr<std::vector<std::vector<FieldPath>>> TaskCheckpointer::RescaleKey
   return keys;
 }
 
-absl::Status TaskCheckpointer::RestoreRescaled() {
+absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
   const int64_t id = ctx_.placement.restore_checkpoint;
-  ASSIGN_OR_RETURN(JobPlan old_plan, PlanJob(ctx_.spec, ctx_.placement.restore_parallelism,
-                                             ctx_.placement.source_partitions));
   const JobPlan& plan = *ctx_.placement.plan;
+  const int old_parallelism = ctx_.placement.restore_parallelism > 0
+                                  ? ctx_.placement.restore_parallelism
+                                  : plan.parallelism;
+  ASSIGN_OR_RETURN(JobPlan old_plan,
+                   PlanJob(ctx_.spec, old_parallelism, ctx_.placement.source_partitions));
   if (old_plan.stages.size() != plan.stages.size()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint ", id, " of job ", ctx_.spec.name, ": the plan at parallelism ",
-                     ctx_.placement.restore_parallelism, " has ", old_plan.stages.size(),
-                     " stages, this one ", plan.stages.size()));
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " of job ", ctx_.spec.name,
+                                                      ": the plan at parallelism ", old_parallelism,
+                                                      " has ", old_plan.stages.size(),
+                                                      " stages, this one ", plan.stages.size()));
   }
   const int s = ctx_.placement.stage;
   const int n_old = old_plan.stages[s].tasks;
@@ -96,7 +99,8 @@ absl::Status TaskCheckpointer::RestoreRescaled() {
   const std::string scratch =
       absl::StrCat(ctx_.options.data_dir, "/task-", ctx_.placement.global_id, "/rescale");
   std::vector<int> olds;
-  if (n_old == n_new) {
+  const bool same_keys = n_old == n_new && !regroup;
+  if (same_keys) {
     olds.push_back(ctx_.placement.index);
   } else {
     for (int j = 0; j < n_old; ++j) olds.push_back(j);
@@ -114,18 +118,19 @@ absl::Status TaskCheckpointer::RestoreRescaled() {
                                               n_old, ") is missing from ", url));
     }
     RETURN_IF_ERROR(CheckSameGraph(*m));
+    RETURN_IF_ERROR(CheckKeyGroups(*m));
     manifests[j] = std::move(*m);
   }
 
-  if (n_old == n_new) {
+  if (same_keys) {
     // Same task count (a one-task stage): the old task's state as it is.
     const CheckpointManifest& m = manifests[ctx_.placement.index];
     RETURN_IF_ERROR(managers[ctx_.placement.index]->RestoreState(m, *ctx_.state).status());
     RETURN_IF_ERROR(ApplyManifest(m));
     RuntimeLogger()->info(
         "stage {} task {}: restored checkpoint {} of task {} (parallelism {} -> {})", s,
-        ctx_.placement.index, id, first_old + ctx_.placement.index,
-        ctx_.placement.restore_parallelism, plan.parallelism);
+        ctx_.placement.index, id, first_old + ctx_.placement.index, old_parallelism,
+        plan.parallelism);
     return absl::OkStatus();
   }
 
@@ -212,6 +217,7 @@ absl::Status TaskCheckpointer::RestoreRescaled() {
     KeyOwner owner;
     owner.tasks = n_new;
     owner.index = ctx_.placement.index;
+    owner.max_parallelism = ctx_.spec.max_parallelism;
     ASSIGN_OR_RETURN(owner.keys, RescaleKeys(on));
     owners.emplace_back(&on, std::move(owner));
   }
@@ -245,7 +251,7 @@ absl::Status TaskCheckpointer::RestoreRescaled() {
   RuntimeLogger()->info(
       "stage {} task {}: gathered its keys of checkpoint {} from {} tasks in {} ms "
       "(parallelism {} -> {})",
-      s, ctx_.placement.index, id, n_old, ms, ctx_.placement.restore_parallelism, plan.parallelism);
+      s, ctx_.placement.index, id, n_old, ms, old_parallelism, plan.parallelism);
   return absl::OkStatus();
 }
 
