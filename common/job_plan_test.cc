@@ -152,6 +152,25 @@ TEST(JobPlanTest, ParallelismComesFromTheArgument) {
   EXPECT_EQ(bad.status().message(), "spec.parallelism: expected an integer >= 1, got 0");
 }
 
+TEST(JobPlanTest, ParallelismAboveMaxParallelismIsRefusedAndExchangesTopicsGetItsPartitions) {
+  JobSpec spec = Spec(Kafka("purchases", "[user_id]"), kRevenueOps);
+  spec.max_parallelism = 8;
+  const JobPlan eight = Plan(spec, 8);
+  EXPECT_EQ(eight.max_parallelism, 8);
+  absl::StatusOr<JobPlan> bad = PlanJob(spec, 9);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("parallelism 9 is above the job's max_parallelism (8)"));
+  // A Kafka exchange topic is created for any later task count up to 8.
+  const JobPlan two = Plan(spec, 2);
+  ASSERT_FALSE(two.exchanges.empty());
+  for (const ExchangePlan& e : two.exchanges) {
+    EXPECT_EQ(e.partitions, 2);
+    EXPECT_EQ(e.CreatePartitions(two), 8) << e.topic;
+  }
+}
+
 TEST(JobPlanTest, SourceKeyedByTheDedupIdNeedsNoExchange) {
   JobSpec spec = Spec(Kafka("events", "[event_id]"), R"(    - name: paid
       filter: {from: events, where: "status == 'paid'"}

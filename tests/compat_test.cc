@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -212,6 +213,34 @@ TEST(CompatTest, AParallelCheckpointFromBeforeKeyGroupsRegroupsItsKeys) {
   const std::vector<std::string> want = FinalLines(ref);
   EXPECT_GT(want.size(), 50u);
   EXPECT_EQ(FinalLines(resumed), want);
+}
+
+// A job with state keeps its max_parallelism: a checkpoint taken with 128
+// key groups is refused under spec.max_parallelism 64, naming both and what
+// to do.
+TEST(CompatTest, ACheckpointWithOtherKeyGroupsIsRefused) {
+  TempDir tmp("compat_keygroups", "KEEP_COMPAT_DIR", "compat");
+  ASSERT_FALSE(tmp.path().empty());
+  const fs::path fixture = kFixture / "parallel", dir = tmp.path();
+  fs::copy_file(fixture / "job.yaml", dir / "job.yaml");
+  const std::string gunzip = absl::StrCat("gzip -dc ", (fixture / "purchases.jsonl.gz").string(),
+                                          " > ", (dir / "purchases.jsonl").string());
+  ASSERT_EQ(std::system(gunzip.c_str()), 0);
+  const std::string killed =
+      absl::StrCat("cd ", dir.string(), " && CARAVELA_FAILPOINT=checkpoint.after_sink_commit:3 ",
+                   CARAVELA_BINARY, " run -q --data-dir data job.yaml > first.log 2>&1");
+  const int rc = std::system(killed.c_str());
+  ASSERT_TRUE(WIFSIGNALED(rc) || (WIFEXITED(rc) && WEXITSTATUS(rc) == 128 + SIGKILL))
+      << ReadFile(dir / "first.log");
+  ASSERT_TRUE(fs::exists(dir / "data/checkpoints/legacy/job-checkpoint"));
+  std::string job = ReadFile(dir / "job.yaml");
+  job.replace(job.find("  parallelism: 2\n"), 17, "  parallelism: 2\n  max_parallelism: 64\n");
+  std::ofstream(dir / "job.yaml", std::ios::trunc) << job;
+  const RunResult run = Caravela(dir, "--data-dir data");
+  EXPECT_NE(run.exit_code, 0) << run.log;
+  EXPECT_THAT(run.log, HasSubstr("divides its state into 128 key groups, but "
+                                 "spec.max_parallelism is 64"));
+  EXPECT_THAT(run.log, HasSubstr("set it back to 128"));
 }
 
 }  // namespace

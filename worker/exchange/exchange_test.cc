@@ -407,6 +407,18 @@ TEST_P(KafkaExchangeTest, EnsureExchangeTopicCreatesAndChecksTheCount) {
   EXPECT_THAT(wrong.message(),
               HasSubstr("exists with 3 partitions, but 5 are needed (add partitions"));
 
+  // Created for a later rescale: max(needed, create_partitions) partitions.
+  ASSERT_OK(EnsureExchangeTopic(bootstrap(), "caravela.j.roomy", 2, 6));
+  {
+    KafkaSourceOptions o;
+    o.bootstrap = bootstrap();
+    o.topic = "caravela.j.roomy";
+    KafkaSource source(o);
+    ASSERT_OK(source.Open());
+    EXPECT_EQ(source.PartitionCount(), 6);
+  }
+  ASSERT_OK(EnsureExchangeTopic(bootstrap(), "caravela.j.roomy", 5));
+
   // Made by someone else (here: the broker itself, with a count != 4).
   ASSERT_OK(broker_->CreateTopic("caravela.j.premade", 2));
   EXPECT_OK(EnsureExchangeTopic(bootstrap(), "caravela.j.premade", 2));
