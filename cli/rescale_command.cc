@@ -5,6 +5,7 @@
 
 #include "cli/command_support.h"
 #include "cli/commands.h"
+#include "common/key_groups.h"
 
 namespace caravela {
 namespace {
@@ -24,9 +25,11 @@ Command AddRescaleCommand(CLI::App& app) {
       "Change a running job's tasks per stage: it stops at a checkpoint and resumes with N "
       "tasks, each taking its keys' state from the old tasks");
   cmd->add_option("id", f->job_id, "Job id")->required();
-  cmd->add_option("parallelism", f->parallelism, "New tasks per stage")
+  cmd->add_option("parallelism", f->parallelism,
+                  "New tasks per stage: 1 to the job's spec.max_parallelism (default 128), "
+                  "within the cluster's free slots (the coordinator checks both)")
       ->required()
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, kMaxMaxParallelism));
   AddClientOptions(cmd, &f->client);
   return {cmd, [cmd, f] {
             InheritClientFlags(*cmd, &f->client);

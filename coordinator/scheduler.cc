@@ -76,23 +76,35 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
 absl::StatusOr<v1::Job> Scheduler::Rescale(const std::string& job_id, int parallelism) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(v1::Job job, store_->Get(job_id));
-  if (parallelism < 1 || parallelism > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallelism must be 1..1024, got ", parallelism));
+  ParseResult parsed = ParseJobSpec(job.yaml());
+  if (!parsed.ok()) return absl::FailedPreconditionError("the job's YAML no longer parses");
+  const int max_parallelism = parsed.spec.max_parallelism;
+  if (parallelism < 1 || parallelism > max_parallelism) {
+    return absl::InvalidArgumentError(absl::StrCat("parallelism must be 1..", max_parallelism,
+                                                   " (the job's spec.max_parallelism), got ",
+                                                   parallelism));
   }
   if (job.state() != v1::RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ",
                                                       v1::JobState_Name(job.state()),
                                                       ": only a RUNNING job can be rescaled"));
   }
-  ParseResult parsed = ParseJobSpec(job.yaml());
-  if (!parsed.ok()) return absl::FailedPreconditionError("the job's YAML no longer parses");
   if (parsed.spec.checkpoint.interval <= 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " has no spec.checkpoint: a rescale moves state through a checkpoint"));
   }
-  if (absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, parallelism); !plan.ok()) {
-    return absl::FailedPreconditionError(std::string(plan.status().message()));
+  absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, parallelism);
+  if (!plan.ok()) return absl::FailedPreconditionError(std::string(plan.status().message()));
+  // Every task takes a slot: the job's own (freed by the rescale) and the
+  // cluster's free ones as of the last round.
+  const auto run = runs_.find(job_id);
+  const int own = run == runs_.end() ? 0 : static_cast<int>(run->second.Placement().size());
+  const int available = slots_.TotalFree() + own;
+  if (parallelism != job.parallelism() && plan->total_tasks() > available) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " at parallelism ", parallelism, " needs ", plan->total_tasks(),
+        " task slots, but the cluster has ", available, " (", slots_.TotalFree(),
+        " free and the job's ", own, "): add workers or rescale to fewer tasks"));
   }
   if (!job.savepoint_to().empty()) {
     return absl::FailedPreconditionError(

@@ -467,6 +467,39 @@ TEST_F(SchedulerTest, OneActiveJobPerNameAndCancelStopsTheTasks) {
 namespace caravela {
 namespace {
 
+// Refused rescales name why and leave the job RUNNING at its parallelism:
+// 0 or above spec.max_parallelism (128), or more tasks than the job's slots
+// plus the free ones.
+TEST_F(SchedulerTest, RefusedRescalesLeaveTheJobRunningAtItsParallelism) {
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  const int tasks = Get(id).tasks_size();
+  ASSERT_GT(tasks, 0);
+  ASSERT_LE(tasks, 6);
+
+  const absl::Status zero = scheduler_->Rescale(id, 0).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(zero)) << zero;
+  EXPECT_THAT(std::string(zero.message()), HasSubstr("parallelism must be 1..128"));
+  const absl::Status above = scheduler_->Rescale(id, 129).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(above)) << above;
+  EXPECT_THAT(std::string(above.message()), HasSubstr("spec.max_parallelism"));
+  // 6 slots in all: the job's tasks and the free ones.
+  const absl::Status slots = scheduler_->Rescale(id, 64).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(slots)) << slots;
+  EXPECT_THAT(std::string(slots.message()),
+              HasSubstr(absl::StrCat("but the cluster has 6 (", 6 - tasks, " free and the job's ",
+                                     tasks, "): add workers")));
+  scheduler_->Tick();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.parallelism(), 2);
+  EXPECT_EQ(job.rescale_to(), 0);
+}
+
 TEST_F(SchedulerTest, StopWithSavepointEndsAtACheckpointThenCopiesIt) {
   const std::string a = AddWorker(6);
   const std::string id = Submit();
