@@ -34,7 +34,10 @@
 //    one partition: "file source <name>"). A stage reading a Kafka source
 //    with fewer partitions than `parallelism` is an error naming the
 //    source, its partition count and the parallelism.
-//  * Exchange topics have as many partitions as their consuming stage has tasks.
+//  * An exchange has as many partitions as its consuming stage has tasks
+//    (partition p is read by task p); a Kafka topic for it is created with
+//    the job's max_parallelism partitions when that stage runs
+//    `parallelism` tasks, so a rescale never needs more (CreatePartitions).
 //
 // Refinements of these rules (the planner is conservative: when in doubt it
 // exchanges, which is always correct):
@@ -194,7 +197,8 @@ absl::StatusOr<JobPlan> PlanJob(const JobSpec& spec, int parallelism,
 // the key encoding (per key field: a type tag, 4-byte big-endian length, the
 // bytes; numbers by value, so 1, 1.0 and 1.00 hash alike), identical on every
 // platform. A record whose key has a null or missing field hashes the
-// encoding of null. Partition = hash % partitions.
+// encoding of null. Its key group is hash mod max_parallelism, and the
+// partition the consuming task that owns that group (common/key_groups.h).
 uint64_t ExchangeKeyHash(const Record& r, const std::vector<FieldPath>& key, std::string* scratch);
 
 }  // namespace caravela
