@@ -168,6 +168,15 @@ TEST(CompatTest, AnOldSavepointOfAnotherGraphIsRefused) {
   EXPECT_THAT(run.log, HasSubstr("different job graph"));
 }
 
+// The parallel fixture's job and its input (kept gzipped) in `dir`.
+void CopyParallelJob(const fs::path& dir) {
+  const fs::path fixture = kFixture / "parallel";
+  fs::copy_file(fixture / "job.yaml", dir / "job.yaml");
+  const std::string gunzip = absl::StrCat("gzip -dc ", (fixture / "purchases.jsonl.gz").string(),
+                                          " > ", (dir / "purchases.jsonl").string());
+  ASSERT_EQ(std::system(gunzip.c_str()), 0);
+}
+
 // The FINAL window lines of every part file under `dir`/out, revisions
 // removed (a resumed run numbers them in its own epoch), sorted.
 std::vector<std::string> FinalLines(const fs::path& dir) {
@@ -197,10 +206,7 @@ TEST(CompatTest, AParallelCheckpointFromBeforeKeyGroupsRegroupsItsKeys) {
   const fs::path ref = tmp.path() / "reference", resumed = tmp.path() / "resumed";
   for (const fs::path& dir : {ref, resumed}) {
     fs::create_directories(dir / "data");
-    fs::copy_file(fixture / "job.yaml", dir / "job.yaml");
-    const std::string gunzip = absl::StrCat("gzip -dc ", (fixture / "purchases.jsonl.gz").string(),
-                                            " > ", (dir / "purchases.jsonl").string());
-    ASSERT_EQ(std::system(gunzip.c_str()), 0);
+    ASSERT_NO_FATAL_FAILURE(CopyParallelJob(dir));
   }
   fs::copy(fixture / "data/checkpoints", resumed / "data/checkpoints", fs::copy_options::recursive);
 
@@ -221,11 +227,8 @@ TEST(CompatTest, AParallelCheckpointFromBeforeKeyGroupsRegroupsItsKeys) {
 TEST(CompatTest, ACheckpointWithOtherKeyGroupsIsRefused) {
   TempDir tmp("compat_keygroups", "KEEP_COMPAT_DIR", "compat");
   ASSERT_FALSE(tmp.path().empty());
-  const fs::path fixture = kFixture / "parallel", dir = tmp.path();
-  fs::copy_file(fixture / "job.yaml", dir / "job.yaml");
-  const std::string gunzip = absl::StrCat("gzip -dc ", (fixture / "purchases.jsonl.gz").string(),
-                                          " > ", (dir / "purchases.jsonl").string());
-  ASSERT_EQ(std::system(gunzip.c_str()), 0);
+  const fs::path dir = tmp.path();
+  ASSERT_NO_FATAL_FAILURE(CopyParallelJob(dir));
   const std::string killed =
       absl::StrCat("cd ", dir.string(), " && CARAVELA_FAILPOINT=checkpoint.after_sink_commit:3 ",
                    CARAVELA_BINARY, " run -q --data-dir data job.yaml > first.log 2>&1");
