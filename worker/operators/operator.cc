@@ -27,6 +27,36 @@ uint64_t KeyOwner::HashValues(const std::vector<Value>& values, std::string* scr
   return XXH3_64bits(scratch->data(), scratch->size());
 }
 
+absl::StatusOr<std::vector<size_t>> KeyOwner::GroupPositions(
+    const std::vector<FieldPath>& group_paths, const std::string& what) const {
+  std::vector<size_t> positions;
+  for (const FieldPath& k : keys.at(0)) {
+    size_t i = 0;
+    while (i < group_paths.size() && group_paths[i].ToString() != k.ToString()) ++i;
+    if (i == group_paths.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": partitioning field ", k.ToString(), " is not in group_by"));
+    }
+    positions.push_back(i);
+  }
+  return positions;
+}
+
+bool KeyOwner::OwnsGroup(const Record& rec, const std::vector<size_t>& positions,
+                         std::string* scratch) const {
+  std::vector<Value> group;
+  const int32_t g = rec.FindChild(0, "g");
+  if (g >= 0) {
+    rec.ForEachChild(static_cast<uint32_t>(g),
+                     [&](uint32_t c) { group.push_back(rec.Get(static_cast<int32_t>(c))); });
+  }
+  std::vector<Value> values(positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    values[i] = positions[i] < group.size() ? group[positions[i]] : Value::Null();
+  }
+  return OwnsHash(HashValues(values, scratch));
+}
+
 const char* TooLateReasonCode(TooLateReason reason) {
   switch (reason) {
     case TooLateReason::kAfterFinal:

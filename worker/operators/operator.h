@@ -111,6 +111,17 @@ struct KeyOwner {
   // Hash of key values in the exchange's order (what ExchangeKeyHash gives
   // for a record holding them).
   static uint64_t HashValues(const std::vector<Value>& values, std::string* scratch);
+
+  // For operators keyed by group_by (window, top_n), whose state stores a
+  // group's values as the array "g": where each field of the partitioning
+  // key (keys[0], a subset of `group_paths`) stands among the group values;
+  // FailedPrecondition naming `what` if one is not in group_by.
+  absl::StatusOr<std::vector<size_t>> GroupPositions(const std::vector<FieldPath>& group_paths,
+                                                     const std::string& what) const;
+  // Whether the group stored as the array "g" of `rec` belongs to this task
+  // (`positions` from GroupPositions; missing values count as null).
+  bool OwnsGroup(const Record& rec, const std::vector<size_t>& positions,
+                 std::string* scratch) const;
 };
 
 // Why a record went to a `too_late` side output (SPEC §10's audit trail):

@@ -194,19 +194,10 @@ class TopNOperator final : public Operator {
                           const KeyOwner& owner) override {
     // The partitioning key is a subset of group_by: find its fields among
     // the stored group values.
-    std::vector<size_t> positions;
-    for (const FieldPath& k : owner.keys.at(0)) {
-      size_t i = 0;
-      while (i < spec_.group_paths.size() && spec_.group_paths[i].ToString() != k.ToString()) ++i;
-      if (i == spec_.group_paths.size()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "top_n ", to.name(), ": partitioning field ", k.ToString(), " is not in group_by"));
-      }
-      positions.push_back(i);
-    }
+    ASSIGN_OR_RETURN(const std::vector<size_t> positions,
+                     owner.GroupPositions(spec_.group_paths, "top_n " + to.name()));
     ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable("tops"));
     ASSIGN_OR_RETURN(StateTable * table, to.OpenTable("tops"));
-    std::vector<Value> values(positions.size());
     std::string scratch;
     absl::Status bad;
     RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
@@ -215,17 +206,7 @@ class TopNOperator final : public Operator {
         bad = absl::DataLossError(absl::StrCat("corrupt top_n state in ", from.name()));
         return false;
       }
-      const int32_t g = e.group.FindChild(0, "g");
-      std::vector<Value> group;
-      if (g >= 0) {
-        e.group.ForEachChild(static_cast<uint32_t>(g), [&](uint32_t c) {
-          group.push_back(e.group.Get(static_cast<int32_t>(c)));
-        });
-      }
-      for (size_t i = 0; i < positions.size(); ++i) {
-        values[i] = positions[i] < group.size() ? group[positions[i]] : Value::Null();
-      }
-      if (owner.OwnsHash(KeyOwner::HashValues(values, &scratch))) table->Put(key, value);
+      if (owner.OwnsGroup(e.group, positions, &scratch)) table->Put(key, value);
       return true;
     }));
     return bad;

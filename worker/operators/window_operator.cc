@@ -551,22 +551,12 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
                                         const KeyOwner& owner) {
   // The partitioning key is a subset of group_by (or all of it): find each of
   // its fields among the stored group values.
-  std::vector<size_t> positions;
-  for (const FieldPath& k : owner.keys.at(0)) {
-    size_t i = 0;
-    while (i < spec_.group_paths.size() && !(spec_.group_paths[i].ToString() == k.ToString())) ++i;
-    if (i == spec_.group_paths.size()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "window ", to.name(), ": partitioning field ", k.ToString(), " is not in group_by"));
-    }
-    positions.push_back(i);
-  }
+  ASSIGN_OR_RETURN(const std::vector<size_t> positions,
+                   owner.GroupPositions(spec_.group_paths, "window " + to.name()));
   ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable("windows"));
   ASSIGN_OR_RETURN(StateTable * table, to.OpenTable("windows"));
   JsonDecoder decoder;
   Record rec;
-  std::vector<Value> values(positions.size());
-  std::vector<Value> group;
   std::string scratch;
   absl::Status bad;
   RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
@@ -575,16 +565,7 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
                                 std::string(st.message()));
       return false;
     }
-    group.clear();
-    const int32_t g = rec.FindChild(0, "g");
-    if (g >= 0) {
-      rec.ForEachChild(static_cast<uint32_t>(g),
-                       [&](uint32_t c) { group.push_back(rec.Get(static_cast<int32_t>(c))); });
-    }
-    for (size_t i = 0; i < positions.size(); ++i) {
-      values[i] = positions[i] < group.size() ? group[positions[i]] : Value::Null();
-    }
-    if (owner.OwnsHash(KeyOwner::HashValues(values, &scratch))) table->Put(key, value);
+    if (owner.OwnsGroup(rec, positions, &scratch)) table->Put(key, value);
     return true;
   }));
   RETURN_IF_ERROR(bad);
@@ -613,13 +594,7 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
                                 std::string(st.message()));
       return false;
     }
-    group.clear();
-    rec.ForEachChild(static_cast<uint32_t>(rec.FindChild(0, "g")),
-                     [&](uint32_t c) { group.push_back(rec.Get(static_cast<int32_t>(c))); });
-    for (size_t i = 0; i < positions.size(); ++i) {
-      values[i] = positions[i] < group.size() ? group[positions[i]] : Value::Null();
-    }
-    if (owner.OwnsHash(KeyOwner::HashValues(values, &scratch))) finals->Put(key, value);
+    if (owner.OwnsGroup(rec, positions, &scratch)) finals->Put(key, value);
     return true;
   }));
   return bad;
