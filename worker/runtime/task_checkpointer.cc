@@ -101,11 +101,9 @@ absl::Status TaskCheckpointer::Restore() {
   if (manager_ == nullptr) return absl::OkStatus();
   std::optional<CheckpointManifest> m;
   if (ctx_.parallel()) {
-    if (ctx_.placement.restore_checkpoint > 0 && Rescaled()) {
-      stored_id_ = committed_id_ = ctx_.placement.restore_checkpoint;
-      return RestoreRescaled();
-    }
     if (ctx_.placement.restore_checkpoint > 0) {
+      stored_id_ = committed_id_ = ctx_.placement.restore_checkpoint;
+      if (Rescaled()) return RestoreRescaled();
       ASSIGN_OR_RETURN(m, manager_->LatestUpTo(ctx_.placement.restore_checkpoint));
       if (!m.has_value() || m->checkpoint_id() != ctx_.placement.restore_checkpoint) {
         return absl::DataLossError(
@@ -114,16 +112,13 @@ absl::Status TaskCheckpointer::Restore() {
                          " is complete job-wide but this task's part of it is missing from ",
                          manager_->storage().url()));
       }
-      RETURN_IF_ERROR(CheckKeyGroups(*m));
       if (!m->has_max_parallelism() && ctx_.stage->tasks > 1) {
         // Keys were owned by hash % tasks then: gather them by key group.
         Log()->info("checkpoint {} predates key groups: gathering keys by key group",
                     m->checkpoint_id());
-        stored_id_ = committed_id_ = ctx_.placement.restore_checkpoint;
         return RestoreRescaled(/*regroup=*/true);
       }
     }
-    stored_id_ = committed_id_ = ctx_.placement.restore_checkpoint;
   } else if (savepoint_.has_value()) {
     m = savepoint_;
   } else if (ctx_.spec.checkpoint.interval > 0) {
