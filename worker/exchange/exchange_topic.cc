@@ -129,37 +129,36 @@ absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string
 
   ASSIGN_OR_RETURN(std::optional<int> existing, ExistingPartitions(rk.get(), bootstrap, topic));
   if (existing.has_value()) return CheckCount(topic, partitions, *existing);
-  const int want = partitions;
-  partitions = std::min(std::max(partitions, create_partitions), 10000);
+  // Created with room for a later rescale (the job's max_parallelism).
+  const int create = std::min(std::max(partitions, create_partitions), 10000);
 
   // The embedded broker (librdkafka's mock cluster) serves no CreateTopics
   // (librdkafka's Admin API waits for a controller the mock never names): if
   // it runs in this process, create the topic through it.
-  if (absl::Status created = CreateTopicOnEmbeddedBroker(bootstrap, topic, partitions);
+  if (absl::Status created = CreateTopicOnEmbeddedBroker(bootstrap, topic, create);
       !absl::IsNotFound(created)) {
     if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
   } else {
     std::string message;
-    ASSIGN_OR_RETURN(rd_kafka_resp_err_t code, AdminCreate(rk.get(), topic, partitions, &message));
+    ASSIGN_OR_RETURN(rd_kafka_resp_err_t code, AdminCreate(rk.get(), topic, create, &message));
     if (code == RD_KAFKA_RESP_ERR__TIMED_OUT) {
       return absl::UnavailableError(absl::StrCat(
-          "exchange topic ", topic, ": create with ", partitions, " partitions on ", bootstrap,
-          ": ", message, " (a broker without CreateTopics, such as an embedded broker of ",
+          "exchange topic ", topic, ": create with ", create, " partitions on ", bootstrap, ": ",
+          message, " (a broker without CreateTopics, such as an embedded broker of ",
           "another process, never answers: create the topic up front, e.g. caravela broker ",
-          "--partitions ", partitions, " --topic ", topic, ")"));
+          "--partitions ", create, " --topic ", topic, ")"));
     }
     if (code != RD_KAFKA_RESP_ERR_NO_ERROR &&
         code != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {  // created meanwhile by another task
-      return absl::UnavailableError(absl::StrCat("exchange topic ", topic, ": create with ",
-                                                 partitions, " partitions on ", bootstrap, ": ",
-                                                 message));
+      return absl::UnavailableError(absl::StrCat("exchange topic ", topic, ": create with ", create,
+                                                 " partitions on ", bootstrap, ": ", message));
     }
   }
   // Read the count back: the topic may have been created meanwhile (by
   // another task, or auto-created by a client naming it) with another count.
   ASSIGN_OR_RETURN(int have, AwaitTopicPartitions(rk.get(), bootstrap, topic,
                                                   /*name_topic=*/false, kTimeoutMs));
-  RETURN_IF_ERROR(CheckCount(topic, want, have));
+  RETURN_IF_ERROR(CheckCount(topic, partitions, have));
   KafkaLogger()->info("exchange topic {} on {}: {} partitions", topic, bootstrap, have);
   return absl::OkStatus();
 }
