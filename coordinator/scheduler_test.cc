@@ -101,6 +101,16 @@ class SchedulerTest : public ::testing::Test {
     return job.id();
   }
 
+  // Submits a job and starts it on `worker`: placed, its tasks READY, then
+  // started (RUNNING unless the scheduler refuses it).
+  std::string SubmitRunning(const std::string& worker) {
+    const std::string id = Submit();
+    scheduler_->Tick();
+    Beat(worker, v1::TASK_READY);
+    scheduler_->Tick();
+    return id;
+  }
+
   v1::Job Get(const std::string& id) {
     auto j = store_->Get(id);
     EXPECT_OK(j.status());
@@ -386,10 +396,7 @@ TEST_F(SchedulerTest, ARestartedCoordinatorAdoptsTheRunningEpoch) {
 // output after 2 was never published).
 TEST_F(SchedulerTest, AnAdoptedPeriodicCheckpointDoesNotEndTheJob) {
   const std::string a = AddWorker(6);
-  const std::string id = Submit();
-  scheduler_->Tick();
-  Beat(a, v1::TASK_READY);
-  scheduler_->Tick();
+  const std::string id = SubmitRunning(a);
   clock_.Advance(1000);
   scheduler_->Tick();
   Beat(a, v1::TASK_RUNNING, 1);
@@ -472,10 +479,7 @@ namespace {
 // plus the free ones.
 TEST_F(SchedulerTest, RefusedRescalesLeaveTheJobRunningAtItsParallelism) {
   const std::string a = AddWorker(6);
-  const std::string id = Submit();
-  scheduler_->Tick();
-  Beat(a, v1::TASK_READY);
-  scheduler_->Tick();
+  const std::string id = SubmitRunning(a);
   ASSERT_EQ(Get(id).state(), v1::RUNNING);
   const int tasks = Get(id).tasks_size();
   ASSERT_GT(tasks, 0);
@@ -623,10 +627,7 @@ namespace {
 // time, epoch and whether they stopped the tasks.
 TEST_F(SchedulerTest, KeepsTheCheckpointHistory) {
   const std::string a = AddWorker(6);
-  const std::string id = Submit();
-  scheduler_->Tick();
-  Beat(a, v1::TASK_READY);
-  scheduler_->Tick();
+  const std::string id = SubmitRunning(a);
   ASSERT_EQ(Get(id).state(), v1::RUNNING);
   EXPECT_TRUE(scheduler_->CheckpointHistory(id).empty());
   clock_.Advance(1000);
@@ -762,10 +763,7 @@ TEST_F(SchedulerTest, APolicyScoreAboveZeroMovesTheJob) {
   placement_ = std::make_shared<ScoredPolicy>(score);
   Restart();
   const std::string a = AddWorker(6);
-  const std::string id = Submit();
-  scheduler_->Tick();
-  Beat(a, v1::TASK_READY);
-  scheduler_->Tick();
+  const std::string id = SubmitRunning(a);
   ASSERT_EQ(Get(id).state(), v1::RUNNING);
   scheduler_->Tick();
   EXPECT_FALSE(Beat(a, v1::TASK_RUNNING).assignments(0).stop_at_trigger());
@@ -801,10 +799,7 @@ TEST_F(SchedulerTest, APlacementTheSlotsCannotTakeFailsTheJob) {
 // to RUNNING again, which its state machine refuses).
 TEST_F(SchedulerTest, AnAdoptedRunningJobWhoseTasksAreOnlyReadyStarts) {
   const std::string a = AddWorker(6);
-  const std::string id = Submit();
-  scheduler_->Tick();
-  Beat(a, v1::TASK_READY);
-  scheduler_->Tick();
+  const std::string id = SubmitRunning(a);
   ASSERT_EQ(Get(id).state(), v1::RUNNING);
 
   Restart();
