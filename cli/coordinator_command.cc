@@ -90,8 +90,8 @@ Command AddCoordinatorCommand(CLI::App& app) {
   cmd->add_option(
          "--allow-path", f->options.allowed_paths,
          "An absolute directory submitted jobs may read and write files in, and savepoints\n"
-         "may be written to or read from (repeatable; default none: only paths relative to a\n"
-         "worker's data directory, and savepoints under <data-dir>/savepoints)")
+         "may be written to or read from (repeatable; default none: only paths relative to the\n"
+         "workers' shared directory, and savepoints under <data-dir>/savepoints)")
       ->envname("CARAVELA_ALLOW_PATH");
   cmd->add_option("--worker-timeout", f->worker_timeout,
                   "A worker without heartbeats for this long is dead (its lease)")

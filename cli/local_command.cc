@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@ struct LocalFlags {
   int workers = 2;
   int slots = 4;
   std::string data_dir = "caravela-local";
+  std::string shared_dir;  // default <data_dir>/shared
 };
 
 int RunLocal(const CLI::App& cmd, LocalFlags& f) {
@@ -47,6 +49,14 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   co.data_dir = f.data_dir + "/coordinator";
   co.http_listen = f.coordinator.http_listen;
   co.allowed_paths = f.coordinator.allowed_paths;
+  // The workers' shared directory: where jobs' relative paths resolve.
+  if (f.shared_dir.empty()) f.shared_dir = f.data_dir + "/shared";
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(f.shared_dir, ec);
+    f.shared_dir = std::filesystem::absolute(f.shared_dir).lexically_normal().string();
+  }
+  co.allowed_paths.push_back(f.shared_dir);
   // Jobs that name no Kafka cluster use this broker; it serves no
   // CreateTopics to the worker processes, so the exchange topics are
   // created here.
@@ -65,8 +75,9 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
     const std::string data = absl::StrCat(f.data_dir, "/worker-", i);
     std::vector<std::string> args = {
         "caravela",    "worker",  "--coordinator", (*c)->grpc_address(),   "--data-dir", data,
-        "--bootstrap", bootstrap, "--slots",       std::to_string(f.slots)};
-    for (const std::string& p : co.allowed_paths) {
+        "--bootstrap", bootstrap, "--slots",       std::to_string(f.slots),
+        "--shared-dir", f.shared_dir};
+    for (const std::string& p : f.coordinator.allowed_paths) {
       args.push_back("--allow-path");
       args.push_back(p);
     }
@@ -82,10 +93,11 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
     }
     pids.push_back(pid);
   }
-  std::printf("caravela local: broker=%s coordinator=%s http=%s workers=%d data-dir=%s\n",
-              (*broker)->bootstrap().c_str(), (*c)->grpc_address().c_str(),
-              (*c)->http_address().empty() ? "off" : (*c)->http_address().c_str(), f.workers,
-              f.data_dir.c_str());
+  std::printf(
+      "caravela local: broker=%s coordinator=%s http=%s workers=%d data-dir=%s shared-dir=%s\n",
+      (*broker)->bootstrap().c_str(), (*c)->grpc_address().c_str(),
+      (*c)->http_address().empty() ? "off" : (*c)->http_address().c_str(), f.workers,
+      f.data_dir.c_str(), f.shared_dir.c_str());
   std::fflush(stdout);
   CatchStopSignals(OnSigterm::kStop);
   while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -114,9 +126,12 @@ Command AddLocalCommand(CLI::App& app) {
   cmd->add_option("--http", f->coordinator.http_listen,
                   "Coordinator HTTP HOST:PORT (/healthz, /api/v1/; default none)");
   cmd->add_option("--allow-path", f->coordinator.allowed_paths,
-                  "An absolute directory jobs may read and write files in (repeatable; "
-                  "default: only each worker's data directory)");
+                  "Another absolute directory jobs may read and write files in (repeatable; "
+                  "besides the shared directory)");
   cmd->add_option("--data-dir", f->data_dir, "Coordinator and worker data")->capture_default_str();
+  cmd->add_option("--shared-dir", f->shared_dir,
+                  "The workers' shared directory: jobs' relative file paths (inputs, outputs,\n"
+                  "dead letters) resolve against it (default <data-dir>/shared)");
   return {cmd, [cmd, f] { return RunLocal(*cmd, *f); }};
 }
 

@@ -31,6 +31,16 @@ int RunWorker(const CLI::App& cmd, WorkerFlags& f) {
   InheritOption(cmd, "--token-file", {"coordinator"}, &f.token_file);
   if (!ReadToken(f.token_file, &f.agent.token)) return 2;
   f.agent.coordinator = CoordinatorAddress(f.agent.coordinator);
+  if (!f.agent.shared_dir.empty()) {
+    std::error_code ec;
+    f.agent.shared_dir = std::filesystem::absolute(f.agent.shared_dir).lexically_normal().string();
+    std::filesystem::create_directories(f.agent.shared_dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "error: --shared-dir %s: %s\n", f.agent.shared_dir.c_str(),
+                   ec.message().c_str());
+      return 2;
+    }
+  }
   for (const std::string& p : f.agent.allowed_paths) {
     if (!std::filesystem::path(p).is_absolute()) {
       std::fprintf(stderr, "error: --allow-path %s: give an absolute directory\n", p.c_str());
@@ -43,10 +53,11 @@ int RunWorker(const CLI::App& cmd, WorkerFlags& f) {
   };
   absl::StatusOr<std::unique_ptr<WorkerAgent>> agent = WorkerAgent::Start(f.agent);
   if (!agent.ok()) return Fail(agent.status());
-  std::printf("caravela worker: grpc=%s http=%s slots=%d data-dir=%s\n",
+  std::printf("caravela worker: grpc=%s http=%s slots=%d data-dir=%s shared-dir=%s\n",
               (*agent)->address().c_str(),
               (*agent)->http_address().empty() ? "off" : (*agent)->http_address().c_str(),
-              f.agent.slots, f.agent.data_dir.c_str());
+              f.agent.slots, f.agent.data_dir.c_str(),
+              f.agent.shared_dir.empty() ? "none" : f.agent.shared_dir.c_str());
   std::fflush(stdout);
   // SIGTERM (Kubernetes, systemd): hand the tasks over, then leave.
   // SIGINT (Ctrl-C): stop at once.
@@ -99,10 +110,15 @@ Command AddWorkerCommand(CLI::App& app) {
   cmd->add_option("--bootstrap", f->agent.bootstrap,
                   "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)")
       ->envname("CARAVELA_BOOTSTRAP");
-  cmd->add_option(
-         "--allow-path", f->agent.allowed_paths,
-         "An absolute directory jobs may read and write files in (repeatable; default: the\n"
-         "data directory). Relative paths of a job are resolved against <data-dir>/<job id>.")
+  cmd->add_option("--shared-dir", f->agent.shared_dir,
+                  "A directory every worker mounts at the same path (NFS, a shared volume):\n"
+                  "jobs' relative file paths resolve against it and their default dead letter\n"
+                  "goes to <shared-dir>/<job id>/. Without one, jobs with relative file paths\n"
+                  "are refused")
+      ->envname("CARAVELA_SHARED_DIR");
+  cmd->add_option("--allow-path", f->agent.allowed_paths,
+                  "Another absolute directory jobs may read and write files in (repeatable;\n"
+                  "it must be the same on every worker)")
       ->envname("CARAVELA_ALLOW_PATH");
   cmd->add_option("--tls-ca", f->agent.tls_ca,
                   "PEM file of the roots to trust: talk TLS to the coordinator")

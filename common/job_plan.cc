@@ -621,6 +621,21 @@ absl::StatusOr<JobPlan> PlanJob(const JobSpec& spec, int parallelism,
   return Planner(spec, parallelism, partitions).Plan();
 }
 
+absl::StatusOr<JobPlan> PlanClusterJob(const JobSpec& spec, int parallelism,
+                                       const SourcePartitions& partitions) {
+  ASSIGN_OR_RETURN(JobPlan plan, PlanJob(spec, parallelism, partitions));
+  if (parallelism != 1 || !ArrivalDriven(spec)) return plan;
+  StagePlan one;
+  one.tasks = 1;
+  one.tasks_reason = "a replay in arrival order";
+  for (const SourceSpec& s : spec.sources) one.sources.push_back(s.name);
+  for (const OperatorSpec& o : spec.operators) one.operators.push_back(o.name);
+  plan.stages = {std::move(one)};
+  plan.exchanges.clear();
+  for (auto& [node, stage] : plan.stage_of) stage = 0;
+  return plan;
+}
+
 uint64_t ExchangeKeyHash(const Record& r, const std::vector<FieldPath>& key, std::string* scratch) {
   scratch->clear();
   for (const FieldPath& p : key) AppendKeyField(r.GetPath(p), scratch);

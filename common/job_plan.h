@@ -192,6 +192,13 @@ class OperatorPlanContext {
 // honoured.
 absl::StatusOr<JobPlan> PlanJob(const JobSpec& spec, int parallelism,
                                 const SourcePartitions& partitions = {});
+// The plan a cluster runs `spec` with: PlanJob's, except for a replay in
+// arrival order (ArrivalDriven; WhyNotClusterParallelism refuses it more
+// than one task): the whole job in one task, one stage without exchanges,
+// as `caravela run` runs it, so that its processing time follows the
+// arrival fields in one order and its answer is `caravela run`'s.
+absl::StatusOr<JobPlan> PlanClusterJob(const JobSpec& spec, int parallelism,
+                                       const SourcePartitions& partitions = {});
 
 // The stable key hash used to partition exchange topics: XXH3-64 (seed 0) of
 // the key encoding (per key field: a type tag, 4-byte big-endian length, the

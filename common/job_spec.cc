@@ -16,6 +16,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <sstream>
@@ -635,6 +636,15 @@ ParseResult LoadJobSpec(const std::string& file_path, const KindRegistry& kinds)
   return r;
 }
 
+std::string WhyNotClusterParallelism(const JobSpec& spec, int parallelism) {
+  if (parallelism <= 1 || !ArrivalDriven(spec)) return "";
+  return absl::StrCat(
+      "every source of the job has an arrival_field: it replays its input in arrival order, "
+      "which a cluster does in one task (the answer is then the one `caravela run` gives); "
+      "run it with parallelism 1, not ",
+      parallelism);
+}
+
 bool ArrivalDriven(const JobSpec& spec) {
   if (spec.sources.empty()) return false;
   for (const SourceSpec& s : spec.sources) {
@@ -665,30 +675,17 @@ bool PathUnder(const std::string& path, const std::vector<std::string>& dirs) {
   return false;
 }
 
-std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
-                                         const std::vector<std::string>& allowed) {
-  std::vector<SpecError> errors;
-  auto check = [&](const std::string& yaml_path, const std::string& path) {
-    if (path.empty()) return;
-    const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
-    if (p.is_relative()) {
-      if (!p.empty() && *p.begin() == "..") {
-        errors.push_back(
-            {yaml_path, absl::StrCat("path ", path, " leaves the worker's data directory")});
-      }
-      return;
-    }
-    if (PathUnder(path, allowed)) return;
-    errors.push_back({yaml_path, absl::StrCat("path ", path,
-                                              " is outside the directories this service allows "
-                                              "(--allow-path); use a path relative to the "
-                                              "worker's data directory or an allowed one")});
-  };
+namespace {
+
+// Calls `f(yaml_path, path)` for every file the job names: its sources'
+// and sinks' files, the dead letter and file:// checkpoint storage.
+void ForEachFilePath(const JobSpec& spec,
+                     const std::function<void(const std::string&, const std::string&)>& f) {
   for (size_t i = 0; i < spec.sources.size(); ++i) {
     SourceSpec source = spec.sources[i];
     if (source.kind == nullptr) continue;
     for (auto& [yaml_path, path] : source.kind->Files(source)) {
-      check(absl::StrCat("spec.sources[", i, "].", yaml_path), *path);
+      if (!path->empty()) f(absl::StrCat("spec.sources[", i, "].", yaml_path), *path);
     }
   }
   for (size_t i = 0; i < spec.sinks.size(); ++i) {
@@ -696,13 +693,54 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
     SinkSpec sink = spec.sinks[i];
     if (sink.kind == nullptr) continue;
     for (auto& [yaml_path, path] : sink.kind->Files(sink)) {
-      check(absl::StrCat("spec.sinks[", i, "].", yaml_path), *path);
+      if (!path->empty()) f(absl::StrCat("spec.sinks[", i, "].", yaml_path), *path);
     }
   }
-  check("spec.dead_letter.path", spec.dead_letter_path);
+  if (!spec.dead_letter_path.empty()) f("spec.dead_letter.path", spec.dead_letter_path);
   if (spec.checkpoint.scheme != nullptr) {
-    check("spec.checkpoint.storage", spec.checkpoint.scheme->LocalPath(spec.checkpoint.storage));
+    const std::string local = spec.checkpoint.scheme->LocalPath(spec.checkpoint.storage);
+    if (!local.empty()) f("spec.checkpoint.storage", local);
   }
+}
+
+}  // namespace
+
+std::string JoinSpecErrors(const std::vector<SpecError>& errors) {
+  std::vector<std::string> lines;
+  lines.reserve(errors.size());
+  for (const SpecError& e : errors) lines.push_back(e.ToString());
+  return absl::StrJoin(lines, "; ");
+}
+
+std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
+                                         const std::vector<std::string>& allowed) {
+  std::vector<SpecError> errors;
+  ForEachFilePath(spec, [&](const std::string& yaml_path, const std::string& path) {
+    const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+    if (p.is_relative()) {
+      if (!p.empty() && *p.begin() == "..") {
+        errors.push_back({yaml_path, absl::StrCat("path ", path,
+                                                  " leaves the workers' shared directory")});
+      }
+      return;
+    }
+    if (PathUnder(path, allowed)) return;
+    errors.push_back({yaml_path, absl::StrCat("path ", path,
+                                              " is outside the directories this service allows "
+                                              "(--allow-path, --shared-dir); use a path relative "
+                                              "to the workers' shared directory or an allowed "
+                                              "one")});
+  });
+  return errors;
+}
+
+std::vector<SpecError> RelativeFilePaths(const JobSpec& spec) {
+  std::vector<SpecError> errors;
+  ForEachFilePath(spec, [&](const std::string& yaml_path, const std::string& path) {
+    if (std::filesystem::path(path).is_relative()) {
+      errors.push_back({yaml_path, absl::StrCat("path ", path, " is relative")});
+    }
+  });
   return errors;
 }
 

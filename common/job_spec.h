@@ -174,6 +174,11 @@ struct JobSpec {
 // source names an arrival_field, but lookup tables that end (files, bounded
 // topics), which are read whole first.
 bool ArrivalDriven(const JobSpec& spec);
+// Why the job cannot run with `parallelism` tasks per stage on a cluster
+// ("" when it can): a replay in arrival order (ArrivalDriven) runs in one
+// task there, so that its revisions and too_late records are those of
+// `caravela run` (docs/semantics.md "One answer").
+std::string WhyNotClusterParallelism(const JobSpec& spec, int parallelism);
 
 struct SpecError {
   std::string path;     // e.g. "spec.operators[1].window.tumbling"
@@ -181,13 +186,19 @@ struct SpecError {
   std::string ToString() const { return path + ": " + message; }
 };
 
+// "path: message; path: message".
+std::string JoinSpecErrors(const std::vector<SpecError>& errors);
+
 // For a job that arrives over the network (SPEC §8: untrusted input): every
 // file it reads or writes (file sources and sinks, the dead letter, file://
 // checkpoint storage) must be relative without escaping upwards ("..", then
-// it lands in the worker's data dir), or lie under one of `allowed`
+// it lands in the workers' shared directory), or lie under one of `allowed`
 // (absolute directories). One error per offending path, naming its YAML path.
 std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
                                          const std::vector<std::string>& allowed);
+// The job's relative file paths (sources, sinks, dead letter), one entry
+// per path, naming its YAML path.
+std::vector<SpecError> RelativeFilePaths(const JobSpec& spec);
 // True if absolute `path` lies inside one of `dirs` (lexically: "..", "."
 // and repeated slashes resolved; symlinks are not followed).
 bool PathUnder(const std::string& path, const std::vector<std::string>& dirs);

@@ -1282,8 +1282,14 @@ spec:
                                             "spec.sinks[3].clickhouse.password_file",
                                             "spec.dead_letter.path", "spec.checkpoint.storage"));
   EXPECT_THAT(errors[0].message, ::testing::HasSubstr("--allow-path"));
-  EXPECT_THAT(errors[2].message, ::testing::HasSubstr("leaves the worker's data directory"));
+  EXPECT_THAT(errors[2].message, ::testing::HasSubstr("leaves the workers' shared directory"));
   EXPECT_TRUE(CheckAllowedPaths(r.spec, {"/"}).size() == 1);  // only the ".." one
+  // On a cluster relative paths need the workers' shared directory.
+  std::vector<std::string> relative;
+  for (const SpecError& e : RelativeFilePaths(r.spec)) relative.push_back(e.path);
+  EXPECT_THAT(relative, ::testing::ElementsAre("spec.sources[0].file.path",
+                                               "spec.sinks[0].file.path",
+                                               "spec.sinks[1].file.path"));
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 //   Files() / KafkaBootstrap()   what it touches outside the engine (paths
 //                 resolved against the job file and checked for jobs from
 //                 the network; brokers);
-//   ForTask()     what makes one task's output its own in a stage of several
-//                 tasks (file sinks: a `.part-<task>` file);
+//   ForTask()     what makes one task's output its own in a parallel job
+//                 (file sinks: a `.part-<part>` file);
 //   Create()      its Sink (worker/connectors/sink.h);
 //   ReadBack()    its results as written, for `caravela reconcile`.
 #pragma once
@@ -59,8 +59,9 @@ class SinkKind {
   virtual std::optional<std::string> KafkaBootstrap(const SinkSpec& sink) const {
     return std::nullopt;
   }
-  // Adapts `sink` to task `index` of a stage of several tasks.
-  virtual void ForTask(SinkSpec& sink, int index) const {}
+  // Adapts `sink` to the task whose output carries part name `part`
+  // (never empty; task_graph.h SinkNode::part).
+  virtual void ForTask(SinkSpec& sink, const std::string& part) const {}
   // Why a job of `parallelism` (> 1) cannot write the sink, starting with
   // the YAML path below the sink (e.g. "kafka.exactly_once with parallelism
   // 2 is not supported yet ..."); empty when it can.

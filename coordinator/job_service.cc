@@ -119,8 +119,12 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   if (response->errors_size() > 0) return grpc::Status::OK;
   const int parallelism =
       request->parallelism() > 0 ? request->parallelism() : parsed.spec.parallelism;
+  if (std::string why = WhyNotClusterParallelism(parsed.spec, parallelism); !why.empty()) {
+    add_error("spec.parallelism", why);
+    return grpc::Status::OK;
+  }
   // The plan's own checks (Kafka partition counts are checked when it runs).
-  absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, parallelism);
+  absl::StatusOr<JobPlan> plan = PlanClusterJob(parsed.spec, parallelism);
   if (!plan.ok()) {
     for (absl::string_view line : absl::StrSplit(plan.status().message(), '\n')) {
       add_error("spec", std::string(line));

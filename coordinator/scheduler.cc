@@ -89,11 +89,14 @@ absl::StatusOr<v1::Job> Scheduler::Rescale(const std::string& job_id, int parall
                                                       v1::JobState_Name(job.state()),
                                                       ": only a RUNNING job can be rescaled"));
   }
+  if (std::string why = WhyNotClusterParallelism(parsed.spec, parallelism); !why.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": ", why));
+  }
   if (parsed.spec.checkpoint.interval <= 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " has no spec.checkpoint: a rescale moves state through a checkpoint"));
   }
-  absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, parallelism);
+  absl::StatusOr<JobPlan> plan = PlanClusterJob(parsed.spec, parallelism);
   if (!plan.ok()) return absl::FailedPreconditionError(std::string(plan.status().message()));
   // Every task takes a slot: the job's own (freed by the rescale) and the
   // cluster's free ones as of the last round.
@@ -229,7 +232,7 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
     Fail(job, absl::StrCat(parsed.errors[0].path, ": ", parsed.errors[0].message));
     return false;
   }
-  absl::StatusOr<JobPlan> plan = PlanJob(parsed.spec, job.parallelism());
+  absl::StatusOr<JobPlan> plan = PlanClusterJob(parsed.spec, job.parallelism());
   if (!plan.ok()) {
     Fail(job, std::string(plan.status().message()));
     return false;

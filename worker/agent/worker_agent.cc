@@ -162,6 +162,7 @@ struct WorkerAgent::Impl {
         po.restore_parallelism = a->restore_parallelism();
         po.checkpoint_storage = a->checkpoint_storage();
         po.allowed_paths = options.allowed_paths;
+        po.shared_dir = options.shared_dir;
         RunOptions ro;
         ro.data_dir = options.data_dir;
         ro.embedded_bootstrap = options.bootstrap;

@@ -33,7 +33,11 @@ struct WorkerAgentOptions {
   std::string data_dir = "caravela-worker";  // task state: <data_dir>/<job id>/task-<n>
   // Kafka cluster for jobs that name none (exchanges, sources, sinks).
   std::string bootstrap;
-  // Directories submitted jobs may name files in; empty: the data dir.
+  // The directory every worker mounts at the same path (absolute; empty:
+  // none): a job's relative file paths resolve against it, and its default
+  // dead letter lies in it. Jobs may name files in it.
+  std::string shared_dir;
+  // Other directories submitted jobs may name files in (absolute).
   std::vector<std::string> allowed_paths;
   int heartbeat_ms = 100;
   // HOST:PORT for /metrics (its tasks' counters) and /healthz; empty: none.

@@ -35,9 +35,9 @@ class FileSinkKind final : public SinkKind {
   std::vector<std::pair<std::string, std::string*>> Files(SinkSpec& sink) const override {
     return {{"file.path", &sink.Mutable<FileSinkSpec>()->path}};
   }
-  void ForTask(SinkSpec& sink, int index) const override {
+  void ForTask(SinkSpec& sink, const std::string& part) const override {
     std::string& path = sink.Mutable<FileSinkSpec>()->path;
-    path = PartFilePath(path, std::to_string(index));
+    path = PartFilePath(path, part);
   }
   absl::StatusOr<std::unique_ptr<Sink>> Create(const SinkSpec& sink,
                                                const SinkContext& ctx) const override {

@@ -65,15 +65,29 @@ struct JobPart::Impl {
     spec = std::move(parsed.spec);
     // The job from the network may only touch what this worker allows.
     std::vector<std::string> allowed = part.allowed_paths;
-    if (allowed.empty()) allowed.push_back(std::filesystem::absolute(options.data_dir).string());
+    if (!part.shared_dir.empty()) allowed.push_back(part.shared_dir);
     if (std::vector<SpecError> refused = CheckAllowedPaths(spec, allowed); !refused.empty()) {
-      std::vector<std::string> errors;
-      errors.reserve(refused.size());
-      for (const SpecError& e : refused) errors.push_back(e.path + ": " + e.message);
       return absl::PermissionDeniedError(
-          absl::StrCat("refused by this worker: ", absl::StrJoin(errors, "; ")));
+          absl::StrCat("refused by this worker: ", JoinSpecErrors(refused)));
     }
-    spec.ResolvePaths(options.data_dir);
+    if (part.shared_dir.empty()) {
+      // Each worker's disk is its own: a relative path would scatter the
+      // job's files over the workers.
+      if (std::vector<SpecError> relative = RelativeFilePaths(spec); !relative.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            JoinSpecErrors(relative),
+            ": relative paths of a cluster job resolve against the workers' shared directory, "
+            "and this worker has none: start the workers with --shared-dir DIR (or "
+            "CARAVELA_SHARED_DIR), a directory every worker mounts at the same path, or give "
+            "absolute paths under an --allow-path directory"));
+      }
+    } else {
+      spec.ResolvePaths(part.shared_dir);
+      if (spec.dead_letter_path.empty()) {
+        spec.dead_letter_path =
+            (std::filesystem::path(part.shared_dir) / part.job_id / "dead-letter.jsonl").string();
+      }
+    }
     if (spec.checkpoint.storage.empty()) spec.checkpoint.storage = part.checkpoint_storage;
     if (!spec.checkpoint.storage.empty()) {
       // One job instance, one place: a resubmitted job of the same name
@@ -82,7 +96,7 @@ struct JobPart::Impl {
     }
     ASSIGN_OR_RETURN(SourcePartitions partitions,
                      QuerySourcePartitions(spec, options.embedded_bootstrap));
-    ASSIGN_OR_RETURN(plan, PlanJob(spec, part.parallelism, partitions));
+    ASSIGN_OR_RETURN(plan, PlanClusterJob(spec, part.parallelism, partitions));
     const std::string bootstrap = JobKafkaBootstrap(spec, options.embedded_bootstrap);
     if (!plan.exchanges.empty() && bootstrap.empty()) {
       return absl::FailedPreconditionError(
@@ -124,6 +138,9 @@ struct JobPart::Impl {
       pl.restore_checkpoint = part.restore_checkpoint;
       pl.restore_parallelism = part.restore_parallelism;
       pl.fence_sinks = true;
+      // A replay in arrival order runs in one task (WhyNotClusterParallelism):
+      // its processing time is the records' arrival times, as in `caravela run`.
+      pl.replay = plan.total_tasks() == 1 && ArrivalDriven(spec);
       pl.group_flow = true;
       pl.cancel = &cancel;
       auto t = Task::Create(spec, options, std::move(pl), metrics);

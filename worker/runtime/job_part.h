@@ -44,8 +44,12 @@ struct JobPartOptions {
   // Shared checkpoint storage URL when the job names none (the job's tasks
   // run on several machines: the worker's own data dir will not do).
   std::string checkpoint_storage;
-  // Directories files of the job may lie in (CheckAllowedPaths); relative
-  // paths are resolved against the part's data dir.
+  // The directory all workers share (absolute; empty: none): relative
+  // file paths of the job resolve against it, its default dead letter goes
+  // to <shared_dir>/<job_id>/, and files may lie in it. Without one, a job
+  // with relative file paths is refused (each worker's disk is its own).
+  std::string shared_dir;
+  // Other directories files of the job may lie in (CheckAllowedPaths).
   std::vector<std::string> allowed_paths;
 };
 

@@ -277,41 +277,48 @@ absl::Status Task::Impl::MaybeCheckpoint() { return checkpointer.Drive(/*stop=*/
 
 // ---- The standalone drivers -----------------------------------------------------
 
+absl::StatusOr<bool> Task::Impl::NextArrivalStep(StepSpec* step) {
+  int best = -1;
+  int64_t t_next = kMaxTime;
+  for (int i = 0; i < graph.S(); ++i) {
+    SourceNode& src = graph.sources[i];
+    if (!src.present) continue;
+    RETURN_IF_ERROR(ingest.FillPending(src, 0));
+    if (!src.has_pending()) {
+      if (!src.finished) {
+        src.finished = true;
+        src.wm->Finish();
+      }
+      continue;
+    }
+    int64_t a = src.input.pending[src.input.head].arrival;
+    if (best < 0 || a < t_next) {
+      best = i;
+      t_next = a;
+    }
+  }
+  if (best < 0) return false;
+  const int64_t timer = watermarks.NextTimer();
+  if (timer <= t_next) {
+    ctx.manual_clock.Set(timer);
+    step->input = StepSpec::Input::kNone;
+  } else {
+    ctx.manual_clock.Set(t_next);
+    step->input = StepSpec::Input::kArrival;
+    step->source = best;
+    step->arrival = t_next;
+  }
+  return true;
+}
+
 // Arrival mode: records of all sources in arrival order (ties in source
 // order), due timers and idleness transitions before the next record.
 absl::Status Task::Impl::RunArrivalMode() {
   for (;;) {
-    int best = -1;
-    int64_t t_next = kMaxTime;
-    for (int i = 0; i < graph.S(); ++i) {
-      SourceNode& src = graph.sources[i];
-      RETURN_IF_ERROR(ingest.FillPending(src, 0));
-      if (!src.has_pending()) {
-        if (!src.finished) {
-          src.finished = true;
-          src.wm->Finish();
-        }
-        continue;
-      }
-      int64_t a = src.input.pending[src.input.head].arrival;
-      if (best < 0 || a < t_next) {
-        best = i;
-        t_next = a;
-      }
-    }
-    // Input drained: the end-of-input watermark (+inf) fires everything.
-    if (best < 0) break;
     StepSpec step;
-    const int64_t timer = watermarks.NextTimer();
-    if (timer <= t_next) {
-      ctx.manual_clock.Set(timer);
-      step.input = StepSpec::Input::kNone;
-    } else {
-      ctx.manual_clock.Set(t_next);
-      step.input = StepSpec::Input::kArrival;
-      step.source = best;
-      step.arrival = t_next;
-    }
+    ASSIGN_OR_RETURN(const bool more, NextArrivalStep(&step));
+    // Input drained: the end-of-input watermark (+inf) fires everything.
+    if (!more) break;
     StepResult result;
     RETURN_IF_ERROR(Step(step, &result));
     RETURN_IF_ERROR(MaybeCheckpoint());

@@ -70,7 +70,7 @@ absl::Status TaskCheckpointer::Open() {
     // this task stored in runs that died before the job completed them.
     manager_->Pin(ctx_.placement.restore_checkpoint);
     spec_hash_ = JobGraphHash(ctx_.spec);
-    return absl::OkStatus();
+    return LoadSinkParts();
   }
   if (!periodic && ctx_.options.from_savepoint.empty() && ctx_.options.savepoint_on_stop.empty()) {
     return absl::OkStatus();
@@ -315,6 +315,7 @@ absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t jo
     auto* sc = m.add_sinks();
     sc->set_index(static_cast<int32_t>(i));
     sc->set_state(st);
+    sc->set_part(graph_.sinks[i].part);
   }
   // Barrier `id` after every record this task wrote into its exchanges: the
   // consumers' checkpoint `id` holds exactly the records before it (SPEC §8).

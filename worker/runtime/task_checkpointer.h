@@ -77,6 +77,9 @@ class TaskCheckpointer {
   // `regroup`: gather keys from every old task even where the task count is
   // the same (a checkpoint from before key groups).
   absl::Status RestoreRescaled(bool regroup = false);
+  // Parallel jobs restoring a checkpoint: the part names of the sinks this
+  // task continues (ctx.sink_parts), before the graph opens them.
+  absl::Status LoadSinkParts();
   // Per input of operator `on`: the key paths that route its records.
   absl::StatusOr<std::vector<std::vector<FieldPath>>> RescaleKeys(
       const task_internal::OperatorNode& on) const;

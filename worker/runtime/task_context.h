@@ -4,6 +4,7 @@
 // `epoch` (TaskCheckpointer::Open) before anything else reads it.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "common/job_plan.h"
@@ -17,6 +18,28 @@
 namespace caravela {
 
 class JobCheckpoints;
+
+// The part names of a parallel task's file outputs (SinkNode::part), set by
+// TaskCheckpointer::Open before the sinks open. Part names never repeat
+// across parallelisms: a task continues the files of the old task it
+// succeeds under their recorded names, and a task a rescale added writes
+// new ones (the default name plus "-c<checkpoint>").
+struct SinkParts {
+  // By sink node (TaskGraph::sinks): the names the restored checkpoint gives.
+  std::map<int, std::string> by_node;
+  // Others: the default name for a stage of `stage_tasks` tasks in a plan
+  // of `total_tasks` (0: this plan's), plus `suffix`.
+  int stage_tasks = 0;
+  int total_tasks = 0;
+  std::string suffix;
+};
+
+// The default part name of task `index` of stage `stage` (of `stage_tasks`
+// tasks, in a plan of `total_tasks`): "<index>" for a sink in a stage of
+// several tasks, "s<stage>-<index>" for a dead letter in a plan of several
+// tasks, else "" (no part suffix).
+std::string DefaultSinkPart(int stage, int stage_tasks, int total_tasks, bool dead_letter,
+                            int index);
 
 struct TaskContext {
   JobSpec spec;
@@ -36,6 +59,7 @@ struct TaskContext {
   const StagePlan* stage = nullptr;
   JobCheckpoints* job = nullptr;
   int64_t epoch = 0;
+  SinkParts sink_parts;
 
   bool parallel() const { return placement.plan != nullptr; }
   // The task in log lines (LogContext): "stage-1/task-2", "" for a one-task job.

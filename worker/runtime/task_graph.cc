@@ -42,10 +42,33 @@ absl::StatusOr<std::unique_ptr<RawSource>> GraphBuilder::OpenRawSource(
   return raw;
 }
 
-absl::StatusOr<std::unique_ptr<Sink>> GraphBuilder::OpenTaskSink(size_t sink_index, int index,
+std::string DefaultSinkPart(int stage, int stage_tasks, int total_tasks, bool dead_letter,
+                            int index) {
+  if (dead_letter) return total_tasks > 1 ? absl::StrCat("s", stage, "-", index) : "";
+  return stage_tasks > 1 ? std::to_string(index) : "";
+}
+
+std::string GraphBuilder::SinkPart(int node, bool dead_letter) const {
+  if (!ctx_.parallel()) return "";
+  const SinkParts& parts = ctx_.sink_parts;
+  if (auto it = parts.by_node.find(node); it != parts.by_node.end()) return it->second;
+  const int stage_tasks = parts.stage_tasks > 0 ? parts.stage_tasks : ctx_.stage->tasks;
+  const int total_tasks =
+      parts.total_tasks > 0 ? parts.total_tasks : ctx_.placement.plan->total_tasks();
+  std::string part = DefaultSinkPart(ctx_.placement.stage, stage_tasks, total_tasks, dead_letter,
+                                     ctx_.placement.index);
+  if (!parts.suffix.empty()) {
+    absl::StrAppend(&part, part.empty() ? std::to_string(ctx_.placement.index) : "",
+                    parts.suffix);
+  }
+  return part;
+}
+
+absl::StatusOr<std::unique_ptr<Sink>> GraphBuilder::OpenTaskSink(size_t sink_index,
+                                                                 const std::string& part,
                                                                  int global_id) const {
   SinkSpec ss = ctx_.spec.sinks[sink_index];
-  if (ctx_.parallel() && ctx_.stage->tasks > 1) ss.kind->ForTask(ss, index);
+  if (!part.empty()) ss.kind->ForTask(ss, part);
   SinkContext sc;
   sc.job_name = ctx_.spec.name;
   sc.embedded_bootstrap = ctx_.options.embedded_bootstrap;
@@ -64,16 +87,12 @@ absl::StatusOr<std::unique_ptr<Sink>> GraphBuilder::OpenTaskSink(size_t sink_ind
   return sink;
 }
 
-absl::StatusOr<std::unique_ptr<Sink>> GraphBuilder::OpenDeadLetter(int index) const {
+absl::StatusOr<std::unique_ptr<Sink>> GraphBuilder::OpenDeadLetter(const std::string& part) const {
   const RunOptions& options = ctx_.options;
   std::string path = ctx_.spec.dead_letter_path.empty() ? options.data_dir + "/dead-letter.jsonl"
                                                         : ctx_.spec.dead_letter_path;
-  // One dead-letter file per task: dead-letter.part-s<stage>-<index>.jsonl
-  // (by stage and index, like the other sinks' part files, so a rescaled
-  // task continues the file of the old task with its index).
-  if (ctx_.parallel() && ctx_.placement.plan->total_tasks() > 1) {
-    path = PartFilePath(path, absl::StrCat("s", ctx_.placement.stage, "-", index));
-  }
+  // One dead-letter file per task: dead-letter.part-s<stage>-<index>.jsonl.
+  if (!part.empty()) path = PartFilePath(path, part);
   // A cluster task's default dead letter is on its worker's own disk.
   const bool fence = ctx_.placement.fence_sinks;
   auto sink = std::make_unique<FileSink>(path, checkpointed_,
@@ -354,8 +373,8 @@ absl::Status GraphBuilder::OpenSinks() {
     SinkNode sn;
     sn.name = ss.from;
     sn.spec_index = static_cast<int>(sink_index);
-    ASSIGN_OR_RETURN(sn.sink,
-                     OpenTaskSink(sink_index, ctx_.placement.index, ctx_.placement.global_id));
+    sn.part = SinkPart(static_cast<int>(sinks.size()), /*dead_letter=*/false);
+    ASSIGN_OR_RETURN(sn.sink, OpenTaskSink(sink_index, sn.part, ctx_.placement.global_id));
     sn.written = metrics->Get("sink_records_total", absl::StrCat("from=\"", ss.from, "\""));
     // Per sink (several may read one output): "file:out/x.jsonl", "kafka:topic", ...
     const std::string target = ss.Label();
@@ -396,7 +415,8 @@ absl::Status GraphBuilder::OpenSinks() {
   SinkNode sn;
   sn.name = "dead-letter";
   sn.dead_letter = true;
-  ASSIGN_OR_RETURN(sn.sink, OpenDeadLetter(ctx_.placement.index));
+  sn.part = SinkPart(static_cast<int>(sinks.size()), /*dead_letter=*/true);
+  ASSIGN_OR_RETURN(sn.sink, OpenDeadLetter(sn.part));
   sn.written = metrics->Get("dead_letter_records_total");
   graph_.dead_letter_sink = static_cast<int>(sinks.size());
   sinks.push_back(std::move(sn));

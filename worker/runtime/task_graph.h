@@ -189,6 +189,9 @@ struct SinkNode {
     rejected_seen = now;
   }
   bool dead_letter = false;
+  // The part name its files carry (TaskContext::sink_parts; "" none),
+  // recorded in each checkpoint (SinkCheckpoint.part).
+  std::string part;
 };
 
 }  // namespace task_internal
@@ -244,12 +247,14 @@ class GraphBuilder {
   absl::StatusOr<std::unique_ptr<RawSource>> OpenRawSource(
       const SourceSpec& ss, const std::vector<int32_t>& owned,
       const std::map<int32_t, int64_t>& start_offsets) const;
-  // Makes and opens sink `sink_index` as task `index` (global id
-  // `global_id`) of this task's stage writes it (its part file).
-  absl::StatusOr<std::unique_ptr<Sink>> OpenTaskSink(size_t sink_index, int index,
+  // Makes and opens sink `sink_index` as the task of global id `global_id`
+  // whose files carry part name `part` ("" none) writes it.
+  absl::StatusOr<std::unique_ptr<Sink>> OpenTaskSink(size_t sink_index, const std::string& part,
                                                      int global_id) const;
-  // The dead letter of task `index` of this task's stage, opened.
-  absl::StatusOr<std::unique_ptr<Sink>> OpenDeadLetter(int index) const;
+  // The dead letter whose file carries part name `part`, opened.
+  absl::StatusOr<std::unique_ptr<Sink>> OpenDeadLetter(const std::string& part) const;
+  // The part name of this task's sink node `node` (ctx.sink_parts).
+  std::string SinkPart(int node, bool dead_letter) const;
 
  private:
   absl::Status BuildSources();

@@ -83,6 +83,10 @@ struct Task::Impl {
   absl::Status MaybeStopAtEndOfInput();
   absl::Status MaybeCheckpoint();
   // The drivers.
+  // Arrival mode: makes `step` the next step in arrival order (records of
+  // all sources by arrival time, ties in source order; a due timer first).
+  // False when every source is drained (and marked finished).
+  absl::StatusOr<bool> NextArrivalStep(StepSpec* step);
   absl::Status RunArrivalMode();
   absl::Status RunWallMode();
   absl::Status RunParallel();

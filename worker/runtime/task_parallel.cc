@@ -36,7 +36,18 @@ absl::Status Task::Impl::RunParallel() {
     // got nothing (no spinning on an empty topic).
     step.source_timeout_ms = graph.readers.empty() && idle ? 5 : 0;
     StepResult result;
-    RETURN_IF_ERROR(Step(step, &result));
+    if (ctx.arrival_mode) {
+      // A replay in one task (JobPart): the records in arrival order; once
+      // drained, a last step with the end-of-input watermark.
+      StepSpec arrival = step;
+      ASSIGN_OR_RETURN(const bool more, NextArrivalStep(&arrival));
+      if (!more) arrival.input = StepSpec::Input::kNone;
+      RETURN_IF_ERROR(Step(arrival, &result));
+      result.got = more;
+      result.inputs_done = !more;
+    } else {
+      RETURN_IF_ERROR(Step(step, &result));
+    }
     if (result.inputs_done && !drained) {
       // Everything read and propagated (the +inf watermark fired everything).
       RETURN_IF_ERROR(Commit(true));

@@ -10,8 +10,11 @@
 //    backend and each operator copies the keys now routed to task i
 //    (Operator::AdoptState with a KeyOwner over the exchange key that feeds
 //    it); operator watermarks start at the minimum over the old tasks;
-//  * sinks: task i continues old task i's sink (its part file, its commit
-//    state); a task with no old counterpart starts its sinks fresh.
+//  * sinks: task i continues old task i's sink (its part file, under the
+//    part name old task i recorded, and its commit state); a task with no
+//    old counterpart starts its sinks fresh under new part names
+//    ("<index>-c<checkpoint>"), so no task ever reopens another's file or
+//    fence, at any sequence of parallelisms (LoadSinkParts).
 //
 // Exchange records are not state: a new epoch's readers start at the log end
 // and its producers re-send from the restored source offsets (SPEC §8).
@@ -72,6 +75,47 @@ absl::StatusOr<std::vector<std::vector<FieldPath>>> TaskCheckpointer::RescaleKey
     for (const std::string& name : ctx_.stage->key) keys[i].push_back(FieldPath::Parse(name));
   }
   return keys;
+}
+
+absl::Status TaskCheckpointer::LoadSinkParts() {
+  const int64_t id = ctx_.placement.restore_checkpoint;
+  if (id <= 0) return absl::OkStatus();
+  const JobPlan& plan = *ctx_.placement.plan;
+  const int old_parallelism = ctx_.placement.restore_parallelism > 0
+                                  ? ctx_.placement.restore_parallelism
+                                  : plan.parallelism;
+  ASSIGN_OR_RETURN(JobPlan old_plan,
+                   PlanJob(ctx_.spec, old_parallelism, ctx_.placement.source_partitions));
+  // A plan of another shape: RestoreRescaled says so.
+  if (old_plan.stages.size() != plan.stages.size()) return absl::OkStatus();
+  const int s = ctx_.placement.stage;
+  const int i = ctx_.placement.index;
+  SinkParts& parts = ctx_.sink_parts;
+  if (i >= old_plan.stages[s].tasks) {
+    parts.suffix = absl::StrCat("-c", id);  // no old task wrote this task's files
+    return absl::OkStatus();
+  }
+  std::unique_ptr<CheckpointManager> other;
+  CheckpointManager* manager = manager_.get();
+  const int old_global = old_plan.FirstTask(s) + i;
+  if (old_global != ctx_.placement.global_id) {
+    ASSIGN_OR_RETURN(other, CheckpointManager::Open(
+                                manager_->storage().url(), ctx_.spec.name, old_global,
+                                absl::StrCat(ctx_.options.data_dir, "/task-",
+                                             ctx_.placement.global_id, "/sink-parts"),
+                                1));
+    manager = other.get();
+  }
+  ASSIGN_OR_RETURN(std::optional<CheckpointManifest> m, manager->LatestUpTo(id));
+  // A missing part: Restore reports it.
+  if (!m.has_value() || m->checkpoint_id() != id) return absl::OkStatus();
+  for (const auto& sc : m->sinks()) {
+    if (sc.has_part()) parts.by_node[sc.index()] = sc.part();
+  }
+  // Older checkpoints name no parts: the default names of the old plan.
+  parts.stage_tasks = old_plan.stages[s].tasks;
+  parts.total_tasks = old_plan.total_tasks();
+  return absl::OkStatus();
 }
 
 absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
@@ -193,10 +237,13 @@ absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
     for (const auto& sc : manifests[j].sinks()) {
       if (sc.index() < 0 || sc.index() >= static_cast<int>(graph_.sinks.size())) continue;
       const SinkNode& sn = graph_.sinks[sc.index()];
+      const std::string part =
+          sc.has_part() ? sc.part()
+                        : DefaultSinkPart(s, n_old, old_plan.total_tasks(), sn.dead_letter, j);
       absl::StatusOr<std::unique_ptr<Sink>> opened =
           sn.dead_letter
-              ? Builder().OpenDeadLetter(j)
-              : Builder().OpenTaskSink(static_cast<size_t>(sn.spec_index), j, first_old + j);
+              ? Builder().OpenDeadLetter(part)
+              : Builder().OpenTaskSink(static_cast<size_t>(sn.spec_index), part, first_old + j);
       RETURN_IF_ERROR(opened.status());
       std::unique_ptr<Sink> old_sink = std::move(*opened);
       absl::Status st = old_sink->Recover(id, sc.state());
