@@ -33,6 +33,7 @@ Command AddJobsCommand(CLI::App& app);       // jobs_command.cc
 Command AddJobCommand(CLI::App& app);        // job_command.cc
 Command AddCancelCommand(CLI::App& app);     // cancel_command.cc
 Command AddRescaleCommand(CLI::App& app);    // rescale_command.cc
+Command AddRestartCommand(CLI::App& app);    // restart_command.cc
 Command AddSavepointCommand(CLI::App& app);  // savepoint_command.cc
 
 // Tools. `nexmark gen` (the returned subcommand is `gen`).

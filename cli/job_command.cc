@@ -8,6 +8,7 @@
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "common/time_util.h"
+#include "coordinator/job_state.h"
 
 namespace caravela {
 namespace {
@@ -46,7 +47,17 @@ void PrintTasks(const v1::Job& job) {
 int RunJob(JobClient& client, const JobFlags& f) {
   absl::StatusOr<v1::Job> job = client.Get(f.job_id);
   const int rc = PrintJobResult(job, f.client.json);
-  if (rc == 0 && !f.client.json && job->tasks_size() > 0) PrintTasks(*job);
+  if (rc != 0 || f.client.json) return rc;
+  if (job->state() == v1::FAILED || job->state() == v1::CANCELED) {
+    // What the user can do about it.
+    std::printf("%s once the cause is fixed: caravela restart %s [--parallelism N] starts it %s\n",
+                JobStateName(job->state()).c_str(), job->id().c_str(),
+                job->last_checkpoint() > 0
+                    ? absl::StrCat("from checkpoint ", job->last_checkpoint(), " (new epoch)")
+                          .c_str()
+                    : "from the beginning (no complete checkpoint)");
+  }
+  if (job->tasks_size() > 0) PrintTasks(*job);
   return rc;
 }
 

@@ -342,8 +342,8 @@ int main(int argc, char** argv) {
       caravela::AddWorkersCommand(app),     caravela::AddSubmitCommand(app),
       caravela::AddJobsCommand(app),        caravela::AddJobCommand(app),
       caravela::AddCancelCommand(app),      caravela::AddRescaleCommand(app),
-      caravela::AddSavepointCommand(app),   caravela::AddNexmarkCommand(app),
-      caravela::AddReconcileCommand(app)};
+      caravela::AddRestartCommand(app),     caravela::AddSavepointCommand(app),
+      caravela::AddNexmarkCommand(app),     caravela::AddReconcileCommand(app)};
 
   // The environment beats a --config file (CLI11 itself reads the file
   // first): with --config, each CARAVELA_<FLAG> of the subcommand being run

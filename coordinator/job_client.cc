@@ -91,6 +91,17 @@ absl::StatusOr<v1::Job> JobClient::Rescale(const std::string& id, int parallelis
   return job;
 }
 
+absl::StatusOr<v1::Job> JobClient::Restart(const std::string& id, int parallelism) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::RestartJobRequest request;
+  request.set_job_id(id);
+  request.set_parallelism(parallelism);
+  v1::Job job;
+  RETURN_IF_ERROR(FromGrpc(stub_->RestartJob(&context, request, &job)));
+  return job;
+}
+
 absl::StatusOr<v1::Job> JobClient::StopWithSavepoint(const std::string& id,
                                                      const std::string& dir) {
   grpc::ClientContext context;

@@ -28,6 +28,8 @@ class JobClient {
   absl::StatusOr<std::vector<v1::Job>> List();
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
   absl::StatusOr<v1::Job> Rescale(const std::string& id, int parallelism);
+  // parallelism 0: the job's.
+  absl::StatusOr<v1::Job> Restart(const std::string& id, int parallelism = 0);
   absl::StatusOr<v1::Job> StopWithSavepoint(const std::string& id, const std::string& dir);
   // WorkerService.ListWorkers.
   absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();

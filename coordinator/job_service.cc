@@ -232,6 +232,18 @@ grpc::Status JobServiceImpl::StopJobWithSavepoint(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::RestartJob(grpc::ServerContext* context,
+                                        const v1::RestartJobRequest* request, v1::Job* response) {
+  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  if (scheduler_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
+  }
+  absl::StatusOr<v1::Job> job = scheduler_->Restart(request->job_id(), request->parallelism());
+  if (!job.ok()) return ToGrpc(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::RescaleJob(grpc::ServerContext* context,
                                         const v1::RescaleJobRequest* request, v1::Job* response) {
   if (grpc::Status a = Authorize(*context); !a.ok()) return a;

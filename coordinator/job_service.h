@@ -46,6 +46,8 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status StopJobWithSavepoint(grpc::ServerContext* context,
                                     const v1::StopJobWithSavepointRequest* request,
                                     v1::Job* response) override;
+  grpc::Status RestartJob(grpc::ServerContext* context, const v1::RestartJobRequest* request,
+                          v1::Job* response) override;
   grpc::Status RescaleJob(grpc::ServerContext* context, const v1::RescaleJobRequest* request,
                           v1::Job* response) override;
 

@@ -25,6 +25,20 @@ bool CanTransition(JobState from, JobState to) {
 
 std::string JobStateName(JobState s) { return v1::JobState_Name(s); }
 
+absl::Status Reopen(v1::Job& job, int64_t now_ms, const std::string& message) {
+  if (job.state() != v1::FAILED && job.state() != v1::CANCELED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.id(), " is ", JobStateName(job.state()),
+        ": only a FAILED or CANCELED job can be restarted",
+        job.state() == v1::FINISHED ? " (a FINISHED one read all its input: submit it again)"
+                                    : " (cancel it first)"));
+  }
+  job.set_state(v1::SUBMITTED);
+  job.set_updated_at_ms(now_ms);
+  job.set_message(message);
+  return absl::OkStatus();
+}
+
 absl::Status Transition(v1::Job& job, JobState to, int64_t now_ms, const std::string& message) {
   if (!CanTransition(job.state(), to)) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " is ",

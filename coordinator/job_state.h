@@ -33,5 +33,9 @@ std::string JobStateName(JobState s);
 // the result: the Scheduler fails a job whose move is refused (a bug).
 [[nodiscard]] absl::Status Transition(::caravela::v1::Job& job, JobState to, int64_t now_ms,
                                       const std::string& message = "");
+// A FAILED or CANCELED job starts again (`caravela restart`): SUBMITTED,
+// with `message`. FailedPrecondition for a job in any other state.
+[[nodiscard]] absl::Status Reopen(::caravela::v1::Job& job, int64_t now_ms,
+                                  const std::string& message);
 
 }  // namespace caravela

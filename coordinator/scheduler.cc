@@ -73,6 +73,44 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
   return job;
 }
 
+absl::StatusOr<v1::Job> Scheduler::Restart(const std::string& job_id, int parallelism) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(v1::Job job, store_->Get(job_id));
+  ParseResult parsed = ParseJobSpec(job.yaml());
+  if (!parsed.ok()) return absl::FailedPreconditionError("the job's YAML no longer parses");
+  if (parallelism == 0) parallelism = job.parallelism();
+  const int max_parallelism = parsed.spec.max_parallelism;
+  if (parallelism < 1 || parallelism > max_parallelism) {
+    return absl::InvalidArgumentError(absl::StrCat("parallelism must be 1..", max_parallelism,
+                                                   " (the job's spec.max_parallelism), got ",
+                                                   parallelism));
+  }
+  if (std::string why = WhyNotClusterParallelism(parsed.spec, parallelism); !why.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": ", why));
+  }
+  absl::StatusOr<JobPlan> plan = PlanClusterJob(parsed.spec, parallelism);
+  if (!plan.ok()) return absl::FailedPreconditionError(std::string(plan.status().message()));
+  const std::string from =
+      job.last_checkpoint() > 0
+          ? absl::StrCat("from checkpoint ", job.last_checkpoint(),
+                         job.checkpoint_parallelism() > 0 &&
+                                 job.checkpoint_parallelism() != parallelism
+                             ? absl::StrCat(" (taken with parallelism ",
+                                            job.checkpoint_parallelism(), ")")
+                             : "")
+          : std::string("from the beginning (it has no complete checkpoint)");
+  const JobState was = job.state();
+  RETURN_IF_ERROR(Reopen(job, clock_->NowMs(), absl::StrCat("restarted ", from)));
+  job.set_parallelism(parallelism);
+  job.clear_rescale_to();
+  job.clear_savepoint_to();
+  RETURN_IF_ERROR(store_->Put(job));
+  failures_.erase(job_id);
+  Log()->info("job {} ({}) restarted {} with parallelism {}", job_id, JobStateName(was), from,
+              parallelism);
+  return job;
+}
+
 absl::StatusOr<v1::Job> Scheduler::Rescale(const std::string& job_id, int parallelism) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(v1::Job job, store_->Get(job_id));
@@ -605,13 +643,21 @@ void Scheduler::Tick() {
       }
     }
     std::string failed;
+    bool permanent = false;
     for (size_t g = 0; g < run.tasks.size(); ++g) {
       const TaskSlot& t = run.tasks[g];
       if (!t.reported || t.report.phase() != v1::TASK_FAILED) continue;
       // The task that failed first, not those it stopped.
       if (failed.empty() || t.report.error().find("another task") == std::string::npos) {
         failed = absl::StrCat("task ", g, " on ", t.worker, " failed: ", t.report.error());
+        permanent = t.report.permanent();
       }
+    }
+    if (!failed.empty() && permanent) {
+      // It would fail the same way on every restart.
+      Fail(job, absl::StrCat(failed, " (a restart would fail the same way: fix it, then `caravela restart ",
+                             job.id(), "`)"));
+      continue;
     }
     if (!failed.empty()) {
       RecoverFromFailure(job, *all, failed);

@@ -122,6 +122,10 @@ class Scheduler {
   // FailedPrecondition for a job that is not running, has no checkpoints or
   // cannot be planned with that parallelism.
   absl::StatusOr<v1::Job> Rescale(const std::string& job_id, int parallelism);
+  // Starts a FAILED or CANCELED job again from its last complete checkpoint
+  // (or from the beginning without one) with `parallelism` tasks per stage
+  // (0: the job's); placed at the next round with a new epoch.
+  absl::StatusOr<v1::Job> Restart(const std::string& job_id, int parallelism);
   // Stops a RUNNING job with a savepoint in `dir` (absolute; the caller
   // checked it is allowed): Job.savepoint_to is set at once; see the class
   // comment. FailedPrecondition for a job that is not running, has no

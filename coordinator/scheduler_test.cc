@@ -120,7 +120,7 @@ class SchedulerTest : public ::testing::Test {
   // One heartbeat of `worker`: every task it was last assigned reports
   // `phase` and `stored` (0: keep what it reported). Returns the answer.
   v1::HeartbeatResponse Beat(const std::string& worker, v1::TaskPhase phase, int64_t stored = -1,
-                             const std::string& error = "") {
+                             const std::string& error = "", bool permanent = false) {
     v1::HeartbeatRequest req;
     req.set_worker_id(worker);
     req.set_draining(draining_.count(worker) > 0);
@@ -133,6 +133,7 @@ class SchedulerTest : public ::testing::Test {
     for (v1::TaskReport& r : *req.mutable_tasks()) {
       r.set_next_checkpoint(1);
       r.set_error(error);
+      r.set_permanent(permanent);
     }
     if (stored >= 0) stored_[worker] = stored;
     EXPECT_TRUE(registry_->Heartbeat(req));
@@ -353,6 +354,63 @@ TEST_F(SchedulerTest, RepeatedFailuresFailTheJob) {
   EXPECT_EQ(job.state(), v1::FAILED);
   EXPECT_THAT(job.message(), HasSubstr("kafka: no such broker"));
   EXPECT_THAT(job.message(), HasSubstr("3 restarts without a completed checkpoint"));
+}
+
+TEST_F(SchedulerTest, APermanentFailureFailsAtOnceAndRestartResumesFromTheLastCheckpoint) {
+  const std::string a = AddWorker(6);
+  const std::string id = SubmitRunning(a);
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  Beat(a, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).last_checkpoint(), 1);
+  const int64_t epoch = Get(id).epoch();
+  // Only a FAILED or CANCELED job restarts.
+  const absl::Status running = scheduler_->Restart(id, 0).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(running)) << running;
+  EXPECT_THAT(std::string(running.message()), HasSubstr("cancel it first"));
+
+  Beat(a, v1::TASK_FAILED, -1, "cannot open input file x.jsonl", /*permanent=*/true);
+  scheduler_->Tick();
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::FAILED) << "a permanent failure is not retried";
+  EXPECT_THAT(job.message(), HasSubstr("cannot open input file x.jsonl"));
+  EXPECT_THAT(job.message(), HasSubstr(absl::StrCat("caravela restart ", id)));
+
+  EXPECT_TRUE(absl::IsInvalidArgument(scheduler_->Restart(id, 129).status()));
+  // At parallelism 1: 3 tasks, within the 6 slots.
+  auto restarted = scheduler_->Restart(id, 1);
+  ASSERT_OK(restarted.status());
+  EXPECT_EQ(restarted->state(), v1::SUBMITTED);
+  EXPECT_EQ(restarted->parallelism(), 1);
+  EXPECT_THAT(restarted->message(),
+              HasSubstr("restarted from checkpoint 1 (taken with parallelism 2)"));
+  scheduler_->Tick();
+  job = Get(id);
+  EXPECT_EQ(job.state(), v1::SCHEDULING);
+  EXPECT_GT(job.epoch(), epoch) << "a restart runs a new epoch";
+  // The new epoch restores checkpoint 1, taken with 2 tasks per stage.
+  const v1::HeartbeatResponse r = Beat(a, v1::TASK_PREPARING);
+  ASSERT_GT(r.assignments_size(), 0);
+  EXPECT_EQ(r.assignments(0).restore_checkpoint(), 1);
+  EXPECT_EQ(r.assignments(0).restore_parallelism(), 2);
+  EXPECT_EQ(r.assignments(0).parallelism(), 1);
+}
+
+TEST_F(SchedulerTest, ACanceledJobWithoutACheckpointRestartsFromTheBeginning) {
+  const std::string a = AddWorker(6);
+  const std::string id = SubmitRunning(a);
+  ASSERT_OK(scheduler_->Cancel(id, "canceled by a user").status());
+  ASSERT_EQ(Get(id).state(), v1::CANCELED);
+  auto restarted = scheduler_->Restart(id, 0);
+  ASSERT_OK(restarted.status());
+  EXPECT_EQ(restarted->parallelism(), 2);
+  EXPECT_THAT(restarted->message(), HasSubstr("from the beginning"));
+  scheduler_->Tick();
+  Beat(a, v1::TASK_PREPARING);  // learns the new epoch's assignment
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
 }
 
 TEST_F(SchedulerTest, ARestartedCoordinatorAdoptsTheRunningEpoch) {

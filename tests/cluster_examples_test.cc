@@ -6,7 +6,8 @@
 // the job's relative paths resolve as they do beside its job file. The
 // examples replay their input in arrival order (every source has an
 // arrival_field): on a cluster such a job runs in one task, and a request
-// for more is refused with the reason.
+// for more is refused with the reason. A job missing an input file fails at
+// once and, once the file is there, `caravela restart` runs it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -129,6 +130,57 @@ TEST_P(ClusterExamplesTest, WritesItsExpectedOutputInTheSharedDirectory) {
     EXPECT_FALSE(e.is_regular_file() && e.path().extension() == ".jsonl")
         << "a job file on a worker's disk: " << e.path();
   }
+}
+
+// A job whose input file is missing fails at once (the reason, no
+// restarts: it would fail the same way each time); once the file is there,
+// `caravela restart` runs it again and it gives its expected output.
+TEST_P(ClusterExamplesTest, AJobMissingAFileFailsAtOnceAndRunsOnceRestarted) {
+  if (GetParam() != "orders-payments") GTEST_SKIP() << "one example is enough";
+  fs::rename(shared_ / "payments.jsonl", tmp_->path() / "payments.jsonl");
+  JobClient client(address_, "");
+  auto submitted = client.Submit(ReadFile(example_ / "job.yaml"), 0);
+  ASSERT_OK(submitted.status());
+  ASSERT_EQ(submitted->errors_size(), 0) << submitted->DebugString();
+  const std::string id = submitted->job_id();
+  v1::Job job;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto j = client.Get(id);
+        if (j.ok()) job = *j;
+        return j.ok() && job.state() == v1::FAILED;
+      },
+      milliseconds(30000)))
+      << job.DebugString() << local_->Log();
+  EXPECT_THAT(job.message(), ::testing::HasSubstr("payments.jsonl"));
+  EXPECT_THAT(job.message(), ::testing::HasSubstr("caravela restart " + id));
+  EXPECT_EQ(job.epoch(), 1) << "a permanent failure burns no epochs";
+  const CliResult shown = Cli("job " + id + " --coordinator " + address_, tmp_->path());
+  EXPECT_THAT(shown.out, ::testing::HasSubstr("caravela restart " + id)) << shown.out;
+
+  fs::rename(tmp_->path() / "payments.jsonl", shared_ / "payments.jsonl");
+  const CliResult restarted = Cli("restart " + id + " --coordinator " + address_, tmp_->path());
+  ASSERT_EQ(restarted.code, 0) << restarted.out;
+  EXPECT_THAT(restarted.out, ::testing::HasSubstr("SUBMITTED"));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto j = client.Get(id);
+        if (j.ok()) job = *j;
+        return j.ok() && (job.state() == v1::FINISHED || job.state() == v1::FAILED);
+      },
+      milliseconds(60000)))
+      << job.DebugString() << local_->Log();
+  ASSERT_EQ(job.state(), v1::FINISHED) << job.DebugString() << local_->Log();
+  EXPECT_EQ(job.epoch(), 2);
+  for (const auto& e : fs::recursive_directory_iterator(example_ / "expected")) {
+    if (!e.is_regular_file()) continue;
+    const fs::path rel = fs::relative(e.path(), example_ / "expected");
+    EXPECT_EQ(ReadFile(shared_ / rel), ReadFile(e.path())) << "differs from expected/: " << rel;
+  }
+  // A finished job does not restart.
+  const CliResult again = Cli("restart " + id + " --coordinator " + address_, tmp_->path());
+  EXPECT_NE(again.code, 0);
+  EXPECT_THAT(again.out, ::testing::HasSubstr("only a FAILED or CANCELED job can be restarted"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, ClusterExamplesTest, ::testing::ValuesIn(Examples()),

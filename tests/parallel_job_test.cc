@@ -495,6 +495,50 @@ INSTANTIATE_TEST_SUITE_P(Tasks, RescaleTest,
                                                std::get<1>(info.param));
                          });
 
+// Rescaling through every size (issue 29): runs at parallelism 2, 1, 3 and
+// 2 on one data dir, each but the last killed after a few checkpoints, the
+// next restoring the last one with another task count. No task reopens
+// another's part file or fence: each part name stays the files of one line
+// of tasks (a task a rescale added writes "<index>-c<checkpoint>" files),
+// so nothing committed is truncated, and the results converge to the
+// uninterrupted run's, each FINAL once.
+class RescaleSequenceTest : public ParallelCrashTest {};
+
+TEST_P(RescaleSequenceTest, TwoThenOneThenThreeThenTwoTasksGiveTheSameAnswer) {
+  const std::string via = std::get<1>(GetParam());
+  const std::string base = absl::StrCat(::testing::TempDir(), "/rescale_seq_", ::getpid());
+  const std::string ref =
+      Prepare(absl::StrCat("rescale-seq-ref-", via), absl::StrCat(base, "/ref-", via));
+  ASSERT_EQ(RunBinary(ref, ""), 0) << Log(ref);
+  const auto want = FinalResults(ref + "/out");
+  ASSERT_FALSE(want.empty());
+
+  const std::string dir =
+      Prepare(absl::StrCat("rescale-seq-", via), absl::StrCat(base, "/", via));
+  const std::string kill = std::get<0>(GetParam());
+  ASSERT_EQ(RunBinary(dir, kill, 2), 128 + SIGKILL) << Log(dir);
+  for (int tasks : {1, 3}) {
+    ASSERT_EQ(RunBinary(dir, kill, tasks), 128 + SIGKILL) << Log(dir);
+    EXPECT_THAT(Log(dir), ::testing::HasSubstr(absl::StrCat("rescaling to ", tasks))) << Log(dir);
+  }
+  ASSERT_EQ(RunBinary(dir, "", 2), 0) << Log(dir);
+  ExpectSameFinals(want, FinalResults(dir + "/out"));
+  EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(),
+            ReadParts(ref + "/out", "conflicts").size());
+  // 2 -> 1 -> 3 added tasks 1 and 2 under new part names.
+  std::set<std::string> parts;
+  for (const auto& f : PartFiles(dir + "/out", "revenue")) parts.insert(f.filename().string());
+  EXPECT_THAT(parts, ::testing::Contains(::testing::MatchesRegex(R"(revenue\.part-1-c[0-9]+\.jsonl)")))
+      << ::testing::PrintToString(parts);
+}
+
+INSTANTIATE_TEST_SUITE_P(Exchanges, RescaleSequenceTest,
+                         ::testing::Combine(::testing::Values("checkpoint.after_sink_commit:4"),
+                                            ::testing::Values("memory", "kafka")),
+                         [](const ::testing::TestParamInfo<CrashCase>& info) {
+                           return std::string(std::get<1>(info.param));
+                         });
+
 // Job savepoints in one process: a run at parallelism 3 over a topic read
 // without an end is stopped (SIGINT) mid-stream and writes a savepoint of
 // its last checkpoint; a run in a fresh data dir starts from it with 2 tasks

@@ -142,6 +142,16 @@ async function showJob(id) {
   $("job").hidden = false;
   $("job-id").textContent = job.id;
   $("job-state").textContent = `${job.state}, epoch ${num(job.epoch)}, last checkpoint ${num(job.lastCheckpoint)}`;
+  // A failed or canceled job can start again from its last checkpoint.
+  const ended = job.state === "FAILED" || job.state === "CANCELED";
+  $("job-restart").hidden = !ended;
+  $("job-restart").textContent = !ended
+    ? ""
+    : `${job.state}: ${job.message || "no reason recorded"}. Once the cause is fixed, ` +
+      `\`caravela restart ${job.id}\` starts it again ` +
+      (Number(job.lastCheckpoint || 0) > 0
+        ? `from checkpoint ${num(job.lastCheckpoint)} with a new epoch (add --parallelism N to change its size).`
+        : "from the beginning (it has no complete checkpoint).");
   fill(
     "tasks",
     (job.tasks || []).map((t, g) => [

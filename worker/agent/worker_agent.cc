@@ -102,6 +102,7 @@ struct WorkerAgent::Impl {
         r->set_stored_checkpoint(s.stored_checkpoint);
         r->set_next_checkpoint(s.next_checkpoint);
         r->set_error(s.error);
+        r->set_permanent(s.permanent);
         r->set_records_in(s.records_in);
         r->set_records_out(s.records_out);
         r->set_watermark_ms(s.watermark_ms);

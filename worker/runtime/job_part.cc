@@ -51,6 +51,7 @@ struct JobPart::Impl {
     for (TaskState& s : states) {
       s.phase = Phase::kFailed;
       s.error = std::string(st.message());
+      s.permanent = IsPermanentFailure(st);
     }
   }
 
@@ -74,7 +75,7 @@ struct JobPart::Impl {
       // Each worker's disk is its own: a relative path would scatter the
       // job's files over the workers.
       if (std::vector<SpecError> relative = RelativeFilePaths(spec); !relative.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
+        return absl::InvalidArgumentError(absl::StrCat(
             JoinSpecErrors(relative),
             ": relative paths of a cluster job resolve against the workers' shared directory, "
             "and this worker has none: start the workers with --shared-dir DIR (or "
@@ -205,6 +206,18 @@ struct JobPart::Impl {
     for (std::thread& t : threads) t.join();
   }
 };
+
+bool IsPermanentFailure(const absl::Status& st) {
+  switch (st.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kUnimplemented:
+      return true;
+    default:
+      return false;
+  }
+}
 
 std::unique_ptr<JobPart> JobPart::Start(JobPartOptions part, RunOptions options,
                                         MetricsRegistry* metrics) {

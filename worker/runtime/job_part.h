@@ -33,6 +33,11 @@
 
 namespace caravela {
 
+// Whether a part that failed to start with `st` fails the same way on any
+// restart: the job's spec or files are wrong for this worker (invalid,
+// refused, missing, unsupported), not the moment.
+bool IsPermanentFailure(const absl::Status& st);
+
 struct JobPartOptions {
   std::string job_id;  // the coordinator's id; checkpoints live under <storage>/<job_id>
   std::string yaml;
@@ -62,6 +67,7 @@ class JobPart {
     int64_t stored_checkpoint = 0;
     int64_t next_checkpoint = 0;
     std::string error;
+    bool permanent = false;  // the error recurs on any restart (IsPermanentFailure)
     int64_t records_in = 0;
     int64_t records_out = 0;
     int64_t watermark_ms = 0;

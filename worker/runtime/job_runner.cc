@@ -130,6 +130,17 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   }
   ASSIGN_OR_RETURN(r->plan_, PlanJob(spec, im.parallelism, partitions));
   for (const StagePlan& st : r->plan_.stages) im.parallel = im.parallel || st.tasks > 1;
+  if (!im.parallel && spec.checkpoint.interval > 0 && options.from_savepoint.empty()) {
+    // Checkpoints of a parallel run: one task per stage continues them (a
+    // rescale to 1), in the job's layout, instead of one task for the job.
+    ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStorage> storage,
+                     OpenCheckpointStorage(CheckpointStorageUrl(spec, options.data_dir)));
+    ASSIGN_OR_RETURN(im.parallel, storage->Exists(spec.name + "/job-checkpoint"));
+    if (im.parallel) {
+      ASSIGN_OR_RETURN(partitions, QuerySourcePartitions(spec, options.embedded_bootstrap));
+      ASSIGN_OR_RETURN(r->plan_, PlanJob(spec, im.parallelism, partitions));
+    }
+  }
   if (!im.parallel) {
     // Every stage has one task: the whole job is one task, no exchange.
     ASSIGN_OR_RETURN(auto t, Task::Create(spec, options, TaskPlacement{}, metrics));
