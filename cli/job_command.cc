@@ -1,7 +1,9 @@
 // `caravela job ID`: one job, and per task where it runs and how far it is
 // (live from the workers' heartbeats).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,7 @@
 #include "cli/commands.h"
 #include "common/time_util.h"
 #include "coordinator/job_state.h"
+#include "worker/registry/builtin_kinds.h"
 
 namespace caravela {
 namespace {
@@ -41,7 +44,41 @@ void PrintTasks(const v1::Job& job) {
         static_cast<long long>(t.last_checkpoint()),
         t.state() == "ASSIGNED" ? "" : FormatWatermark(t.watermark_ms()).c_str(),
         parts.empty() ? "-" : parts.c_str(), t.error().empty() ? "" : "  ", t.error().c_str());
+    for (const std::string& w : t.activity().waiting()) std::printf("      %s\n", w.c_str());
   }
+}
+
+// Where the job's results are: each sink, file paths resolved against the
+// workers' shared directory (where a cluster job's relative paths go).
+void PrintResults(JobClient& client, const v1::Job& job) {
+  ParseResult parsed = ParseJobSpec(job.yaml());
+  if (!parsed.ok()) return;
+  std::set<std::string> shared;
+  if (absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.Workers(); workers.ok()) {
+    for (const v1::WorkerInfo& w : *workers) {
+      if (!w.shared_dir().empty()) shared.insert(w.shared_dir());
+    }
+  }
+  JobSpec spec = parsed.spec;
+  std::string dead_letter = spec.dead_letter_path;
+  if (shared.size() == 1) {
+    spec.ResolvePaths(*shared.begin());
+    dead_letter = spec.dead_letter_path.empty()
+                      ? (std::filesystem::path(*shared.begin()) / job.id() / "dead-letter.jsonl")
+                            .string()
+                      : spec.dead_letter_path;
+  }
+  std::printf("results%s:\n",
+              shared.size() == 1
+                  ? absl::StrCat(" (the workers' shared directory is ", *shared.begin(), ")").c_str()
+                  : shared.empty() ? " (no worker has a shared directory)"
+                                   : " (the workers name different shared directories)");
+  for (const SinkSpec& s : spec.sinks) {
+    std::printf("  %-24s %s\n", s.from.c_str(), s.Label().c_str());
+  }
+  if (!dead_letter.empty()) std::printf("  %-24s file:%s\n", "(dead letter)", dead_letter.c_str());
+  std::printf("  (a file sink of a stage of several tasks writes part files beside its path:\n"
+              "   <name>.part-<part>.<ext>)\n");
 }
 
 int RunJob(JobClient& client, const JobFlags& f) {
@@ -57,6 +94,7 @@ int RunJob(JobClient& client, const JobFlags& f) {
                           .c_str()
                     : "from the beginning (no complete checkpoint)");
   }
+  PrintResults(client, *job);
   if (job->tasks_size() > 0) PrintTasks(*job);
   return rc;
 }

@@ -26,6 +26,7 @@ std::string WorkerRegistry::Register(const v1::RegisterRequest& request) {
   }
   w.set_address(request.address());
   w.set_host(request.host());
+  w.set_shared_dir(request.shared_dir());
   w.set_slots(request.slots());
   w.set_state(v1::ALIVE);
   w.set_registered_at_ms(clock_->NowMs());

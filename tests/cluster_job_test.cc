@@ -34,6 +34,7 @@
 #include "common/json.h"
 #include "common/time_util.h"
 #include "coordinator/job_client.h"
+#include "coordinator/job_state.h"
 #include "tests/child_process.h"
 #include "tests/kill_loop_util.h"  // Differences
 #include "tests/revenue_job.h"
@@ -286,6 +287,31 @@ class ClusterJobTest : public ::testing::Test {
     for (const std::string& v : *values) finals += v.find("\"FINAL\"") != std::string::npos;
     EXPECT_EQ(finals, reference_.size());
   }
+  // Each window's revisions rise in the changelog, and the table holds the
+  // highest one published (never lowered by a later epoch's writes).
+  void ExpectNoRevisionGoesBack() {
+    auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
+    ASSERT_OK(values.status());
+    EXPECT_THAT(RevisionRegressions(*values), ::testing::IsEmpty());
+    auto rows = postgres_->Query("SELECT value::text FROM revenue");
+    ASSERT_OK(rows.status());
+    std::vector<std::string> table;
+    for (const auto& r : *rows) table.push_back(r[0]);
+    auto highest = [](const std::vector<std::string>& vs) {
+      JsonDecoder decoder;
+      std::map<std::string, int64_t> out;
+      for (const std::string& v : vs) {
+        Record r;
+        if (!decoder.Decode(v, &r).ok()) continue;
+        const std::string key = absl::StrCat(r.GetPath(FieldPath::Parse("window_start")).s, "/",
+                                             r.GetPath(FieldPath::Parse("country")).s);
+        int64_t& rev = out[key];
+        rev = std::max(rev, r.GetPath(FieldPath::Parse("revision")).i);
+      }
+      return out;
+    };
+    EXPECT_EQ(highest(table), highest(*values));
+  }
   static void UnlockFences(PGconn* lock) {
     PQclear(PQexec(lock, "COMMIT"));
     PQfinish(lock);
@@ -488,6 +514,7 @@ TEST_F(ClusterJobTest, AJoiningWorkerGetsTasksThroughACheckpointWithoutDuplicate
   EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("rebalancing"));
   ExpectTheAnswer(job);
   ExpectEachFinalOnceInTheChangelog();
+  ExpectNoRevisionGoesBack();
 }
 
 // A worker leaves (SIGTERM, as Kubernetes stops a pod): its tasks move to
@@ -514,6 +541,7 @@ TEST_F(ClusterJobTest, ALeavingWorkerHandsItsTasksOverWithoutDuplicates) {
   EXPECT_THAT(coordinator_->Log(), ::testing::HasSubstr("worker " + ids_[2] + " is leaving"));
   ExpectTheAnswer(job);
   ExpectEachFinalOnceInTheChangelog();
+  ExpectNoRevisionGoesBack();
 }
 
 // `caravela rescale` (SPEC §8): the job stops at a checkpoint and runs on with
@@ -543,6 +571,70 @@ TEST_F(ClusterJobTest, RescaleFromThreeToTwoTasksGivesTheSameAnswer) {
   EXPECT_THAT(Logs(), ::testing::HasSubstr("gathered its keys"));
   ExpectTheAnswer(job);
   ExpectEachFinalOnceInTheChangelog();
+  ExpectNoRevisionGoesBack();
+}
+
+// Rescales through every size mid-stream (issue 29): submitted with 2 tasks
+// per stage, the job is rescaled to 3, to 1 and back to 2 while it holds
+// mid-stream between the steps (the PostgreSQL fences locked); after each
+// step it runs at the new size with a new epoch. At the end every sink has
+// the exact answer, each window FINAL once in the changelog, no revision of
+// a key going backwards in a file; the part files a rescale added carry new
+// names, so no task truncated or fenced another's file.
+TEST_F(ClusterJobTest, RescaleUpDownToOneAndBackGivesTheSameAnswer) {
+  auto submitted = JobClient(address_, "").Submit(Yaml(), 2);
+  ASSERT_OK(submitted.status());
+  ASSERT_EQ(submitted->errors_size(), 0) << submitted->DebugString();
+  const std::string id = submitted->job_id();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const v1::Job j = Get(id);
+        return j.state() == v1::RUNNING && j.last_checkpoint() >= 1;
+      },
+      milliseconds(60000)))
+      << Get(id).DebugString() << Logs();
+  PGconn* lock = nullptr;
+  ASSERT_NO_FATAL_FAILURE(LockFences(&lock));
+  ASSERT_NE(Get(id).state(), v1::FINISHED) << "the job ended too early: more input needed";
+  int64_t epoch = Get(id).epoch();
+  for (int to : {3, 1, 2}) {
+    SCOPED_TRACE(absl::StrCat("rescale to ", to));
+    const CliResult rescale =
+        Cli(absl::StrCat("rescale ", id, " ", to, " --coordinator ", address_), dir_);
+    ASSERT_EQ(rescale.code, 0) << rescale.out;
+    std::this_thread::sleep_for(milliseconds(300));
+    UnlockFences(lock);
+    v1::Job j;
+    ASSERT_TRUE(Eventually(
+        [&] {
+          j = Get(id);
+          return (j.state() == v1::RUNNING && j.parallelism() == to && j.epoch() > epoch) ||
+                 IsFinal(j.state());
+        },
+        milliseconds(60000)))
+        << j.DebugString() << Logs();
+    ASSERT_EQ(j.state(), v1::RUNNING) << "the job ended before running with " << to
+                                      << " tasks per stage: more input needed\n"
+                                      << j.DebugString();
+    EXPECT_EQ(j.tasks_size(), 5 * to);  // 5 stages
+    epoch = j.epoch();
+    if (to != 2) ASSERT_NO_FATAL_FAILURE(LockFences(&lock));
+  }
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  EXPECT_EQ(job.parallelism(), 2);
+  EXPECT_GE(job.epoch(), 4) << Logs();
+  ExpectTheAnswer(job);
+  ExpectEachFinalOnceInTheChangelog();
+  ExpectNoRevisionGoesBack();
+  // 1 -> 2 added task 1 of each stage: its files are new ones.
+  std::set<std::string> parts;
+  for (const auto& f : PartFiles(dir_ / "cluster/out", "revenue")) {
+    parts.insert(f.filename().string());
+  }
+  EXPECT_THAT(parts, ::testing::Contains(::testing::MatchesRegex(R"(revenue\.part-1-c[0-9]+\.jsonl)")))
+      << ::testing::PrintToString(parts);
 }
 
 // `caravela savepoint` stops the job at a checkpoint and copies it out;
@@ -617,6 +709,7 @@ TEST_F(ClusterJobTest, SavepointAndResubmissionFromItGiveTheSameAnswer) {
   EXPECT_THAT(Logs(), ::testing::HasSubstr("gathered its keys"));
   ExpectTheAnswer(job);
   ExpectEachFinalOnceInTheChangelog();
+  ExpectNoRevisionGoesBack();
 }
 
 // A lease long enough for a coordinator restart on a loaded 2-core machine.

@@ -160,8 +160,14 @@ async function showJob(id) {
       (t.partitions || []).join(","), num(job.epoch),
     ]),
   );
+  // Sources that cannot read yet (a topic not created): nothing else matters.
+  const waiting = [...new Set((job.tasks || []).flatMap((t) => (t.activity && t.activity.waiting) || []))];
+  if (waiting.length > 0) {
+    $("holdback").textContent =
+      `Waiting for input: ${waiting.join("; ")}. The job reads it as soon as it exists.`;
+  }
   if (!series) {
-    $("holdback").textContent = "no samples yet";
+    if (waiting.length === 0) $("holdback").textContent = "no samples yet";
     return;
   }
   fill(
@@ -178,7 +184,7 @@ async function showJob(id) {
     h.watermark_ms === null
       ? `${h.kind === "exchange" ? "no watermark" : "no record"} yet, for ${fmtAgo(h.since_ms).replace(" ago", "")}. `
       : `watermark ${fmtTime(h.watermark_ms)}, unchanged since ${fmtAgo(h.since_ms)}. `;
-  $("holdback").textContent = !h
+  if (waiting.length === 0) $("holdback").textContent = !h
     ? "Nothing holds it back: every source partition is idle or the job has none."
     : h.kind === "exchange"
       ? `Held back by exchange ${h.exchange} partition ${h.partition}, producer task ${h.producer_task} ` +

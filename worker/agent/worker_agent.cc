@@ -192,6 +192,7 @@ struct WorkerAgent::Impl {
     request.set_previous_id(previous_id);
     request.set_address(address);
     request.set_slots(options.slots);
+    request.set_shared_dir(options.shared_dir);
     char host[256] = {0};
     if (gethostname(host, sizeof(host) - 1) == 0) request.set_host(host);
     v1::RegisterResponse response;

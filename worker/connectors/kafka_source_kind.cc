@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/source_kind.h"
 #include "common/spec_reader.h"
+#include "worker/connectors/awaiting_topic_source.h"
 #include "worker/connectors/kafka_source.h"
 
 namespace caravela {
@@ -62,6 +63,7 @@ class KafkaSourceKind final : public SourceKind {
     KafkaSourceOptions ko;
     ko.bootstrap = spec.bootstrap.empty() ? embedded_bootstrap : spec.bootstrap;
     ko.topic = spec.topic;
+    ko.open_timeout_ms = 1000;  // NotFound: a topic not created yet (its source waits)
     KafkaSource probe(ko);
     RETURN_IF_ERROR(probe.Open());
     return probe.PartitionCount();
@@ -80,9 +82,11 @@ class KafkaSourceKind final : public SourceKind {
     ko.start_offsets = ctx.start_offsets;
     ko.partitions = ctx.partitions;
     ko.config["group.id"] = "caravela-" + ctx.job_name;
-    auto raw = std::make_unique<KafkaSource>(ko);
+    // A topic that does not exist yet is waited for (the task runs and
+    // reports it); `bounded` then reads up to the end it has once created.
+    auto raw = std::make_unique<AwaitingTopicSource>(std::move(ko), spec.bounded, ctx.share_tasks,
+                                                     ctx.share_index);
     RETURN_IF_ERROR(raw->Open());
-    if (spec.bounded) RETURN_IF_ERROR(raw->StopAtCurrentEnd());
     return std::unique_ptr<RawSource>(std::move(raw));
   }
 };

@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/connectors/awaiting_topic_source.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
@@ -210,6 +211,35 @@ TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
   EXPECT_EQ(got[0].offset, 1);
   EXPECT_EQ(got[0].payload, "b1");
   EXPECT_THAT(source.Positions(), ElementsAre(3, 2, 2, 0));
+}
+
+// A topic that does not exist yet: the source opens, reads nothing and says
+// what it waits for; once the topic is created (with 4 partitions) it reads
+// its share of them (p % 2 == 1) from the start.
+TEST_F(KafkaTest, AwaitingTopicSourceReadsItsShareOnceTheTopicExists) {
+  AwaitingTopicSource source(Options("later"), /*bounded=*/false, /*share_tasks=*/2,
+                             /*share_index=*/1);
+  ASSERT_OK(source.Open());
+  EXPECT_EQ(source.PartitionCount(), 0);
+  EXPECT_EQ(source.Waiting(), "waiting for topic later on " + broker_->bootstrap());
+  EXPECT_TRUE(source.Positions().empty());
+  EXPECT_FALSE(source.Exhausted());
+  auto nothing = source.Poll(10, 20, [](const RawMessage& m) { ADD_FAILURE() << m.payload; });
+  ASSERT_OK(nothing);
+  EXPECT_EQ(*nothing, 0);
+
+  ASSERT_OK(broker_->CreateTopic("later", 4));
+  ASSERT_OK(ProduceLines(broker_->bootstrap(), "later", {{0, "a0"}, {1, "b0"}, {3, "d0"}}));
+  std::set<std::string> payloads;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (payloads.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    auto n = source.Poll(10, 50, [&](const RawMessage& m) { payloads.insert(std::string(m.payload)); });
+    ASSERT_OK(n);
+  }
+  EXPECT_THAT(payloads, UnorderedElementsAre("b0", "d0"));
+  EXPECT_EQ(source.PartitionCount(), 4);
+  EXPECT_EQ(source.Waiting(), "");
+  EXPECT_THAT(source.Positions(), ElementsAre(-1, 1, -1, 1));
 }
 
 TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {

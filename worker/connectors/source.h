@@ -71,6 +71,9 @@ class RawSource {
   virtual absl::Status CommitOffsets(const std::vector<int64_t>& /*next_offsets*/) {
     return absl::OkStatus();
   }
+  // What the source waits for before it can read anything ("waiting for
+  // topic T on B"); empty when it reads.
+  virtual std::string Waiting() const { return ""; }
 };
 
 // What a source kind's factory (SourceKind::Create, common/source_kind.h)
@@ -80,8 +83,12 @@ struct SourceContext {
   // The engine's Kafka broker, for sources that name no bootstrap.
   std::string embedded_bootstrap;
   // The partitions this task reads (a partitioned log shared by the tasks
-  // of a stage); empty: all of them.
+  // of a stage); empty: all of them, or, when the partition count is not
+  // known yet (a topic that does not exist yet), those p with
+  // p % share_tasks == share_index.
   std::vector<int32_t> partitions;
+  int share_tasks = 1;
+  int share_index = 0;
   // Where to start, per partition (a checkpoint's positions, RawSource::
   // Positions()); partitions without an entry start where the spec says.
   std::map<int32_t, int64_t> start_offsets;

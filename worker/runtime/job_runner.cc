@@ -104,6 +104,11 @@ absl::StatusOr<SourcePartitions> QuerySourcePartitions(const JobSpec& spec,
   for (const SourceSpec& ss : spec.sources) {
     if (!ss.kind->partitioned_log()) continue;
     absl::StatusOr<int> count = ss.kind->PartitionCount(ss, embedded_bootstrap);
+    if (absl::IsNotFound(count.status())) {
+      // Not created yet: the source waits for it (count unknown).
+      Log()->info("source {}: {}; it waits for it", ss.name, std::string(count.status().message()));
+      continue;
+    }
     if (!count.ok()) {
       const absl::Status& st = count.status();
       return absl::Status(st.code(), absl::StrCat("source ", ss.name, ": ", st.message()));

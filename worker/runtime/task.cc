@@ -10,6 +10,7 @@
 #include "caravela/v1/job.pb.h"
 #include "common/failpoint.h"
 #include "common/logging.h"
+#include "common/source_kind.h"
 #include "spdlog/spdlog.h"
 #include "worker/runtime/task_internal.h"
 
@@ -87,6 +88,7 @@ void Task::ActivityToProto(const Activity& a, v1::TaskActivity* out) {
     p->set_watermark_ms(e.watermark_ms);
     p->set_idle(e.idle);
   }
+  for (const std::string& w : a.waiting) out->add_waiting(w);
 }
 
 void Task::PartitionToProto(const PartitionStatus& p, v1::SourcePartitionStatus* out) {
@@ -190,6 +192,16 @@ absl::Status Task::Impl::StepSources(int timeout_ms, bool* got, bool* all_done) 
     SourceNode& src = graph.sources[i];
     if (!src.present || src.finished) continue;
     RETURN_IF_ERROR(ingest.FillPending(src, timeout_ms));
+    if (src.spec->kind->partitioned_log() &&
+        static_cast<int>(src.pos.applied.size()) != src.raw->PartitionCount()) {
+      // A topic that was waited for exists now (AwaitingTopicSource): its
+      // partitions, before its first record.
+      status.ForgetLiveSources();
+      src.pos.applied = src.raw->Positions();
+      src.pos.ResetLiveApplied();
+      src.wm->EnsurePartitions(src.raw->PartitionCount());
+      status.PublishPartitions(/*now_anyway=*/true);
+    }
     if (src.has_pending()) {
       *got = true;
       *all_done = false;

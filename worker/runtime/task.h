@@ -158,6 +158,9 @@ class Task {
     int64_t records_late = 0;      // arrived behind their operator's watermark
     int64_t records_too_late = 0;  // sent to a too_late side output
     std::vector<ExchangeInputStatus> exchange_inputs;
+    // What sources wait for before they can read: "purchases: waiting for
+    // topic purchases on host:9092" (RawSource::Waiting).
+    std::vector<std::string> waiting;
   };
   Activity activity() const;
   static void ActivityToProto(const Activity& a, v1::TaskActivity* out);

@@ -195,7 +195,7 @@ absl::Status TaskCheckpointer::ApplyManifest(const CheckpointManifest& m) {
       // Task::partitions() must not read the source being replaced.
       status_.ForgetLiveSources();
     }
-    ASSIGN_OR_RETURN(src.raw, Builder().OpenRawSource(*src.spec, src.owned, start));
+    ASSIGN_OR_RETURN(src.raw, Builder().OpenRawSource(src, start));
     src.pos.applied = src.raw->Positions();
     src.pos.ResetLiveApplied();
     if (const std::optional<std::string> wm = SourceWatermarkState(m, sc)) {

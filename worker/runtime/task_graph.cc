@@ -27,12 +27,14 @@ using task_internal::SourceNode;
 using task_internal::WriterNode;
 
 absl::StatusOr<std::unique_ptr<RawSource>> GraphBuilder::OpenRawSource(
-    const SourceSpec& ss, const std::vector<int32_t>& owned,
-    const std::map<int32_t, int64_t>& start_offsets) const {
+    const SourceNode& src, const std::map<int32_t, int64_t>& start_offsets) const {
+  const SourceSpec& ss = *src.spec;
   SourceContext sc;
   sc.job_name = ctx_.spec.name;
   sc.embedded_bootstrap = ctx_.options.embedded_bootstrap;
-  sc.partitions = owned;
+  sc.partitions = src.owned;
+  sc.share_tasks = src.share_tasks;
+  sc.share_index = src.share_index;
   sc.start_offsets = start_offsets;
   absl::StatusOr<std::unique_ptr<RawSource>> raw = ss.kind->Create(ss, sc);
   if (!raw.ok()) {
@@ -133,15 +135,18 @@ absl::Status GraphBuilder::BuildSources() {
       if (mine && stage.tasks > 1 && ss.kind->partitioned_log()) {
         auto it = ctx_.placement.source_partitions.find(ss.name);
         if (it == ctx_.placement.source_partitions.end()) {
-          return absl::InternalError(absl::StrCat("source ", ss.name, ": partition count unknown"));
-        }
-        for (int p = 0; p < it->second; ++p) {
-          if (p % stage.tasks == ctx_.placement.index) src.owned.push_back(p);
+          // A topic not created yet: the source takes its share once it is.
+          src.share_tasks = stage.tasks;
+          src.share_index = ctx_.placement.index;
+        } else {
+          for (int p = 0; p < it->second; ++p) {
+            if (p % stage.tasks == ctx_.placement.index) src.owned.push_back(p);
+          }
         }
         src.wm->SetOwnership(stage.tasks, ctx_.placement.index);
       }
     }
-    ASSIGN_OR_RETURN(src.raw, OpenRawSource(ss, src.owned, {}));
+    ASSIGN_OR_RETURN(src.raw, OpenRawSource(src, {}));
     src.pos.applied = src.raw->Positions();
     src.pos.ResetLiveApplied();
     if (ctx_.arrival_mode && ss.kind->partitioned_log() && !ss.kind->ArrivalField(ss).empty()) {

@@ -121,6 +121,10 @@ struct SourceNode {
   bool present = true;
   // Kafka partitions this task reads (empty: all); p % tasks == index.
   std::vector<int32_t> owned;
+  // With the partition count unknown at build (a topic not created yet):
+  // the task's share once it appears, p % share_tasks == share_index.
+  int share_tasks = 1;
+  int share_index = 0;
   std::unique_ptr<RawSource> raw;
   std::unique_ptr<SourceWatermark> wm;
   FieldPath partition_path, arrival_path;
@@ -242,11 +246,11 @@ class GraphBuilder {
   // Builds every node, opens sources, operators (those that run here),
   // exchanges and sinks; operator outputs drain into `dispatch`.
   absl::Status Build(Dispatcher& dispatch);
-  // Opens source `ss` at `start_offsets` (per partition; empty: from its
-  // configured start), reading `owned` partitions (empty: all).
+  // Opens the raw source of `src` at `start_offsets` (per partition; empty:
+  // from its configured start), reading its partitions (src.owned, or its
+  // share once the count is known).
   absl::StatusOr<std::unique_ptr<RawSource>> OpenRawSource(
-      const SourceSpec& ss, const std::vector<int32_t>& owned,
-      const std::map<int32_t, int64_t>& start_offsets) const;
+      const task_internal::SourceNode& src, const std::map<int32_t, int64_t>& start_offsets) const;
   // Makes and opens sink `sink_index` as the task of global id `global_id`
   // whose files carry part name `part` ("" none) writes it.
   absl::StatusOr<std::unique_ptr<Sink>> OpenTaskSink(size_t sink_index, const std::string& part,

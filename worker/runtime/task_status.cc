@@ -74,6 +74,12 @@ void TaskStatus::PublishPartitions(bool now_anyway) {
     }
   }
   for (const task_internal::OperatorNode& on : graph_.ops) activity.records_late += on.late_total;
+  for (const task_internal::SourceNode& src : graph_.sources) {
+    if (!src.present || src.raw == nullptr) continue;
+    if (std::string w = src.raw->Waiting(); !w.empty()) {
+      activity.waiting.push_back(absl::StrCat(src.spec->name, ": ", w));
+    }
+  }
   for (const task_internal::ReaderNode& rn : graph_.readers) {
     for (const ExchangeChannelStatus& ch : rn.reader->Channels()) {
       Task::ExchangeInputStatus e;
