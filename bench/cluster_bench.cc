@@ -13,10 +13,19 @@
 //               checkpoint the job restored;
 //   idle        the coordinator's CPU while --fake-workers x --slots tasks
 //               heartbeat every 100 ms over gRPC (no real work).
+//   rescale     an interval join that keeps every purchase row as keyed
+//               state (~230 B a row: --purchases 450000 is ~100 MB) at
+//               parallelism 2; then 2 -> 3 and 3 -> 2 with `rescale`, and a
+//               plain restore of the same state at 3 and at 2 (cancel, then
+//               `restart` at the same parallelism). For each: time from the
+//               command to the new epoch (a rescale waits for its
+//               checkpoint) and from the new epoch to every task running
+//               (the restore).
 //
 //   build/bench/cluster_bench --mode throughput --workers 1|2|3 [--purchases 100000]
 //   build/bench/cluster_bench --mode failover --purchases 400000 --partitions 32
 //   build/bench/cluster_bench --mode idle --fake-workers 100 --slots 10 --seconds 10
+//   build/bench/cluster_bench --mode rescale --purchases 450000 --partitions 32
 //
 // The embedded broker keeps ~5 MiB per partition: --purchases x ~210 B /
 // --partitions must stay below that (the bench says so when it does not).
@@ -99,7 +108,8 @@ class Cluster {
  public:
   explicit Cluster(const Flags& f) : f_(f), dir_(f.dir) {}
 
-  bool Start(int workers, int slots, const std::string& yaml) {
+  bool Start(int workers, int slots, const std::string& yaml,
+             const std::vector<std::string>& more_topics = {}) {
     ParseResult parsed = ParseJobSpec(yaml);
     if (!parsed.ok()) {
       std::fprintf(stderr, "job: %s\n", parsed.errors[0].ToString().c_str());
@@ -116,6 +126,10 @@ class Cluster {
     for (const ExchangePlan& ex : plan->exchanges) {
       args.push_back("--topic");
       args.push_back(absl::StrCat(ex.topic, ":", ex.partitions));
+    }
+    for (const std::string& t : more_topics) {
+      args.push_back("--topic");
+      args.push_back(t);
     }
     broker_ = std::make_unique<ChildProcess>(args, dir_ / "broker.log");
     bootstrap_ = broker_->WaitFor(R"(listening on (\S+))", milliseconds(20000));
@@ -172,6 +186,29 @@ class Cluster {
         lines_, static_cast<double>(bytes) / 1e6, per_partition,
         std::chrono::duration<double>(SteadyClock::now() - t0).count(),
         per_partition > 4.5 ? " -- near the embedded broker's ~5 MiB: use more --partitions" : "");
+    return true;
+  }
+
+  // Waits for a new epoch of `id` after `epoch` and then for it to run;
+  // prints the two times measured from `t0`.
+  bool TimeEpoch(const std::string& id, const std::string& what, int64_t epoch,
+                 SteadyClock::time_point t0) {
+    SteadyClock::time_point placed;
+    if (!Until(id, [&](const v1::Job& j) {
+          if (j.epoch() > epoch && placed == SteadyClock::time_point()) placed = SteadyClock::now();
+          return j.epoch() > epoch && j.state() == v1::RUNNING;
+        })) {
+      return false;
+    }
+    const auto running = SteadyClock::now();
+    const v1::Job j = Get(id);
+    std::printf("  %-28s command -> epoch %" PRId64
+                " placed %.2f s, placed -> running %.2f s "
+                "(total %.2f s; %d tasks)\n",
+                what.c_str(), j.epoch(), std::chrono::duration<double>(placed - t0).count(),
+                std::chrono::duration<double>(running - placed).count(),
+                std::chrono::duration<double>(running - t0).count(), j.tasks_size());
+    std::fflush(stdout);
     return true;
   }
 
@@ -303,6 +340,105 @@ int Failover(const Flags& f) {
   return 0;
 }
 
+// An interval join that keeps every purchase (nothing on the right side
+// matches within the 30 days it waits).
+std::string KeepEveryRowJob(const std::string& dir) {
+  return absl::StrCat(R"(
+apiVersion: caravela/v1
+kind: Job
+metadata: {name: bench-rescale}
+spec:
+  checkpoint: {interval: 2s}
+  sources:
+    - name: purchases
+      kafka: {topic: purchases}
+      key: [user_id]
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 5m, idle_timeout: 10s}
+    - name: shipments
+      kafka: {topic: shipments}
+      event_time: {field: event_time, format: iso8601}
+      watermark: {max_out_of_orderness: 5m, idle_timeout: 10s}
+  operators:
+    - name: shipped
+      interval_join:
+        left: purchases
+        right: shipments
+        on: [event_id]
+        between: {lower: 0m, upper: 30d}
+        type: inner
+  sinks:
+    - {from: shipped, file: {path: )",
+                      dir, R"(/out/shipped.jsonl}}
+)");
+}
+
+int Rescale(const Flags& flags) {
+  Flags f = flags;
+  f.parallelism = 2;
+  Cluster c(f);
+  const std::string yaml = KeepEveryRowJob(f.dir);
+  if (!c.Start(3, 4, yaml, {"shipments:4"})) return 1;
+  const std::string id = c.Submit(yaml);
+  if (id.empty()) return 1;
+  // Every purchase read and a checkpoint completed after that.
+  auto settle = [&](const char* what) {
+    int64_t after = 0;
+    const auto t0 = SteadyClock::now();
+    const bool ok = c.Until(id, [&](const v1::Job& j) {
+      if (j.state() != v1::RUNNING) return false;
+      int64_t in = 0;
+      for (const v1::TaskStatus& t : j.tasks()) {
+        if (t.stage() == 0) in += t.records_in();
+      }
+      if (after == 0 && in >= c.lines_) after = j.last_checkpoint() + 1;
+      return after > 0 && j.last_checkpoint() >= after + 1;
+    });
+    if (ok) {
+      std::printf("%s: every purchase read and checkpoint %" PRId64 " taken (%.1f s)\n", what,
+                  c.Get(id).last_checkpoint(),
+                  std::chrono::duration<double>(SteadyClock::now() - t0).count());
+    }
+    return ok;
+  };
+  if (!settle("parallelism 2")) return 1;
+  const fs::path storage = fs::path(f.dir) / "coordinator/checkpoints";
+  std::printf("checkpoint storage %.1f MB (file:// on the local disk, every retained checkpoint)\n",
+              static_cast<double>(DirBytes(storage)) / 1e6);
+  auto rescale = [&](int n) {
+    const int64_t epoch = c.Get(id).epoch();
+    const auto t0 = SteadyClock::now();
+    auto r = JobClient(c.address_, "").Rescale(id, n);
+    if (!r.ok()) {
+      std::fprintf(stderr, "rescale: %s\n", std::string(r.status().message()).c_str());
+      return false;
+    }
+    return c.TimeEpoch(id, absl::StrCat("rescale to ", n, ":"), epoch, t0) &&
+           settle(absl::StrCat("parallelism ", n).c_str());
+  };
+  auto plain = [&](int n) {
+    auto canceled = JobClient(c.address_, "").Cancel(id);
+    if (!canceled.ok() ||
+        !c.Until(id, [](const v1::Job& j) { return j.state() == v1::CANCELED; })) {
+      return false;
+    }
+    const int64_t epoch = c.Get(id).epoch();
+    const auto t0 = SteadyClock::now();
+    auto r = JobClient(c.address_, "").Restart(id, n);
+    if (!r.ok()) {
+      std::fprintf(stderr, "restart: %s\n", std::string(r.status().message()).c_str());
+      return false;
+    }
+    return c.TimeEpoch(id, absl::StrCat("plain restore at ", n, ":"), epoch, t0) &&
+           settle(absl::StrCat("parallelism ", n).c_str());
+  };
+  std::printf("rescale cost (%" PRId64 " rows of keyed state):\n", c.lines_);
+  if (!rescale(3) || !plain(3) || !rescale(2) || !plain(2)) return 1;
+  std::printf("checkpoint storage %.1f MB at the end\n",
+              static_cast<double>(DirBytes(storage)) / 1e6);
+  return 0;
+}
+
 int Idle(const Flags& f) {
   fs::path dir(f.dir);
   ChildProcess coordinator(
@@ -407,7 +543,7 @@ int Idle(const Flags& f) {
 int main(int argc, char** argv) {
   caravela::Flags f;
   CLI::App app("Caravela cluster benchmark: broker, coordinator and workers as processes");
-  app.add_option("--mode", f.mode, "throughput | failover | idle")->capture_default_str();
+  app.add_option("--mode", f.mode, "throughput | failover | idle | rescale")->capture_default_str();
   app.add_option("--workers", f.workers, "Worker processes (throughput)")->capture_default_str();
   app.add_option("--purchases", f.purchases, "Distinct purchases produced")->capture_default_str();
   app.add_option("--partitions", f.partitions, "Partitions of the input topic")
@@ -430,6 +566,7 @@ int main(int argc, char** argv) {
   if (f.mode == "throughput") rc = caravela::Throughput(f);
   if (f.mode == "failover") rc = caravela::Failover(f);
   if (f.mode == "idle") rc = caravela::Idle(f);
+  if (f.mode == "rescale") rc = caravela::Rescale(f);
   if (rc == 2) std::fprintf(stderr, "unknown --mode %s\n", f.mode.c_str());
   if (temp && rc == 0) std::filesystem::remove_all(f.dir);
   return rc;

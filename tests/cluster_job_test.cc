@@ -303,8 +303,8 @@ class ClusterJobTest : public ::testing::Test {
       for (const std::string& v : vs) {
         Record r;
         if (!decoder.Decode(v, &r).ok()) continue;
-        const std::string key = absl::StrCat(r.GetPath(FieldPath::Parse("window_start")).s, "/",
-                                             r.GetPath(FieldPath::Parse("country")).s);
+        const std::string key = std::string(r.GetPath(FieldPath::Parse("window_start")).s) + "/" +
+                                std::string(r.GetPath(FieldPath::Parse("country")).s);
         int64_t& rev = out[key];
         rev = std::max(rev, r.GetPath(FieldPath::Parse("revision")).i);
       }
@@ -613,9 +613,9 @@ TEST_F(ClusterJobTest, RescaleUpDownToOneAndBackGivesTheSameAnswer) {
         },
         milliseconds(60000)))
         << j.DebugString() << Logs();
-    ASSERT_EQ(j.state(), v1::RUNNING) << "the job ended before running with " << to
-                                      << " tasks per stage: more input needed\n"
-                                      << j.DebugString();
+    ASSERT_EQ(j.state(), v1::RUNNING)
+        << "the job ended before running with " << to << " tasks per stage: more input needed\n"
+        << j.DebugString();
     EXPECT_EQ(j.tasks_size(), 5 * to);  // 5 stages
     epoch = j.epoch();
     if (to != 2) ASSERT_NO_FATAL_FAILURE(LockFences(&lock));
@@ -633,7 +633,8 @@ TEST_F(ClusterJobTest, RescaleUpDownToOneAndBackGivesTheSameAnswer) {
   for (const auto& f : PartFiles(dir_ / "cluster/out", "revenue")) {
     parts.insert(f.filename().string());
   }
-  EXPECT_THAT(parts, ::testing::Contains(::testing::MatchesRegex(R"(revenue\.part-1-c[0-9]+\.jsonl)")))
+  EXPECT_THAT(parts,
+              ::testing::Contains(::testing::MatchesRegex(R"(revenue\.part-1-c[0-9]+\.jsonl)")))
       << ::testing::PrintToString(parts);
 }
 

@@ -152,6 +152,33 @@ inline std::map<std::string, WindowResult> HighestFinals(const std::vector<std::
   return out;
 }
 
+// Where a window's revision does not rise from one published value to the
+// next in `values` (one partition's order, or any order that keeps each
+// key's: a key lives in one partition): "key: r1 then r2", empty if none.
+inline std::vector<std::string> RevisionRegressions(const std::vector<std::string>& values) {
+  JsonDecoder decoder;
+  const FieldPath start = FieldPath::Parse("window_start"), country = FieldPath::Parse("country"),
+                  revision = FieldPath::Parse("revision");
+  std::map<std::string, int64_t> last;
+  std::vector<std::string> out;
+  for (const std::string& v : values) {
+    Record r;
+    if (!decoder.Decode(v, &r).ok()) {
+      out.push_back("not JSON: " + v);
+      continue;
+    }
+    const std::string key =
+        std::string(r.GetPath(start).s) + "/" + std::string(r.GetPath(country).s);
+    const int64_t rev = r.GetPath(revision).i;
+    auto [it, fresh] = last.emplace(key, rev);
+    if (!fresh && rev <= it->second) {
+      out.push_back(absl::StrCat(key, ": ", it->second, " then ", rev));
+    }
+    it->second = std::max(it->second, rev);
+  }
+  return out;
+}
+
 // Every window of `want` has the same single FINAL result in `got`, and
 // `got` has no other window.
 inline void ExpectSameFinals(const std::map<std::string, WindowResult>& want,

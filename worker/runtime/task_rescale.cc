@@ -6,10 +6,11 @@
 //
 //  * source partitions p with p % N' == i, each with the offset and the
 //    watermark state of its old owner (p % N);
-//  * operator state: every old task's checkpoint is restored into a scratch
-//    backend and each operator copies the keys now routed to task i
-//    (Operator::AdoptState with a KeyOwner over the exchange key that feeds
-//    it); operator watermarks start at the minimum over the old tasks;
+//  * operator state: the checkpoint of every old task whose key-group range
+//    meets task i's is restored into a scratch backend and each operator
+//    copies the keys now routed to task i (Operator::AdoptState with a
+//    KeyOwner over the exchange key that feeds it); operator watermarks
+//    start at the minimum over all old tasks;
 //  * sinks: task i continues old task i's sink (its part file, under the
 //    part name old task i recorded, and its commit state); a task with no
 //    old counterpart starts its sinks fresh under new part names
@@ -27,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_plan.h"
+#include "common/key_groups.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_manager.h"
 #include "worker/checkpoint/manifest_fields.h"
@@ -99,11 +101,11 @@ absl::Status TaskCheckpointer::LoadSinkParts() {
   CheckpointManager* manager = manager_.get();
   const int old_global = old_plan.FirstTask(s) + i;
   if (old_global != ctx_.placement.global_id) {
-    ASSIGN_OR_RETURN(other, CheckpointManager::Open(
-                                manager_->storage().url(), ctx_.spec.name, old_global,
-                                absl::StrCat(ctx_.options.data_dir, "/task-",
-                                             ctx_.placement.global_id, "/sink-parts"),
-                                1));
+    ASSIGN_OR_RETURN(other,
+                     CheckpointManager::Open(manager_->storage().url(), ctx_.spec.name, old_global,
+                                             absl::StrCat(ctx_.options.data_dir, "/task-",
+                                                          ctx_.placement.global_id, "/sink-parts"),
+                                             1));
     manager = other.get();
   }
   ASSIGN_OR_RETURN(std::optional<CheckpointManifest> m, manager->LatestUpTo(id));
@@ -268,8 +270,22 @@ absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
     ASSIGN_OR_RETURN(owner.keys, RescaleKeys(on));
     owners.emplace_back(&on, std::move(owner));
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  // A task owns a contiguous range of key groups, so only the old tasks
+  // whose range meets this task's hold keys it now owns (2 -> 3: one or two
+  // of them; 3 -> 2: two). Checkpoints from before key groups (regroup)
+  // spread keys by hash % tasks: every old task then.
+  const int max_parallelism = ctx_.spec.max_parallelism;
+  const KeyGroupRange mine = KeyGroupRangeOfTask(max_parallelism, n_new, ctx_.placement.index);
+  std::vector<int> holders;
   for (int j = 0; j < n_old; ++j) {
+    const KeyGroupRange theirs = KeyGroupRangeOfTask(max_parallelism, n_old, j);
+    const bool by_key_group = !regroup && manifests[j].has_max_parallelism();
+    if (!by_key_group || (theirs.first <= mine.last && mine.first <= theirs.last)) {
+      holders.push_back(j);
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int j : holders) {
     const std::string dir = absl::StrCat(scratch, "/state-", j);
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
@@ -296,9 +312,10 @@ absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
           .count();
   ctx_.metrics->Get("rescale_restores_total")->Add();
   RuntimeLogger()->info(
-      "stage {} task {}: gathered its keys of checkpoint {} from {} tasks in {} ms "
-      "(parallelism {} -> {})",
-      s, ctx_.placement.index, id, n_old, ms, old_parallelism, plan.parallelism);
+      "stage {} task {}: gathered its keys (key groups {}) of checkpoint {} from {} of {} old "
+      "tasks in {} ms (parallelism {} -> {})",
+      s, ctx_.placement.index, mine.ToString(), id, holders.size(), n_old, ms, old_parallelism,
+      plan.parallelism);
   return absl::OkStatus();
 }
 
