@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -115,7 +116,13 @@ class Cluster {
       std::fprintf(stderr, "job: %s\n", parsed.errors[0].ToString().c_str());
       return false;
     }
-    auto plan = PlanJob(parsed.spec, f_.parallelism, {{"purchases", f_.partitions}});
+    std::map<std::string, int> partitions = {{"purchases", f_.partitions}};
+    for (const std::string& t : more_topics) {
+      const std::vector<std::string> nc = absl::StrSplit(t, ':');
+      int n = 1;
+      if (nc.size() == 2 && absl::SimpleAtoi(nc[1], &n)) partitions[nc[0]] = n;
+    }
+    auto plan = PlanJob(parsed.spec, f_.parallelism, partitions);
     if (!plan.ok()) {
       std::fprintf(stderr, "plan: %s\n", std::string(plan.status().message()).c_str());
       return false;
@@ -125,7 +132,7 @@ class Cluster {
                                      absl::StrCat("purchases:", f_.partitions)};
     for (const ExchangePlan& ex : plan->exchanges) {
       args.push_back("--topic");
-      args.push_back(absl::StrCat(ex.topic, ":", ex.partitions));
+      args.push_back(absl::StrCat(ex.topic, ":", ex.CreatePartitions(*plan)));
     }
     for (const std::string& t : more_topics) {
       args.push_back("--topic");
@@ -391,7 +398,10 @@ int Rescale(const Flags& flags) {
       for (const v1::TaskStatus& t : j.tasks()) {
         if (t.stage() == 0) in += t.records_in();
       }
-      if (after == 0 && in >= c.lines_) after = j.last_checkpoint() + 1;
+      // Counters start again with each epoch: after a restore, two new
+      // checkpoints are enough.
+      const bool read = in >= c.lines_ || j.epoch() > 1;
+      if (after == 0 && read) after = j.last_checkpoint() + 1;
       return after > 0 && j.last_checkpoint() >= after + 1;
     });
     if (ok) {

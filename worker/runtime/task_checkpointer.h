@@ -80,6 +80,8 @@ class TaskCheckpointer {
   // Parallel jobs restoring a checkpoint: the part names of the sinks this
   // task continues (ctx.sink_parts), before the graph opens them.
   absl::Status LoadSinkParts();
+  // The parallelism the restored checkpoint was taken with.
+  int OldParallelism() const;
   // Per input of operator `on`: the key paths that route its records.
   absl::StatusOr<std::vector<std::vector<FieldPath>>> RescaleKeys(
       const task_internal::OperatorNode& on) const;

@@ -79,13 +79,16 @@ absl::StatusOr<std::vector<std::vector<FieldPath>>> TaskCheckpointer::RescaleKey
   return keys;
 }
 
+int TaskCheckpointer::OldParallelism() const {
+  return ctx_.placement.restore_parallelism > 0 ? ctx_.placement.restore_parallelism
+                                                : ctx_.placement.plan->parallelism;
+}
+
 absl::Status TaskCheckpointer::LoadSinkParts() {
   const int64_t id = ctx_.placement.restore_checkpoint;
   if (id <= 0) return absl::OkStatus();
   const JobPlan& plan = *ctx_.placement.plan;
-  const int old_parallelism = ctx_.placement.restore_parallelism > 0
-                                  ? ctx_.placement.restore_parallelism
-                                  : plan.parallelism;
+  const int old_parallelism = OldParallelism();
   ASSIGN_OR_RETURN(JobPlan old_plan,
                    PlanJob(ctx_.spec, old_parallelism, ctx_.placement.source_partitions));
   // A plan of another shape: RestoreRescaled says so.
@@ -123,9 +126,7 @@ absl::Status TaskCheckpointer::LoadSinkParts() {
 absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
   const int64_t id = ctx_.placement.restore_checkpoint;
   const JobPlan& plan = *ctx_.placement.plan;
-  const int old_parallelism = ctx_.placement.restore_parallelism > 0
-                                  ? ctx_.placement.restore_parallelism
-                                  : plan.parallelism;
+  const int old_parallelism = OldParallelism();
   ASSIGN_OR_RETURN(JobPlan old_plan,
                    PlanJob(ctx_.spec, old_parallelism, ctx_.placement.source_partitions));
   if (old_plan.stages.size() != plan.stages.size()) {
