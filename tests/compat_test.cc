@@ -215,7 +215,7 @@ TEST(CompatTest, AParallelCheckpointFromBeforeKeyGroupsRegroupsItsKeys) {
   const RunResult run = Caravela(resumed, "--data-dir data");
   ASSERT_EQ(run.exit_code, 0) << run.log;
   EXPECT_THAT(run.log, HasSubstr("checkpoint 1 predates key groups"));
-  EXPECT_THAT(run.log, HasSubstr("gathered its keys of checkpoint 1 from 2 tasks"));
+  EXPECT_THAT(run.log, HasSubstr("of checkpoint 1 from 2 of 2 old tasks"));
   const std::vector<std::string> want = FinalLines(ref);
   EXPECT_GT(want.size(), 50u);
   EXPECT_EQ(FinalLines(resumed), want);
