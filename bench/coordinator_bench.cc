@@ -48,7 +48,9 @@ struct Cluster {
     for (int i = 0; i < n_workers; ++i) {
       v1::RegisterRequest r;
       r.set_slots(slots);
-      workers.push_back(registry->Register(r));
+      const v1::RegisterResponse registered = *registry->Register(r);
+      workers.push_back(registered.worker_id());
+      beats[registered.worker_id()].set_session(registered.session());
     }
     const int tasks = n_workers * slots;
     for (int j = 0; j * 100 < tasks; ++j) {

@@ -64,6 +64,10 @@ int RunWorker(const CLI::App& cmd, WorkerFlags& f) {
   CatchStopSignals(OnSigterm::kDrain);
   while (!StopRequested() && !DrainRequested()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (absl::Status failed = (*agent)->Failure(); !failed.ok()) {
+      (*agent)->Stop();
+      return Fail(failed);
+    }
   }
   if (DrainRequested() && !StopRequested()) {
     const std::optional<int64_t> drain = ParseDuration(f.drain_timeout);

@@ -6,10 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/dashboard.h"
 #include "common/http_server.h"
 #include "common/logging.h"
@@ -27,6 +30,31 @@
 #include "spdlog/spdlog.h"
 
 namespace caravela {
+
+namespace {
+
+// The cluster's id, kept in <data_dir>/cluster-id (made at the first start):
+// workers remember it and a coordinator with another data directory refuses
+// them (WorkerRegistry).
+absl::StatusOr<std::string> LoadOrCreateClusterId(const std::string& data_dir) {
+  const std::filesystem::path file = std::filesystem::path(data_dir) / "cluster-id";
+  std::string id;
+  if (std::ifstream in(file); in && std::getline(in, id) && !id.empty()) return id;
+  std::random_device random;
+  id = absl::StrFormat("%08x%08x", random(), random());
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << id << "\n";
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp.string()));
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot write ", file.string(), ": ", ec.message()));
+  return id;
+}
+
+}  // namespace
 
 struct Coordinator::Impl {
   CoordinatorOptions options;
@@ -167,7 +195,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   Impl& im = *c->impl_;
   im.options = options;
   ASSIGN_OR_RETURN(im.store, JobStore::Open(options.data_dir + "/jobs"));
-  im.workers = std::make_unique<WorkerRegistry>(&im.clock, options.worker_timeout_ms);
+  ASSIGN_OR_RETURN(const std::string cluster_id, LoadOrCreateClusterId(options.data_dir));
+  SubsystemLogger("coordinator")->info("cluster {}", cluster_id);
+  im.workers = std::make_unique<WorkerRegistry>(&im.clock, options.worker_timeout_ms, cluster_id);
   SchedulerOptions so;
   so.checkpoint_storage = options.checkpoint_storage;
   so.prepare_job = options.prepare_job;

@@ -87,7 +87,11 @@ class SchedulerTest : public ::testing::Test {
     v1::RegisterRequest r;
     r.set_slots(slots);
     r.set_previous_id(previous);
-    return registry_->Register(r);
+    absl::StatusOr<v1::RegisterResponse> registered = registry_->Register(r);
+    EXPECT_OK(registered.status());
+    if (!registered.ok()) return "";
+    sessions_[registered->worker_id()] = registered->session();
+    return registered->worker_id();
   }
 
   std::string Submit() {
@@ -123,6 +127,7 @@ class SchedulerTest : public ::testing::Test {
                              const std::string& error = "", bool permanent = false) {
     v1::HeartbeatRequest req;
     req.set_worker_id(worker);
+    req.set_session(sessions_[worker]);
     req.set_draining(draining_.count(worker) > 0);
     if (last_[worker].assignments_size() == 0) {
       // Learn the assignment first, as a worker does.
@@ -155,6 +160,7 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<std::string, v1::HeartbeatResponse> last_;
+  std::map<std::string, uint64_t> sessions_;  // by worker id
   std::map<std::string, int64_t> stored_;
   std::set<std::string> draining_;  // workers whose heartbeats say they leave
   int jobs_ = 0;

@@ -1,17 +1,30 @@
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace caravela {
 
-WorkerRegistry::WorkerRegistry(const Clock* clock, int64_t worker_timeout_ms)
-    : clock_(clock), timeout_ms_(worker_timeout_ms) {}
+WorkerRegistry::WorkerRegistry(const Clock* clock, int64_t worker_timeout_ms,
+                               std::string cluster_id)
+    : clock_(clock),
+      timeout_ms_(worker_timeout_ms),
+      cluster_id_(std::move(cluster_id)),
+      random_(std::random_device{}()) {}
 
-std::string WorkerRegistry::Register(const v1::RegisterRequest& request) {
+absl::StatusOr<v1::RegisterResponse> WorkerRegistry::Register(
+    const v1::RegisterRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!request.cluster_id().empty() && request.cluster_id() != cluster_id_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this worker was in cluster ", request.cluster_id(), ", this coordinator runs cluster ",
+        cluster_id_.empty() ? "(none)" : cluster_id_,
+        " (its data directory is another one): the worker's tasks belong to the other "
+        "cluster; restart the worker to join this one"));
+  }
   v1::WorkerInfo w;
   // An id this registry never saw (it was given by an earlier run of the
   // coordinator) is given back; a known one (alive or dead) never is.
@@ -31,15 +44,23 @@ std::string WorkerRegistry::Register(const v1::RegisterRequest& request) {
   w.set_state(v1::ALIVE);
   w.set_registered_at_ms(clock_->NowMs());
   w.set_last_heartbeat_ms(w.registered_at_ms());
-  std::string id = w.id();
-  workers_[id] = std::move(w);
-  return id;
+  v1::RegisterResponse response;
+  response.set_worker_id(w.id());
+  response.set_lease_ms(timeout_ms_);
+  response.set_cluster_id(cluster_id_);
+  uint64_t session = 0;
+  while (session == 0) session = random_();
+  response.set_session(session);
+  sessions_[w.id()] = session;
+  workers_[w.id()] = std::move(w);
+  return response;
 }
 
 bool WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end() || it->second.state() != v1::ALIVE) return false;
+  if (sessions_[request.worker_id()] != request.session()) return false;  // another process
   const int64_t now = clock_->NowMs();
   // A heartbeat after the timeout, before ExpireSilent() noticed: still dead.
   if (now - it->second.last_heartbeat_ms() > timeout_ms_) {

@@ -24,9 +24,14 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
   if (request->slots() < 1) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a worker needs at least 1 slot");
   }
-  response->set_worker_id(registry_->Register(*request));
+  absl::StatusOr<v1::RegisterResponse> registered = registry_->Register(*request);
+  if (!registered.ok()) {
+    SubsystemLogger("coordinator")
+        ->warn("worker at {} refused: {}", request->address(), std::string(registered.status().message()));
+    return ToGrpc(registered.status());
+  }
+  *response = *std::move(registered);
   if (registrations_ != nullptr) registrations_->Add();
-  response->set_lease_ms(registry_->lease_ms());
   SubsystemLogger("coordinator")
       ->info("worker {} registered ({} slots, {})", response->worker_id(), request->slots(),
              request->address());

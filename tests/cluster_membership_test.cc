@@ -96,6 +96,57 @@ TEST(ClusterMembershipTest, DeadWorkersAreDetectedAndPausedOnesRegisterAgain) {
   EXPECT_THAT(workers[1]->Log(), ::testing::HasSubstr("lease of " + ids[1] + " lost"));
 }
 
+// A coordinator of another cluster (another data directory) takes the
+// address of the one a worker was in: the worker does not pass for one of
+// its workers (its heartbeats carry the old session, its registration the
+// old cluster id); it stops and exits naming both clusters. The same
+// coordinator restarted on its own data directory takes the worker back.
+// (Seen in the suite: a worker of an ended test kept heartbeating to its
+// coordinator's port, which another test's coordinator had got, and failed
+// that test's job with its own --allow-path.)
+TEST(ClusterMembershipTest, AWorkerOfAnotherClusterIsRefusedAndExits) {
+  TempDir tmp("cluster-id", "CARAVELA_KEEP_TEST_DIRS", "cluster id test");
+  const fs::path& dir = tmp.path();
+  auto coordinator = std::make_unique<ChildProcess>(
+      std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0",
+                               "--data-dir", (dir / "a").string(), "--worker-timeout", "1s"},
+      dir / "coordinator-a.log");
+  const std::string address = coordinator->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(address.empty()) << coordinator->Log();
+  ChildProcess worker({CARAVELA_BINARY, "worker", "--coordinator", address, "--slots", "2",
+                       "--data-dir", (dir / "w").string()},
+                      dir / "worker.log");
+  const std::string id = worker.WaitFor(R"(id=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(id.empty()) << worker.Log();
+
+  // Restarted on its own data directory: the same cluster, the worker stays.
+  coordinator->Stop(SIGKILL);
+  coordinator = std::make_unique<ChildProcess>(
+      std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", address, "--data-dir",
+                               (dir / "a").string(), "--worker-timeout", "1s"},
+      dir / "coordinator-a2.log");
+  ASSERT_FALSE(coordinator->WaitFor(R"(grpc=(\S+))", milliseconds(20000)).empty())
+      << coordinator->Log();
+  ASSERT_TRUE(Eventually([&] { return States(address)[id] == v1::ALIVE; }, milliseconds(10000)))
+      << worker.Log();
+
+  // Another cluster at the same address: refused, and the worker exits.
+  coordinator->Stop(SIGKILL);
+  coordinator = std::make_unique<ChildProcess>(
+      std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", address, "--data-dir",
+                               (dir / "b").string(), "--worker-timeout", "1s"},
+      dir / "coordinator-b.log");
+  ASSERT_FALSE(coordinator->WaitFor(R"(grpc=(\S+))", milliseconds(20000)).empty())
+      << coordinator->Log();
+  ASSERT_TRUE(worker.WaitUntil(std::chrono::steady_clock::now() + milliseconds(15000)))
+      << worker.Log();
+  EXPECT_EQ(worker.ExitCode(), 1) << worker.Log();
+  EXPECT_THAT(worker.Log(), ::testing::AllOf(::testing::HasSubstr("refused this worker"),
+                                             ::testing::HasSubstr("restart the worker")));
+  EXPECT_TRUE(States(address).empty());
+  EXPECT_THAT(coordinator->Log(), ::testing::HasSubstr("refused"));
+}
+
 }  // namespace
 }  // namespace caravela
 

@@ -43,6 +43,9 @@ struct WorkerAgent::Impl {
   std::unique_ptr<v1::WorkerService::Stub> stub;
   mutable std::mutex mu;
   std::string worker_id;
+  uint64_t session = 0;     // of the current registration
+  std::string cluster_id;   // the cluster it joined (kept across registrations)
+  absl::Status refused_by_cluster;  // a coordinator of another cluster refused it
   int64_t lease_ms = 10000;
   std::atomic<int> registrations{0};
   std::atomic<bool> stop{false};
@@ -193,16 +196,30 @@ struct WorkerAgent::Impl {
     request.set_address(address);
     request.set_slots(options.slots);
     request.set_shared_dir(options.shared_dir);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      request.set_cluster_id(cluster_id);
+    }
     char host[256] = {0};
     if (gethostname(host, sizeof(host) - 1) == 0) request.set_host(host);
     v1::RegisterResponse response;
     grpc::ClientContext context;
     Prepare(&context, 2000);
     grpc::Status st = stub->Register(&context, request, &response);
+    if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      // Another cluster's coordinator answers at this address: this
+      // process must not run its tasks (nor keep its own).
+      std::lock_guard<std::mutex> lock(mu);
+      refused_by_cluster = absl::FailedPreconditionError(
+          absl::StrCat("the coordinator at ", options.coordinator, " refused this worker: ",
+                       st.error_message()));
+    }
     if (!st.ok()) return st;
     {
       std::lock_guard<std::mutex> lock(mu);
       worker_id = response.worker_id();
+      session = response.session();
+      cluster_id = response.cluster_id();
       lease_ms = std::max<int64_t>(response.lease_ms(), 100);
     }
     ++registrations;
@@ -218,10 +235,12 @@ struct WorkerAgent::Impl {
     while (!stop.load()) {
       int64_t lease;
       std::string id;
+      uint64_t id_session;
       {
         std::lock_guard<std::mutex> lock(mu);
         lease = lease_ms;
         id = worker_id;
+        id_session = session;
       }
       const auto period = std::chrono::milliseconds(
           std::max<int64_t>(std::min<int64_t>(lease / 4, options.heartbeat_ms), 10));
@@ -237,6 +256,7 @@ struct WorkerAgent::Impl {
       }
       v1::HeartbeatRequest request;
       request.set_worker_id(id);
+      request.set_session(id_session);
       request.set_draining(draining.load());
       Report(&request);
       v1::HeartbeatResponse response;
@@ -266,6 +286,10 @@ struct WorkerAgent::Impl {
         if (grpc::Status r = Register(id); r.ok()) {
           last_ok = SteadyClock::now();
           if (worker_id != id) StopParts("the coordinator gave this worker up");
+        } else if (r.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+          Log()->error("{}", r.error_message());
+          StopParts("refused by the coordinator");
+          break;  // Failure() tells the process to exit
         }
         continue;
       }
@@ -321,6 +345,11 @@ std::string WorkerAgent::http_address() const {
 }
 
 int WorkerAgent::registrations() const { return impl_->registrations.load(); }
+
+absl::Status WorkerAgent::Failure() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->refused_by_cluster;
+}
 
 int WorkerAgent::task_count() const { return impl_->tasks.load(); }
 

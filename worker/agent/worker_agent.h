@@ -61,6 +61,11 @@ class WorkerAgent {
   int registrations() const;
   // Tasks this worker holds now (any phase).
   int task_count() const;
+  // Not OK once a coordinator of another cluster refused to take this
+  // worker back (its data directory changed, or another service took the
+  // address): the agent has stopped its tasks and heartbeats, and the
+  // process should exit with this message (a restarted worker joins anew).
+  absl::Status Failure() const;
   // Leaves gracefully (SIGTERM): tells the coordinator it is draining (no
   // new tasks; each job with tasks here moves them to other workers through
   // a stopping checkpoint), waits until it holds no task or `timeout_ms`
