@@ -50,7 +50,8 @@ absl::StatusOr<std::string> LoadOrCreateClusterId(const std::string& data_dir) {
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp.string()));
   std::filesystem::rename(tmp, file, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot write ", file.string(), ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot write ", file.string(), ": ", ec.message()));
   return id;
 }
 

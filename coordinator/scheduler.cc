@@ -92,12 +92,11 @@ absl::StatusOr<v1::Job> Scheduler::Restart(const std::string& job_id, int parall
   if (!plan.ok()) return absl::FailedPreconditionError(std::string(plan.status().message()));
   const std::string from =
       job.last_checkpoint() > 0
-          ? absl::StrCat("from checkpoint ", job.last_checkpoint(),
-                         job.checkpoint_parallelism() > 0 &&
-                                 job.checkpoint_parallelism() != parallelism
-                             ? absl::StrCat(" (taken with parallelism ",
-                                            job.checkpoint_parallelism(), ")")
-                             : "")
+          ? absl::StrCat(
+                "from checkpoint ", job.last_checkpoint(),
+                job.checkpoint_parallelism() > 0 && job.checkpoint_parallelism() != parallelism
+                    ? absl::StrCat(" (taken with parallelism ", job.checkpoint_parallelism(), ")")
+                    : "")
           : std::string("from the beginning (it has no complete checkpoint)");
   const JobState was = job.state();
   RETURN_IF_ERROR(Reopen(job, clock_->NowMs(), absl::StrCat("restarted ", from)));
@@ -655,7 +654,8 @@ void Scheduler::Tick() {
     }
     if (!failed.empty() && permanent) {
       // It would fail the same way on every restart.
-      Fail(job, absl::StrCat(failed, " (a restart would fail the same way: fix it, then `caravela restart ",
+      Fail(job, absl::StrCat(failed,
+                             " (a restart would fail the same way: fix it, then `caravela restart ",
                              job.id(), "`)"));
       continue;
     }

@@ -15,8 +15,7 @@ WorkerRegistry::WorkerRegistry(const Clock* clock, int64_t worker_timeout_ms,
       cluster_id_(std::move(cluster_id)),
       random_(std::random_device{}()) {}
 
-absl::StatusOr<v1::RegisterResponse> WorkerRegistry::Register(
-    const v1::RegisterRequest& request) {
+absl::StatusOr<v1::RegisterResponse> WorkerRegistry::Register(const v1::RegisterRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!request.cluster_id().empty() && request.cluster_id() != cluster_id_) {
     return absl::FailedPreconditionError(absl::StrCat(

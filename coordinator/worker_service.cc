@@ -27,7 +27,8 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
   absl::StatusOr<v1::RegisterResponse> registered = registry_->Register(*request);
   if (!registered.ok()) {
     SubsystemLogger("coordinator")
-        ->warn("worker at {} refused: {}", request->address(), std::string(registered.status().message()));
+        ->warn("worker at {} refused: {}", request->address(),
+               std::string(registered.status().message()));
     return ToGrpc(registered.status());
   }
   *response = *std::move(registered);

@@ -43,8 +43,8 @@ struct WorkerAgent::Impl {
   std::unique_ptr<v1::WorkerService::Stub> stub;
   mutable std::mutex mu;
   std::string worker_id;
-  uint64_t session = 0;     // of the current registration
-  std::string cluster_id;   // the cluster it joined (kept across registrations)
+  uint64_t session = 0;             // of the current registration
+  std::string cluster_id;           // the cluster it joined (kept across registrations)
   absl::Status refused_by_cluster;  // a coordinator of another cluster refused it
   int64_t lease_ms = 10000;
   std::atomic<int> registrations{0};
@@ -210,9 +210,9 @@ struct WorkerAgent::Impl {
       // Another cluster's coordinator answers at this address: this
       // process must not run its tasks (nor keep its own).
       std::lock_guard<std::mutex> lock(mu);
-      refused_by_cluster = absl::FailedPreconditionError(
-          absl::StrCat("the coordinator at ", options.coordinator, " refused this worker: ",
-                       st.error_message()));
+      refused_by_cluster =
+          absl::FailedPreconditionError(absl::StrCat("the coordinator at ", options.coordinator,
+                                                     " refused this worker: ", st.error_message()));
     }
     if (!st.ok()) return st;
     {

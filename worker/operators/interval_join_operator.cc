@@ -10,7 +10,23 @@ namespace {
 
 constexpr char kNullKeyPrefix = '\x00';
 constexpr char kKeyPrefix = '\x01';
+// Rows laid out by key group: 0x02 + the key group (2 bytes, big-endian)
+// before the join-key bytes. Sorts after 0x00/0x01, the layout without.
+constexpr char kKeyGroupPrefix = '\x02';
+constexpr size_t kKeyGroupBytes = 3;
 constexpr size_t kTimeSeqBytes = 16;  // big-endian time + sequence after the join key
+
+void AppendKeyGroup(int key_group, std::string* out) {
+  out->push_back(kKeyGroupPrefix);
+  out->push_back(static_cast<char>((key_group >> 8) & 0xff));
+  out->push_back(static_cast<char>(key_group & 0xff));
+}
+
+// The key group of a row key laid out by key group (-1 for one without).
+int KeyGroupOfRowKey(std::string_view key) {
+  if (key.size() < kKeyGroupBytes || key[0] != kKeyGroupPrefix) return -1;
+  return (static_cast<uint8_t>(key[1]) << 8) | static_cast<uint8_t>(key[2]);
+}
 constexpr const char* kSideNames[] = {"left", "right"};
 
 }  // namespace
@@ -58,9 +74,11 @@ int64_t IntervalJoinOperator::OutputWatermark(int64_t w) const {
   return SatAdd(SatAdd(w, -spec_.allowed_lateness), -pad);
 }
 
-void IntervalJoinOperator::TableKey(const std::string& key, int64_t time, uint64_t seq,
+void IntervalJoinOperator::TableKey(const RowMap::value_type& entry, int64_t time, uint64_t seq,
                                     std::string* out) {
-  out->assign(key);
+  out->clear();
+  if (entry.second.key_group >= 0) AppendKeyGroup(entry.second.key_group, out);
+  out->append(entry.first);
   AppendBigEndian64(out, time);
   AppendBigEndian64(out, static_cast<int64_t>(seq));
 }
@@ -138,45 +156,73 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   DropAllRows();
   buffered_[kLeft] = buffered_[kRight] = 0;
   RETURN_IF_ERROR(seq_.Load(meta_, ctx.name()));
+  // With key groups, rows stored without one (a checkpoint from before key
+  // groups) move to the layout by key group: written anew at the next Flush.
+  const KeyOwner* key_groups = ctx.key_groups();
+  std::vector<std::string> relaid;
+  std::string scratch;
   for (int side : {kLeft, kRight}) {
     bool corrupt = false;
+    relaid.clear();
     RETURN_IF_ERROR(tables_[side]->Scan("", "", [&](std::string_view key, std::string_view value) {
-      if (key.size() <= kTimeSeqBytes || value.empty() ||
+      int key_group = KeyGroupOfRowKey(key);
+      const std::string_view row_key = key_group >= 0 ? key.substr(kKeyGroupBytes) : key;
+      if (row_key.size() <= kTimeSeqBytes || value.empty() ||
           !decoder_.Decode(value.substr(1), &scratch_).ok()) {
         corrupt = true;
         return false;
       }
-      std::string_view tail = key.substr(key.size() - kTimeSeqBytes);
+      std::string_view tail = row_key.substr(row_key.size() - kTimeSeqBytes);
       int64_t t = 0, s = 0;
       ReadBigEndian64(&tail, &t);
       ReadBigEndian64(&tail, &s);
       auto* entry =
-          &*rows_.try_emplace(std::string(key.substr(0, key.size() - kTimeSeqBytes))).first;
-      AddRow(side, entry, t, static_cast<uint64_t>(s), value[0] == 'm', scratch_, true);
+          &*rows_.try_emplace(std::string(row_key.substr(0, row_key.size() - kTimeSeqBytes))).first;
+      bool persisted = true;
+      if (key_group < 0 && key_groups != nullptr) {
+        key_group = key_groups->KeyGroup(scratch_, side, &scratch);
+        relaid.emplace_back(key);
+        persisted = false;
+      }
+      entry->second.key_group = key_group;
+      AddRow(side, entry, t, static_cast<uint64_t>(s), value[0] == 'm', scratch_, persisted);
       return true;
     }));
     if (corrupt) {
       return absl::DataLossError("corrupt join state in " + ctx.name() + "/" + kSideNames[side]);
     }
+    for (const std::string& key : relaid) tables_[side]->Delete(key);
   }
   return absl::OkStatus();
 }
 
 absl::Status IntervalJoinOperator::AdoptState(OperatorContext& from, OperatorContext& to,
                                               const KeyOwner& owner) {
+  const KeyGroupRange range = owner.Range();
+  std::string begin, end;
+  AppendKeyGroup(range.first, &begin);
+  AppendKeyGroup(range.last + 1, &end);
   for (int side : {kLeft, kRight}) {
     ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(kSideNames[side]));
-    ASSIGN_OR_RETURN(StateTable * table, to.OpenTable(kSideNames[side]));
-    bool corrupt = false;
-    std::string scratch;
-    RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
-      if (value.empty() || !decoder_.Decode(value.substr(1), &scratch_).ok()) {
-        corrupt = true;
-        return false;
-      }
-      if (owner.Owns(scratch_, side, &scratch)) table->Put(key, value);
+    ASSIGN_OR_RETURN(StateTable * table, to.OpenWriteBehindTable(kSideNames[side]));
+    // Rows laid out by key group: this task's range, copied as they are.
+    RETURN_IF_ERROR(old_table->Scan(begin, end, [&](std::string_view key, std::string_view value) {
+      table->Put(key, value);
       return true;
     }));
+    // Rows stored before key groups: decoded to find their owner.
+    bool corrupt = false;
+    std::string scratch;
+    const std::string layout_end(1, kKeyGroupPrefix);
+    RETURN_IF_ERROR(
+        old_table->Scan("", layout_end, [&](std::string_view key, std::string_view value) {
+          if (value.empty() || !decoder_.Decode(value.substr(1), &scratch_).ok()) {
+            corrupt = true;
+            return false;
+          }
+          if (owner.Owns(scratch_, side, &scratch)) table->Put(key, value);
+          return true;
+        }));
     if (corrupt) {
       return absl::DataLossError("corrupt join state in " + from.name() + "/" + kSideNames[side]);
     }
@@ -311,6 +357,9 @@ absl::Status IntervalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
         continue;
       }
     }
+    if (entry->second.key_group < 0 && ctx.key_groups() != nullptr) {
+      entry->second.key_group = ctx.key_groups()->KeyGroup(r, side, &key_scratch_);
+    }
     AddRow(side, entry, t, seq_.Next(), matched, r, false);
   }
   // Rows of this batch that no future record can match (possible with a
@@ -389,7 +438,7 @@ void IntervalJoinOperator::ExpireRow(OperatorContext& ctx, const Pending& p, Out
     padded_->Add();
   }
   if (row.persisted != Row::kNew) {
-    TableKey(entry->first, p.time, p.seq, &table_key_);
+    TableKey(*entry, p.time, p.seq, &table_key_);
     tables_[p.side]->Delete(table_key_);
   }
   RemoveRow(sr, i);
@@ -418,7 +467,7 @@ absl::Status IntervalJoinOperator::Flush(OperatorContext& ctx) {
       for (size_t i = sr.begin; i < sr.rows.size(); ++i) {
         Row& row = sr.rows[i];
         if (row.persisted == Row::kClean) continue;
-        TableKey(entry->first, row.time, row.seq, &table_key_);
+        TableKey(*entry, row.time, row.seq, &table_key_);
         value_.assign(1, row.matched ? 'm' : '-');
         scratch_.Unpack(row.packed);
         scratch_.AppendJson(&value_);

@@ -27,8 +27,16 @@
 // for a downstream operator.
 //
 // State: one table per side ("left"/"right"):
-//   key   = join-key bytes + AppendBigEndian64(time) + AppendBigEndian64(seq)
+//   key   = [0x02 + key group (2 bytes, big-endian)] + join-key bytes
+//           + AppendBigEndian64(time) + AppendBigEndian64(seq)
 //   value = 1 flag byte ('m' matched, '-' not yet) + the row's JSON
+// The key-group prefix is there when the runtime gives the operator its key
+// groups (OperatorContext::key_groups: its inputs come through keyed
+// exchanges): a rescale then copies the new task's range of key groups as
+// it is, without reading the other rows. Rows stored without it (a
+// checkpoint from before key groups, or a job that runs as one task) are
+// read by their record's key and moved to the layout by key group when a
+// task with key groups opens them.
 // Join-key bytes are 0x01 + AppendJoinKey (join_key.h: self-delimiting), so
 // the rows of one key sorted by time are one range of the table. Rows with a
 // null key are stored only on an outer side (for their padded row) under the
@@ -150,6 +158,9 @@ class IntervalJoinOperator : public Operator {
     SideRows sides[2];
     bool dirty = false;
     bool listed_empty = false;  // in empty_keys_
+    // Its rows' key group in the tables (OperatorContext::key_groups); -1:
+    // stored without one.
+    int32_t key_group = -1;
   };
   using RowMap = absl::node_hash_map<std::string, KeyRows>;
   struct Pending {
@@ -187,7 +198,9 @@ class IntervalJoinOperator : public Operator {
   absl::Status Expire(OperatorContext& ctx, Output& out);
   // Drops the row of `p`, emitting its padded row if due.
   void ExpireRow(OperatorContext& ctx, const Pending& p, Output& out);
-  static void TableKey(const std::string& key, int64_t time, uint64_t seq, std::string* out);
+  // The table key of a row of `entry`.
+  static void TableKey(const RowMap::value_type& entry, int64_t time, uint64_t seq,
+                       std::string* out);
 
   IntervalJoinSpec spec_;
   std::unique_ptr<Expr> where_;
@@ -218,6 +231,7 @@ class IntervalJoinOperator : public Operator {
   JsonDecoder decoder_;
   Record scratch_;
   std::string table_key_, value_;
+  std::string key_scratch_;  // KeyOwner::KeyGroup
   // Per batch: the encoded keys (empty for a null key) and their entries.
   std::string batch_keys_;
   std::vector<uint32_t> key_ends_;

@@ -21,6 +21,10 @@ bool KeyOwner::Owns(const Record& r, int input, std::string* scratch) const {
   return OwnsHash(ExchangeKeyHash(r, key, scratch));
 }
 
+int KeyOwner::KeyGroup(const Record& r, int input, std::string* scratch) const {
+  return KeyGroupOf(ExchangeKeyHash(r, keys[static_cast<size_t>(input)], scratch), max_parallelism);
+}
+
 uint64_t KeyOwner::HashValues(const std::vector<Value>& values, std::string* scratch) {
   scratch->clear();
   for (const Value& v : values) AppendKeyField(v, scratch);

@@ -28,6 +28,8 @@
 
 namespace caravela {
 
+struct KeyOwner;
+
 // What the runtime gives an operator.
 class OperatorContext {
  public:
@@ -51,6 +53,14 @@ class OperatorContext {
   // operator has no rescale rule, so opening a state table fails (its state
   // would be lost) and with it the rescale.
   void RefuseStateTables() { refuse_tables_ = true; }
+  // How this task's records divide into key groups: the exchange keys that
+  // route each input, max_parallelism and this task's place (KeyOwner). Set
+  // by the runtime before it restores state, for an operator whose inputs
+  // all come through keyed exchanges; null otherwise. An operator lays its
+  // keyed state out by key group with it (KeyOwner::KeyGroup), so that a
+  // rescale copies key-group ranges without reading rows.
+  const KeyOwner* key_groups() const { return key_groups_.get(); }
+  void set_key_groups(std::shared_ptr<const KeyOwner> k) { key_groups_ = std::move(k); }
   MetricsRegistry& metrics() { return *metrics_; }
   // Counter `name{op="<op>"[,extra]}`.
   Counter* OpCounter(const std::string& name, const std::string& extra_labels = "") {
@@ -80,6 +90,7 @@ class OperatorContext {
   int64_t watermark_ = kMinTime;
   int64_t epoch_ = 0;
   bool refuse_tables_ = false;
+  std::shared_ptr<const KeyOwner> key_groups_;
 
   absl::Status MayOpen(const std::string& table) const;
 };
@@ -105,6 +116,13 @@ struct KeyOwner {
   int max_parallelism = kDefaultMaxParallelism;  // spec.max_parallelism
   bool OwnsHash(uint64_t hash) const {
     return tasks <= 1 || TaskOfKeyHash(hash, max_parallelism, tasks) == index;
+  }
+  // The key group of `r`, a record of input `input`.
+  int KeyGroup(const Record& r, int input, std::string* scratch) const;
+  // The key groups this task owns (all of them for one task).
+  KeyGroupRange Range() const {
+    return tasks <= 1 ? KeyGroupRange{0, max_parallelism - 1}
+                      : KeyGroupRangeOfTask(max_parallelism, tasks, index);
   }
   // Whether `r`, a record of input `input`, belongs to this task.
   bool Owns(const Record& r, int input, std::string* scratch) const;

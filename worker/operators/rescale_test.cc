@@ -42,7 +42,8 @@ int TaskOf(const std::string& json, const std::string& key) {
 template <typename Op>
 void Split(OperatorHarness& old, const std::vector<std::vector<FieldPath>>& keys,
            const std::function<std::unique_ptr<Op>()>& make, std::unique_ptr<Op> ops[2],
-           std::unique_ptr<OperatorHarness> harnesses[2], int64_t watermark) {
+           std::unique_ptr<OperatorHarness> harnesses[2], int64_t watermark,
+           bool key_groups = false) {
   ASSERT_OK(old.Commit());
   for (int i = 0; i < 2; ++i) {
     ops[i] = make();
@@ -51,6 +52,8 @@ void Split(OperatorHarness& old, const std::vector<std::vector<FieldPath>>& keys
     owner.keys = keys;
     owner.tasks = 2;
     owner.index = i;
+    // As the runtime does for an operator fed by keyed exchanges.
+    if (key_groups) harnesses[i]->context().set_key_groups(std::make_shared<KeyOwner>(owner));
     ASSERT_OK(ops[i]->AdoptState(old.context(), harnesses[i]->context(), owner));
     ASSERT_OK(harnesses[i]->Open());
     ASSERT_OK(harnesses[i]->AdvanceWatermark(watermark));
@@ -215,7 +218,34 @@ TEST(RescaleTest, WindowFinalsMoveSoTooLateRecordsStillNameTheFinalRevision) {
   EXPECT_EQ(Sorted(side), Sorted(ref_side));
 }
 
-TEST(RescaleTest, IntervalJoinRowsMoveWithTheirKey) {
+// Every key of `table` in `h`'s state (the operator's own name prefix).
+std::vector<std::string> TableKeys(OperatorHarness& h, const std::string& table) {
+  std::vector<std::string> keys;
+  auto t = h.context().OpenTable(table);
+  EXPECT_OK(t.status());
+  if (!t.ok()) return keys;
+  EXPECT_OK((*t)->Scan("", "", [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+    return true;
+  }));
+  return keys;
+}
+
+// The key group a row key laid out by key group names (-1: none).
+int RowKeyGroup(const std::string& key) {
+  if (key.size() < 3 || key[0] != '\x02') return -1;
+  return (static_cast<uint8_t>(key[1]) << 8) | static_cast<uint8_t>(key[2]);
+}
+
+// The interval join split over two tasks, its old task and its new ones
+// with or without key groups (OperatorContext::key_groups): with them its
+// rows are laid out by key group and a new task copies its range as it is;
+// rows stored without them (an old checkpoint) are read by their record's
+// key and laid out anew when a task with key groups opens them.
+class IntervalJoinRescaleTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(IntervalJoinRescaleTest, RowsMoveWithTheirKey) {
+  const auto [old_key_groups, new_key_groups] = GetParam();
   IntervalJoinSpec spec;
   spec.left = "l";
   spec.right = "r";
@@ -249,15 +279,36 @@ TEST(RescaleTest, IntervalJoinRowsMoveWithTheirKey) {
   ASSERT_OK(ref.AdvanceWatermark(kMaxTime));
   const std::vector<std::string> ref_out = ref.TakeOutput();
 
+  const std::vector<std::vector<FieldPath>> keys = {{FieldPath::Parse("k")},
+                                                    {FieldPath::Parse("k")}};
   auto old_op = make();
   OperatorHarness old(old_op.get());
+  KeyOwner one_task;
+  one_task.keys = keys;
+  if (old_key_groups) old.context().set_key_groups(std::make_shared<KeyOwner>(one_task));
   ASSERT_OK(old.Open());
   ASSERT_OK(old.ProcessBatch(left, IntervalJoinOperator::kLeft));
   ASSERT_TRUE(old.TakeOutput().empty());
+  ASSERT_OK(old.Commit());
+  const std::vector<std::string> old_keys = TableKeys(old, "left");
+  ASSERT_EQ(old_keys.size(), left.size());
+  for (const std::string& k : old_keys) EXPECT_EQ(RowKeyGroup(k) >= 0, old_key_groups);
   std::unique_ptr<IntervalJoinOperator> ops[2];
   std::unique_ptr<OperatorHarness> tasks[2];
-  Split<IntervalJoinOperator>(old, {{FieldPath::Parse("k")}, {FieldPath::Parse("k")}}, make, ops,
-                              tasks, kMinTime);
+  Split<IntervalJoinOperator>(old, keys, make, ops, tasks, kMinTime, new_key_groups);
+  size_t moved = 0;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK(tasks[i]->Commit());
+    const std::vector<std::string> task_keys = TableKeys(*tasks[i], "left");
+    moved += task_keys.size();
+    for (const std::string& k : task_keys) {
+      const int g = RowKeyGroup(k);
+      // Laid out anew on open; a task without key groups keeps what it got.
+      EXPECT_EQ(g >= 0, new_key_groups || old_key_groups);
+      if (g >= 0) EXPECT_EQ(TaskOfKeyGroup(kDefaultMaxParallelism, 2, g), i);
+    }
+  }
+  EXPECT_EQ(moved, left.size());  // no row lost or held twice
   for (const auto& r : right) {
     ASSERT_OK(
         tasks[TaskOf(r.first, "k")]->ProcessJson(r.first, r.second, IntervalJoinOperator::kRight));
@@ -269,7 +320,35 @@ TEST(RescaleTest, IntervalJoinRowsMoveWithTheirKey) {
   }
   EXPECT_EQ(Sorted(out), Sorted(ref_out));
   EXPECT_EQ(ref_out.size(), 51u);  // 17 matches + 34 unmatched left rows (one with a null key)
+
+  if (old_key_groups) {
+    // Rows of key groups another task owns are not read at all: a row
+    // nobody could decode, in the last key group, does not bother task 0.
+    auto table = old.context().OpenTable("left");
+    ASSERT_OK(table.status());
+    (*table)->Put(std::string("\x02\x00\x7f\x01zz", 6) + std::string(16, '\0'), "-{not json");
+    ASSERT_OK(old.Commit());
+    auto op = make();
+    OperatorHarness task0(op.get());
+    KeyOwner owner;
+    owner.keys = keys;
+    owner.tasks = 2;
+    owner.index = 0;
+    EXPECT_OK(op->AdoptState(old.context(), task0.context(), owner));
+    owner.index = 1;
+    OperatorHarness task1(op.get());
+    ASSERT_OK(op->AdoptState(old.context(), task1.context(), owner));
+    EXPECT_EQ(task1.Open().code(), absl::StatusCode::kDataLoss);  // copied as it is, then read
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(KeyGroups, IntervalJoinRescaleTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           return absl::StrCat(
+                               std::get<0>(info.param) ? "ByKeyGroup" : "Unprefixed", "To",
+                               std::get<1>(info.param) ? "ByKeyGroup" : "Unprefixed");
+                         });
 
 // An operator with state and no rescale rule (no AdoptState of its own):
 // the default refuses, so the rescale fails in Open() naming the operator

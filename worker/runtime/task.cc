@@ -152,6 +152,7 @@ absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptio
   Log()->debug("{} sources, {} operators, {} sinks; processing time: {}", im.graph.sources.size(),
                im.graph.ops.size(), im.graph.sinks.size(),
                ctx.arrival_mode ? "arrival field" : "clock");
+  im.checkpointer.AssignKeyGroups();
   RETURN_IF_ERROR(im.checkpointer.Restore());
   return t;
 }

@@ -44,6 +44,9 @@ class TaskCheckpointer {
   // After the graph is built: restores what Open found, if anything (sinks
   // of a fresh start drop what a crashed run left).
   absl::Status Restore();
+  // Gives each operator here fed only through keyed exchanges its key
+  // groups (OperatorContext::set_key_groups). Before Restore.
+  void AssignKeyGroups();
   // Standalone: does what the task's coordinator says is due now (a
   // checkpoint spec.checkpoint.interval after the previous one); with
   // `stop`, the job's last checkpoint. No-op without periodic checkpoints.

@@ -79,6 +79,22 @@ absl::StatusOr<std::vector<std::vector<FieldPath>>> TaskCheckpointer::RescaleKey
   return keys;
 }
 
+void TaskCheckpointer::AssignKeyGroups() {
+  // A job that runs as one task has no exchanges: nothing routes by key.
+  if (!ctx_.parallel() || ctx_.stage == nullptr) return;
+  for (OperatorNode& on : graph_.ops) {
+    if (!on.here) continue;
+    absl::StatusOr<std::vector<std::vector<FieldPath>>> keys = RescaleKeys(on);
+    if (!keys.ok()) continue;  // partitioned by a source: no key groups
+    auto owner = std::make_shared<KeyOwner>();
+    owner->keys = *std::move(keys);
+    owner->tasks = ctx_.stage->tasks;
+    owner->index = ctx_.placement.index;
+    owner->max_parallelism = ctx_.spec.max_parallelism;
+    on.ctx->set_key_groups(std::move(owner));
+  }
+}
+
 int TaskCheckpointer::OldParallelism() const {
   return ctx_.placement.restore_parallelism > 0 ? ctx_.placement.restore_parallelism
                                                 : ctx_.placement.plan->parallelism;
