@@ -77,6 +77,8 @@ class DedupOperator : public Operator {
   absl::Status Open(OperatorContext& ctx) override;
   // Keeps the entries of ids the owner gives to this task (the stored hash
   // is the routing hash), in blobs of their own.
+  // Blobs adopted are numbered anew (AdoptState): not onto restored ones.
+  bool AdoptsOntoRestoredState() const override { return false; }
   absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
                           const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,

@@ -216,6 +216,14 @@ class Operator {
     to.RefuseStateTables();
     return absl::OkStatus();
   }
+  // Whether AdoptState may write into tables that already hold keys: when
+  // an old task's whole key-group range falls in the new task's (3 -> 2,
+  // N -> 1), the runtime restores that part as it is, like a plain restore,
+  // and adopts the other old parts onto it. True for state whose keys of
+  // different key groups never collide; an operator that numbers what it
+  // adopts anew (sequences the restored part also uses) returns false, and
+  // the runtime then adopts every part into empty tables.
+  virtual bool AdoptsOntoRestoredState() const { return true; }
 };
 
 }  // namespace caravela

@@ -75,6 +75,8 @@ class TemporalJoinOperator : public Operator {
   static std::vector<std::string> DeclaredSideOutputs() { return {"too_late"}; }
   std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
   absl::Status Open(OperatorContext& ctx) override;
+  // Pending records adopted are numbered anew: not onto restored ones.
+  bool AdoptsOntoRestoredState() const override { return false; }
   // Copies the versions and waiting stream records of owned keys.
   absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
                           const KeyOwner& owner) override;

@@ -302,7 +302,26 @@ absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
+  // An old task whose whole range this task owns now (3 -> 2: one of the
+  // two; N -> 1: every one) needs no sorting out: the largest such part is
+  // restored as it is, like a plain restore, and the others are adopted
+  // onto it, if every operator here can adopt onto restored state.
+  int base = -1;
+  bool onto = !regroup;
+  for (const auto& [on, owner] : owners) onto = onto && on->op->AdoptsOntoRestoredState();
   for (int j : holders) {
+    const KeyGroupRange theirs = KeyGroupRangeOfTask(max_parallelism, n_old, j);
+    if (onto && manifests[j].has_max_parallelism() && mine.first <= theirs.first &&
+        theirs.last <= mine.last &&
+        (base < 0 || theirs.size() > KeyGroupRangeOfTask(max_parallelism, n_old, base).size())) {
+      base = j;
+    }
+  }
+  if (base >= 0) {
+    RETURN_IF_ERROR(managers[base]->RestoreState(manifests[base], *ctx_.state).status());
+  }
+  for (int j : holders) {
+    if (j == base) continue;
     const std::string dir = absl::StrCat(scratch, "/state-", j);
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
@@ -330,9 +349,10 @@ absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
   ctx_.metrics->Get("rescale_restores_total")->Add();
   RuntimeLogger()->info(
       "stage {} task {}: gathered its keys (key groups {}) of checkpoint {} from {} of {} old "
-      "tasks in {} ms (parallelism {} -> {})",
+      "tasks in {} ms (parallelism {} -> {}{})",
       s, ctx_.placement.index, mine.ToString(), id, holders.size(), n_old, ms, old_parallelism,
-      plan.parallelism);
+      plan.parallelism,
+      base >= 0 ? absl::StrCat("; old task ", base, "'s part restored as it is") : "");
   return absl::OkStatus();
 }
 
