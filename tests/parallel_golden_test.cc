@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
 #include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
@@ -94,6 +95,8 @@ std::vector<Case> Cases() {
 
 class ParallelGoldenTest : public EmbeddedBrokerTest, public ::testing::WithParamInterface<Case> {
  protected:
+  // Removed at the end (CARAVELA_KEEP_TEST_DIRS=1 keeps it).
+  TempDir tmp_{"parallel-golden", "CARAVELA_KEEP_TEST_DIRS", "parallel golden test"};
   // The job with every file source turned into a bounded Kafka topic (made
   // and filled here); returns the YAML.
   std::string KafkaJob(const Case& c, int* max_partitions) {
@@ -174,7 +177,7 @@ TEST_P(ParallelGoldenTest, SameOutputForEveryParallelism) {
   const std::string yaml = KafkaJob(c, &partitions);
   if (partitions == 0) GTEST_SKIP() << c.job << " reads no file (it is not a replay)";
   const fs::path base =
-      fs::path(::testing::TempDir()) / absl::StrCat("golden_", ::getpid()) / c.name;
+      tmp_.path() / c.name;
   const auto want = Run(yaml, base / "p1", 1);
   ASSERT_FALSE(want.empty());
   size_t lines = 0;

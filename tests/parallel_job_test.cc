@@ -41,6 +41,9 @@ namespace {
 
 class ParallelJobTest : public ::testing::Test {
  protected:
+  // Removed at the end (CARAVELA_KEEP_TEST_DIRS=1 keeps it).
+  TempDir tmp_{"parallel-job", "CARAVELA_KEEP_TEST_DIRS", "parallel job test"};
+  std::string TestDir() const { return tmp_.path().string(); }
   void SetUp() override {
     auto b = EmbeddedBroker::Start(0, 4);
     ASSERT_OK(b.status());
@@ -64,7 +67,7 @@ class ParallelJobTest : public ::testing::Test {
   std::string RunJob(int parallelism, int64_t checkpoint_ms,
                      RunOptions::Exchange exchange = RunOptions::Exchange::kMemory) {
     const char* via = exchange == RunOptions::Exchange::kKafka ? "kafka" : "memory";
-    std::string dir = absl::StrCat(::testing::TempDir(), "/parallel_", ::getpid(), "_", parallelism,
+    std::string dir = absl::StrCat(TestDir(), "/parallel_", ::getpid(), "_", parallelism,
                                    "_", checkpoint_ms, "_", via);
     std::filesystem::remove_all(dir);
     // One job name per run: exchange topics are per job and their partition
@@ -220,7 +223,7 @@ TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
     }
     ASSERT_OK(ProduceRecords(broker_->bootstrap(), topic, records, 60000));
     const std::string dir =
-        absl::StrCat(::testing::TempDir(), "/parallel_late_", ::getpid(), "_", n);
+        absl::StrCat(TestDir(), "/parallel_late_", ::getpid(), "_", n);
     std::filesystem::remove_all(dir);
     std::string yaml = RevenueJob(absl::StrCat("late-", n), dir, 0);
     const std::string from = "kafka: {topic: purchases, bounded: true}";
@@ -322,7 +325,8 @@ TEST_P(IdleProducerTest, EmptyProducerTaskStallsTheWatermarkOnlyWithoutIdleTimeo
   }
   ASSERT_OK(ProduceRecords((*broker)->bootstrap(), "sparse", records, 30000));
 
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/idle_", ::getpid(), "_",
+  TempDir tmp("idle", "CARAVELA_KEEP_TEST_DIRS", "idle producer test");
+  const std::string dir = absl::StrCat(tmp.path().string(), "/idle_", ::getpid(), "_",
                                        idle_timeout ? "timeout" : "none");
   std::filesystem::remove_all(dir);
   const std::string yaml = absl::StrCat(R"(
@@ -437,7 +441,7 @@ TEST_P(ParallelCrashTest, KilledRunConvergesToTheUninterruptedResult) {
   std::string tag = absl::StrCat(failpoint, "-", std::get<1>(GetParam()));
   std::replace_if(
       tag.begin(), tag.end(), [](char c) { return !std::isalnum(c); }, '-');
-  const std::string base = absl::StrCat(::testing::TempDir(), "/parallel_crash_", ::getpid());
+  const std::string base = absl::StrCat(TestDir(), "/parallel_crash_", ::getpid());
   const std::string ref = Prepare("crash-ref-" + tag, base + "/ref-" + tag);
   ASSERT_EQ(RunBinary(ref, ""), 0) << Log(ref);
   const auto want = FinalResults(ref + "/out");
@@ -469,7 +473,7 @@ class RescaleTest : public ParallelCrashTest {};
 TEST_P(RescaleTest, KilledRunResumesWithAnotherParallelism) {
   const int to = std::atoi(std::get<0>(GetParam()));
   const std::string via = std::get<1>(GetParam());
-  const std::string base = absl::StrCat(::testing::TempDir(), "/rescale_", ::getpid());
+  const std::string base = absl::StrCat(TestDir(), "/rescale_", ::getpid());
   const std::string ref = Prepare(absl::StrCat("rescale-ref-", to, "-", via),
                                   absl::StrCat(base, "/ref-", to, "-", via));
   ASSERT_EQ(RunBinary(ref, ""), 0) << Log(ref);
@@ -506,7 +510,7 @@ class RescaleSequenceTest : public ParallelCrashTest {};
 
 TEST_P(RescaleSequenceTest, TwoThenOneThenThreeThenTwoTasksGiveTheSameAnswer) {
   const std::string via = std::get<1>(GetParam());
-  const std::string base = absl::StrCat(::testing::TempDir(), "/rescale_seq_", ::getpid());
+  const std::string base = absl::StrCat(TestDir(), "/rescale_seq_", ::getpid());
   const std::string ref =
       Prepare(absl::StrCat("rescale-seq-ref-", via), absl::StrCat(base, "/ref-", via));
   ASSERT_EQ(RunBinary(ref, ""), 0) << Log(ref);
@@ -548,7 +552,7 @@ class SavepointTest : public ParallelCrashTest {};
 
 TEST_P(SavepointTest, StoppedRunResumesFromItsSavepointWithAnotherParallelism) {
   const std::string via = std::get<1>(GetParam());
-  const std::string base = absl::StrCat(::testing::TempDir(), "/savepoint_", ::getpid());
+  const std::string base = absl::StrCat(TestDir(), "/savepoint_", ::getpid());
   const std::string ref = Prepare("savepoint-ref-" + via, base + "/ref-" + via);
   ASSERT_EQ(RunBinary(ref, ""), 0) << Log(ref);
   const auto want = FinalResults(ref + "/out");

@@ -237,6 +237,9 @@ spec:
 
 class ParallelJoinTest : public ::testing::Test {
  protected:
+  // Removed at the end (CARAVELA_KEEP_TEST_DIRS=1 keeps it).
+  TempDir tmp_{"parallel-join", "CARAVELA_KEEP_TEST_DIRS", "parallel join test"};
+  std::string TestDir() const { return tmp_.path().string(); }
   void SetUp() override {
     auto b = EmbeddedBroker::Start(0, kPartitions);
     ASSERT_OK(b.status());
@@ -254,7 +257,7 @@ class ParallelJoinTest : public ::testing::Test {
     EXPECT_OK(ProduceRecords(bootstrap, "orders-" + suffix, input_.order_records, 60000));
     EXPECT_OK(ProduceRecords(bootstrap, "payments-" + suffix, input_.payment_records, 60000));
     std::string dir =
-        absl::StrCat(::testing::TempDir(), "/parallel_join_", ::getpid(), "_", parallelism);
+        absl::StrCat(TestDir(), "/parallel_join_", ::getpid(), "_", parallelism);
     std::filesystem::remove_all(dir);
     ParseResult parsed = ParseJobSpec(JobYaml("paid-" + suffix, suffix, dir));
     EXPECT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
