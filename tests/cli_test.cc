@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/test_util.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -103,14 +105,6 @@ class Child {
   fs::path log_;
 };
 
-fs::path TempDir(const std::string& name) {
-  fs::path d =
-      fs::temp_directory_path() / ("caravela-cli-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
 TEST(CliTest, HelpListsSubcommands) {
   Result r = RunCli("--help");
   EXPECT_EQ(r.exit_code, 0);
@@ -142,7 +136,8 @@ TEST(CliTest, ExampleJobsValidate) {
 
 TEST(CliTest, BrokerServesRealKafkaClients) {
   if (!HaveKcat()) GTEST_SKIP() << "kcat not installed";
-  fs::path dir = TempDir("broker");
+  caravela::TempDir tmp("cli-broker", "CARAVELA_KEEP_TEST_DIRS", "cli test");
+  const fs::path dir = tmp.path();
   Child broker({CARAVELA_BINARY, "broker", "--partitions", "3", "--topic", "words"},
                dir / "broker.log");
   std::string bootstrap = broker.WaitFor(R"(listening on (\S+))");
@@ -158,7 +153,8 @@ TEST(CliTest, BrokerServesRealKafkaClients) {
 
 TEST(CliTest, KafkaJobRunsUntilSigtermAndShutsDownCleanly) {
   if (!HaveKcat()) GTEST_SKIP() << "kcat not installed";
-  fs::path dir = TempDir("sigterm");
+  caravela::TempDir tmp("cli-sigterm", "CARAVELA_KEEP_TEST_DIRS", "cli test");
+  const fs::path dir = tmp.path();
   Child broker({CARAVELA_BINARY, "broker", "--partitions", "2", "--topic", "events"},
                dir / "broker.log");
   std::string bootstrap = broker.WaitFor(R"(listening on (\S+))");
@@ -204,7 +200,8 @@ spec:
 // the first run is kept, nothing is read twice, new records are processed.
 TEST(CliTest, KafkaJobStoppedAndRestartedResumesFromItsCheckpoint) {
   if (!HaveKcat()) GTEST_SKIP() << "kcat not installed";
-  fs::path dir = TempDir("resume");
+  caravela::TempDir tmp("cli-resume", "CARAVELA_KEEP_TEST_DIRS", "cli test");
+  const fs::path dir = tmp.path();
   Child broker({CARAVELA_BINARY, "broker", "--partitions", "2", "--topic", "events"},
                dir / "broker.log");
   std::string bootstrap = broker.WaitFor(R"(listening on (\S+))");
@@ -260,7 +257,8 @@ spec:
 }
 
 TEST(CliTest, DemoRunsTheExampleJobAndDrains) {
-  fs::path dir = TempDir("demo");
+  caravela::TempDir tmp("cli-demo", "CARAVELA_KEEP_TEST_DIRS", "cli test");
+  const fs::path dir = tmp.path();
   Result r =
       Shell("cd " + dir.string() + " && " + CARAVELA_BINARY + " demo " + CARAVELA_SOURCE_DIR +
             "/config/examples/hourly-revenue.yaml" + " --seconds 3 --events 1500 --quiet 2>&1");

@@ -176,8 +176,7 @@ TEST_P(ParallelGoldenTest, SameOutputForEveryParallelism) {
   int partitions = 0;
   const std::string yaml = KafkaJob(c, &partitions);
   if (partitions == 0) GTEST_SKIP() << c.job << " reads no file (it is not a replay)";
-  const fs::path base =
-      tmp_.path() / c.name;
+  const fs::path base = tmp_.path() / c.name;
   const auto want = Run(yaml, base / "p1", 1);
   ASSERT_FALSE(want.empty());
   size_t lines = 0;

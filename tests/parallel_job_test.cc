@@ -67,8 +67,8 @@ class ParallelJobTest : public ::testing::Test {
   std::string RunJob(int parallelism, int64_t checkpoint_ms,
                      RunOptions::Exchange exchange = RunOptions::Exchange::kMemory) {
     const char* via = exchange == RunOptions::Exchange::kKafka ? "kafka" : "memory";
-    std::string dir = absl::StrCat(TestDir(), "/parallel_", ::getpid(), "_", parallelism,
-                                   "_", checkpoint_ms, "_", via);
+    std::string dir = absl::StrCat(TestDir(), "/parallel_", ::getpid(), "_", parallelism, "_",
+                                   checkpoint_ms, "_", via);
     std::filesystem::remove_all(dir);
     // One job name per run: exchange topics are per job and their partition
     // count follows the parallelism.
@@ -222,8 +222,7 @@ TEST_F(ParallelJobTest, TooLateRecordsGoToTheSideOutputForEveryParallelism) {
            purchase(absl::StrCat("sentinel-", p), "u-sentinel", "ZZ", marker + 3 * kHour)});
     }
     ASSERT_OK(ProduceRecords(broker_->bootstrap(), topic, records, 60000));
-    const std::string dir =
-        absl::StrCat(TestDir(), "/parallel_late_", ::getpid(), "_", n);
+    const std::string dir = absl::StrCat(TestDir(), "/parallel_late_", ::getpid(), "_", n);
     std::filesystem::remove_all(dir);
     std::string yaml = RevenueJob(absl::StrCat("late-", n), dir, 0);
     const std::string from = "kafka: {topic: purchases, bounded: true}";
@@ -517,8 +516,7 @@ TEST_P(RescaleSequenceTest, TwoThenOneThenThreeThenTwoTasksGiveTheSameAnswer) {
   const auto want = FinalResults(ref + "/out");
   ASSERT_FALSE(want.empty());
 
-  const std::string dir =
-      Prepare(absl::StrCat("rescale-seq-", via), absl::StrCat(base, "/", via));
+  const std::string dir = Prepare(absl::StrCat("rescale-seq-", via), absl::StrCat(base, "/", via));
   const std::string kill = std::get<0>(GetParam());
   ASSERT_EQ(RunBinary(dir, kill, 2), 128 + SIGKILL) << Log(dir);
   for (int tasks : {1, 3}) {
@@ -532,7 +530,8 @@ TEST_P(RescaleSequenceTest, TwoThenOneThenThreeThenTwoTasksGiveTheSameAnswer) {
   // 2 -> 1 -> 3 added tasks 1 and 2 under new part names.
   std::set<std::string> parts;
   for (const auto& f : PartFiles(dir + "/out", "revenue")) parts.insert(f.filename().string());
-  EXPECT_THAT(parts, ::testing::Contains(::testing::MatchesRegex(R"(revenue\.part-1-c[0-9]+\.jsonl)")))
+  EXPECT_THAT(parts,
+              ::testing::Contains(::testing::MatchesRegex(R"(revenue\.part-1-c[0-9]+\.jsonl)")))
       << ::testing::PrintToString(parts);
 }
 

@@ -256,8 +256,7 @@ class ParallelJoinTest : public ::testing::Test {
     }
     EXPECT_OK(ProduceRecords(bootstrap, "orders-" + suffix, input_.order_records, 60000));
     EXPECT_OK(ProduceRecords(bootstrap, "payments-" + suffix, input_.payment_records, 60000));
-    std::string dir =
-        absl::StrCat(TestDir(), "/parallel_join_", ::getpid(), "_", parallelism);
+    std::string dir = absl::StrCat(TestDir(), "/parallel_join_", ::getpid(), "_", parallelism);
     std::filesystem::remove_all(dir);
     ParseResult parsed = ParseJobSpec(JobYaml("paid-" + suffix, suffix, dir));
     EXPECT_TRUE(parsed.ok()) << parsed.errors[0].ToString();

@@ -116,6 +116,12 @@ CheckpointManifest RuntimeFields() {
 // uses it.
 class CheckpointManagerTest : public ::testing::TestWithParam<std::string> {
  protected:
+  // Stops the s3rver and removes its directory (it used to outlive the
+  // process and leave its objects under /tmp).
+  static void TearDownTestSuite() {
+    delete s3_;
+    s3_ = nullptr;
+  }
   void SetUp() override {
     root_ = MakeTempDir("checkpoint");
     if (file()) {
@@ -171,7 +177,7 @@ class CheckpointManagerTest : public ::testing::TestWithParam<std::string> {
     return Dump(*fresh, tables);
   }
 
-  static inline S3Server* s3_ = nullptr;  // lives until the process exits
+  static inline S3Server* s3_ = nullptr;  // one per suite (TearDownTestSuite stops it)
   static inline int prefixes_ = 0;
   std::string root_;
   std::string url_;
