@@ -10,23 +10,7 @@ namespace {
 
 constexpr char kNullKeyPrefix = '\x00';
 constexpr char kKeyPrefix = '\x01';
-// Rows laid out by key group: 0x02 + the key group (2 bytes, big-endian)
-// before the join-key bytes. Sorts after 0x00/0x01, the layout without.
-constexpr char kKeyGroupPrefix = '\x02';
-constexpr size_t kKeyGroupBytes = 3;
 constexpr size_t kTimeSeqBytes = 16;  // big-endian time + sequence after the join key
-
-void AppendKeyGroup(int key_group, std::string* out) {
-  out->push_back(kKeyGroupPrefix);
-  out->push_back(static_cast<char>((key_group >> 8) & 0xff));
-  out->push_back(static_cast<char>(key_group & 0xff));
-}
-
-// The key group of a row key laid out by key group (-1 for one without).
-int KeyGroupOfRowKey(std::string_view key) {
-  if (key.size() < kKeyGroupBytes || key[0] != kKeyGroupPrefix) return -1;
-  return (static_cast<uint8_t>(key[1]) << 8) | static_cast<uint8_t>(key[2]);
-}
 constexpr const char* kSideNames[] = {"left", "right"};
 
 }  // namespace
@@ -77,7 +61,7 @@ int64_t IntervalJoinOperator::OutputWatermark(int64_t w) const {
 void IntervalJoinOperator::TableKey(const RowMap::value_type& entry, int64_t time, uint64_t seq,
                                     std::string* out) {
   out->clear();
-  if (entry.second.key_group >= 0) AppendKeyGroup(entry.second.key_group, out);
+  if (entry.second.key_group >= 0) AppendKeyGroupPrefix(out, entry.second.key_group);
   out->append(entry.first);
   AppendBigEndian64(out, time);
   AppendBigEndian64(out, static_cast<int64_t>(seq));
@@ -165,8 +149,8 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
     bool corrupt = false;
     relaid.clear();
     RETURN_IF_ERROR(tables_[side]->Scan("", "", [&](std::string_view key, std::string_view value) {
-      int key_group = KeyGroupOfRowKey(key);
-      const std::string_view row_key = key_group >= 0 ? key.substr(kKeyGroupBytes) : key;
+      std::string_view row_key = key;
+      int key_group = ReadKeyGroupPrefix(&row_key);
       if (row_key.size() <= kTimeSeqBytes || value.empty() ||
           !decoder_.Decode(value.substr(1), &scratch_).ok()) {
         corrupt = true;
@@ -184,7 +168,7 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
         relaid.emplace_back(key);
         persisted = false;
       }
-      entry->second.key_group = key_group;
+      if (key_group >= 0) entry->second.key_group = key_group;
       AddRow(side, entry, t, static_cast<uint64_t>(s), value[0] == 'm', scratch_, persisted);
       return true;
     }));
@@ -200,8 +184,7 @@ absl::Status IntervalJoinOperator::AdoptState(OperatorContext& from, OperatorCon
                                               const KeyOwner& owner) {
   const KeyGroupRange range = owner.Range();
   std::string begin, end;
-  AppendKeyGroup(range.first, &begin);
-  AppendKeyGroup(range.last + 1, &end);
+  KeyGroupRangeKeys("", range.first, range.last, &begin, &end);
   for (int side : {kLeft, kRight}) {
     ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(kSideNames[side]));
     ASSIGN_OR_RETURN(StateTable * table, to.OpenWriteBehindTable(kSideNames[side]));
@@ -213,7 +196,7 @@ absl::Status IntervalJoinOperator::AdoptState(OperatorContext& from, OperatorCon
     // Rows stored before key groups: decoded to find their owner.
     bool corrupt = false;
     std::string scratch;
-    const std::string layout_end(1, kKeyGroupPrefix);
+    const std::string layout_end(1, kKeyGroupMarker);
     RETURN_IF_ERROR(
         old_table->Scan("", layout_end, [&](std::string_view key, std::string_view value) {
           if (value.empty() || !decoder_.Decode(value.substr(1), &scratch_).ok()) {

@@ -16,7 +16,9 @@
 #include "common/json.h"
 #include "worker/operators/dedup_operator.h"
 #include "worker/operators/interval_join_operator.h"
+#include "worker/operators/window_join_operator.h"
 #include "worker/operators/window_operator.h"
+#include "worker/state/key_codec.h"
 #include "worker/testing/operator_harness.h"
 #include "worker/testing/status_testing.h"
 
@@ -231,36 +233,24 @@ std::vector<std::string> TableKeys(OperatorHarness& h, const std::string& table)
   return keys;
 }
 
-// The key group a row key laid out by key group names (-1: none).
-int RowKeyGroup(const std::string& key) {
-  if (key.size() < 3 || key[0] != '\x02') return -1;
-  return (static_cast<uint8_t>(key[1]) << 8) | static_cast<uint8_t>(key[2]);
+// The key group a row key laid out by key group names at `offset` (-1: none).
+int RowKeyGroup(const std::string& key, size_t offset) {
+  std::string_view rest(key);
+  rest.remove_prefix(std::min(offset, rest.size()));
+  return ReadKeyGroupPrefix(&rest);
 }
 
-// The interval join split over two tasks, its old task and its new ones
-// with or without key groups (OperatorContext::key_groups): with them its
-// rows are laid out by key group and a new task copies its range as it is;
-// rows stored without them (an old checkpoint) are read by their record's
-// key and laid out anew when a task with key groups opens them.
-class IntervalJoinRescaleTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
-
-TEST_P(IntervalJoinRescaleTest, RowsMoveWithTheirKey) {
-  const auto [old_key_groups, new_key_groups] = GetParam();
-  IntervalJoinSpec spec;
-  spec.left = "l";
-  spec.right = "r";
-  JoinKeySpec k;
-  k.left = k.right = "k";
-  k.left_path = k.right_path = FieldPath::Parse("k");
-  spec.on = {k};
-  spec.lower = 0;
-  spec.upper = kHour;
-  spec.type = JoinType::kLeft;
-  auto make = [&] {
-    auto op = IntervalJoinOperator::Create(spec);
-    EXPECT_OK(op.status());
-    return std::move(op).value();
-  };
+// A join split over two tasks, its old task and its new ones with or
+// without key groups (OperatorContext::key_groups): with them its rows are
+// laid out by key group (the prefix at `key_offset` of a row key: after the
+// window start for the window join) and a new task copies its range as it
+// is; rows stored without them (an old checkpoint) are read by their
+// record's key and laid out anew when a task with key groups opens them.
+// `prefix`: the key part before the key group of a row in the first window.
+template <typename Op>
+void JoinRowsMoveWithTheirKey(const std::function<std::unique_ptr<Op>()>& make, size_t key_offset,
+                              const std::string& prefix, bool old_key_groups, bool new_key_groups,
+                              size_t expected_results) {
   std::vector<std::pair<std::string, int64_t>> left, right;
   for (int i = 0; i < 50; ++i) {
     left.emplace_back(absl::StrCat(R"({"id":"l)", i, R"(","k":)", i % 20, "}"), kDay + i * kMin);
@@ -274,8 +264,8 @@ TEST_P(IntervalJoinRescaleTest, RowsMoveWithTheirKey) {
   auto ref_op = make();
   OperatorHarness ref(ref_op.get());
   ASSERT_OK(ref.Open());
-  ASSERT_OK(ref.ProcessBatch(left, IntervalJoinOperator::kLeft));
-  ASSERT_OK(ref.ProcessBatch(right, IntervalJoinOperator::kRight));
+  ASSERT_OK(ref.ProcessBatch(left, 0));
+  ASSERT_OK(ref.ProcessBatch(right, 1));
   ASSERT_OK(ref.AdvanceWatermark(kMaxTime));
   const std::vector<std::string> ref_out = ref.TakeOutput();
 
@@ -287,22 +277,22 @@ TEST_P(IntervalJoinRescaleTest, RowsMoveWithTheirKey) {
   one_task.keys = keys;
   if (old_key_groups) old.context().set_key_groups(std::make_shared<KeyOwner>(one_task));
   ASSERT_OK(old.Open());
-  ASSERT_OK(old.ProcessBatch(left, IntervalJoinOperator::kLeft));
+  ASSERT_OK(old.ProcessBatch(left, 0));
   ASSERT_TRUE(old.TakeOutput().empty());
   ASSERT_OK(old.Commit());
   const std::vector<std::string> old_keys = TableKeys(old, "left");
   ASSERT_EQ(old_keys.size(), left.size());
-  for (const std::string& k : old_keys) EXPECT_EQ(RowKeyGroup(k) >= 0, old_key_groups);
-  std::unique_ptr<IntervalJoinOperator> ops[2];
+  for (const std::string& k : old_keys) EXPECT_EQ(RowKeyGroup(k, key_offset) >= 0, old_key_groups);
+  std::unique_ptr<Op> ops[2];
   std::unique_ptr<OperatorHarness> tasks[2];
-  Split<IntervalJoinOperator>(old, keys, make, ops, tasks, kMinTime, new_key_groups);
+  Split<Op>(old, keys, make, ops, tasks, kMinTime, new_key_groups);
   size_t moved = 0;
   for (int i = 0; i < 2; ++i) {
     ASSERT_OK(tasks[i]->Commit());
     const std::vector<std::string> task_keys = TableKeys(*tasks[i], "left");
     moved += task_keys.size();
     for (const std::string& k : task_keys) {
-      const int g = RowKeyGroup(k);
+      const int g = RowKeyGroup(k, key_offset);
       // Laid out anew on open; a task without key groups keeps what it got.
       EXPECT_EQ(g >= 0, new_key_groups || old_key_groups);
       if (g >= 0) EXPECT_EQ(TaskOfKeyGroup(kDefaultMaxParallelism, 2, g), i);
@@ -310,8 +300,7 @@ TEST_P(IntervalJoinRescaleTest, RowsMoveWithTheirKey) {
   }
   EXPECT_EQ(moved, left.size());  // no row lost or held twice
   for (const auto& r : right) {
-    ASSERT_OK(
-        tasks[TaskOf(r.first, "k")]->ProcessJson(r.first, r.second, IntervalJoinOperator::kRight));
+    ASSERT_OK(tasks[TaskOf(r.first, "k")]->ProcessJson(r.first, r.second, 1));
   }
   std::vector<std::string> out;
   for (auto& t : tasks) {
@@ -319,14 +308,15 @@ TEST_P(IntervalJoinRescaleTest, RowsMoveWithTheirKey) {
     for (std::string& s : t->TakeOutput()) out.push_back(std::move(s));
   }
   EXPECT_EQ(Sorted(out), Sorted(ref_out));
-  EXPECT_EQ(ref_out.size(), 51u);  // 17 matches + 34 unmatched left rows (one with a null key)
+  EXPECT_EQ(ref_out.size(), expected_results);
 
   if (old_key_groups) {
     // Rows of key groups another task owns are not read at all: a row
     // nobody could decode, in the last key group, does not bother task 0.
     auto table = old.context().OpenTable("left");
     ASSERT_OK(table.status());
-    (*table)->Put(std::string("\x02\x00\x7f\x01zz", 6) + std::string(16, '\0'), "-{not json");
+    (*table)->Put(prefix + std::string("\x02\x00\x7f\x01zz", 6) + std::string(16, '\0'),
+                  "-{not json");
     ASSERT_OK(old.Commit());
     auto op = make();
     OperatorHarness task0(op.get());
@@ -342,7 +332,48 @@ TEST_P(IntervalJoinRescaleTest, RowsMoveWithTheirKey) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KeyGroups, IntervalJoinRescaleTest,
+class JoinRescaleTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(JoinRescaleTest, IntervalJoinRowsMoveWithTheirKey) {
+  const auto [old_key_groups, new_key_groups] = GetParam();
+  IntervalJoinSpec spec;
+  spec.left = "l";
+  spec.right = "r";
+  JoinKeySpec k;
+  k.left = k.right = "k";
+  k.left_path = k.right_path = FieldPath::Parse("k");
+  spec.on = {k};
+  spec.lower = 0;
+  spec.upper = kHour;
+  spec.type = JoinType::kLeft;
+  std::function<std::unique_ptr<IntervalJoinOperator>()> make = [&] {
+    auto op = IntervalJoinOperator::Create(spec);
+    EXPECT_OK(op.status());
+    return std::move(op).value();
+  };
+  // 17 matches + 34 unmatched left rows (one with a null key).
+  JoinRowsMoveWithTheirKey(make, 0, "", old_key_groups, new_key_groups, 51);
+}
+
+TEST_P(JoinRescaleTest, WindowJoinRowsMoveWithTheirKey) {
+  const auto [old_key_groups, new_key_groups] = GetParam();
+  WindowJoinSpec spec;
+  spec.left = "l";
+  spec.right = "r";
+  JoinKeySpec k;
+  k.left = k.right = "k";
+  k.left_path = k.right_path = FieldPath::Parse("k");
+  spec.on = {k};
+  spec.size = spec.slide = kHour;
+  spec.type = JoinType::kLeft;
+  std::function<std::unique_ptr<WindowJoinOperator>()> make = [&] {
+    return std::make_unique<WindowJoinOperator>(spec);
+  };
+  // Keys 0..19 in one hour: 17 pairs + left rows of keys without a right one.
+  JoinRowsMoveWithTheirKey(make, 8, EncodeBigEndian64(kDay), old_key_groups, new_key_groups, 51);
+}
+
+INSTANTIATE_TEST_SUITE_P(KeyGroups, JoinRescaleTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()),
                          [](const auto& info) {
                            return absl::StrCat(

@@ -58,8 +58,9 @@ const Record& WindowJoinOperator::Kept(int side, const Record& r) {
   return kept_;
 }
 
-void WindowJoinOperator::AddRow(Window& w, const std::string& key, int side, int64_t time,
-                                uint64_t seq, const Record& rec, bool persisted) {
+WindowJoinOperator::KeyGroup& WindowJoinOperator::AddRow(Window& w, const std::string& key,
+                                                         int side, int64_t time, uint64_t seq,
+                                                         const Record& rec, bool persisted) {
   auto [it, inserted] = w.keys.try_emplace(key, static_cast<uint32_t>(w.groups.size()));
   if (inserted) w.groups.emplace_back().key = key;
   KeyGroup& g = w.groups[it->second];
@@ -72,6 +73,7 @@ void WindowJoinOperator::AddRow(Window& w, const std::string& key, int side, int
     w.rows[g.tail[side]].next = index;
   }
   g.tail[side] = index;
+  return g;
 }
 
 void WindowJoinOperator::Drop(Window&& w) {
@@ -112,19 +114,40 @@ absl::Status WindowJoinOperator::AdoptState(OperatorContext& from, OperatorConte
                                             const KeyOwner& owner) {
   bool corrupt = false;
   std::string scratch;
+  // Rows are kept under their window: per window, the rows laid out by key
+  // group are this task's range copied as it is, those stored before key
+  // groups are decoded to find their owner.
+  ASSIGN_OR_RETURN(StateTable * old_windows, from.OpenTable("windows"));
+  std::vector<std::string> starts;
+  RETURN_IF_ERROR(old_windows->Scan("", "", [&](std::string_view key, std::string_view) {
+    starts.emplace_back(key);
+    return true;
+  }));
+  const KeyGroupRange range = owner.Range();
+  std::string begin, end;
   for (int side : {kLeft, kRight}) {
     ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(side == kLeft ? "left" : "right"));
-    ASSIGN_OR_RETURN(StateTable * table, to.OpenTable(side == kLeft ? "left" : "right"));
-    RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
-      if (!decoder_.Decode(value, &scratch_).ok()) {
-        corrupt = true;
-        return false;
-      }
-      if (owner.Owns(scratch_, side, &scratch)) table->Put(key, value);
-      return true;
-    }));
+    ASSIGN_OR_RETURN(StateTable * table, to.OpenWriteBehindTable(side == kLeft ? "left" : "right"));
+    for (const std::string& start : starts) {
+      KeyGroupRangeKeys(start, range.first, range.last, &begin, &end);
+      RETURN_IF_ERROR(
+          old_table->Scan(begin, end, [&](std::string_view key, std::string_view value) {
+            table->Put(key, value);
+            return true;
+          }));
+      end = start + kKeyGroupMarker;
+      RETURN_IF_ERROR(
+          old_table->Scan(start, end, [&](std::string_view key, std::string_view value) {
+            if (!decoder_.Decode(value, &scratch_).ok()) {
+              corrupt = true;
+              return false;
+            }
+            if (owner.Owns(scratch_, side, &scratch)) table->Put(key, value);
+            return true;
+          }));
+      if (corrupt) break;
+    }
   }
-  ASSIGN_OR_RETURN(StateTable * old_windows, from.OpenTable("windows"));
   ASSIGN_OR_RETURN(StateTable * windows, to.OpenTable("windows"));
   std::string have;
   RETURN_IF_ERROR(old_windows->Scan("", "", [&](std::string_view key, std::string_view value) {
@@ -167,8 +190,13 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
     w.persisted = true;
     return true;
   }));
+  // With key groups, rows stored without one (a checkpoint from before key
+  // groups) move to the layout by key group: written anew at the next Flush.
+  const KeyOwner* key_groups = ctx.key_groups();
+  std::vector<std::string> relaid;
   for (int side : {kLeft, kRight}) {
     if (corrupt) break;
+    relaid.clear();
     RETURN_IF_ERROR(tables_[side]->Scan("", "", [&](std::string_view key, std::string_view value) {
       if (key.size() < kStartBytes + 1 + kTimeSeqBytes) {
         corrupt = true;
@@ -177,19 +205,33 @@ absl::Status WindowJoinOperator::Open(OperatorContext& ctx) {
       std::string_view in = key;
       int64_t start = 0, t = 0, s = 0;
       ReadBigEndian64(&in, &start);
-      std::string_view tail = key.substr(key.size() - kTimeSeqBytes);
+      int key_group = ReadKeyGroupPrefix(&in);
+      if (in.size() < 1 + kTimeSeqBytes) {
+        corrupt = true;
+        return false;
+      }
+      std::string_view tail = in.substr(in.size() - kTimeSeqBytes);
       ReadBigEndian64(&tail, &t);
       ReadBigEndian64(&tail, &s);
       if (!decoder_.Decode(value, &scratch_).ok()) {
         corrupt = true;
         return false;
       }
-      key_.assign(key.substr(kStartBytes, key.size() - kStartBytes - kTimeSeqBytes));
+      key_.assign(in.substr(0, in.size() - kTimeSeqBytes));
+      bool persisted = true;
+      if (key_group < 0 && key_groups != nullptr) {
+        key_group = key_groups->KeyGroup(scratch_, side, &key_scratch_);
+        relaid.emplace_back(key);
+        persisted = false;
+      }
       bool created = false;
       Window& w = GetWindow(start, &created);
-      AddRow(w, key_, side, t, static_cast<uint64_t>(s), scratch_, /*persisted=*/true);
+      if (!persisted) w.dirty = true;
+      KeyGroup& g = AddRow(w, key_, side, t, static_cast<uint64_t>(s), scratch_, persisted);
+      if (key_group >= 0) g.key_group = key_group;
       return true;
     }));
+    for (const std::string& key : relaid) tables_[side]->Delete(key);
   }
   if (corrupt) return absl::DataLossError("corrupt join state in " + ctx.name());
   return absl::OkStatus();
@@ -270,7 +312,10 @@ absl::Status WindowJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
           }
         }
       }
-      AddRow(win, key_, side, t, seq_.Next(), r, /*persisted=*/false);
+      KeyGroup& g = AddRow(win, key_, side, t, seq_.Next(), r, /*persisted=*/false);
+      if (g.key_group < 0 && ctx.key_groups() != nullptr) {
+        g.key_group = ctx.key_groups()->KeyGroup(r, side, &key_scratch_);
+      }
     }
     if (!used) {
       too_late_.Add(TooLateReason::kAfterFinal);
@@ -377,7 +422,9 @@ absl::Status WindowJoinOperator::Flush(OperatorContext& ctx) {
     for (Row& row : win.rows) {
       if (row.persisted) continue;
       row_key_ = prefix;
-      row_key_.append(win.groups[row.group].key);
+      const KeyGroup& g = win.groups[row.group];
+      if (g.key_group >= 0) AppendKeyGroupPrefix(&row_key_, g.key_group);
+      row_key_.append(g.key);
       AppendBigEndian64(&row_key_, row.time);
       AppendBigEndian64(&row_key_, static_cast<int64_t>(row.seq));
       json_.clear();

@@ -31,10 +31,15 @@
 // late for a downstream operator.
 //
 // State (tables):
-//   "left"/"right": key = big-endian window start + 0x01 join key (0x00 for a
-//                   null key, kept only on an outer side) + big-endian time +
-//                   sequence; value = the row's JSON. A window's rows of one
-//                   key are one range scan; a window is one prefix.
+//   "left"/"right": key = big-endian window start [+ 0x02 + key group (2
+//                   bytes)] + 0x01 join key (0x00 for a null key, kept only
+//                   on an outer side) + big-endian time + sequence; value =
+//                   the row's JSON. A window's rows of one key are one range
+//                   scan; a window is one prefix. The key group is there when
+//                   the runtime gives the operator key groups
+//                   (OperatorContext::key_groups): a rescale then copies, per
+//                   window, the new task's range as it is; rows stored
+//                   without it are read by key and laid out anew on open.
 //   "windows":      big-endian window start -> "o" (open) | "c" (closed).
 //   "meta":         "seq" -> the next sequence number.
 // The working set is in memory, write-behind: window start -> join key ->
@@ -124,6 +129,9 @@ class WindowJoinOperator : public Operator {
     std::string key;
     uint32_t head[2] = {kNone, kNone};
     uint32_t tail[2] = {kNone, kNone};
+    // The key's key group in the tables (OperatorContext::key_groups); -1:
+    // stored without one.
+    int32_t key_group = -1;
   };
   struct Window {
     bool closed = false;
@@ -144,9 +152,9 @@ class WindowJoinOperator : public Operator {
   // The window starting at `start`, created (reusing a dropped window's
   // buffers) if needed; `created` tells which.
   Window& GetWindow(int64_t start, bool* created);
-  // Buffers a row of `side` under `key` in `w`.
-  void AddRow(Window& w, const std::string& key, int side, int64_t time, uint64_t seq,
-              const Record& rec, bool persisted);
+  // Buffers a row of `side` under `key` in `w`; returns the key's rows.
+  KeyGroup& AddRow(Window& w, const std::string& key, int side, int64_t time, uint64_t seq,
+                   const Record& rec, bool persisted);
   // Fills sorted_ with the rows of `side` of group `g`, by (time, seq).
   void SortedRows(const Window& w, const KeyGroup& g, int side);
   // Groups of `w` in key order (into groups_order_): all, or with
@@ -184,7 +192,7 @@ class WindowJoinOperator : public Operator {
 
   JsonDecoder decoder_;
   Record scratch_;
-  std::string key_, row_key_, json_;
+  std::string key_, row_key_, json_, key_scratch_;
   std::vector<uint32_t> sorted_, sorted_other_, groups_order_;
   // ISO-8601 text of the last window EmitPair formatted (results of one
   // window come together).

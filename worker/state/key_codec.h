@@ -60,4 +60,35 @@ inline std::string PrefixEnd(std::string_view prefix) {
   return end;
 }
 
+// Key-group prefix (SPEC §8, common/key_groups.h): operators that lay keyed
+// rows out by key group put 0x02 + the key group (2 bytes, big-endian)
+// before a key part that itself starts with 0x00 or 0x01 (a join key), so
+// rows stored without it (older checkpoints) sort before every prefixed one.
+inline constexpr char kKeyGroupMarker = '\x02';
+inline constexpr size_t kKeyGroupPrefixBytes = 3;
+
+inline void AppendKeyGroupPrefix(std::string* out, int key_group) {
+  out->push_back(kKeyGroupMarker);
+  out->push_back(static_cast<char>((key_group >> 8) & 0xff));
+  out->push_back(static_cast<char>(key_group & 0xff));
+}
+
+// If `*in` starts with a key-group prefix: returns its key group and
+// consumes it; else -1, `*in` unchanged.
+inline int ReadKeyGroupPrefix(std::string_view* in) {
+  if (in->size() < kKeyGroupPrefixBytes || (*in)[0] != kKeyGroupMarker) return -1;
+  const int g = (static_cast<uint8_t>((*in)[1]) << 8) | static_cast<uint8_t>((*in)[2]);
+  in->remove_prefix(kKeyGroupPrefixBytes);
+  return g;
+}
+
+// [begin, end) of the rows of key groups [first, last] under `prefix`.
+inline void KeyGroupRangeKeys(std::string_view prefix, int first, int last, std::string* begin,
+                              std::string* end) {
+  begin->assign(prefix);
+  AppendKeyGroupPrefix(begin, first);
+  end->assign(prefix);
+  AppendKeyGroupPrefix(end, last + 1);
+}
+
 }  // namespace caravela
