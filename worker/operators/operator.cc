@@ -48,6 +48,12 @@ absl::StatusOr<std::vector<size_t>> KeyOwner::GroupPositions(
 
 bool KeyOwner::OwnsGroup(const Record& rec, const std::vector<size_t>& positions,
                          std::string* scratch) const {
+  return tasks <= 1 ||
+         TaskOfKeyGroup(max_parallelism, tasks, GroupKeyGroup(rec, positions, scratch)) == index;
+}
+
+int KeyOwner::GroupKeyGroup(const Record& rec, const std::vector<size_t>& positions,
+                            std::string* scratch) const {
   std::vector<Value> group;
   const int32_t g = rec.FindChild(0, "g");
   if (g >= 0) {
@@ -58,7 +64,7 @@ bool KeyOwner::OwnsGroup(const Record& rec, const std::vector<size_t>& positions
   for (size_t i = 0; i < positions.size(); ++i) {
     values[i] = positions[i] < group.size() ? group[positions[i]] : Value::Null();
   }
-  return OwnsHash(HashValues(values, scratch));
+  return KeyGroupOf(HashValues(values, scratch), max_parallelism);
 }
 
 const char* TooLateReasonCode(TooLateReason reason) {

@@ -140,6 +140,9 @@ struct KeyOwner {
   // (`positions` from GroupPositions; missing values count as null).
   bool OwnsGroup(const Record& rec, const std::vector<size_t>& positions,
                  std::string* scratch) const;
+  // The key group of that group.
+  int GroupKeyGroup(const Record& rec, const std::vector<size_t>& positions,
+                    std::string* scratch) const;
 };
 
 // Why a record went to a `too_late` side output (SPEC §10's audit trail):

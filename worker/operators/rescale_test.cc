@@ -124,7 +124,33 @@ WindowSpec HourlyByCountry() {
   return s;
 }
 
-TEST(RescaleTest, WindowsMoveWithTheirGroupAndKeepTheirRevisions) {
+// Every key of `table` in `h`'s state (the operator's own name prefix).
+std::vector<std::string> TableKeys(OperatorHarness& h, const std::string& table) {
+  std::vector<std::string> keys;
+  auto t = h.context().OpenTable(table);
+  EXPECT_OK(t.status());
+  if (!t.ok()) return keys;
+  EXPECT_OK((*t)->Scan("", "", [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+    return true;
+  }));
+  return keys;
+}
+
+// The key group a row key laid out by key group names at `offset` (-1: none).
+int RowKeyGroup(const std::string& key, size_t offset) {
+  std::string_view rest(key);
+  rest.remove_prefix(std::min(offset, rest.size()));
+  return ReadKeyGroupPrefix(&rest);
+}
+
+// The window operator split over two tasks, the old one and the new ones with
+// or without key groups (its windows and finals laid out by key group or
+// not; either is read).
+class WindowRescaleTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(WindowRescaleTest, WindowsMoveWithTheirGroupAndKeepTheirRevisions) {
+  const auto [old_key_groups, new_key_groups] = GetParam();
   auto make = [] { return std::make_unique<WindowOperator>(HourlyByCountry()); };
   const char* countries[] = {"PT", "ES", "FR", "DE", "IT", "NL", "BE", "PL"};
   std::vector<std::pair<std::string, int64_t>> records;
@@ -153,13 +179,24 @@ TEST(RescaleTest, WindowsMoveWithTheirGroupAndKeepTheirRevisions) {
   // The same, split over two tasks (keyed by country) after the hour-0 windows fired.
   auto old_op = make();
   OperatorHarness old(old_op.get());
+  KeyOwner one_task;
+  one_task.keys = {{FieldPath::Parse("country")}};
+  if (old_key_groups) old.context().set_key_groups(std::make_shared<KeyOwner>(one_task));
   ASSERT_OK(old.Open());
   ASSERT_OK(old.ProcessBatch(records));
   ASSERT_OK(old.AdvanceWatermark(kDay + kHour));
   std::vector<std::string> out = old.TakeOutput();
   std::unique_ptr<WindowOperator> ops[2];
   std::unique_ptr<OperatorHarness> tasks[2];
-  Split<WindowOperator>(old, {{FieldPath::Parse("country")}}, make, ops, tasks, kDay + kHour);
+  Split<WindowOperator>(old, {{FieldPath::Parse("country")}}, make, ops, tasks, kDay + kHour,
+                        new_key_groups);
+  // Laid out by key group when either side had key groups (opened anew).
+  for (auto& t : tasks) {
+    ASSERT_OK(t->Commit());
+    for (const std::string& k : TableKeys(*t, "windows")) {
+      EXPECT_EQ(RowKeyGroup(k, 0) >= 0, old_key_groups || new_key_groups);
+    }
+  }
   for (const auto& r : late)
     ASSERT_OK(tasks[TaskOf(r.first, "country")]->ProcessJson(r.first, r.second));
   for (auto& t : tasks) {
@@ -173,7 +210,8 @@ TEST(RescaleTest, WindowsMoveWithTheirGroupAndKeepTheirRevisions) {
   EXPECT_GT(ref_out.size(), records.size() / 8);
 }
 
-TEST(RescaleTest, WindowFinalsMoveSoTooLateRecordsStillNameTheFinalRevision) {
+TEST_P(WindowRescaleTest, WindowFinalsMoveSoTooLateRecordsStillNameTheFinalRevision) {
+  const auto [old_key_groups, new_key_groups] = GetParam();
   auto make = [] { return std::make_unique<WindowOperator>(HourlyByCountry()); };
   const char* countries[] = {"PT", "ES", "FR", "DE", "IT", "NL", "BE", "PL"};
   std::vector<std::pair<std::string, int64_t>> records, too_late;
@@ -203,12 +241,20 @@ TEST(RescaleTest, WindowFinalsMoveSoTooLateRecordsStillNameTheFinalRevision) {
 
   auto old_op = make();
   OperatorHarness old(old_op.get());
+  KeyOwner one_task;
+  one_task.keys = {{FieldPath::Parse("country")}};
+  if (old_key_groups) old.context().set_key_groups(std::make_shared<KeyOwner>(one_task));
   ASSERT_OK(old.Open());
   ASSERT_OK(old.ProcessBatch(records));
   ASSERT_OK(old.AdvanceWatermark(kDay + 2 * kHour));
   std::unique_ptr<WindowOperator> ops[2];
   std::unique_ptr<OperatorHarness> tasks[2];
-  Split<WindowOperator>(old, {{FieldPath::Parse("country")}}, make, ops, tasks, kDay + 2 * kHour);
+  ASSERT_OK(old.Commit());
+  for (const std::string& k : TableKeys(old, "finals")) {
+    EXPECT_EQ(RowKeyGroup(k, 8) >= 0, old_key_groups);
+  }
+  Split<WindowOperator>(old, {{FieldPath::Parse("country")}}, make, ops, tasks, kDay + 2 * kHour,
+                        new_key_groups);
   for (const auto& r : too_late) {
     ASSERT_OK(tasks[TaskOf(r.first, "country")]->ProcessJson(r.first, r.second));
   }
@@ -218,26 +264,6 @@ TEST(RescaleTest, WindowFinalsMoveSoTooLateRecordsStillNameTheFinalRevision) {
   EXPECT_FALSE(more.empty());
   side.insert(side.end(), more.begin(), more.end());
   EXPECT_EQ(Sorted(side), Sorted(ref_side));
-}
-
-// Every key of `table` in `h`'s state (the operator's own name prefix).
-std::vector<std::string> TableKeys(OperatorHarness& h, const std::string& table) {
-  std::vector<std::string> keys;
-  auto t = h.context().OpenTable(table);
-  EXPECT_OK(t.status());
-  if (!t.ok()) return keys;
-  EXPECT_OK((*t)->Scan("", "", [&](std::string_view k, std::string_view) {
-    keys.emplace_back(k);
-    return true;
-  }));
-  return keys;
-}
-
-// The key group a row key laid out by key group names at `offset` (-1: none).
-int RowKeyGroup(const std::string& key, size_t offset) {
-  std::string_view rest(key);
-  rest.remove_prefix(std::min(offset, rest.size()));
-  return ReadKeyGroupPrefix(&rest);
 }
 
 // A join split over two tasks, its old task and its new ones with or
@@ -372,6 +398,14 @@ TEST_P(JoinRescaleTest, WindowJoinRowsMoveWithTheirKey) {
   // Keys 0..19 in one hour: 17 pairs + left rows of keys without a right one.
   JoinRowsMoveWithTheirKey(make, 8, EncodeBigEndian64(kDay), old_key_groups, new_key_groups, 51);
 }
+
+INSTANTIATE_TEST_SUITE_P(KeyGroups, WindowRescaleTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           return absl::StrCat(
+                               std::get<0>(info.param) ? "ByKeyGroup" : "Unprefixed", "To",
+                               std::get<1>(info.param) ? "ByKeyGroup" : "Unprefixed");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(KeyGroups, JoinRescaleTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()),

@@ -256,6 +256,7 @@ uint32_t WindowOperator::AddGroup(std::string_view key) {
   }
   Group& g = groups_[gid];
   g.key.assign(key);
+  g.key_group = -1;
   g.values.Clear();
   g.values.EnsureRoot();
   g.wins.clear();
@@ -295,6 +296,9 @@ uint32_t WindowOperator::InternGroup(const Record& r) {
     gid = it->second;
   } else {
     gid = AddGroup(key_scratch_);
+    if (key_groups_ != nullptr) {
+      groups_[gid].key_group = key_groups_->KeyGroup(r, 0, &key_group_scratch_);
+    }
     Record& values = groups_[gid].values;
     for (size_t i = 0; i < spec_.group_paths.size(); ++i) {
       values.AddValue(spec_.group_by[i], r.GetPath(spec_.group_paths[i]));
@@ -348,7 +352,10 @@ uint32_t WindowOperator::NewSlot(uint32_t gid, int64_t start, int64_t end) {
 }
 
 std::string WindowOperator::StateKey(const Window& w) const {
-  std::string key = groups_[w.gid].key;
+  const Group& g = groups_[w.gid];
+  std::string key;
+  if (g.key_group >= 0) AppendKeyGroupPrefix(&key, g.key_group);
+  key.append(g.key);
   AppendBigEndian64(&key, w.start);
   return key;
 }
@@ -471,11 +478,25 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
   to_delete_.clear();
   dirty_unfired_ = 0;
   next_timer_ = kMaxTime;
-  // Reload every window from the state table.
+  // Reload every window from the state table. With key groups, windows
+  // stored without one (a checkpoint from before key groups) move to the
+  // layout by key group: written anew at the next Flush.
+  key_groups_ = ctx.key_groups();
+  std::vector<size_t> positions;
+  bool relay = false;
+  if (key_groups_ != nullptr) {
+    absl::StatusOr<std::vector<size_t>> p =
+        key_groups_->GroupPositions(spec_.group_paths, "window " + ctx.name());
+    relay = p.ok();
+    if (relay) positions = *std::move(p);
+  }
+  std::vector<std::string> relaid;
   JsonDecoder decoder;
   Record rec;
   absl::Status load_error;
   RETURN_IF_ERROR(table_->Scan("", "", [&](std::string_view key, std::string_view value) {
+    std::string_view rest = key;
+    const int key_group = ReadKeyGroupPrefix(&rest);
     absl::Status st = decoder.Decode(value, &rec);
     if (!st.ok()) {
       load_error = absl::DataLossError("corrupt window state in " + ctx.name() + ": " +
@@ -494,7 +515,13 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
       rec.ForEachChild(static_cast<uint32_t>(g), [&](uint32_t c) {
         values.AddValue(rec.Key(c), rec.Get(static_cast<int32_t>(c)));
       });
+      groups_[gid].key_group = key_group;
+      if (key_group < 0 && relay) {
+        groups_[gid].key_group = key_groups_->GroupKeyGroup(rec, positions, &key_group_scratch_);
+      }
     }
+    const bool relaid_here = key_group < 0 && groups_[gid].key_group >= 0;
+    if (relaid_here) relaid.emplace_back(key);
     const int64_t start = rec.Get(rec.FindChild(0, "s")).i;
     const uint32_t slot = NewSlot(gid, start, rec.Get(rec.FindChild(0, "e")).i);
     Window& w = slots_[slot];
@@ -540,10 +567,14 @@ absl::Status WindowOperator::Open(OperatorContext& ctx) {
     });
     Index(slot);
     if (w.dirty && !w.fired) ++dirty_unfired_;
-    (void)key;
+    if (relaid_here) {
+      w.persist_queued = true;
+      to_persist_.push_back(RefOf(slot));
+    }
     return true;
   }));
   RETURN_IF_ERROR(load_error);
+  for (const std::string& key : relaid) table_->Delete(key);
   if (dirty_unfired_ > 0) ArmEarlyTimer(ctx);
   return absl::OkStatus();
 }
@@ -554,12 +585,26 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
   ASSIGN_OR_RETURN(const std::vector<size_t> positions,
                    owner.GroupPositions(spec_.group_paths, "window " + to.name()));
   ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable("windows"));
-  ASSIGN_OR_RETURN(StateTable * table, to.OpenTable("windows"));
+  ASSIGN_OR_RETURN(StateTable * table, to.OpenWriteBehindTable("windows"));
   JsonDecoder decoder;
   Record rec;
   std::string scratch;
   absl::Status bad;
-  RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
+  const KeyGroupRange range = owner.Range();
+  const std::string marker(1, kKeyGroupMarker);
+  const std::string after_marker(1, kKeyGroupMarker + 1);
+  std::string begin, end;
+  auto copy = [&](StateTable* into) {
+    return [into](std::string_view key, std::string_view value) {
+      into->Put(key, value);
+      return true;
+    };
+  };
+  // Windows laid out by key group: this task's range, copied as it is.
+  KeyGroupRangeKeys("", range.first, range.last, &begin, &end);
+  RETURN_IF_ERROR(old_table->Scan(begin, end, copy(table)));
+  // Windows stored before key groups (no 0x02 prefix): decoded.
+  auto decoded = [&](std::string_view key, std::string_view value) {
     if (absl::Status st = decoder.Decode(value, &rec); !st.ok()) {
       bad = absl::DataLossError("corrupt window state in " + from.name() + ": " +
                                 std::string(st.message()));
@@ -567,15 +612,20 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
     }
     if (owner.OwnsGroup(rec, positions, &scratch)) table->Put(key, value);
     return true;
-  }));
+  };
+  RETURN_IF_ERROR(old_table->Scan("", marker, decoded));
+  if (bad.ok()) RETURN_IF_ERROR(old_table->Scan(after_marker, "", decoded));
   RETURN_IF_ERROR(bad);
   // The FINAL revisions (FinalKey: final time, group key, start), which
   // too_late records name: the group key is each group value's JSON text
   // and a NUL, read back as the array "g" the windows table holds.
+  // Laid out by key group after the final time: per final time, this task's
+  // range is copied as it is (one seek per time); entries stored before key
+  // groups are decoded.
   ASSIGN_OR_RETURN(StateTable * old_finals, from.OpenTable("finals"));
-  ASSIGN_OR_RETURN(StateTable * finals, to.OpenTable("finals"));
+  ASSIGN_OR_RETURN(StateTable * finals, to.OpenWriteBehindTable("finals"));
   std::string json;
-  RETURN_IF_ERROR(old_finals->Scan("", "", [&](std::string_view key, std::string_view value) {
+  auto decoded_final = [&](std::string_view key, std::string_view value) {
     if (key.size() < 16) {
       bad = absl::DataLossError("corrupt window finals in " + from.name());
       return false;
@@ -596,7 +646,26 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
     }
     if (owner.OwnsGroup(rec, positions, &scratch)) finals->Put(key, value);
     return true;
-  }));
+  };
+  std::string next;  // the first key of the next final time
+  for (;;) {
+    std::string time;
+    RETURN_IF_ERROR(old_finals->Scan(next, "", [&](std::string_view key, std::string_view) {
+      time.assign(key.substr(0, std::min<size_t>(8, key.size())));
+      return false;
+    }));
+    if (time.empty()) break;
+    if (time.size() < 8) return absl::DataLossError("corrupt window finals in " + from.name());
+    KeyGroupRangeKeys(time, range.first, range.last, &begin, &end);
+    RETURN_IF_ERROR(old_finals->Scan(begin, end, copy(finals)));
+    RETURN_IF_ERROR(old_finals->Scan(time, time + marker, decoded_final));
+    if (bad.ok()) {
+      RETURN_IF_ERROR(old_finals->Scan(time + after_marker, PrefixEnd(time), decoded_final));
+    }
+    RETURN_IF_ERROR(bad);
+    next = PrefixEnd(time);
+    if (next.empty()) break;
+  }
   return bad;
 }
 
@@ -608,10 +677,11 @@ void WindowOperator::GroupKey(const Record& r, std::string* out) const {
   }
 }
 
-std::string WindowOperator::FinalKey(int64_t final_time, std::string_view group_key,
+std::string WindowOperator::FinalKey(int64_t final_time, int key_group, std::string_view group_key,
                                      int64_t start) {
   std::string key;
   AppendBigEndian64(&key, final_time);
+  if (key_group >= 0) AppendKeyGroupPrefix(&key, key_group);
   key.append(group_key);
   AppendBigEndian64(&key, start);
   return key;
@@ -629,8 +699,31 @@ void WindowOperator::AddMissedWindow(const Record& r, int64_t start, int64_t end
   absl::StatusOr<bool> found = false;
   if (spec_.kind != WindowSpec::Kind::kSession) {
     GroupKey(r, &key_scratch_);
-    found =
-        finals_->Get(FinalKey(SatAdd(end, spec_.allowed_lateness), key_scratch_, start), &revision);
+    const int64_t final_time = SatAdd(end, spec_.allowed_lateness);
+    if (key_groups_ != nullptr) {
+      found = finals_->Get(FinalKey(final_time, key_groups_->KeyGroup(r, 0, &key_group_scratch_),
+                                    key_scratch_, start),
+                           &revision);
+    }
+    // Without key groups, or written before them.
+    if (found.ok() && !*found) {
+      found = finals_->Get(FinalKey(final_time, -1, key_scratch_, start), &revision);
+    }
+    if (found.ok() && !*found && key_groups_ == nullptr) {
+      // Written by tasks with key groups, read by one without (it cannot
+      // tell the key group): the final time's entries of every key group.
+      const std::string rest = FinalKey(final_time, -1, key_scratch_, start).substr(8);
+      std::string begin, end;
+      KeyGroupRangeKeys(EncodeBigEndian64(final_time), 0, kMaxMaxParallelism - 1, &begin, &end);
+      bool hit = false;
+      absl::Status st = finals_->Scan(begin, end, [&](std::string_view k, std::string_view v) {
+        if (k.substr(8 + kKeyGroupPrefixBytes) != rest) return true;
+        revision.assign(v);
+        hit = true;
+        return false;
+      });
+      found = st.ok() ? absl::StatusOr<bool>(hit) : absl::StatusOr<bool>(st);
+    }
   }
   if (found.ok() && *found) {
     side->AddInt("revision", std::strtoll(revision.c_str(), nullptr, 10));
@@ -882,6 +975,7 @@ WindowOperator::Arrival WindowOperator::ProcessSession(OperatorContext& ctx, con
 absl::Status WindowOperator::ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                                           Output& out) {
   const int64_t W = ctx.watermark();
+  key_groups_ = ctx.key_groups();
   int64_t records[3] = {0, 0, 0};
   double amounts[3] = {0, 0, 0};
   for (const Record& r : batch) {
@@ -995,7 +1089,8 @@ absl::Status WindowOperator::OnWatermark(OperatorContext& ctx, Output& out) {
       if (W < kMaxTime) {
         // For too_late records that miss it later (none can after W = +inf).
         const Window& w = slots_[r.slot];
-        finals_->Put(FinalKey(SatAdd(w.end, spec_.allowed_lateness), groups_[w.gid].key, w.start),
+        const Group& g = groups_[w.gid];
+        finals_->Put(FinalKey(SatAdd(w.end, spec_.allowed_lateness), g.key_group, g.key, w.start),
                      std::to_string(ctx.Revision(w.revision)));
       }
       Erase(r.slot, /*final_used=*/true);

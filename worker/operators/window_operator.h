@@ -124,7 +124,10 @@ class WindowOperator : public Operator {
   // so finding one by start is a short scan of hot memory.
   struct Group {
     std::string key;  // JSON text of each group-by value, '\0'-terminated
-    Record values;    // fields named as in group_by
+    // Its key group in the tables (OperatorContext::key_groups); -1: stored
+    // without one.
+    int32_t key_group = -1;
+    Record values;                                   // fields named as in group_by
     std::vector<std::pair<int64_t, uint32_t>> wins;  // (start, slot), by start
   };
   using Buckets = std::map<int64_t, std::vector<Ref>>;
@@ -164,7 +167,9 @@ class WindowOperator : public Operator {
   void Index(uint32_t slot);
   void ArmEarlyTimer(OperatorContext& ctx);
   void GroupKey(const Record& r, std::string* out) const;
-  static std::string FinalKey(int64_t final_time, std::string_view group_key, int64_t start);
+  // `key_group` -1: the layout without key groups.
+  static std::string FinalKey(int64_t final_time, int key_group, std::string_view group_key,
+                              int64_t start);
   // Adds "window" (group-by values, bounds, its last revision or null) to the
   // too_late record of `r`, which missed the window [start, end).
   void AddMissedWindow(const Record& r, int64_t start, int64_t end, Record* side);
@@ -218,6 +223,9 @@ class WindowOperator : public Operator {
   const FieldPath* amount_path_ = nullptr;  // the first sum aggregate's field
   std::string scratch_;
   std::string key_scratch_;
+  // The runtime's key groups, as of the last ProcessBatch (null: none).
+  const KeyOwner* key_groups_ = nullptr;
+  std::string key_group_scratch_;
 };
 
 }  // namespace caravela
