@@ -32,7 +32,6 @@ class WorkerRegistry {
   WorkerRegistry(const Clock* clock, int64_t worker_timeout_ms, std::string cluster_id = "");
 
   int64_t lease_ms() const { return timeout_ms_; }
-  const std::string& cluster_id() const { return cluster_id_; }
   // A new id "worker-<n>" (n counts every registration), or the request's
   // previous_id if this registry never saw it (the coordinator restarted),
   // with a new session, the lease and the cluster id. FailedPrecondition

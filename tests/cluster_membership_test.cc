@@ -107,11 +107,17 @@ TEST(ClusterMembershipTest, DeadWorkersAreDetectedAndPausedOnesRegisterAgain) {
 TEST(ClusterMembershipTest, AWorkerOfAnotherClusterIsRefusedAndExits) {
   TempDir tmp("cluster-id", "CARAVELA_KEEP_TEST_DIRS", "cluster id test");
   const fs::path& dir = tmp.path();
-  auto coordinator = std::make_unique<ChildProcess>(
-      std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0",
-                               "--data-dir", (dir / "a").string(), "--worker-timeout", "1s"},
-      dir / "coordinator-a.log");
-  const std::string address = coordinator->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  std::unique_ptr<ChildProcess> coordinator;
+  int starts = 0;
+  // Starts a coordinator on `listen` with data directory `data`; its address.
+  auto start = [&](const std::string& listen, const std::string& data) {
+    coordinator = std::make_unique<ChildProcess>(
+        std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", listen, "--data-dir",
+                                 (dir / data).string(), "--worker-timeout", "1s"},
+        dir / absl::StrCat("coordinator-", ++starts, ".log"));
+    return coordinator->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  };
+  const std::string address = start("127.0.0.1:0", "a");
   ASSERT_FALSE(address.empty()) << coordinator->Log();
   ChildProcess worker({CARAVELA_BINARY, "worker", "--coordinator", address, "--slots", "2",
                        "--data-dir", (dir / "w").string()},
@@ -121,23 +127,13 @@ TEST(ClusterMembershipTest, AWorkerOfAnotherClusterIsRefusedAndExits) {
 
   // Restarted on its own data directory: the same cluster, the worker stays.
   coordinator->Stop(SIGKILL);
-  coordinator = std::make_unique<ChildProcess>(
-      std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", address, "--data-dir",
-                               (dir / "a").string(), "--worker-timeout", "1s"},
-      dir / "coordinator-a2.log");
-  ASSERT_FALSE(coordinator->WaitFor(R"(grpc=(\S+))", milliseconds(20000)).empty())
-      << coordinator->Log();
+  ASSERT_FALSE(start(address, "a").empty()) << coordinator->Log();
   ASSERT_TRUE(Eventually([&] { return States(address)[id] == v1::ALIVE; }, milliseconds(10000)))
       << worker.Log();
 
   // Another cluster at the same address: refused, and the worker exits.
   coordinator->Stop(SIGKILL);
-  coordinator = std::make_unique<ChildProcess>(
-      std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", address, "--data-dir",
-                               (dir / "b").string(), "--worker-timeout", "1s"},
-      dir / "coordinator-b.log");
-  ASSERT_FALSE(coordinator->WaitFor(R"(grpc=(\S+))", milliseconds(20000)).empty())
-      << coordinator->Log();
+  ASSERT_FALSE(start(address, "b").empty()) << coordinator->Log();
   ASSERT_TRUE(worker.WaitUntil(std::chrono::steady_clock::now() + milliseconds(15000)))
       << worker.Log();
   EXPECT_EQ(worker.ExitCode(), 1) << worker.Log();

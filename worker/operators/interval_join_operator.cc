@@ -144,7 +144,6 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
   // groups) move to the layout by key group: written anew at the next Flush.
   const KeyOwner* key_groups = ctx.key_groups();
   std::vector<std::string> relaid;
-  std::string scratch;
   for (int side : {kLeft, kRight}) {
     bool corrupt = false;
     relaid.clear();
@@ -164,7 +163,7 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
           &*rows_.try_emplace(std::string(row_key.substr(0, row_key.size() - kTimeSeqBytes))).first;
       bool persisted = true;
       if (key_group < 0 && key_groups != nullptr) {
-        key_group = key_groups->KeyGroup(scratch_, side, &scratch);
+        key_group = key_groups->KeyGroup(scratch_, side, &key_scratch_);
         relaid.emplace_back(key);
         persisted = false;
       }
@@ -182,17 +181,11 @@ absl::Status IntervalJoinOperator::Open(OperatorContext& ctx) {
 
 absl::Status IntervalJoinOperator::AdoptState(OperatorContext& from, OperatorContext& to,
                                               const KeyOwner& owner) {
-  const KeyGroupRange range = owner.Range();
-  std::string begin, end;
-  KeyGroupRangeKeys("", range.first, range.last, &begin, &end);
   for (int side : {kLeft, kRight}) {
     ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(kSideNames[side]));
     ASSIGN_OR_RETURN(StateTable * table, to.OpenWriteBehindTable(kSideNames[side]));
     // Rows laid out by key group: this task's range, copied as they are.
-    RETURN_IF_ERROR(old_table->Scan(begin, end, [&](std::string_view key, std::string_view value) {
-      table->Put(key, value);
-      return true;
-    }));
+    RETURN_IF_ERROR(owner.CopyOwnedRows(old_table, table));
     // Rows stored before key groups: decoded to find their owner.
     bool corrupt = false;
     std::string scratch;

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_plan.h"
 #include "common/key_encoding.h"
+#include "worker/state/key_codec.h"
 #include "xxhash.h"
 
 namespace caravela {
@@ -50,6 +51,17 @@ bool KeyOwner::OwnsGroup(const Record& rec, const std::vector<size_t>& positions
                          std::string* scratch) const {
   return tasks <= 1 ||
          TaskOfKeyGroup(max_parallelism, tasks, GroupKeyGroup(rec, positions, scratch)) == index;
+}
+
+absl::Status KeyOwner::CopyOwnedRows(StateTable* from, StateTable* to,
+                                     std::string_view prefix) const {
+  const KeyGroupRange range = Range();
+  std::string begin, end;
+  KeyGroupRangeKeys(prefix, range.first, range.last, &begin, &end);
+  return from->Scan(begin, end, [to](std::string_view key, std::string_view value) {
+    to->Put(key, value);
+    return true;
+  });
 }
 
 int KeyOwner::GroupKeyGroup(const Record& rec, const std::vector<size_t>& positions,

@@ -143,6 +143,10 @@ struct KeyOwner {
   // The key group of that group.
   int GroupKeyGroup(const Record& rec, const std::vector<size_t>& positions,
                     std::string* scratch) const;
+  // Copies into `to`, as they are, the rows of `from` laid out by key group
+  // under `prefix` (worker/state/key_codec.h) whose key group this task owns:
+  // one range scan, no row decoded.
+  absl::Status CopyOwnedRows(StateTable* from, StateTable* to, std::string_view prefix = "") const;
 };
 
 // Why a record went to a `too_late` side output (SPEC §10's audit trail):

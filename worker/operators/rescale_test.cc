@@ -358,6 +358,14 @@ void JoinRowsMoveWithTheirKey(const std::function<std::unique_ptr<Op>()>& make, 
   }
 }
 
+// The join key `k` on both sides.
+JoinKeySpec KeyK() {
+  JoinKeySpec k;
+  k.left = k.right = "k";
+  k.left_path = k.right_path = FieldPath::Parse("k");
+  return k;
+}
+
 class JoinRescaleTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(JoinRescaleTest, IntervalJoinRowsMoveWithTheirKey) {
@@ -365,10 +373,7 @@ TEST_P(JoinRescaleTest, IntervalJoinRowsMoveWithTheirKey) {
   IntervalJoinSpec spec;
   spec.left = "l";
   spec.right = "r";
-  JoinKeySpec k;
-  k.left = k.right = "k";
-  k.left_path = k.right_path = FieldPath::Parse("k");
-  spec.on = {k};
+  spec.on = {KeyK()};
   spec.lower = 0;
   spec.upper = kHour;
   spec.type = JoinType::kLeft;
@@ -386,10 +391,7 @@ TEST_P(JoinRescaleTest, WindowJoinRowsMoveWithTheirKey) {
   WindowJoinSpec spec;
   spec.left = "l";
   spec.right = "r";
-  JoinKeySpec k;
-  k.left = k.right = "k";
-  k.left_path = k.right_path = FieldPath::Parse("k");
-  spec.on = {k};
+  spec.on = {KeyK()};
   spec.size = spec.slide = kHour;
   spec.type = JoinType::kLeft;
   std::function<std::unique_ptr<WindowJoinOperator>()> make = [&] {
@@ -399,21 +401,17 @@ TEST_P(JoinRescaleTest, WindowJoinRowsMoveWithTheirKey) {
   JoinRowsMoveWithTheirKey(make, 8, EncodeBigEndian64(kDay), old_key_groups, new_key_groups, 51);
 }
 
+// "ByKeyGroupToUnprefixed": the old task's layout, then the new tasks'.
+std::string LayoutsName(const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
+  return absl::StrCat(std::get<0>(info.param) ? "ByKeyGroup" : "Unprefixed", "To",
+                      std::get<1>(info.param) ? "ByKeyGroup" : "Unprefixed");
+}
+
 INSTANTIATE_TEST_SUITE_P(KeyGroups, WindowRescaleTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
-                         [](const auto& info) {
-                           return absl::StrCat(
-                               std::get<0>(info.param) ? "ByKeyGroup" : "Unprefixed", "To",
-                               std::get<1>(info.param) ? "ByKeyGroup" : "Unprefixed");
-                         });
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()), LayoutsName);
 
 INSTANTIATE_TEST_SUITE_P(KeyGroups, JoinRescaleTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
-                         [](const auto& info) {
-                           return absl::StrCat(
-                               std::get<0>(info.param) ? "ByKeyGroup" : "Unprefixed", "To",
-                               std::get<1>(info.param) ? "ByKeyGroup" : "Unprefixed");
-                         });
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()), LayoutsName);
 
 // An operator with state and no rescale rule (no AdoptState of its own):
 // the default refuses, so the rescale fails in Open() naming the operator

@@ -123,18 +123,12 @@ absl::Status WindowJoinOperator::AdoptState(OperatorContext& from, OperatorConte
     starts.emplace_back(key);
     return true;
   }));
-  const KeyGroupRange range = owner.Range();
-  std::string begin, end;
+  std::string end;
   for (int side : {kLeft, kRight}) {
     ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(side == kLeft ? "left" : "right"));
     ASSIGN_OR_RETURN(StateTable * table, to.OpenWriteBehindTable(side == kLeft ? "left" : "right"));
     for (const std::string& start : starts) {
-      KeyGroupRangeKeys(start, range.first, range.last, &begin, &end);
-      RETURN_IF_ERROR(
-          old_table->Scan(begin, end, [&](std::string_view key, std::string_view value) {
-            table->Put(key, value);
-            return true;
-          }));
+      RETURN_IF_ERROR(owner.CopyOwnedRows(old_table, table, start));
       end = start + kKeyGroupMarker;
       RETURN_IF_ERROR(
           old_table->Scan(start, end, [&](std::string_view key, std::string_view value) {

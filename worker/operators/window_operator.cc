@@ -590,19 +590,10 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
   Record rec;
   std::string scratch;
   absl::Status bad;
-  const KeyGroupRange range = owner.Range();
   const std::string marker(1, kKeyGroupMarker);
   const std::string after_marker(1, kKeyGroupMarker + 1);
-  std::string begin, end;
-  auto copy = [&](StateTable* into) {
-    return [into](std::string_view key, std::string_view value) {
-      into->Put(key, value);
-      return true;
-    };
-  };
   // Windows laid out by key group: this task's range, copied as it is.
-  KeyGroupRangeKeys("", range.first, range.last, &begin, &end);
-  RETURN_IF_ERROR(old_table->Scan(begin, end, copy(table)));
+  RETURN_IF_ERROR(owner.CopyOwnedRows(old_table, table));
   // Windows stored before key groups (no 0x02 prefix): decoded.
   auto decoded = [&](std::string_view key, std::string_view value) {
     if (absl::Status st = decoder.Decode(value, &rec); !st.ok()) {
@@ -656,8 +647,7 @@ absl::Status WindowOperator::AdoptState(OperatorContext& from, OperatorContext& 
     }));
     if (time.empty()) break;
     if (time.size() < 8) return absl::DataLossError("corrupt window finals in " + from.name());
-    KeyGroupRangeKeys(time, range.first, range.last, &begin, &end);
-    RETURN_IF_ERROR(old_finals->Scan(begin, end, copy(finals)));
+    RETURN_IF_ERROR(owner.CopyOwnedRows(old_finals, finals, time));
     RETURN_IF_ERROR(old_finals->Scan(time, time + marker, decoded_final));
     if (bad.ok()) {
       RETURN_IF_ERROR(old_finals->Scan(time + after_marker, PrefixEnd(time), decoded_final));
