@@ -485,6 +485,11 @@ TEST_P(RescaleTest, KilledRunResumesWithAnotherParallelism) {
   ASSERT_EQ(RunBinary(dir, "", to), 0) << Log(dir);
   EXPECT_THAT(Log(dir), ::testing::HasSubstr(absl::StrCat("rescaling to ", to))) << Log(dir);
   EXPECT_THAT(Log(dir), ::testing::HasSubstr("gathered its keys")) << Log(dir);
+  if (to == 2) {
+    // 3 -> 2: each new task owns an old task's whole key-group range, whose
+    // part (dedup ids and windows) it restores as it is.
+    EXPECT_THAT(Log(dir), ::testing::HasSubstr("part restored as it is")) << Log(dir);
+  }
   ExpectSameFinals(want, FinalResults(dir + "/out"));
   EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(),
             ReadParts(ref + "/out", "conflicts").size());
@@ -584,6 +589,8 @@ TEST_P(SavepointTest, StoppedRunResumesFromItsSavepointWithAnotherParallelism) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << Log(dir);
   EXPECT_THAT(Log(dir), ::testing::HasSubstr("starting from the savepoint")) << Log(dir);
   EXPECT_THAT(Log(dir), ::testing::HasSubstr("gathered its keys")) << Log(dir);
+  // 3 -> 2: each new task restores an old task's part as it is.
+  EXPECT_THAT(Log(dir), ::testing::HasSubstr("part restored as it is")) << Log(dir);
   ExpectSameFinals(want, FinalResults(dir + "/out"));
   EXPECT_EQ(ReadParts(dir + "/out", "conflicts").size(),
             ReadParts(ref + "/out", "conflicts").size());

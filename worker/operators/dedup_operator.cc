@@ -349,7 +349,7 @@ absl::Status DedupOperator::AdoptState(OperatorContext& from, OperatorContext& t
   ASSIGN_OR_RETURN(StateTable * old_ids, from.OpenTable("ids"));
   ASSIGN_OR_RETURN(StateTable * ids, to.OpenTable("ids"));
   absl::Status bad;
-  std::string kept;
+  std::string kept, existing;
   char key[12];
   RETURN_IF_ERROR(old_ids->Scan("", "", [&](std::string_view k, std::string_view value) {
     int64_t bucket;
@@ -365,8 +365,17 @@ absl::Status DedupOperator::AdoptState(OperatorContext& from, OperatorContext& t
       }
     }
     if (kept.empty()) return true;
-    // Blob sequences of different old tasks collide: number them anew.
-    MakeKey(bucket, adopt_seq_++, key);
+    // Blob sequences of different old tasks collide: number them anew, past
+    // any blob the table holds (a part restored as it is, or adopted).
+    for (;;) {
+      MakeKey(bucket, adopt_seq_++, key);
+      absl::StatusOr<bool> held = ids->Get(std::string_view(key, sizeof key), &existing);
+      if (!held.ok()) {
+        bad = held.status();
+        return false;
+      }
+      if (!*held) break;
+    }
     ids->Put(std::string_view(key, sizeof key), kept);
     return true;
   }));

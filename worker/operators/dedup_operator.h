@@ -76,9 +76,9 @@ class DedupOperator : public Operator {
   std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
   absl::Status Open(OperatorContext& ctx) override;
   // Keeps the entries of ids the owner gives to this task (the stored hash
-  // is the routing hash), in blobs of their own.
-  // Blobs adopted are numbered anew (AdoptState): not onto restored ones.
-  bool AdoptsOntoRestoredState() const override { return false; }
+  // is the routing hash, so no record is decoded), in blobs of their own
+  // under sequences no blob of the table holds: onto a part restored as it
+  // is too.
   absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
                           const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,

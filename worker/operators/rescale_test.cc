@@ -5,6 +5,7 @@
 // state is lost or held twice.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <memory>
@@ -67,7 +68,27 @@ std::vector<std::string> Sorted(std::vector<std::string> v) {
   return v;
 }
 
-TEST(RescaleTest, DedupIdsGoToTheTaskTheirCopiesAreRoutedTo) {
+// Every key of `table` in `h`'s state (the operator's own name prefix).
+std::vector<std::string> TableKeys(OperatorHarness& h, const std::string& table) {
+  std::vector<std::string> keys;
+  auto t = h.context().OpenTable(table);
+  EXPECT_OK(t.status());
+  if (!t.ok()) return keys;
+  EXPECT_OK((*t)->Scan("", "", [&](std::string_view k, std::string_view) {
+    keys.emplace_back(k);
+    return true;
+  }));
+  return keys;
+}
+
+// The key group a row key laid out by key group names at `offset` (-1: none).
+int RowKeyGroup(const std::string& key, size_t offset) {
+  std::string_view rest(key);
+  rest.remove_prefix(std::min(offset, rest.size()));
+  return ReadKeyGroupPrefix(&rest);
+}
+
+TEST(DedupRescaleTest, IdsGoToTheTaskTheirCopiesAreRoutedTo) {
   auto make = [] {
     return std::make_unique<DedupOperator>(FieldPath::Parse("event_id"), 24 * kHour,
                                            std::vector<FieldPath>{}, "");
@@ -108,6 +129,52 @@ TEST(RescaleTest, DedupIdsGoToTheTaskTheirCopiesAreRoutedTo) {
             static_cast<int64_t>(first.size()));
 }
 
+// 2 -> 1: the runtime restores old task 0's part as it is and adopts task
+// 1's onto it. Both numbered their blobs from 0 in the same buckets; the
+// adopted ones take sequences the table does not hold, so no blob of the
+// restored part is overwritten and every id of both stays known.
+TEST(DedupRescaleTest, AdoptsOntoARestoredPartWithoutOverwritingItsBlobs) {
+  auto make = [] {
+    return std::make_unique<DedupOperator>(FieldPath::Parse("event_id"), 24 * kHour,
+                                           std::vector<FieldPath>{}, "");
+  };
+  std::vector<std::pair<std::string, int64_t>> ids[2];
+  for (int i = 0; i < 300; ++i) {
+    std::string json = absl::StrCat(R"({"event_id":"e)", i, R"("})");
+    ids[TaskOf(json, "event_id")].emplace_back(std::move(json), kDay + (i % 30) * kMin);
+  }
+  ASSERT_FALSE(ids[0].empty());
+  ASSERT_FALSE(ids[1].empty());
+  // New task 0 of 1 holds old task 0's part (built here as task 0 built it).
+  auto op = make();
+  OperatorHarness task(op.get());
+  ASSERT_OK(task.Open());
+  ASSERT_OK(task.ProcessBatch(ids[0]));
+  ASSERT_EQ(task.TakeOutput().size(), ids[0].size());
+  ASSERT_OK(task.Commit());
+  const std::vector<std::string> restored = TableKeys(task, "ids");
+  auto old_op = make();
+  OperatorHarness old(old_op.get());
+  ASSERT_OK(old.Open());
+  ASSERT_OK(old.ProcessBatch(ids[1]));
+  ASSERT_OK(old.Commit());
+  ASSERT_THAT(TableKeys(old, "ids"), ::testing::ContainerEq(restored));  // the same blob keys
+  KeyOwner owner;
+  owner.keys = {{FieldPath::Parse("event_id")}};
+  auto adopter = make();
+  ASSERT_OK(adopter->AdoptState(old.context(), task.context(), owner));
+  ASSERT_OK(task.Commit());
+  EXPECT_EQ(TableKeys(task, "ids").size(), 2 * restored.size());
+  // Opened on the merged table (as after the restore): every id of either
+  // old task is a duplicate.
+  ASSERT_OK(op->Open(task.context()));
+  ASSERT_OK(task.ProcessBatch(ids[0]));
+  ASSERT_OK(task.ProcessBatch(ids[1]));
+  EXPECT_TRUE(task.TakeOutput().empty());
+  EXPECT_EQ(task.metrics().Value("dedup_duplicates_total", "op=\"op\""),
+            static_cast<int64_t>(ids[0].size() + ids[1].size()));
+}
+
 WindowSpec HourlyByCountry() {
   WindowSpec s;
   s.kind = WindowSpec::Kind::kTumbling;
@@ -122,26 +189,6 @@ WindowSpec HourlyByCountry() {
   sum.path = FieldPath::Parse("amount");
   s.aggregates = {sum};
   return s;
-}
-
-// Every key of `table` in `h`'s state (the operator's own name prefix).
-std::vector<std::string> TableKeys(OperatorHarness& h, const std::string& table) {
-  std::vector<std::string> keys;
-  auto t = h.context().OpenTable(table);
-  EXPECT_OK(t.status());
-  if (!t.ok()) return keys;
-  EXPECT_OK((*t)->Scan("", "", [&](std::string_view k, std::string_view) {
-    keys.emplace_back(k);
-    return true;
-  }));
-  return keys;
-}
-
-// The key group a row key laid out by key group names at `offset` (-1: none).
-int RowKeyGroup(const std::string& key, size_t offset) {
-  std::string_view rest(key);
-  rest.remove_prefix(std::min(offset, rest.size()));
-  return ReadKeyGroupPrefix(&rest);
 }
 
 // The window operator split over two tasks, the old one and the new ones with
@@ -321,7 +368,9 @@ void JoinRowsMoveWithTheirKey(const std::function<std::unique_ptr<Op>()>& make, 
       const int g = RowKeyGroup(k, key_offset);
       // Laid out anew on open; a task without key groups keeps what it got.
       EXPECT_EQ(g >= 0, new_key_groups || old_key_groups);
-      if (g >= 0) EXPECT_EQ(TaskOfKeyGroup(kDefaultMaxParallelism, 2, g), i);
+      if (g >= 0) {
+        EXPECT_EQ(TaskOfKeyGroup(kDefaultMaxParallelism, 2, g), i);
+      }
     }
   }
   EXPECT_EQ(moved, left.size());  // no row lost or held twice
