@@ -540,8 +540,10 @@ TEST_P(RescaleSequenceTest, TwoThenOneThenThreeThenTwoTasksGiveTheSameAnswer) {
       << ::testing::PrintToString(parts);
 }
 
+// (Killed at the second sink commit: early enough that a run at one task,
+// which restores fast, is still reading when it dies.)
 INSTANTIATE_TEST_SUITE_P(Exchanges, RescaleSequenceTest,
-                         ::testing::Combine(::testing::Values("checkpoint.after_sink_commit:4"),
+                         ::testing::Combine(::testing::Values("checkpoint.after_sink_commit:2"),
                                             ::testing::Values("memory", "kafka")),
                          [](const ::testing::TestParamInfo<CrashCase>& info) {
                            return std::string(std::get<1>(info.param));

@@ -5,7 +5,6 @@
 // state is lost or held twice.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <memory>
@@ -17,6 +16,7 @@
 #include "common/json.h"
 #include "worker/operators/dedup_operator.h"
 #include "worker/operators/interval_join_operator.h"
+#include "worker/operators/table_join_operators.h"
 #include "worker/operators/window_join_operator.h"
 #include "worker/operators/window_operator.h"
 #include "worker/state/key_codec.h"
@@ -451,10 +451,145 @@ TEST_P(JoinRescaleTest, WindowJoinRowsMoveWithTheirKey) {
 }
 
 // "ByKeyGroupToUnprefixed": the old task's layout, then the new tasks'.
+TableJoinSpec TemporalOnK() {
+  TableJoinSpec s;
+  s.stream = "voyages";
+  s.table = "ships";
+  JoinKeySpec k;
+  k.left = k.right = "k";
+  k.left_path = k.right_path = FieldPath::Parse("k");
+  s.on = {k};
+  s.type = JoinType::kLeft;
+  return s;
+}
+
+// A temporal join split over two tasks, its old task and the new ones with
+// or without key groups: versions and waiting stream records move with
+// their key, laid out for the new task; records after the split join them
+// there, and the two tasks give what one would have.
+class TemporalJoinRescaleTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(TemporalJoinRescaleTest, VersionsAndWaitingRecordsMoveWithTheirKey) {
+  const auto [old_key_groups, new_key_groups] = GetParam();
+  auto make = [] { return std::make_unique<TemporalJoinOperator>(TemporalOnK(), "ships"); };
+  std::vector<std::pair<std::string, int64_t>> versions, stream, later_versions, later_stream;
+  for (int i = 0; i < 20; ++i) {
+    versions.emplace_back(absl::StrCat(R"({"k":)", i, R"(,"v":"a)", i, R"("})"), 10);
+    later_versions.emplace_back(absl::StrCat(R"({"k":)", i, R"(,"v":"b)", i, R"("})"), 30);
+  }
+  for (int i = 0; i < 40; ++i) {
+    stream.emplace_back(absl::StrCat(R"({"k":)", i % 25, R"(,"n":)", i, "}"), 5 + i);
+    later_stream.emplace_back(absl::StrCat(R"({"k":)", i % 25, R"(,"n":)", 100 + i, "}"), 20 + i);
+  }
+  stream.emplace_back(R"({"k":null,"n":-1})", 12);  // never matches: padded
+  auto ref_op = make();
+  OperatorHarness ref(ref_op.get());
+  ASSERT_OK(ref.Open());
+  ASSERT_OK(ref.ProcessBatch(versions, 1));
+  ASSERT_OK(ref.ProcessBatch(stream, 0));
+  ASSERT_OK(ref.ProcessBatch(later_versions, 1));
+  ASSERT_OK(ref.ProcessBatch(later_stream, 0));
+  ASSERT_OK(ref.AdvanceWatermark(kMaxTime));
+  const std::vector<std::string> want = ref.TakeOutput();
+  ASSERT_EQ(want.size(), stream.size() + later_stream.size());
+
+  const std::vector<std::vector<FieldPath>> keys = {{FieldPath::Parse("k")},
+                                                    {FieldPath::Parse("k")}};
+  auto old_op = make();
+  OperatorHarness old(old_op.get());
+  KeyOwner one_task;
+  one_task.keys = keys;
+  if (old_key_groups) old.context().set_key_groups(std::make_shared<KeyOwner>(one_task));
+  ASSERT_OK(old.Open());
+  ASSERT_OK(old.ProcessBatch(versions, 1));
+  ASSERT_OK(old.ProcessBatch(stream, 0));
+  ASSERT_TRUE(old.TakeOutput().empty());
+  std::unique_ptr<TemporalJoinOperator> ops[2];
+  std::unique_ptr<OperatorHarness> tasks[2];
+  Split<TemporalJoinOperator>(old, keys, make, ops, tasks, kMinTime, new_key_groups);
+  size_t pending = 0;
+  for (int i = 0; i < 2; ++i) {
+    pending += ops[i]->pending_count();
+    ASSERT_OK(tasks[i]->Commit());
+    for (const char* table : {"versions", "pending"}) {
+      for (const std::string& k : TableKeys(*tasks[i], table)) {
+        const int g = RowKeyGroup(k, 0);
+        EXPECT_EQ(g >= 0, new_key_groups) << table;
+        if (g >= 0) {
+          EXPECT_EQ(TaskOfKeyGroup(kDefaultMaxParallelism, 2, g), i) << table;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(pending, stream.size());  // none lost or held twice
+  for (const auto& [json, t] : later_versions) {
+    ASSERT_OK(tasks[TaskOf(json, "k")]->ProcessJson(json, t, 1));
+  }
+  for (const auto& [json, t] : later_stream) {
+    ASSERT_OK(tasks[TaskOf(json, "k")]->ProcessJson(json, t, 0));
+  }
+  std::vector<std::string> got;
+  for (auto& t : tasks) {
+    ASSERT_OK(t->AdvanceWatermark(kMaxTime));
+    for (std::string& line : t->TakeOutput()) got.push_back(std::move(line));
+  }
+  EXPECT_EQ(Sorted(got), Sorted(want));
+}
+
+// 2 -> 1: the new task holds old task 0's rows as they are (laid out by key
+// group) and adopts task 1's onto them; both numbered their waiting records
+// from 0 at the same times. Opened without key groups (one task), every
+// record is kept under a key of its own and joins.
+TEST(TemporalJoinRescaleTest, WaitingRecordsOfTwoOldTasksAtOneTimeAllStay) {
+  auto make = [] { return std::make_unique<TemporalJoinOperator>(TemporalOnK(), "ships"); };
+  const std::vector<std::vector<FieldPath>> keys = {{FieldPath::Parse("k")},
+                                                    {FieldPath::Parse("k")}};
+  std::vector<std::pair<std::string, int64_t>> stream[2];
+  for (int i = 0; i < 30; ++i) {
+    std::string json = absl::StrCat(R"({"k":)", i, "}");
+    const int task = TaskOf(json, "k");
+    stream[task].emplace_back(std::move(json), 100 + static_cast<int64_t>(stream[task].size()));
+  }
+  ASSERT_FALSE(stream[0].empty());
+  ASSERT_FALSE(stream[1].empty());
+  KeyOwner owners[2];
+  for (int i = 0; i < 2; ++i) {
+    owners[i].keys = keys;
+    owners[i].tasks = 2;
+    owners[i].index = i;
+  }
+  auto op = make();
+  OperatorHarness task(op.get());
+  task.context().set_key_groups(std::make_shared<KeyOwner>(owners[0]));
+  ASSERT_OK(task.Open());
+  ASSERT_OK(task.ProcessBatch(stream[0], 0));
+  auto old_op = make();
+  OperatorHarness old(old_op.get());
+  old.context().set_key_groups(std::make_shared<KeyOwner>(owners[1]));
+  ASSERT_OK(old.Open());
+  ASSERT_OK(old.ProcessBatch(stream[1], 0));
+  ASSERT_OK(old.Commit());
+  ASSERT_OK(task.Commit());
+  KeyOwner one;
+  one.keys = keys;
+  task.context().set_key_groups(nullptr);
+  auto adopter = make();
+  ASSERT_OK(adopter->AdoptState(old.context(), task.context(), one));
+  ASSERT_OK(op->Open(task.context()));
+  EXPECT_EQ(op->pending_count(), stream[0].size() + stream[1].size());
+  ASSERT_OK(task.Commit());
+  EXPECT_EQ(TableKeys(task, "pending").size(), stream[0].size() + stream[1].size());
+  ASSERT_OK(task.AdvanceWatermark(kMaxTime));
+  EXPECT_EQ(task.TakeOutput().size(), stream[0].size() + stream[1].size());
+}
+
 std::string LayoutsName(const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
   return absl::StrCat(std::get<0>(info.param) ? "ByKeyGroup" : "Unprefixed", "To",
                       std::get<1>(info.param) ? "ByKeyGroup" : "Unprefixed");
 }
+
+INSTANTIATE_TEST_SUITE_P(KeyGroups, TemporalJoinRescaleTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()), LayoutsName);
 
 INSTANTIATE_TEST_SUITE_P(KeyGroups, WindowRescaleTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()), LayoutsName);

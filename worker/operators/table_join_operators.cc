@@ -114,17 +114,40 @@ absl::Status LookupJoinOperator::AdoptState(OperatorContext& from, OperatorConte
       "previous parallelism, or start it from scratch"));
 }
 
+bool TemporalJoinOperator::StateKey(const Record& r, int input, std::string* out, int* key_group) {
+  out->clear();
+  *key_group = key_groups_ != nullptr ? key_groups_->KeyGroup(r, input, &hash_scratch_) : -1;
+  if (*key_group >= 0) AppendKeyGroupPrefix(out, *key_group);
+  if (AppendJoinKey(r, paths_[input], out)) return true;
+  out->clear();
+  return false;
+}
+
+std::string TemporalJoinOperator::PendingKey(int key_group, int64_t time, int64_t seq) {
+  std::string k;
+  if (key_group >= 0) AppendKeyGroupPrefix(&k, key_group);
+  AppendBigEndian64(&k, time);
+  AppendBigEndian64(&k, seq);
+  return k;
+}
+
 absl::Status TemporalJoinOperator::AdoptState(OperatorContext& from, OperatorContext& to,
                                               const KeyOwner& owner) {
   JsonDecoder dec;
   Record row;
-  std::string scratch;
+  std::string scratch, existing;
   absl::Status error;
+  const std::string marker(1, kKeyGroupMarker), after_marker(1, kKeyGroupMarker + 1);
   for (const char* name : {"versions", "pending"}) {
     const bool versions = name[0] == 'v';
     ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable(name));
     ASSIGN_OR_RETURN(StateTable * table, to.OpenTable(name));
-    RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
+    // Laid out by key group: this task's range, copied as it is (old tasks
+    // owned distinct key groups, so their keys cannot collide).
+    RETURN_IF_ERROR(owner.CopyOwnedRows(old_table, table));
+    // Stored without key groups (join keys start with a letter, pending
+    // keys with the time): decoded.
+    auto decoded = [&](std::string_view key, std::string_view value) {
       error = dec.Decode(value, &row);
       if (!error.ok()) return false;
       if (!owner.Owns(row, versions ? 1 : 0, &scratch)) return true;
@@ -138,11 +161,21 @@ absl::Status TemporalJoinOperator::AdoptState(OperatorContext& from, OperatorCon
         error = absl::DataLossError("corrupt temporal join state in " + from.name());
         return false;
       }
-      std::string k = EncodeBigEndian64(t);
-      AppendBigEndian64(&k, adopt_seq_++);
-      table->Put(k, value);
-      return true;
-    }));
+      for (;;) {
+        std::string k = PendingKey(-1, t, adopt_seq_++);
+        absl::StatusOr<bool> held = table->Get(k, &existing);
+        if (!held.ok()) {
+          error = held.status();
+          return false;
+        }
+        if (!*held) {
+          table->Put(k, value);
+          return true;
+        }
+      }
+    };
+    RETURN_IF_ERROR(old_table->Scan("", marker, decoded));
+    if (error.ok()) RETURN_IF_ERROR(old_table->Scan(after_marker, "", decoded));
     RETURN_IF_ERROR(error);
   }
   return absl::OkStatus();
@@ -153,40 +186,90 @@ absl::Status TemporalJoinOperator::Open(OperatorContext& ctx) {
   ASSIGN_OR_RETURN(pending_table_, ctx.OpenTable("pending"));
   too_late_.Open(ctx, {TooLateReason::kBehindWatermark});
   misses_ = ctx.OpCounter("join_unmatched_total");
+  key_groups_ = ctx.key_groups();
+  paths_[0] = Paths(spec_, false);
+  paths_[1] = Paths(spec_, true);
   versions_.clear();
   pending_.clear();
   next_seq_ = 0;
   JsonDecoder dec;
   absl::Status error;
+  // Rows under the other layout's key: (stored key, key now) of versions;
+  // pending records also when their (time, sequence) is another's (two old
+  // tasks' records adopted as they are), numbered anew below.
+  std::vector<std::pair<std::string, std::string>> relaid;
+  std::vector<std::pair<std::string, Pending>> renumbered;
+  std::string state_key;
+  int key_group = -1;
   RETURN_IF_ERROR(versions_table_->Scan("", "", [&](std::string_view key, std::string_view value) {
     std::string_view time_bytes = key.substr(key.size() - 8);
     int64_t t = 0;
     ReadBigEndian64(&time_bytes, &t);
-    Record& row = versions_[std::string(key.substr(0, key.size() - 8))][t];
+    Record row;
     error = dec.Decode(value, &row);
+    if (!error.ok()) return false;
     row.event_time = t;
-    return error.ok();
+    if (!StateKey(row, 1, &state_key, &key_group)) return true;  // never stored
+    std::string mine = state_key;
+    AppendBigEndian64(&mine, t);
+    if (mine != key) relaid.emplace_back(std::string(key), std::move(mine));
+    versions_[state_key][t] = std::move(row);
+    return true;
   }));
   RETURN_IF_ERROR(error);
-  std::vector<FieldPath> paths = Paths(spec_, false);
+  for (const auto& [stored, mine] : relaid) {
+    std::string value;
+    ASSIGN_OR_RETURN(bool held, versions_table_->Get(stored, &value));
+    if (!held) continue;
+    versions_table_->Delete(stored);
+    versions_table_->Put(mine, value);
+  }
+  relaid.clear();
   RETURN_IF_ERROR(pending_table_->Scan("", "", [&](std::string_view key, std::string_view value) {
+    const std::string stored(key);
+    // Time + sequence (16 bytes), after a key group's prefix or not.
+    if (key.size() == 16 + kKeyGroupPrefixBytes && ReadKeyGroupPrefix(&key) < 0) key = {};
     int64_t t = 0, seq = 0;
-    ReadBigEndian64(&key, &t);
-    ReadBigEndian64(&key, &seq);
-    Pending& p = pending_[{t, seq}];
+    if (key.size() != 16 || !ReadBigEndian64(&key, &t) || !ReadBigEndian64(&key, &seq)) {
+      error = absl::DataLossError("corrupt temporal join state in " + ctx.name());
+      return false;
+    }
+    Pending p;
     error = dec.Decode(value, &p.record);
+    if (!error.ok()) return false;
     p.record.event_time = t;
-    if (!EncodeKey(p.record, paths, &p.key)) p.key.clear();
+    StateKey(p.record, 0, &p.key, &p.key_group);
     next_seq_ = std::max(next_seq_, seq + 1);
-    return error.ok();
+    if (pending_.count({t, seq}) > 0) {
+      relaid.emplace_back(stored, "");  // deleted, and written under a new sequence
+      renumbered.emplace_back(std::string(value), std::move(p));
+      return true;
+    }
+    std::string mine = PendingKey(p.key_group, t, seq);
+    if (mine != stored) relaid.emplace_back(stored, std::move(mine));
+    pending_[{t, seq}] = std::move(p);
+    return true;
   }));
-  return error;
+  RETURN_IF_ERROR(error);
+  for (const auto& [stored, mine] : relaid) {
+    std::string value;
+    ASSIGN_OR_RETURN(bool held, pending_table_->Get(stored, &value));
+    if (!held) continue;
+    pending_table_->Delete(stored);
+    if (!mine.empty()) pending_table_->Put(mine, value);
+  }
+  for (auto& [value, p] : renumbered) {
+    const int64_t t = p.record.event_time, seq = next_seq_++;
+    pending_table_->Put(PendingKey(p.key_group, t, seq), value);
+    pending_[{t, seq}] = std::move(p);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TemporalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
                                                 const RecordBatch& batch, Output& out) {
   const int64_t W = ctx.watermark();
-  std::vector<FieldPath> paths = Paths(spec_, input == 1);
+  int key_group = -1;
   for (const Record& r : batch) {
     if (r.event_time < W) {
       too_late_.Add(TooLateReason::kBehindWatermark);
@@ -198,7 +281,7 @@ absl::Status TemporalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
       s.AddString("side", input == 1 ? "table" : "stream");
       continue;
     }
-    bool has_key = EncodeKey(r, paths, &key_);
+    const bool has_key = StateKey(r, input, &key_, &key_group);
     json_.clear();
     r.AppendJson(&json_);
     if (input == 1) {
@@ -213,15 +296,9 @@ absl::Status TemporalJoinOperator::ProcessBatch(OperatorContext& ctx, int input,
     int64_t seq = next_seq_++;
     Pending& p = pending_[{r.event_time, seq}];
     p.record = r;
-    if (has_key) {
-      p.key = key_;
-    } else {
-      p.key.clear();
-    }
-    std::string k;
-    AppendBigEndian64(&k, r.event_time);
-    AppendBigEndian64(&k, seq);
-    pending_table_->Put(k, json_);
+    p.key = key_;  // empty for a null key
+    p.key_group = key_group;
+    pending_table_->Put(PendingKey(key_group, r.event_time, seq), json_);
   }
   return absl::OkStatus();
 }
@@ -244,10 +321,7 @@ absl::Status TemporalJoinOperator::OnWatermark(OperatorContext& ctx, Output& out
     if (row != nullptr || spec_.type == JoinType::kLeft) {
       Enrich(p.record, table_name_, row, &out.Emit());
     }
-    std::string k;
-    AppendBigEndian64(&k, it->first.first);
-    AppendBigEndian64(&k, it->first.second);
-    pending_table_->Delete(k);
+    pending_table_->Delete(PendingKey(p.key_group, it->first.first, it->first.second));
     pending_.erase(it);
   }
   // Compact: per key keep only the latest version older than W (and newer ones).

@@ -21,7 +21,11 @@
 //   change results already emitted): side output `too_late`. Versions older
 //   than W are compacted: per key only the latest version < W is kept.
 //   State: tables "versions" (key + time -> row) and "pending" (time + seq ->
-//   stream record), mirrored in memory.
+//   stream record), mirrored in memory. In a task with key groups
+//   (OperatorContext::key_groups) both keys start with the record's key
+//   group (worker/state/key_codec.h): a rescale copies a new task's range as
+//   it is; rows stored without them are read by their record's key, and an
+//   Open lays rows of the other layout out anew.
 #pragma once
 
 #include <map>
@@ -75,9 +79,9 @@ class TemporalJoinOperator : public Operator {
   static std::vector<std::string> DeclaredSideOutputs() { return {"too_late"}; }
   std::vector<std::string> SideOutputs() const override { return DeclaredSideOutputs(); }
   absl::Status Open(OperatorContext& ctx) override;
-  // Pending records adopted are numbered anew: not onto restored ones.
-  bool AdoptsOntoRestoredState() const override { return false; }
-  // Copies the versions and waiting stream records of owned keys.
+  // Copies the versions and waiting stream records of owned keys: those
+  // laid out by key group as they are, others under sequences no pending
+  // record of the table holds (so onto restored state too).
   absl::Status AdoptState(OperatorContext& from, OperatorContext& to,
                           const KeyOwner& owner) override;
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
@@ -90,13 +94,22 @@ class TemporalJoinOperator : public Operator {
  private:
   struct Pending {
     Record record;
-    std::string key;  // empty: null key
+    std::string key;     // StateKey; empty: null key
+    int key_group = -1;  // with key groups, else -1
   };
+  // The key under which versions of `r`'s join key are kept: with key
+  // groups, the key group's prefix, then the join key. False (and *out
+  // cleared) for a null join key; *key_group is set either way.
+  bool StateKey(const Record& r, int input, std::string* out, int* key_group);
+  static std::string PendingKey(int key_group, int64_t time, int64_t seq);
   TableJoinSpec spec_;
   std::string table_name_;
   StateTable* versions_table_ = nullptr;
   StateTable* pending_table_ = nullptr;
-  int64_t adopt_seq_ = 0;  // sequence of the next pending record AdoptState writes
+  int64_t adopt_seq_ = 0;                 // sequence of the next pending record AdoptState writes
+  const KeyOwner* key_groups_ = nullptr;  // OperatorContext::key_groups()
+  std::vector<FieldPath> paths_[2];       // join key paths: stream, table
+  std::string hash_scratch_;
   // key -> (version time -> row)
   absl::flat_hash_map<std::string, std::map<int64_t, Record>> versions_;
   std::map<std::pair<int64_t, int64_t>, Pending> pending_;  // (time, seq)

@@ -29,7 +29,11 @@
 // bytewise); rows whose `by` is null or missing rank after every other; a
 // tie keeps the row that came first (a new row must be strictly better than
 // the N-th to enter). State: one state-table entry per (group, window) with
-// its N rows; rescaling moves each entry to the task of its group.
+// its N rows, keyed by the group's key group (worker/state/key_codec.h; in
+// a task with key groups), the group's values and the window start: a
+// rescale copies a new task's key-group range as it is; entries stored
+// without key groups are read by their group values, and an Open lays
+// entries of the other layout out anew.
 #include <map>
 #include <set>
 
@@ -41,6 +45,7 @@
 #include "common/spec_reader.h"
 #include "common/time_util.h"
 #include "worker/operators/operator.h"
+#include "worker/state/key_codec.h"
 
 namespace caravela {
 
@@ -83,7 +88,16 @@ class TopNOperator final : public Operator {
   absl::Status Open(OperatorContext& ctx) override {
     too_late_.Open(ctx, {TooLateReason::kAfterFinal});
     ASSIGN_OR_RETURN(table_, ctx.OpenTable("tops"));
+    key_groups_ = ctx.key_groups();
+    std::vector<size_t> positions;
+    if (key_groups_ != nullptr) {
+      ASSIGN_OR_RETURN(positions,
+                       key_groups_->GroupPositions(spec_.group_paths, "top_n " + ctx.name()));
+    }
+    entries_.clear();
+    touched_.clear();
     absl::Status bad;
+    std::vector<std::string> relaid;  // stored under the other layout's key
     RETURN_IF_ERROR(table_->Scan("", "", [&](std::string_view key, std::string_view value) {
       Entry e;
       if (absl::Status st = Decode(value, &e); !st.ok()) {
@@ -91,9 +105,18 @@ class TopNOperator final : public Operator {
             absl::StrCat("corrupt top_n state in ", ctx.name(), ": ", st.message()));
         return false;
       }
-      entries_.emplace(std::string(key), std::move(e));
+      StoredGroupKey(e.group, &group_);
+      const int key_group = key_groups_ != nullptr
+                                ? key_groups_->GroupKeyGroup(e.group, positions, &scratch_key_)
+                                : -1;
+      std::string mine = EntryKey(key_group, group_, e.start);
+      const bool moved = mine != key;
+      if (moved) relaid.emplace_back(key);
+      auto it = entries_.emplace(std::move(mine), std::move(e)).first;
+      if (moved) touched_.insert(it->first);  // written by the next Flush
       return true;
     }));
+    for (const std::string& key : relaid) table_->Delete(key);
     return bad;
   }
 
@@ -103,12 +126,14 @@ class TopNOperator final : public Operator {
       Row row;
       BuildRow(r, &row);
       GroupKey(r, &group_);
+      const int key_group =
+          key_groups_ != nullptr ? key_groups_->KeyGroup(r, 0, &scratch_key_) : -1;
       const int64_t w = ctx.watermark();
       bool placed = false;
       ForEachWindow(r.event_time, [&](int64_t start, int64_t end) {
         if (spec_.windowed && end + spec_.allowed_lateness <= w && w != kMinTime) return;
         placed = true;
-        std::string key = EntryKey(group_, start);
+        std::string key = EntryKey(key_group, group_, start);
         auto it = entries_.find(key);
         if (it == entries_.end()) {
           Entry e;
@@ -198,9 +223,13 @@ class TopNOperator final : public Operator {
                      owner.GroupPositions(spec_.group_paths, "top_n " + to.name()));
     ASSIGN_OR_RETURN(StateTable * old_table, from.OpenTable("tops"));
     ASSIGN_OR_RETURN(StateTable * table, to.OpenTable("tops"));
+    // Entries laid out by key group: this task's range, copied as it is.
+    RETURN_IF_ERROR(owner.CopyOwnedRows(old_table, table));
+    // Entries stored without key groups (their keys start with a group
+    // value's JSON text, or a window start without group_by): decoded.
     std::string scratch;
     absl::Status bad;
-    RETURN_IF_ERROR(old_table->Scan("", "", [&](std::string_view key, std::string_view value) {
+    auto decoded = [&](std::string_view key, std::string_view value) {
       Entry e;
       if (absl::Status st = Decode(value, &e); !st.ok()) {
         bad = absl::DataLossError(absl::StrCat("corrupt top_n state in ", from.name()));
@@ -208,7 +237,11 @@ class TopNOperator final : public Operator {
       }
       if (owner.OwnsGroup(e.group, positions, &scratch)) table->Put(key, value);
       return true;
-    }));
+    };
+    RETURN_IF_ERROR(old_table->Scan("", std::string(1, kKeyGroupMarker), decoded));
+    if (bad.ok()) {
+      RETURN_IF_ERROR(old_table->Scan(std::string(1, kKeyGroupMarker + 1), "", decoded));
+    }
     return bad;
   }
 
@@ -271,10 +304,22 @@ class TopNOperator final : public Operator {
     for (const FieldPath& p : spec_.group_paths) group->AddValue("", r.GetPath(p));
     group->EndContainer();
   }
-  // Group key, then the window start big-endian (sign flipped) so entries
-  // of one group sort by window.
-  static std::string EntryKey(const std::string& group, int64_t start) {
-    std::string key = group;
+  // The group key GroupKey gives, from the stored group values.
+  static void StoredGroupKey(const Record& group, std::string* out) {
+    out->clear();
+    const int32_t g = group.FindChild(0, "g");
+    if (g < 0) return;
+    group.ForEachChild(static_cast<uint32_t>(g), [&](uint32_t c) {
+      group.Get(static_cast<int32_t>(c)).AppendJson(out);
+      out->push_back('\0');
+    });
+  }
+  // The key group (none if < 0), the group key, then the window start
+  // big-endian (sign flipped) so entries of one group sort by window.
+  static std::string EntryKey(int key_group, const std::string& group, int64_t start) {
+    std::string key;
+    if (key_group >= 0) AppendKeyGroupPrefix(&key, key_group);
+    key.append(group);
     const uint64_t u = static_cast<uint64_t>(start) ^ (uint64_t{1} << 63);
     for (int i = 7; i >= 0; --i) key.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
     return key;
@@ -369,6 +414,8 @@ class TopNOperator final : public Operator {
   TopNSpec spec_;
   std::unique_ptr<Expr> by_;
   StateTable* table_ = nullptr;
+  const KeyOwner* key_groups_ = nullptr;  // OperatorContext::key_groups()
+  std::string scratch_key_;
   std::map<std::string, Entry> entries_;  // by EntryKey
   std::set<std::string> touched_;         // entries changed since Flush
   TooLateCounters too_late_;

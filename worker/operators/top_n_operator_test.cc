@@ -15,6 +15,7 @@
 #include "common/json.h"
 #include "worker/operators/operator.h"
 #include "worker/registry/builtin_kinds.h"
+#include "worker/state/key_codec.h"
 #include "worker/testing/operator_harness.h"
 #include "worker/testing/status_testing.h"
 
@@ -281,24 +282,35 @@ TEST(TopNTest, SnapshotAndRestoreKeepRankingsAndRevisions) {
   RemoveTree(dir);
 }
 
-// Rescaling 1 -> 2 tasks: each group's rankings go to the task its records
-// are routed to; together the two tasks publish what the one would have.
-TEST(TopNTest, RescaleMovesEachGroupToItsTask) {
+// Rescaling 1 -> 2 tasks, the old task and the new ones with or without key
+// groups (entries keyed by key group or not): each group's rankings go to
+// the task its records are routed to, and records after the split update
+// them there; together the two tasks publish what the one would have.
+class TopNRescaleTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(TopNRescaleTest, RescaleMovesEachGroupToItsTask) {
+  const auto [old_key_groups, new_key_groups] = GetParam();
   const std::string spec =
       "{from: bids, n: 1, by: price, group_by: [cat], tumbling: 1h, keep: [item]}";
-  std::vector<std::pair<std::string, int64_t>> records;
+  std::vector<std::pair<std::string, int64_t>> records, after;
   for (int i = 0; i < 20; ++i) {
     records.push_back({Bid(absl::StrCat("i", i), absl::StrCat("c", i % 7), i), kT0 + i * kMin});
+    // Better bids for the same windows, after the split.
+    after.push_back({Bid(absl::StrCat("j", i), absl::StrCat("c", i % 7), 100 + i), kT0 + i * kMin});
   }
   auto whole = Make(spec);
   OperatorHarness ref(whole.get(), nullptr, "top");
   ASSERT_OK(ref.Open());
   ASSERT_OK(ref.ProcessBatch(records));
+  ASSERT_OK(ref.ProcessBatch(after));
   ASSERT_OK(ref.AdvanceWatermark(kMaxTime));
   std::vector<std::string> want = ref.TakeOutput();
 
+  KeyOwner one_task;
+  one_task.keys = {{FieldPath::Parse("cat")}};
   auto old = Make(spec);
   OperatorHarness h(old.get(), nullptr, "top");
+  if (old_key_groups) h.context().set_key_groups(std::make_shared<KeyOwner>(one_task));
   ASSERT_OK(h.Open());
   ASSERT_OK(h.ProcessBatch(records));
   ASSERT_OK(h.Commit());
@@ -306,21 +318,49 @@ TEST(TopNTest, RescaleMovesEachGroupToItsTask) {
   for (int i = 0; i < 2; ++i) {
     auto op = Make(spec);
     OperatorHarness part(op.get(), nullptr, "top");
-    KeyOwner owner;
-    owner.keys = {{FieldPath::Parse("cat")}};
+    KeyOwner owner = one_task;
     owner.tasks = 2;
     owner.index = i;
+    if (new_key_groups) part.context().set_key_groups(std::make_shared<KeyOwner>(owner));
     ASSERT_OK(op->AdoptState(h.context(), part.context(), owner));
     ASSERT_OK(part.Open());
+    ASSERT_OK(part.Commit());
+    // Laid out for this task: with key groups, only its own.
+    auto table = part.context().OpenTable("tops");
+    ASSERT_OK(table.status());
+    size_t entries = 0;
+    ASSERT_OK((*table)->Scan("", "", [&](std::string_view k, std::string_view) {
+      ++entries;
+      const int g = ReadKeyGroupPrefix(&k);
+      EXPECT_EQ(g >= 0, new_key_groups);
+      if (g >= 0) {
+        EXPECT_EQ(TaskOfKeyGroup(kDefaultMaxParallelism, 2, g), i);
+      }
+      return true;
+    }));
+    EXPECT_GT(entries, 0u) << "task " << i << " got no group";
+    std::string scratch;
+    for (const auto& r : after) {
+      Record rec;
+      JsonDecoder decoder;
+      ASSERT_OK(decoder.Decode(r.first, &rec));
+      if (owner.Owns(rec, 0, &scratch)) ASSERT_OK(part.ProcessJson(r.first, r.second));
+    }
     ASSERT_OK(part.AdvanceWatermark(kMaxTime));
-    std::vector<std::string> out = part.TakeOutput();
-    EXPECT_FALSE(out.empty()) << "task " << i << " got no group";
-    for (std::string& line : out) got.push_back(line);
+    for (std::string& line : part.TakeOutput()) got.push_back(line);
   }
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, want);
 }
+
+INSTANTIATE_TEST_SUITE_P(KeyGroups, TopNRescaleTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
+                           return absl::StrCat(
+                               std::get<0>(info.param) ? "ByKeyGroup" : "Unprefixed", "To",
+                               std::get<1>(info.param) ? "ByKeyGroup" : "Unprefixed");
+                         });
 
 }  // namespace
 }  // namespace caravela
