@@ -80,7 +80,17 @@ struct Flags {
   int slots = 10;
   int seconds = 10;
   std::string dir;
+  std::string exchange = "network";
 };
+
+// `yaml` with spec.exchange set (the cluster's default is network).
+std::string WithExchange(std::string yaml, const std::string& exchange) {
+  const size_t at = yaml.find("spec:\n");
+  if (at != std::string::npos && exchange != "network") {
+    yaml.insert(at + 6, "  exchange: " + exchange + "\n");
+  }
+  return yaml;
+}
 
 // CPU seconds (user + system) of a process so far.
 double CpuSeconds(pid_t pid) {
@@ -265,7 +275,7 @@ class Cluster {
 int Throughput(const Flags& f) {
   Cluster c(f);
   const int slots = (9 + f.workers - 1) / f.workers;
-  const std::string yaml = RevenueJob("bench-revenue", f.dir, 1000);
+  const std::string yaml = WithExchange(RevenueJob("bench-revenue", f.dir, 1000), f.exchange);
   if (!c.Start(f.workers, std::max(slots, (c.tasks_ + f.workers - 1) / f.workers), yaml)) return 1;
   const std::string id = c.Submit(yaml);
   if (id.empty()) return 1;
@@ -280,10 +290,10 @@ int Throughput(const Flags& f) {
   const v1::Job job = c.Get(id);
   std::map<std::string, int> tasks;
   for (const v1::TaskStatus& t : job.tasks()) ++tasks[t.worker()];
-  std::printf("throughput: %d worker process%s, %d tasks, %" PRId64
+  std::printf("throughput (%s exchange): %d worker process%s, %d tasks, %" PRId64
               " events in %.2f s: %.0f events/s total, %.0f per worker\n",
-              f.workers, f.workers == 1 ? "" : "es", job.tasks_size(), c.lines_, secs,
-              static_cast<double>(c.lines_) / secs,
+              f.exchange.c_str(), f.workers, f.workers == 1 ? "" : "es", job.tasks_size(), c.lines_,
+              secs, static_cast<double>(c.lines_) / secs,
               static_cast<double>(c.lines_) / secs / f.workers);
   double total_cpu = 0;
   for (size_t i = 0; i < c.workers_.size(); ++i) {
@@ -303,7 +313,8 @@ int Throughput(const Flags& f) {
 int Failover(const Flags& f) {
   Cluster c(f);
   // Long dedup retention: every event id stays in the state.
-  const std::string yaml = RevenueJob("bench-revenue", f.dir, 1000, "30d");
+  const std::string yaml =
+      WithExchange(RevenueJob("bench-revenue", f.dir, 1000, "30d"), f.exchange);
   if (!c.Start(3, 9, yaml)) return 1;
   const std::string id = c.Submit(yaml);
   if (id.empty()) return 1;
@@ -384,7 +395,7 @@ int Rescale(const Flags& flags) {
   Flags f = flags;
   f.parallelism = 2;
   Cluster c(f);
-  const std::string yaml = KeepEveryRowJob(f.dir);
+  const std::string yaml = WithExchange(KeepEveryRowJob(f.dir), f.exchange);
   if (!c.Start(3, 4, yaml, {"shipments:4"})) return 1;
   const std::string id = c.Submit(yaml);
   if (id.empty()) return 1;
@@ -554,6 +565,9 @@ int main(int argc, char** argv) {
   caravela::Flags f;
   CLI::App app("Caravela cluster benchmark: broker, coordinator and workers as processes");
   app.add_option("--mode", f.mode, "throughput | failover | idle | rescale")->capture_default_str();
+  app.add_option("--exchange", f.exchange, "Exchange transport: network | kafka")
+      ->check(CLI::IsMember({"network", "kafka"}))
+      ->capture_default_str();
   app.add_option("--workers", f.workers, "Worker processes (throughput)")->capture_default_str();
   app.add_option("--purchases", f.purchases, "Distinct purchases produced")->capture_default_str();
   app.add_option("--partitions", f.partitions, "Partitions of the input topic")

@@ -11,8 +11,16 @@
 //    (librdkafka producer and consumer, the mock broker's copy), the writer
 //    on a thread of its own: throughput in wall time (items/s), with every
 //    thread's CPU (librdkafka's and the broker's) on the same 2 cores.
+//  * BM_Network/0: the same over gRPC streams on loopback (NetworkExchange
+//    served by a gRPC server in this process; one stream per partition,
+//    credit-based flow control), the writer on a thread of its own.
+//    BM_Network/1: the writer's consuming tasks are in its process (fed
+//    directly, with the same credit).
 //  * BM_EncodeDecode: only the codec (AppendRecordFrame + NextFrame +
 //    UnpackRecordFrame).
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,8 +29,10 @@
 #include "benchmark/benchmark.h"
 #include "common/json.h"
 #include "common/record.h"
+#include "proto/grpc_support.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/exchange/exchange.h"
+#include "worker/exchange/network_exchange.h"
 
 namespace {
 
@@ -69,6 +79,35 @@ void Cross(benchmark::State& state, caravela::ExchangeWriter& writer,
   state.SetItemsProcessed(total);
   state.counters["bytes_per_record"] = benchmark::Counter(
       static_cast<double>(writer.bytes_written()) / static_cast<double>(writer.records_written()));
+}
+
+// The writer on its own thread, as a producing task: throughput, not the
+// round trip of one batch.
+void CrossThreaded(benchmark::State& state, caravela::ExchangeWriter& writer,
+                   std::vector<std::unique_ptr<caravela::ExchangeReader>>& readers) {
+  const std::vector<caravela::Record> records = Records(100000);
+  std::vector<caravela::RecordBatch> by_input;
+  int64_t total = 0;
+  for (auto _ : state) {
+    std::thread producer([&] {
+      for (const caravela::Record& r : records) {
+        if (!writer.Write(0, r).ok()) return;
+      }
+      (void)writer.Flush(30000);
+    });
+    size_t got = 0;
+    while (got < records.size()) {
+      for (auto& reader : readers) {
+        for (auto& b : by_input) b.clear();
+        auto n = reader->Poll(4096, 1, &by_input);
+        if (!n.ok()) break;
+        got += static_cast<size_t>(*n);
+      }
+    }
+    producer.join();
+    total += static_cast<int64_t>(records.size());
+  }
+  state.SetItemsProcessed(total);
 }
 
 caravela::ExchangeWriterOptions WriterOptions(int partitions) {
@@ -133,33 +172,56 @@ void BM_Kafka(benchmark::State& state) {
     state.SkipWithError("open");
     return;
   }
-  // The writer on its own thread, as a producing task: throughput, not
-  // the round trip of one batch.
-  const std::vector<caravela::Record> records = Records(100000);
-  std::vector<caravela::RecordBatch> by_input;
-  int64_t total = 0;
-  for (auto _ : state) {
-    std::thread producer([&] {
-      for (const caravela::Record& r : records) {
-        if (!(*writer)->Write(0, r).ok()) return;
-      }
-      (void)(*writer)->Flush(30000);
-    });
-    size_t got = 0;
-    while (got < records.size()) {
-      for (auto& reader : readers) {
-        for (auto& b : by_input) b.clear();
-        auto n = reader->Poll(4096, 1, &by_input);
-        if (!n.ok()) break;
-        got += static_cast<size_t>(*n);
-      }
-    }
-    producer.join();
-    total += static_cast<int64_t>(records.size());
-  }
-  state.SetItemsProcessed(total);
+  CrossThreaded(state, **writer, readers);
 }
 BENCHMARK(BM_Kafka)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// state.range(0) == 1: the writer uses the readers' NetworkExchange (a
+// consuming task in the same process: fed without gRPC); 0: its own, as
+// another worker would (every message crosses a gRPC stream).
+void BM_Network(benchmark::State& state) {
+  constexpr int kPartitions = 2;
+  auto net = caravela::NetworkExchange::Create({});
+  auto producer_net = caravela::NetworkExchange::Create({});
+  if (!net.ok() || !producer_net.ok()) {
+    state.SkipWithError("network exchange");
+    return;
+  }
+  auto server = caravela::StartGrpcServer("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                                          {(*net)->service()}, 64 << 20);
+  if (!server.ok()) {
+    state.SkipWithError("server");
+    return;
+  }
+  caravela::ExchangeWriterOptions wo = WriterOptions(kPartitions);
+  wo.network = state.range(0) == 1 ? net->get() : producer_net->get();
+  wo.peers.assign(kPartitions, server->address);
+  wo.job_id = "bench";
+  std::vector<std::unique_ptr<caravela::ExchangeReader>> readers;
+  for (int p = 0; p < kPartitions; ++p) {
+    caravela::ExchangeReaderOptions ro;
+    ro.network = net->get();
+    ro.job_id = "bench";
+    ro.topic = wo.topic;
+    ro.partitions = {p};
+    auto reader = caravela::ExchangeReader::Open(ro);
+    if (!reader.ok()) {
+      state.SkipWithError("open");
+      return;
+    }
+    readers.push_back(std::move(*reader));
+  }
+  auto writer = caravela::ExchangeWriter::Open(wo);
+  if (!writer.ok()) {
+    state.SkipWithError("open");
+    return;
+  }
+  CrossThreaded(state, **writer, readers);
+  writer->reset();
+  readers.clear();
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+BENCHMARK(BM_Network)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_EncodeDecode(benchmark::State& state) {
   const std::vector<caravela::Record> records = Records(1000);

@@ -58,11 +58,13 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   }
   co.allowed_paths.push_back(f.shared_dir);
   // Jobs that name no Kafka cluster use this broker; it serves no
-  // CreateTopics to the worker processes, so the exchange topics are
-  // created here.
+  // CreateTopics to the worker processes, so the exchange topics of a job
+  // with Kafka exchanges (spec.exchange: kafka) are created here.
   const std::string bootstrap = (*broker)->bootstrap();
   co.prepare_job = [bootstrap](const JobSpec& spec, const JobPlan& plan) -> absl::Status {
-    if (!JobKafkaBootstrap(spec, "").empty()) return absl::OkStatus();
+    if (spec.exchange != "kafka" || !JobKafkaBootstrap(spec, "").empty()) {
+      return absl::OkStatus();
+    }
     for (const ExchangePlan& ex : plan.exchanges) {
       RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
     }
@@ -73,10 +75,12 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   std::vector<pid_t> pids;
   for (int i = 0; i < f.workers; ++i) {
     const std::string data = absl::StrCat(f.data_dir, "/worker-", i);
-    std::vector<std::string> args = {
-        "caravela",    "worker",  "--coordinator", (*c)->grpc_address(),   "--data-dir", data,
-        "--bootstrap", bootstrap, "--slots",       std::to_string(f.slots),
-        "--shared-dir", f.shared_dir};
+    std::vector<std::string> args = {"caravela",      "worker",
+                                     "--coordinator", (*c)->grpc_address(),
+                                     "--data-dir",    data,
+                                     "--bootstrap",   bootstrap,
+                                     "--slots",       std::to_string(f.slots),
+                                     "--shared-dir",  f.shared_dir};
     for (const std::string& p : f.coordinator.allowed_paths) {
       args.push_back("--allow-path");
       args.push_back(p);

@@ -53,9 +53,9 @@ struct RunFlags {
   std::string savepoint_on_stop;
   bool quiet = false;
   bool print_metrics = false;
-  int parallelism = 0;  // 0: spec.parallelism
-  std::string exchange = "memory";
-  std::string http;  // HOST:PORT for /metrics and /healthz; empty: none
+  int parallelism = 0;   // 0: spec.parallelism
+  std::string exchange;  // empty: memory, or kafka when the job says so
+  std::string http;      // HOST:PORT for /metrics and /healthz; empty: none
 };
 
 // `caravela run --http`: /healthz, /metrics, and the dashboard with the API
@@ -108,8 +108,13 @@ int RunJob(const std::string& file, const RunFlags& flags) {
   options.from_savepoint = flags.from_savepoint;
   options.savepoint_on_stop = flags.savepoint_on_stop;
   options.parallelism = flags.parallelism;
-  options.exchange = flags.exchange == "kafka" ? caravela::RunOptions::Exchange::kKafka
-                                               : caravela::RunOptions::Exchange::kMemory;
+  // Default: in memory, unless the job asks for Kafka topics.
+  const std::string exchange = !flags.exchange.empty()    ? flags.exchange
+                               : spec.exchange == "kafka" ? "kafka"
+                                                          : "memory";
+  options.exchange = exchange == "kafka"     ? caravela::RunOptions::Exchange::kKafka
+                     : exchange == "network" ? caravela::RunOptions::Exchange::kNetwork
+                                             : caravela::RunOptions::Exchange::kMemory;
 
   std::unique_ptr<caravela::EmbeddedBroker> broker;
   if (spec.NeedsEmbeddedBroker()) {
@@ -281,9 +286,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   run->add_option("--exchange", run_flags.exchange,
                   "How the tasks of a parallel job exchange records: memory (bounded queues\n"
-                  "in this process, the default) or kafka (topics caravela.<job>.<operator>\n"
-                  "on the job's Kafka cluster, or the embedded broker, as a cluster does)")
-      ->check(CLI::IsMember({"memory", "kafka"}));
+                  "in this process; the default unless spec.exchange is kafka), kafka (topics\n"
+                  "caravela.<job>.<operator> on the job's Kafka cluster, or the embedded\n"
+                  "broker) or network (gRPC streams on loopback, as between workers)")
+      ->check(CLI::IsMember({"memory", "kafka", "network"}));
   run->add_flag("-q,--quiet", quiet, "No progress lines on stderr");
   run->add_option("--http", run_flags.http,
                   "Serve /metrics (Prometheus text) and /healthz on HOST:PORT while it runs\n"

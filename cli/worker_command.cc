@@ -86,13 +86,20 @@ Command AddWorkerCommand(CLI::App& app) {
       "worker",
       "Run a worker: registers with the coordinator, heartbeats within its lease and\n"
       "runs the tasks the coordinator assigns it (one thread each; all of them stop when\n"
-      "the lease is lost); serves gRPC health. Prints its id and address.");
+      "the lease is lost); serves gRPC health and the exchange streams between workers.\n"
+      "Prints its id and address.");
   cmd->add_option("--coordinator", f->agent.coordinator,
                   "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR)")
       ->envname("CARAVELA_COORDINATOR");
-  cmd->add_option("--listen", f->agent.listen, "The worker's gRPC HOST:PORT (port 0: any)")
+  cmd->add_option("--listen", f->agent.listen,
+                  "The worker's gRPC HOST:PORT (port 0: any): health, and the network exchange's "
+                  "streams from other workers")
       ->envname("CARAVELA_LISTEN")
       ->capture_default_str();
+  cmd->add_option("--advertise", f->agent.advertise,
+                  "HOST:PORT other workers reach --listen at (default: the bound address; "
+                  "0.0.0.0 becomes the host name), e.g. $(POD_IP):7401 on Kubernetes")
+      ->envname("CARAVELA_ADVERTISE");
   cmd->add_option("--data-dir", f->agent.data_dir, "State and checkpoint scratch")
       ->envname("CARAVELA_DATA_DIR")
       ->capture_default_str();

@@ -258,8 +258,8 @@ class SpecParser : private SpecReader {
     YAML::Node s = Field(root, "spec");
     if (Missing(s, "spec", true)) return;
     if (!CheckMap(s, "spec",
-                  {"parallelism", "max_parallelism", "checkpoint", "sources", "operators", "sinks",
-                   "dead_letter"})) {
+                  {"parallelism", "max_parallelism", "exchange", "checkpoint", "sources",
+                   "operators", "sinks", "dead_letter"})) {
       return;
     }
     CollectNodes(s);
@@ -281,6 +281,7 @@ class SpecParser : private SpecReader {
                        " by default; set spec.max_parallelism for more), got ",
                        spec().parallelism));
     }
+    if (auto x = OneOf(s, "exchange", "spec", {"network", "kafka"})) spec().exchange = *x;
     Checkpoint(Field(s, "checkpoint"));
     Sources(Field(s, "sources"));
     Operators(Field(s, "operators"));
@@ -719,8 +720,8 @@ std::vector<SpecError> CheckAllowedPaths(const JobSpec& spec,
     const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
     if (p.is_relative()) {
       if (!p.empty() && *p.begin() == "..") {
-        errors.push_back({yaml_path, absl::StrCat("path ", path,
-                                                  " leaves the workers' shared directory")});
+        errors.push_back(
+            {yaml_path, absl::StrCat("path ", path, " leaves the workers' shared directory")});
       }
       return;
     }

@@ -156,6 +156,10 @@ struct JobSpec {
   // spec.max_parallelism: the job's key groups (common/key_groups.h), the
   // most tasks a keyed stage can have; 1..32768, >= parallelism.
   int max_parallelism = kDefaultMaxParallelism;
+  // spec.exchange: how records cross stages (SPEC §8). Empty: the default
+  // (`memory` inside one process, `network` in a cluster); "network" or
+  // "kafka" (durable shuffles through topics caravela.<job>.<operator>).
+  std::string exchange;
   CheckpointSpec checkpoint;
   std::vector<SourceSpec> sources;
   std::vector<OperatorSpec> operators;

@@ -713,12 +713,21 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
   // (it reported none of its tasks): it is what most of an answer weighs.
   std::set<std::pair<std::string, int64_t>> running;
   for (const v1::TaskReport& r : request.tasks()) running.emplace(r.job_id(), r.epoch());
+  std::map<std::string, std::string> addresses;  // worker id -> gRPC address, when needed
   for (const auto& [id, run] : runs_) {
     v1::Assignment* a = nullptr;
     for (size_t g = 0; g < run.tasks.size(); ++g) {
       if (run.tasks[g].worker != worker) continue;
       if (a == nullptr) {
         a = response->add_assignments();
+        // Where every task of the epoch runs: the network exchange streams there.
+        if (addresses.empty()) {
+          for (const v1::WorkerInfo& w : workers_->List()) addresses[w.id()] = w.address();
+        }
+        for (const TaskSlot& t : run.tasks) {
+          auto at = addresses.find(t.worker);
+          a->add_task_addresses(at != addresses.end() ? at->second : std::string());
+        }
         a->set_job_id(id);
         a->set_epoch(run.epoch);
         if (running.count({id, run.epoch}) == 0) a->set_yaml(run.yaml);

@@ -636,5 +636,13 @@ INSTANTIATE_TEST_SUITE_P(Kafka, ParallelCrashTest,
                                             ::testing::Values("kafka")),
                          CrashCaseName);
 
+// Over gRPC streams on loopback (as between workers): a killed run's frames
+// in flight are simply gone; the next run's readers open at a new epoch.
+INSTANTIATE_TEST_SUITE_P(Network, ParallelCrashTest,
+                         ::testing::Combine(::testing::Values("checkpoint.after_task_stored:4",
+                                                              "exchange.after_write:60"),
+                                            ::testing::Values("network")),
+                         CrashCaseName);
+
 }  // namespace
 }  // namespace caravela

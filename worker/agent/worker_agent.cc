@@ -21,6 +21,7 @@
 #include "common/time_util.h"
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
+#include "worker/exchange/network_exchange.h"
 #include "worker/runtime/job_part.h"
 #include "worker/state/state_backend.h"
 
@@ -34,12 +35,29 @@ std::shared_ptr<spdlog::logger> Log() {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// Where other processes reach this worker: `advertise` when given, else the
+// bound address, with a wildcard host (0.0.0.0, [::]) replaced by the
+// machine's host name.
+std::string AdvertisedAddress(const std::string& advertise, const std::string& bound) {
+  if (!advertise.empty()) return advertise;
+  const size_t colon = bound.rfind(':');
+  if (colon == std::string::npos) return bound;
+  const std::string host = bound.substr(0, colon);
+  if (host != "0.0.0.0" && host != "[::]" && host != "::") return bound;
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == 0) return bound;
+  return absl::StrCat(name, bound.substr(colon));
+}
+
 }  // namespace
 
 struct WorkerAgent::Impl {
   WorkerAgentOptions options;
+  // Streams of other workers' tasks feed readers here (served on `server`,
+  // which goes first).
+  std::unique_ptr<NetworkExchange> network;
   std::unique_ptr<grpc::Server> server;
-  std::string address;
+  std::string address;  // as registered: others reach this worker there
   std::unique_ptr<v1::WorkerService::Stub> stub;
   mutable std::mutex mu;
   std::string worker_id;
@@ -167,6 +185,8 @@ struct WorkerAgent::Impl {
         po.checkpoint_storage = a->checkpoint_storage();
         po.allowed_paths = options.allowed_paths;
         po.shared_dir = options.shared_dir;
+        po.network = network.get();
+        po.task_addresses.assign(a->task_addresses().begin(), a->task_addresses().end());
         RunOptions ro;
         ro.data_dir = options.data_dir;
         ro.embedded_bootstrap = options.bootstrap;
@@ -329,7 +349,11 @@ void WorkerAgent::Stop() {
   impl_->stop = true;
   if (impl_->heartbeats.joinable()) impl_->heartbeats.join();
   impl_->StopParts("the worker stops");
-  if (impl_->server != nullptr) impl_->server->Shutdown();
+  // Streams from other workers' tasks end (their readers here are gone);
+  // the deadline cancels any still open.
+  if (impl_->server != nullptr) {
+    impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
   if (impl_->http != nullptr) impl_->http->Stop();
 }
 
@@ -360,11 +384,19 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   Impl& im = *agent->impl_;
   im.options = options;
   if (options.slots < 1) return absl::InvalidArgumentError("--slots must be at least 1");
+  NetworkExchangeOptions net;
+  net.token = options.token;
+  net.tls_ca = options.tls_ca;
+  net.metrics = &im.metrics;
+  ASSIGN_OR_RETURN(im.network, NetworkExchange::Create(std::move(net)));
+  // Exchange messages are batches of frames (64 KiB) plus one frame, which
+  // may hold a large record.
+  constexpr int kMaxMessageBytes = 64 << 20;
   ASSIGN_OR_RETURN(GrpcServer server,
-                   StartGrpcServer(options.listen, grpc::InsecureServerCredentials(), {},
-                                   kDefaultGrpcMessageBytes, &im.metrics));
+                   StartGrpcServer(options.listen, grpc::InsecureServerCredentials(),
+                                   {im.network->service()}, kMaxMessageBytes, &im.metrics));
   im.server = std::move(server.server);
-  im.address = std::move(server.address);
+  im.address = AdvertisedAddress(options.advertise, server.address);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentials(options.tls_ca));
   im.stub =

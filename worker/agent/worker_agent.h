@@ -1,5 +1,6 @@
 // WorkerAgent: what `caravela worker` runs (SPEC §8 "Services"): its own gRPC
-// server (grpc.health.v1, for probes), registration with the coordinator and
+// server (grpc.health.v1, for probes; caravela.v1.ExchangeService, the
+// network exchange's streams into its tasks), registration with the coordinator and
 // heartbeats within the lease the coordinator grants. When the coordinator
 // answers that it does not know the worker (it was declared dead, or the
 // coordinator restarted), the agent registers again under a new id; when no
@@ -27,6 +28,10 @@ namespace caravela {
 struct WorkerAgentOptions {
   std::string coordinator;             // HOST:PORT
   std::string listen = "127.0.0.1:0";  // the worker's own gRPC server
+  // HOST:PORT other workers and the coordinator reach that server at (the
+  // network exchange streams to it); empty: the bound address, a wildcard
+  // host replaced by the host name.
+  std::string advertise;
   int slots = 1;
   std::string token;   // bearer token for the coordinator, empty for none
   std::string tls_ca;  // PEM roots to reach the coordinator over TLS; empty: plaintext

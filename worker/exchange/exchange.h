@@ -72,6 +72,8 @@
 
 namespace caravela {
 
+class NetworkExchange;  // network_exchange.h
+
 // ---- Codec -------------------------------------------------------------------
 
 struct ExchangeFrame {
@@ -245,9 +247,14 @@ class MemoryExchange {
 // ---- Writer ------------------------------------------------------------------
 
 struct ExchangeWriterOptions {
-  // Transport: `memory` when set, else Kafka at `bootstrap`. `topic` names
-  // the exchange in errors either way.
+  // Transport: `memory` when set, else `network` when set, else Kafka at
+  // `bootstrap`. `topic` names the exchange (and its Kafka topic).
   MemoryExchange* memory = nullptr;
+  // Network: the gRPC address (HOST:PORT) of the worker running each
+  // consuming task (index = partition), and the job's id (streams name it).
+  NetworkExchange* network = nullptr;
+  std::vector<std::string> peers;
+  std::string job_id;
   std::string bootstrap;
   std::string topic;
   int partitions = 1;
@@ -309,8 +316,12 @@ class ExchangeWriter {
 // ---- Reader ------------------------------------------------------------------
 
 struct ExchangeReaderOptions {
-  // Transport: `memory` when set, else Kafka at `bootstrap` (see the writer).
+  // Transport: `memory` when set, else `network` (an inbox per owned
+  // partition on this process's NetworkExchange, for `job_id`), else Kafka
+  // at `bootstrap` (see the writer).
   MemoryExchange* memory = nullptr;
+  NetworkExchange* network = nullptr;
+  std::string job_id;
   std::string bootstrap;
   std::string topic;
   std::vector<int32_t> partitions;  // owned partitions

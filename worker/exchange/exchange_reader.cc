@@ -39,6 +39,8 @@ class ExchangeReaderImpl final : public ExchangeReader {
     }
     if (o.memory != nullptr) {
       ASSIGN_OR_RETURN(in_, exchange_internal::OpenMemoryIn(o, owned));
+    } else if (o.network != nullptr) {
+      ASSIGN_OR_RETURN(in_, exchange_internal::OpenNetworkIn(o, owned));
     } else {
       ASSIGN_OR_RETURN(in_, exchange_internal::OpenKafkaIn(o, owned));
     }

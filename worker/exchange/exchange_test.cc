@@ -2,6 +2,7 @@
 // bounded polling loop with a deadline.
 #include "worker/exchange/exchange.h"
 
+#include <grpcpp/grpcpp.h>
 #include <librdkafka/rdkafka.h>
 
 #include <algorithm>
@@ -20,8 +21,10 @@
 #include "common/time_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/grpc_support.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_source.h"
+#include "worker/exchange/network_exchange.h"
 #include "worker/testing/embedded_broker_test.h"
 #include "worker/testing/status_testing.h"
 
@@ -289,15 +292,34 @@ TEST(ExchangeFlowControlTest, CountsPerPartition) {
 // ---- Against the embedded broker ----------------------------------------------
 
 // The transports the reader and writer logic runs over.
-enum class Transport { kKafka, kMemory };
+enum class Transport { kKafka, kMemory, kNetwork };
 
 class ExchangeTest : public EmbeddedBrokerTest, public ::testing::WithParamInterface<Transport> {
  protected:
   bool memory() const { return GetParam() == Transport::kMemory; }
+  bool network() const { return GetParam() == Transport::kNetwork; }
+
+  // The network transport: the readers' NetworkExchange (`net_`, served on
+  // a gRPC server on loopback) plays the consuming worker, another one
+  // (`producer_net_`) the producing worker, so every stream crosses gRPC.
+  absl::Status StartNetwork(NetworkExchangeOptions options = {}) {
+    options.connect_timeout_ms = 2000;
+    ASSIGN_OR_RETURN(producer_net_, NetworkExchange::Create(options));
+    ASSIGN_OR_RETURN(net_, NetworkExchange::Create(std::move(options)));
+    ASSIGN_OR_RETURN(server_, StartGrpcServer("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                                              {net_->service()}));
+    return absl::OkStatus();
+  }
+  void TearDown() override {
+    if (server_.server != nullptr) {
+      server_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    }
+  }
 
   // The exchange `topic` with `partitions` partitions: a Kafka topic, or a
-  // MemoryExchange kept by the fixture.
+  // MemoryExchange kept by the fixture (the network needs none).
   absl::Status Topic(const std::string& topic, int partitions) {
+    if (network()) return net_ != nullptr ? absl::OkStatus() : StartNetwork();
     if (!memory()) return EnsureExchangeTopic(bootstrap(), topic, partitions);
     memory_[topic] = std::make_unique<MemoryExchange>(topic, partitions, int64_t{1} << 30);
     return absl::OkStatus();
@@ -308,6 +330,11 @@ class ExchangeTest : public EmbeddedBrokerTest, public ::testing::WithParamInter
                                          int64_t batch_bytes = 64 * 1024) {
     ExchangeWriterOptions o;
     if (memory()) o.memory = memory_.at(topic).get();
+    if (network()) {
+      o.network = producer_net_.get();
+      o.peers.assign(static_cast<size_t>(partitions), server_.address);
+      o.job_id = "j";
+    }
     o.bootstrap = bootstrap();
     o.topic = topic;
     o.partitions = partitions;
@@ -326,6 +353,10 @@ class ExchangeTest : public EmbeddedBrokerTest, public ::testing::WithParamInter
                                          ExchangeFlowControl* flow = nullptr) {
     ExchangeReaderOptions o;
     if (memory()) o.memory = memory_.at(topic).get();
+    if (network()) {
+      o.network = net_.get();
+      o.job_id = "j";
+    }
     o.bootstrap = bootstrap();
     o.topic = topic;
     o.partitions = std::move(partitions);
@@ -338,10 +369,14 @@ class ExchangeTest : public EmbeddedBrokerTest, public ::testing::WithParamInter
   }
 
   std::map<std::string, std::unique_ptr<MemoryExchange>> memory_;
+  std::unique_ptr<NetworkExchange> net_, producer_net_;
+  GrpcServer server_;
 };
 
 // Tests of Kafka specifics (topics, flow control by byte counts).
 class KafkaExchangeTest : public ExchangeTest {};
+// Tests of the network transport (streams, credit, fencing at open).
+class NetworkExchangeTest : public ExchangeTest {};
 
 struct Got {
   int input;
@@ -661,6 +696,7 @@ TEST_P(ExchangeTest, NewerBarrierAbandonsTheOlderAlignment) {
 }
 
 TEST_P(ExchangeTest, OlderEpochsAreDroppedANewerOneFences) {
+  if (network()) GTEST_SKIP() << "streams are fenced when they open (NetworkExchangeTest)";
   const std::string topic = "caravela.j.epochs";
   ASSERT_OK(Topic(topic, 2));
   auto reader = Reader(topic, {0, 1}, 1, /*epoch=*/5);
@@ -695,6 +731,7 @@ TEST_P(ExchangeTest, OlderEpochsAreDroppedANewerOneFences) {
 }
 
 TEST_P(ExchangeTest, GarbageInTheTopicFailsPoll) {
+  if (network()) GTEST_SKIP() << "an unknown producer is refused when its stream opens";
   const std::string topic = "caravela.j.garbage";
   ASSERT_OK(Topic(topic, 1));
   auto reader = Reader(topic, {0}, 1);
@@ -776,6 +813,211 @@ TEST_P(KafkaExchangeTest, AbortedFlowControlEndsTheWait) {
   EXPECT_EQ(writer->records_written(), 1);
 }
 
+TEST_P(NetworkExchangeTest, StaleEpochsAreFencedANewerOneWaitsForItsReader) {
+  const std::string topic = "caravela.j.net-epochs";
+  ASSERT_OK(Topic(topic, 1));
+  // A writer that starts before its reader is open retries until it is.
+  auto early = Writer(topic, 1, 0, /*epoch=*/5);
+  ASSERT_TRUE(early);
+  ASSERT_OK(early->Write(0, MakeRecord(1, 0, 1)));
+  std::unique_ptr<ExchangeReader> reader;
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    reader = Reader(topic, {0}, 1, /*epoch=*/5);
+  });
+  ASSERT_OK(early->Flush(5000));  // connected once the reader opened
+  opener.join();
+  ASSERT_TRUE(reader);
+  std::vector<Got> got;
+  ASSERT_TRUE(PollUntil(*reader, &got, [&] { return got.size() == 1; }));
+
+  // An older epoch is refused at once: its frames never reach the reader.
+  auto stale = Writer(topic, 1, 0, /*epoch=*/4);
+  ASSERT_TRUE(stale);
+  ASSERT_OK(stale->Write(0, MakeRecord(2, 0, 2)));
+  absl::Status st = stale->Flush(5000);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("epoch 4 is fenced"));
+  EXPECT_THAT(st.message(), HasSubstr(topic));
+  // Sticky: the writer stays failed.
+  EXPECT_TRUE(absl::IsFailedPrecondition(stale->Write(0, MakeRecord(2, 0, 3))));
+
+  // A newer epoch waits for its reader (another worker may not have opened
+  // it yet) and gives up after connect_timeout_ms.
+  auto newer = Writer(topic, 1, 0, /*epoch=*/6);
+  ASSERT_TRUE(newer);
+  st = newer->WriteWatermark(0, false);
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("is not open yet"));
+  ASSERT_FALSE(PollUntil(
+      *reader, &got, [] { return false; }, 200));
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(reader->watermark(), kMinTime);
+
+  // A reader of a newer epoch replaces the old one, whose streams end.
+  auto reader6 = Reader(topic, {0}, 1, /*epoch=*/6);
+  ASSERT_TRUE(reader6);
+  st = early->Write(0, MakeRecord(3, 0, 3));
+  if (st.ok()) st = early->Flush(5000);
+  for (int i = 0; i < 100 && st.ok(); ++i) {  // the end reaches the writer
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    st = early->Write(0, MakeRecord(3, 0, 4 + i));
+    if (st.ok()) st = early->Flush(5000);
+  }
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("the stream ended"));
+  // And a reader of an older epoch than the open one cannot open.
+  ExchangeReaderOptions o;
+  o.network = net_.get();
+  o.job_id = "j";
+  o.topic = topic;
+  o.partitions = {0};
+  o.epoch = 5;
+  absl::Status old_reader = ExchangeReader::Open(o).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(old_reader)) << old_reader;
+}
+
+TEST_P(NetworkExchangeTest, UnknownProducerAndWrongTokenAreRefused) {
+  const std::string topic = "caravela.j.net-refused";
+  NetworkExchangeOptions options;
+  options.token = "s3cret";
+  ASSERT_OK(StartNetwork(options));
+  auto reader = Reader(topic, {0}, 1);
+  auto writer = Writer(topic, 1, 3);  // producer 3 of 1
+  ASSERT_TRUE(reader && writer);
+  absl::Status st = writer->WriteBarrier(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("producer 3 of 1"));
+
+  // A producer without the token: UNAUTHENTICATED, naming the header.
+  NetworkExchangeOptions other;
+  other.connect_timeout_ms = 2000;
+  auto tokenless = NetworkExchange::Create(other);
+  ASSERT_OK(tokenless.status());
+  ExchangeWriterOptions wo;
+  wo.network = tokenless->get();
+  wo.peers = {server_.address};
+  wo.job_id = "j";
+  wo.topic = topic;
+  auto w = ExchangeWriter::Open(wo);
+  ASSERT_OK(w.status());
+  st = (*w)->WriteBarrier(1);
+  EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("authorization: Bearer <token>"));
+}
+
+TEST_P(NetworkExchangeTest, CreditHoldsTheWriterUntilTheReaderConsumes) {
+  const std::string topic = "caravela.j.net-credit";
+  constexpr int64_t kWindow = 64 * 1024;
+  constexpr int64_t kBatch = 8 * 1024;
+  NetworkExchangeOptions options;
+  options.window_bytes = kWindow;
+  ASSERT_OK(StartNetwork(options));
+  auto reader = Reader(topic, {0}, 1);
+  auto writer = Writer(topic, 1, 0, 0, nullptr, kBatch);
+  ASSERT_TRUE(reader && writer);
+  constexpr int kRecords = 20000;  // about 1.5 MB of frames
+  std::atomic<int> written{0};
+  absl::Status wrote;
+  std::thread producer([&] {
+    for (int i = 0; i < kRecords && wrote.ok(); ++i) {
+      wrote = writer->Write(0, MakeRecord(i, 0, i));
+      written = i + 1;
+    }
+    if (wrote.ok()) wrote = writer->WriteWatermark(kMaxTime, false);
+  });
+  // Nobody reads: the writer stops once its credit is spent.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int64_t sent = writer->bytes_written();
+  EXPECT_LE(sent, kWindow + kBatch + 4096);
+  EXPECT_GE(sent, kWindow - kBatch);
+  EXPECT_LT(written.load(), kRecords);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(writer->bytes_written(), sent);  // still held
+  // The reader consumes, grants credit, and everything arrives in order.
+  std::vector<Got> got;
+  ASSERT_TRUE(PollUntil(
+      *reader, &got, [&] { return reader->finished(); }, 20000));
+  producer.join();
+  ASSERT_OK(wrote);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kRecords));
+  std::vector<int64_t> seqs = Seqs(got, 0);
+  for (int i = 0; i < kRecords; ++i) ASSERT_EQ(seqs[i], i);
+  EXPECT_EQ(reader->Backlog(), 0);
+}
+
+TEST_P(NetworkExchangeTest, CancelEndsAWriterWaitingForCredit) {
+  const std::string topic = "caravela.j.net-cancel";
+  NetworkExchangeOptions options;
+  options.window_bytes = 1024;
+  ASSERT_OK(StartNetwork(options));
+  auto reader = Reader(topic, {0}, 1);
+  std::atomic<bool> cancel{false};
+  ExchangeWriterOptions o;
+  o.network = producer_net_.get();
+  o.peers = {server_.address};
+  o.job_id = "j";
+  o.topic = topic;
+  o.batch_bytes = 512;
+  o.cancel = &cancel;
+  auto writer = ExchangeWriter::Open(o);
+  ASSERT_OK(writer.status());
+  absl::Status wrote;
+  std::thread producer([&] {
+    for (int i = 0; wrote.ok(); ++i) wrote = (*writer)->Write(0, MakeRecord(i, 0, i));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  cancel = true;
+  producer.join();
+  EXPECT_TRUE(absl::IsAborted(wrote)) << wrote;
+  EXPECT_THAT(wrote.message(), HasSubstr("the job stopped"));
+}
+
+TEST_P(NetworkExchangeTest, AReaderInTheSameProcessIsFedDirectlyWithTheSameCredit) {
+  const std::string topic = "caravela.j.net-local";
+  constexpr int64_t kWindow = 32 * 1024;
+  constexpr int64_t kBatch = 4 * 1024;
+  NetworkExchangeOptions options;
+  options.window_bytes = kWindow;
+  ASSERT_OK(StartNetwork(options));
+  auto reader = Reader(topic, {0, 1}, 1, /*epoch=*/3);
+  ASSERT_TRUE(reader);
+  // The reader's own NetworkExchange, and a peer address nobody serves:
+  // the frames never cross gRPC.
+  ExchangeWriterOptions o;
+  o.network = net_.get();
+  o.peers = {"127.0.0.1:1", "127.0.0.1:1"};
+  o.job_id = "j";
+  o.topic = topic;
+  o.partitions = 2;
+  o.epoch = 3;
+  o.keys = {{FieldPath::Parse("k")}};
+  o.batch_bytes = kBatch;
+  auto writer = ExchangeWriter::Open(o);
+  ASSERT_OK(writer.status());
+  constexpr int kRecords = 5000;
+  absl::Status wrote;
+  std::thread producer([&] {
+    for (int i = 0; i < kRecords && wrote.ok(); ++i)
+      wrote = (*writer)->Write(0, MakeRecord(i, 0, i));
+    if (wrote.ok()) wrote = (*writer)->WriteWatermark(kMaxTime, false);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Two partitions: at most a window (plus a message) each is unread.
+  EXPECT_LE((*writer)->bytes_written(), 2 * (kWindow + kBatch + 4096));
+  std::vector<Got> got;
+  ASSERT_TRUE(PollUntil(
+      *reader, &got, [&] { return reader->finished(); }, 20000));
+  producer.join();
+  ASSERT_OK(wrote);
+  EXPECT_EQ(got.size(), static_cast<size_t>(kRecords));
+  // The reader goes: the writer's next message fails.
+  reader.reset();
+  absl::Status st = (*writer)->WriteBarrier(1);
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("in this process"));
+}
+
 TEST(MemoryExchangeTest, AFullQueueHoldsTheWriterUntilTheReaderPops) {
   MemoryExchange ex("caravela.j.mem", 2, /*limit_bytes=*/100);
   ASSERT_OK(ex.Push(0, std::string(80, 'a'), 3));
@@ -827,11 +1069,23 @@ TEST(MemoryExchangeTest, PopWaitsForAMessageAndAbortEndsEveryWait) {
 }
 
 std::string TransportName(const ::testing::TestParamInfo<Transport>& info) {
-  return info.param == Transport::kKafka ? "Kafka" : "Memory";
+  switch (info.param) {
+    case Transport::kKafka:
+      return "Kafka";
+    case Transport::kMemory:
+      return "Memory";
+    case Transport::kNetwork:
+      return "Network";
+  }
+  return "?";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ExchangeTest,
-                         ::testing::Values(Transport::kKafka, Transport::kMemory), TransportName);
+                         ::testing::Values(Transport::kKafka, Transport::kMemory,
+                                           Transport::kNetwork),
+                         TransportName);
+INSTANTIATE_TEST_SUITE_P(Network, NetworkExchangeTest, ::testing::Values(Transport::kNetwork),
+                         TransportName);
 INSTANTIATE_TEST_SUITE_P(Kafka, KafkaExchangeTest, ::testing::Values(Transport::kKafka),
                          TransportName);
 

@@ -1,4 +1,4 @@
-// Internal to worker/exchange: the two transports behind ExchangeWriter and
+// Internal to worker/exchange: the three transports behind ExchangeWriter and
 // ExchangeReader (exchange.h). A transport moves whole messages (frames of
 // one producer for one partition); the writer batches frames into messages
 // and the reader splits them, the same for both.
@@ -32,6 +32,7 @@ class MessageOut {
 
 absl::StatusOr<std::unique_ptr<MessageOut>> OpenKafkaOut(const ExchangeWriterOptions& options);
 absl::StatusOr<std::unique_ptr<MessageOut>> OpenMemoryOut(const ExchangeWriterOptions& options);
+absl::StatusOr<std::unique_ptr<MessageOut>> OpenNetworkOut(const ExchangeWriterOptions& options);
 
 // Where a reader's messages come from: the owned partitions.
 class MessageIn {
@@ -52,5 +53,7 @@ absl::StatusOr<std::unique_ptr<MessageIn>> OpenKafkaIn(const ExchangeReaderOptio
                                                        const std::vector<int32_t>& owned);
 absl::StatusOr<std::unique_ptr<MessageIn>> OpenMemoryIn(const ExchangeReaderOptions& options,
                                                         const std::vector<int32_t>& owned);
+absl::StatusOr<std::unique_ptr<MessageIn>> OpenNetworkIn(const ExchangeReaderOptions& options,
+                                                         const std::vector<int32_t>& owned);
 
 }  // namespace caravela::exchange_internal

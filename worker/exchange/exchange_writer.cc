@@ -29,6 +29,8 @@ class BatchingExchangeWriter final : public ExchangeWriter {
     }
     if (o.memory != nullptr) {
       ASSIGN_OR_RETURN(out_, exchange_internal::OpenMemoryOut(o));
+    } else if (o.network != nullptr) {
+      ASSIGN_OR_RETURN(out_, exchange_internal::OpenNetworkOut(o));
     } else {
       ASSIGN_OR_RETURN(out_, exchange_internal::OpenKafkaOut(o));
     }

@@ -99,14 +99,19 @@ struct JobPart::Impl {
                      QuerySourcePartitions(spec, options.embedded_bootstrap));
     ASSIGN_OR_RETURN(plan, PlanClusterJob(spec, part.parallelism, partitions));
     const std::string bootstrap = JobKafkaBootstrap(spec, options.embedded_bootstrap);
-    if (!plan.exchanges.empty() && bootstrap.empty()) {
-      return absl::FailedPreconditionError(
-          "the job's exchanges need a Kafka cluster: name one in a source or sink, or start "
-          "the worker with --bootstrap");
-    }
-    for (const ExchangePlan& ex : plan.exchanges) {
-      RETURN_IF_ERROR(
-          EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions, ex.CreatePartitions(plan)));
+    // Exchanges stream between workers (the default) unless the job asks
+    // for Kafka topics (spec.exchange: kafka).
+    const bool network = spec.exchange != "kafka" && part.network != nullptr;
+    if (!network && !plan.exchanges.empty()) {
+      if (bootstrap.empty()) {
+        return absl::FailedPreconditionError(
+            "the job's Kafka exchanges (spec.exchange: kafka) need a Kafka cluster: name one in a "
+            "source or sink, or start the worker with --bootstrap");
+      }
+      for (const ExchangePlan& ex : plan.exchanges) {
+        RETURN_IF_ERROR(
+            EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions, ex.CreatePartitions(plan)));
+      }
     }
     job = std::make_unique<JobCheckpoints>(plan.total_tasks());
     if (options.state_budget == nullptr) {
@@ -142,7 +147,12 @@ struct JobPart::Impl {
       // A replay in arrival order runs in one task (WhyNotClusterParallelism):
       // its processing time is the records' arrival times, as in `caravela run`.
       pl.replay = plan.total_tasks() == 1 && ArrivalDriven(spec);
-      pl.group_flow = true;
+      if (network) {
+        pl.network = part.network;
+        pl.task_addresses = part.task_addresses;
+        pl.job_id = part.job_id;
+      }
+      pl.group_flow = !network;
       pl.cancel = &cancel;
       auto t = Task::Create(spec, options, std::move(pl), metrics);
       if (!t.ok()) {

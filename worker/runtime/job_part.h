@@ -15,8 +15,10 @@
 //   Signal()  forwards the job-wide checkpoint signals (JobCheckpoints).
 //   Stop()    ends every task now (another epoch, a canceled job, a lost
 //             lease) and waits for them; the destructor stops too.
-// States() is what the heartbeat reports. Exchanges go through Kafka (tasks
-// of a job are in several processes); there is no in-process flow control.
+// States() is what the heartbeat reports. Exchanges stream between workers
+// over gRPC (`network`, the worker's NetworkExchange, peers from the
+// assignment's task addresses), or go through Kafka topics when the job says
+// `spec.exchange: kafka` (or the worker has no NetworkExchange).
 //
 // Threading: every method is thread-safe.
 #pragma once
@@ -32,6 +34,8 @@
 #include "worker/runtime/task.h"
 
 namespace caravela {
+
+class NetworkExchange;
 
 // Whether a part that failed to start with `st` fails the same way on any
 // restart: the job's spec or files are wrong for this worker (invalid,
@@ -56,6 +60,10 @@ struct JobPartOptions {
   std::string shared_dir;
   // Other directories files of the job may lie in (CheckAllowedPaths).
   std::vector<std::string> allowed_paths;
+  // The worker's network exchange (null: exchanges go through Kafka), and
+  // the gRPC address of the worker running each global task id of the epoch.
+  NetworkExchange* network = nullptr;
+  std::vector<std::string> task_addresses;
 };
 
 class JobPart {

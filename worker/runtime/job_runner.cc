@@ -1,6 +1,9 @@
 #include "worker/runtime/job_runner.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <limits>
@@ -16,12 +19,14 @@
 #include "common/sink_kind.h"
 #include "common/source_kind.h"
 #include "common/time_util.h"
+#include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/checkpoint_coordinator.h"
 #include "worker/checkpoint/checkpoint_storage.h"
 #include "worker/checkpoint/job_savepoint.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/exchange/exchange.h"
+#include "worker/exchange/network_exchange.h"
 #include "worker/runtime/job_checkpoints.h"
 
 namespace caravela {
@@ -76,11 +81,23 @@ struct JobRunner::Impl {
   std::unique_ptr<JobCheckpoints> job;
   std::vector<std::unique_ptr<ExchangeFlowControl>> flows;
   std::vector<std::unique_ptr<MemoryExchange>> memory;
+  // --exchange network: the tasks stream to themselves over gRPC on
+  // loopback, as tasks on different workers do (tests, benchmarks).
+  std::unique_ptr<NetworkExchange> network;
+  GrpcServer server;
+  std::atomic<bool> cancel{false};
+
+  ~Impl() {
+    if (server.server != nullptr) {
+      server.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    }
+  }
 
   // Ends every wait of a writer on a reader (a task failed).
   void AbortExchanges() {
     for (auto& f : flows) f->Abort();
     for (auto& m : memory) m->Abort();
+    cancel = true;
   }
 };
 
@@ -178,6 +195,15 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   // bootstrap it names), else the embedded one. In memory: none (always for
   // replays: one thread writes and reads).
   const bool kafka_exchange = options.exchange == RunOptions::Exchange::kKafka && !im.replay;
+  const bool network_exchange = options.exchange == RunOptions::Exchange::kNetwork && !im.replay &&
+                                !r->plan_.exchanges.empty();
+  std::vector<std::string> task_addresses;
+  if (network_exchange) {
+    ASSIGN_OR_RETURN(im.network, NetworkExchange::Create({}));
+    ASSIGN_OR_RETURN(im.server, StartGrpcServer("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                                                {im.network->service()}, 64 << 20));
+    task_addresses.assign(static_cast<size_t>(r->plan_.total_tasks()), im.server.address);
+  }
   std::string bootstrap;
   if (kafka_exchange) {
     bootstrap = JobKafkaBootstrap(spec, options.embedded_bootstrap);
@@ -232,7 +258,7 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
           EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions, ex.CreatePartitions(r->plan_)));
       im.flows.push_back(
           std::make_unique<ExchangeFlowControl>(ex.partitions, kExchangeFlowLimitBytes));
-    } else {
+    } else if (!network_exchange) {
       // A replay's single thread must never wait on a full queue.
       im.memory.push_back(std::make_unique<MemoryExchange>(
           ex.topic, ex.partitions,
@@ -270,6 +296,12 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
       pl.restore_checkpoint = im.restore_id;
       pl.restore_parallelism = im.restore_parallelism;
       pl.replay = im.replay;
+      if (network_exchange) {
+        pl.network = im.network.get();
+        pl.task_addresses = task_addresses;
+        pl.job_id = spec.name;
+        pl.cancel = &im.cancel;
+      }
       auto t = Task::Create(spec, task_options, std::move(pl), metrics);
       if (!t.ok()) {
         return absl::Status(t.status().code(),
@@ -280,7 +312,10 @@ absl::StatusOr<std::unique_ptr<JobRunner>> JobRunner::Create(const JobSpec& spec
   }
   Log()->info("{} tasks in {} stages, {} exchanges ({}), epoch {}{}", total_tasks,
               r->plan_.stages.size(), r->plan_.exchanges.size(),
-              kafka_exchange ? "Kafka at " + bootstrap : std::string("in memory"), im.epoch,
+              kafka_exchange     ? "Kafka at " + bootstrap
+              : network_exchange ? "gRPC streams at " + im.server.address
+                                 : std::string("in memory"),
+              im.epoch,
               im.restore_id > 0 ? absl::StrCat(", restored checkpoint ", im.restore_id) : "");
   if (im.restore_id > 0) metrics->Get("restores_total")->Add();
   return r;

@@ -52,10 +52,10 @@ struct RunOptions {
   int parallelism = 0;
   // How the tasks of a parallel job exchange records (worker/exchange):
   // kMemory, bounded queues inside this process (every task of `caravela
-  // run` is here), or kKafka, topics `caravela.<job>.<operator>` on the
-  // job's cluster (the embedded broker if it names none), as tasks in
-  // different processes do.
-  enum class Exchange { kMemory, kKafka };
+  // run` is here), kKafka, topics `caravela.<job>.<operator>` on the
+  // job's cluster (the embedded broker if it names none), or kNetwork, gRPC
+  // streams on loopback, as tasks on different workers do.
+  enum class Exchange { kMemory, kKafka, kNetwork };
   Exchange exchange = Exchange::kMemory;
   // RocksDB memory shared by the tasks of the process (one block cache and
   // memtable budget); null: a parallel job makes one (kStateBlockCacheBytes,

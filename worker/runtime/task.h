@@ -70,6 +70,7 @@ class TaskActivity;
 class JobCheckpoints;
 class ExchangeFlowControl;
 class MemoryExchange;
+class NetworkExchange;
 
 // Where a task sits in a parallel job.
 struct TaskPlacement {
@@ -84,6 +85,13 @@ struct TaskPlacement {
   std::vector<MemoryExchange*> memory;
   std::string exchange_bootstrap;
   std::vector<ExchangeFlowControl*> flow;
+  // The network exchange (worker/exchange/network_exchange.h) when set and
+  // an exchange has no in-process queue: streams to the workers at
+  // `task_addresses` (gRPC HOST:PORT per global task id of the epoch),
+  // naming `job_id`.
+  NetworkExchange* network = nullptr;
+  std::vector<std::string> task_addresses;
+  std::string job_id;
   JobCheckpoints* checkpoints = nullptr;  // null: standalone
   // Partition counts of the Kafka sources the task's stage reads.
   SourcePartitions source_partitions;

@@ -60,8 +60,7 @@ std::string GraphBuilder::SinkPart(int node, bool dead_letter) const {
   std::string part = DefaultSinkPart(ctx_.placement.stage, stage_tasks, total_tasks, dead_letter,
                                      ctx_.placement.index);
   if (!parts.suffix.empty()) {
-    absl::StrAppend(&part, part.empty() ? std::to_string(ctx_.placement.index) : "",
-                    parts.suffix);
+    absl::StrAppend(&part, part.empty() ? std::to_string(ctx_.placement.index) : "", parts.suffix);
   }
   return part;
 }
@@ -290,6 +289,10 @@ absl::Status GraphBuilder::OpenExchanges() {
     rn.op = op;
     ExchangeReaderOptions ro;
     ro.memory = x < static_cast<int>(placement.memory.size()) ? placement.memory[x] : nullptr;
+    if (ro.memory == nullptr && placement.network != nullptr) {
+      ro.network = placement.network;
+      ro.job_id = placement.job_id;
+    }
     ro.bootstrap = placement.exchange_bootstrap;
     ro.topic = ex.topic;
     ro.partitions = {placement.index};
@@ -326,6 +329,21 @@ absl::Status GraphBuilder::OpenExchanges() {
     WriterNode wn;
     ExchangeWriterOptions wo;
     wo.memory = x < static_cast<int>(placement.memory.size()) ? placement.memory[x] : nullptr;
+    if (wo.memory == nullptr && placement.network != nullptr) {
+      // Partition p is the consuming stage's task p.
+      wo.network = placement.network;
+      wo.job_id = placement.job_id;
+      for (int p = 0; p < ex.partitions; ++p) {
+        const auto g = static_cast<size_t>(plan.FirstTask(ex.consumer_stage) + p);
+        if (g >= placement.task_addresses.size() || placement.task_addresses[g].empty()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("exchange ", ex.topic, ": no address of the worker running task ", g,
+                           " (the coordinator sends them with the assignment)"));
+        }
+        wo.peers.push_back(placement.task_addresses[g]);
+      }
+      wo.cancel = placement.cancel;
+    }
     wo.bootstrap = placement.exchange_bootstrap;
     wo.topic = ex.topic;
     wo.partitions = ex.partitions;
