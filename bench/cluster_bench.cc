@@ -11,6 +11,9 @@
 //               read; time from the kill to the new epoch running and to
 //               the first output of the new owners, and the size of the
 //               checkpoint the job restored;
+//   single      the throughput job's baseline: the same job and input run by
+//               `caravela run --parallelism N` (one process, in-memory
+//               exchanges), wall time from spawn to exit and its CPU;
 //   idle        the coordinator's CPU while --fake-workers x --slots tasks
 //               heartbeat every 100 ms over gRPC (no real work).
 //   rescale     an interval join that keeps every purchase row as keyed
@@ -23,12 +26,15 @@
 //               (the restore).
 //
 //   build/bench/cluster_bench --mode throughput --workers 1|2|3 [--purchases 100000]
+//                             [--exchange network|kafka]
+//   build/bench/cluster_bench --mode single --parallelism 2 [--purchases 100000]
 //   build/bench/cluster_bench --mode failover --purchases 400000 --partitions 32
 //   build/bench/cluster_bench --mode idle --fake-workers 100 --slots 10 --seconds 10
 //   build/bench/cluster_bench --mode rescale --purchases 450000 --partitions 32
 //
 // The embedded broker keeps ~5 MiB per partition: --purchases x ~210 B /
 // --partitions must stay below that (the bench says so when it does not).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -119,6 +125,7 @@ class Cluster {
  public:
   explicit Cluster(const Flags& f) : f_(f), dir_(f.dir) {}
 
+  // workers < 0: the broker and the input only.
   bool Start(int workers, int slots, const std::string& yaml,
              const std::vector<std::string>& more_topics = {}) {
     ParseResult parsed = ParseJobSpec(yaml);
@@ -152,6 +159,7 @@ class Cluster {
     bootstrap_ = broker_->WaitFor(R"(listening on (\S+))", milliseconds(20000));
     if (bootstrap_.empty()) return false;
     if (!Produce()) return false;
+    if (workers < 0) return true;
     coordinator_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0",
                                  "--data-dir", (dir_ / "coordinator").string(), "--allow-path",
@@ -307,6 +315,47 @@ int Throughput(const Flags& f) {
       "broker %.2f CPU s\n",
       total_cpu, static_cast<double>(c.lines_) / (total_cpu * 1000),
       CpuSeconds(c.coordinator_->pid()) - coord0, CpuSeconds(c.broker_->pid()) - broker0);
+  return 0;
+}
+
+// CPU seconds (user + system) of this process's waited-for children.
+double ChildrenCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_CHILDREN, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+int Single(const Flags& f) {
+  Cluster c(f);
+  const std::string yaml = RevenueJob("bench-revenue", f.dir, 1000);
+  if (!c.Start(-1, 0, yaml)) return 1;
+  // The job names the cluster's broker (workers get it with --bootstrap).
+  std::string named = yaml;
+  const std::string topic = "kafka: {topic: purchases,";
+  named.replace(named.find(topic), topic.size(),
+                "kafka: {bootstrap: \"" + c.bootstrap_ + "\", topic: purchases,");
+  const fs::path job = fs::path(f.dir) / "single.yaml";
+  std::ofstream(job) << named;
+  const std::string cmd = absl::StrCat(CARAVELA_BINARY, " run -q --parallelism ", f.parallelism,
+                                       " --data-dir ",
+                                       (fs::path(f.dir) / "single").string(), " ", job.string(),
+                                       " > ", (fs::path(f.dir) / "single.log").string(), " 2>&1");
+  const double cpu0 = ChildrenCpuSeconds();
+  const double broker0 = CpuSeconds(c.broker_->pid());
+  const auto t0 = SteadyClock::now();
+  const int rc = std::system(cmd.c_str());
+  const double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  const double cpu = ChildrenCpuSeconds() - cpu0;
+  if (rc != 0) {
+    std::fprintf(stderr, "caravela run failed (%d): see %s/single.log\n", rc, f.dir.c_str());
+    return 1;
+  }
+  std::printf("single process (caravela run --parallelism %d, in-memory exchanges): %" PRId64
+              " events in %.2f s (spawn to exit): %.0f events/s; %.2f CPU s (%.0f events per CPU "
+              "ms); broker %.2f CPU s\n",
+              f.parallelism, c.lines_, secs, static_cast<double>(c.lines_) / secs, cpu,
+              static_cast<double>(c.lines_) / (cpu * 1000), CpuSeconds(c.broker_->pid()) - broker0);
   return 0;
 }
 
@@ -564,7 +613,7 @@ int Idle(const Flags& f) {
 int main(int argc, char** argv) {
   caravela::Flags f;
   CLI::App app("Caravela cluster benchmark: broker, coordinator and workers as processes");
-  app.add_option("--mode", f.mode, "throughput | failover | idle | rescale")->capture_default_str();
+  app.add_option("--mode", f.mode, "throughput | single | failover | idle | rescale")->capture_default_str();
   app.add_option("--exchange", f.exchange, "Exchange transport: network | kafka")
       ->check(CLI::IsMember({"network", "kafka"}))
       ->capture_default_str();
@@ -590,6 +639,7 @@ int main(int argc, char** argv) {
   if (f.mode == "throughput") rc = caravela::Throughput(f);
   if (f.mode == "failover") rc = caravela::Failover(f);
   if (f.mode == "idle") rc = caravela::Idle(f);
+  if (f.mode == "single") rc = caravela::Single(f);
   if (f.mode == "rescale") rc = caravela::Rescale(f);
   if (rc == 2) std::fprintf(stderr, "unknown --mode %s\n", f.mode.c_str());
   if (temp && rc == 0) std::filesystem::remove_all(f.dir);
