@@ -386,7 +386,8 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   if (options.slots < 1) return absl::InvalidArgumentError("--slots must be at least 1");
   NetworkExchangeOptions net;
   net.token = options.token;
-  net.tls_ca = options.tls_ca;
+  // Workers serve plaintext gRPC (the token is checked): peers are reached
+  // without TLS even when the coordinator is reached with it.
   net.metrics = &im.metrics;
   ASSIGN_OR_RETURN(im.network, NetworkExchange::Create(std::move(net)));
   // Exchange messages are batches of frames (64 KiB) plus one frame, which
