@@ -337,10 +337,10 @@ int Single(const Flags& f) {
                 "kafka: {bootstrap: \"" + c.bootstrap_ + "\", topic: purchases,");
   const fs::path job = fs::path(f.dir) / "single.yaml";
   std::ofstream(job) << named;
-  const std::string cmd = absl::StrCat(CARAVELA_BINARY, " run -q --parallelism ", f.parallelism,
-                                       " --data-dir ",
-                                       (fs::path(f.dir) / "single").string(), " ", job.string(),
-                                       " > ", (fs::path(f.dir) / "single.log").string(), " 2>&1");
+  const std::string cmd =
+      absl::StrCat(CARAVELA_BINARY, " run -q --parallelism ", f.parallelism, " --data-dir ",
+                   (fs::path(f.dir) / "single").string(), " ", job.string(), " > ",
+                   (fs::path(f.dir) / "single.log").string(), " 2>&1");
   const double cpu0 = ChildrenCpuSeconds();
   const double broker0 = CpuSeconds(c.broker_->pid());
   const auto t0 = SteadyClock::now();
@@ -613,7 +613,8 @@ int Idle(const Flags& f) {
 int main(int argc, char** argv) {
   caravela::Flags f;
   CLI::App app("Caravela cluster benchmark: broker, coordinator and workers as processes");
-  app.add_option("--mode", f.mode, "throughput | single | failover | idle | rescale")->capture_default_str();
+  app.add_option("--mode", f.mode, "throughput | single | failover | idle | rescale")
+      ->capture_default_str();
   app.add_option("--exchange", f.exchange, "Exchange transport: network | kafka")
       ->check(CLI::IsMember({"network", "kafka"}))
       ->capture_default_str();

@@ -110,6 +110,29 @@ void CrossThreaded(benchmark::State& state, caravela::ExchangeWriter& writer,
   state.SetItemsProcessed(total);
 }
 
+// One reader per partition of `topic`, each configured by `configure`;
+// empty (and the benchmark skipped) if one does not open.
+template <typename Configure>
+std::vector<std::unique_ptr<caravela::ExchangeReader>> OpenReaders(benchmark::State& state,
+                                                                   const std::string& topic,
+                                                                   int partitions,
+                                                                   Configure configure) {
+  std::vector<std::unique_ptr<caravela::ExchangeReader>> readers;
+  for (int p = 0; p < partitions; ++p) {
+    caravela::ExchangeReaderOptions ro;
+    ro.topic = topic;
+    ro.partitions = {p};
+    configure(&ro);
+    auto reader = caravela::ExchangeReader::Open(ro);
+    if (!reader.ok()) {
+      state.SkipWithError("open");
+      return {};
+    }
+    readers.push_back(std::move(*reader));
+  }
+  return readers;
+}
+
 caravela::ExchangeWriterOptions WriterOptions(int partitions) {
   caravela::ExchangeWriterOptions o;
   o.topic = "caravela.bench.exchange";
@@ -124,18 +147,11 @@ void BM_Memory(benchmark::State& state) {
   caravela::ExchangeWriterOptions wo = WriterOptions(kPartitions);
   wo.memory = &exchange;
   auto writer = caravela::ExchangeWriter::Open(wo);
-  std::vector<std::unique_ptr<caravela::ExchangeReader>> readers;
-  for (int p = 0; p < kPartitions; ++p) {
-    caravela::ExchangeReaderOptions ro;
-    ro.memory = &exchange;
-    ro.topic = wo.topic;
-    ro.partitions = {p};
-    auto reader = caravela::ExchangeReader::Open(ro);
-    if (!writer.ok() || !reader.ok()) {
-      state.SkipWithError("open");
-      return;
-    }
-    readers.push_back(std::move(*reader));
+  auto readers = OpenReaders(state, wo.topic, kPartitions,
+                             [&](caravela::ExchangeReaderOptions* ro) { ro->memory = &exchange; });
+  if (!writer.ok() || readers.empty()) {
+    state.SkipWithError("open");
+    return;
   }
   Cross(state, **writer, readers, Records(10000));
 }
@@ -153,22 +169,13 @@ void BM_Kafka(benchmark::State& state) {
   caravela::ExchangeWriterOptions wo = WriterOptions(kPartitions);
   wo.bootstrap = (*broker)->bootstrap();
   wo.flow = &flow;
-  std::vector<std::unique_ptr<caravela::ExchangeReader>> readers;
-  for (int p = 0; p < kPartitions; ++p) {
-    caravela::ExchangeReaderOptions ro;
-    ro.bootstrap = wo.bootstrap;
-    ro.topic = wo.topic;
-    ro.partitions = {p};
-    ro.flow = &flow;
-    auto reader = caravela::ExchangeReader::Open(ro);
-    if (!reader.ok()) {
-      state.SkipWithError("open");
-      return;
-    }
-    readers.push_back(std::move(*reader));
-  }
+  auto readers =
+      OpenReaders(state, wo.topic, kPartitions, [&](caravela::ExchangeReaderOptions* ro) {
+        ro->bootstrap = wo.bootstrap;
+        ro->flow = &flow;
+      });
   auto writer = caravela::ExchangeWriter::Open(wo);
-  if (!writer.ok()) {
+  if (readers.empty() || !writer.ok()) {
     state.SkipWithError("open");
     return;
   }
@@ -197,22 +204,13 @@ void BM_Network(benchmark::State& state) {
   wo.network = state.range(0) == 1 ? net->get() : producer_net->get();
   wo.peers.assign(kPartitions, server->address);
   wo.job_id = "bench";
-  std::vector<std::unique_ptr<caravela::ExchangeReader>> readers;
-  for (int p = 0; p < kPartitions; ++p) {
-    caravela::ExchangeReaderOptions ro;
-    ro.network = net->get();
-    ro.job_id = "bench";
-    ro.topic = wo.topic;
-    ro.partitions = {p};
-    auto reader = caravela::ExchangeReader::Open(ro);
-    if (!reader.ok()) {
-      state.SkipWithError("open");
-      return;
-    }
-    readers.push_back(std::move(*reader));
-  }
+  auto readers =
+      OpenReaders(state, wo.topic, kPartitions, [&](caravela::ExchangeReaderOptions* ro) {
+        ro->network = net->get();
+        ro->job_id = "bench";
+      });
   auto writer = caravela::ExchangeWriter::Open(wo);
-  if (!writer.ok()) {
+  if (readers.empty() || !writer.ok()) {
     state.SkipWithError("open");
     return;
   }

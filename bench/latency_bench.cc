@@ -137,11 +137,11 @@ spec:
 // produce order (revenue), shared by the producer and the consumer.
 struct Ledger {
   std::mutex mu;
-  std::vector<int64_t> produced;            // by sequence number
-  std::vector<int64_t> latency;             // by sequence number; -1: not seen
+  std::vector<int64_t> produced;                       // by sequence number
+  std::vector<int64_t> latency;                        // by sequence number; -1: not seen
   std::map<std::string, std::vector<int64_t>> groups;  // group -> sequence numbers
   std::map<std::string, size_t> counted;               // group -> records counted so far
-  int64_t first_counted_seq = 0;  // records before it are the warm-up
+  int64_t first_counted_seq = 0;                       // records before it are the warm-up
 };
 
 // Finds `"field":` in `json` and reads the number or string after it.
@@ -180,12 +180,9 @@ class Bench {
   ~Bench() { StopAll(); }
 
   int Run() {
-    std::vector<std::string> args = {CARAVELA_BINARY,
-                                     "broker",
-                                     "--topic",
-                                     absl::StrCat("purchases:", f_.partitions),
-                                     "--topic",
-                                     absl::StrCat(kSinkTopic, ":1")};
+    std::vector<std::string> args = {CARAVELA_BINARY, "broker",
+                                     "--topic",       absl::StrCat("purchases:", f_.partitions),
+                                     "--topic",       absl::StrCat(kSinkTopic, ":1")};
     // Kafka exchanges: the mock broker creates no topics for other
     // processes, so the job's exchange topics are made here.
     if (f_.exchange == "kafka") {
@@ -233,8 +230,8 @@ class Bench {
     if (f_.where == "run") {
       run_ = std::make_unique<ChildProcess>(
           std::vector<std::string>{CARAVELA_BINARY, "--log-level", "info,checkpoint=debug", "run",
-                                   "-q", "--exchange", f_.exchange,
-                                   "--data-dir", (dir_ / "run").string(), job.string()},
+                                   "-q", "--exchange", f_.exchange, "--data-dir",
+                                   (dir_ / "run").string(), job.string()},
           dir_ / "run.log");
       return true;
     }
@@ -299,8 +296,8 @@ class Bench {
       const auto now = SteadyClock::now();
       if (now >= end) break;
       // Records due by now at the rate.
-      const auto due = static_cast<int64_t>(std::chrono::duration<double>(now - start).count() *
-                                            f_.rate);
+      const auto due =
+          static_cast<int64_t>(std::chrono::duration<double>(now - start).count() * f_.rate);
       if (now >= warm && ledger_.first_counted_seq == 0) {
         std::lock_guard<std::mutex> lock(ledger_.mu);
         ledger_.first_counted_seq = seq;
@@ -309,9 +306,9 @@ class Bench {
         const int64_t t = NowMs();
         const std::string user = absl::StrCat("u-", seq % 1000);
         const int country = static_cast<int>(seq % kCountries);
-        value = absl::StrCat(R"({"event_id":"e-)", seq, R"(","user_id":")", user,
-                             R"(","country":"C)", country, R"(","amount":1.5,"produce_ms":)", t,
-                             "}");
+        value =
+            absl::StrCat(R"({"event_id":"e-)", seq, R"(","user_id":")", user, R"(","country":"C)",
+                         country, R"(","amount":1.5,"produce_ms":)", t, "}");
         {
           std::lock_guard<std::mutex> lock(ledger_.mu);
           ledger_.produced.push_back(t);
@@ -401,8 +398,8 @@ class Bench {
   // "2026-12-05T21:00:00Z" (what window_start holds) -> epoch ms.
   static bool ParseWindowStart(std::string_view s, int64_t* ms) {
     std::tm tm{};
-    if (s.size() < 19 || strptime(std::string(s.substr(0, 19)).c_str(), "%Y-%m-%dT%H:%M:%S",
-                                  &tm) == nullptr) {
+    if (s.size() < 19 ||
+        strptime(std::string(s.substr(0, 19)).c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) {
       return false;
     }
     *ms = static_cast<int64_t>(timegm(&tm)) * 1000;
@@ -448,17 +445,18 @@ class Bench {
     }
     std::sort(lat.begin(), lat.end());
     auto pct = [&](double p) {
-      return lat[std::min(lat.size() - 1, static_cast<size_t>(p * static_cast<double>(lat.size())))];
+      return lat[std::min(lat.size() - 1,
+                          static_cast<size_t>(p * static_cast<double>(lat.size())))];
     };
     const std::string where =
         f_.where == "run" ? "caravela run" : absl::StrCat("cluster of ", f_.workers, " workers");
-    std::printf("latency %s, %s, %s exchange, parallelism %d, %d records/s, checkpoints every %d "
-                "ms: %zu records over %d s (%" PRId64 " produced, %" PRId64
-                " not seen): p50 %" PRId64 " ms, p99 %" PRId64 " ms, p99.9 %" PRId64
-                " ms, max %" PRId64 " ms\n",
-                f_.job.c_str(), where.c_str(), f_.exchange.c_str(), f_.parallelism, f_.rate,
-                f_.checkpoint_ms, lat.size(), f_.seconds, produced, missing, pct(0.5), pct(0.99),
-                pct(0.999), lat.back());
+    std::printf(
+        "latency %s, %s, %s exchange, parallelism %d, %d records/s, checkpoints every %d "
+        "ms: %zu records over %d s (%" PRId64 " produced, %" PRId64 " not seen): p50 %" PRId64
+        " ms, p99 %" PRId64 " ms, p99.9 %" PRId64 " ms, max %" PRId64 " ms\n",
+        f_.job.c_str(), where.c_str(), f_.exchange.c_str(), f_.parallelism, f_.rate,
+        f_.checkpoint_ms, lat.size(), f_.seconds, produced, missing, pct(0.5), pct(0.99),
+        pct(0.999), lat.back());
     if (!f_.json.empty()) {
       std::map<int64_t, int64_t> hist;  // bucket lower bound (ms) -> count
       for (int64_t l : lat) {

@@ -128,30 +128,14 @@ class MemoryIn final : public MessageIn {
 
   absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
                            const std::function<void(const RawMessage&)>& f) override {
-    popped_.clear();
-    for (size_t i = 0; i < owned_.size() && static_cast<int>(popped_.size()) < max_messages; ++i) {
-      const int32_t p = owned_[(next_ + i) % owned_.size()];
-      // One partition: wait on its queue; several: look at each, then nap.
-      const int wait = owned_.size() == 1 ? timeout_ms : 0;
-      exchange_->Pop(p, max_messages - static_cast<int>(popped_.size()), wait, &popped_);
-      partition_of_.resize(popped_.size(), p);
-    }
-    next_ = (next_ + 1) % owned_.size();
-    if (popped_.empty() && owned_.size() > 1 && timeout_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 1)));
-    }
-    for (size_t i = 0; i < popped_.size(); ++i) {
-      RawMessage m;
-      m.payload = popped_[i].bytes;
-      m.partition = partition_of_[i];
-      m.offset = popped_[i].offset;
-      f(m);
-    }
-    for (MemoryExchange::Message& m : popped_) exchange_->Recycle(std::move(m.bytes));
-    const int n = static_cast<int>(popped_.size());
-    popped_.clear();
-    partition_of_.clear();
-    return n;
+    return PollQueues(
+        owned_.size(), &next_, max_messages, timeout_ms,
+        [&](size_t q, int max, int wait, std::vector<MemoryExchange::Message>* out) {
+          exchange_->Pop(owned_[q], max, wait, out);
+        },
+        [&](size_t q) { return owned_[q]; }, f,
+        [&](MemoryExchange::Message& m) { exchange_->Recycle(std::move(m.bytes)); }, &popped_,
+        &partition_of_);
   }
 
   int64_t Backlog() const override {

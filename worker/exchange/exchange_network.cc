@@ -140,8 +140,6 @@ class NetworkInbox {
   std::vector<std::weak_ptr<ChannelLink>> links_;
 };
 
-struct NetworkExchange::Impl;
-
 // The consumer end of one stream (gRPC callback API: every reaction runs on
 // gRPC's threads and never blocks).
 class ChannelReactor final : public grpc::ServerBidiReactor<v1::ExchangeUp, v1::ExchangeDown> {
@@ -615,30 +613,14 @@ class NetworkIn final : public MessageIn {
 
   absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
                            const std::function<void(const RawMessage&)>& f) override {
-    popped_.clear();
-    for (size_t i = 0; i < inboxes_.size() && static_cast<int>(popped_.size()) < max_messages;
-         ++i) {
-      NetworkInbox& in = *inboxes_[(next_ + i) % inboxes_.size()];
-      const int wait = inboxes_.size() == 1 ? timeout_ms : 0;
-      in.Pop(max_messages - static_cast<int>(popped_.size()), wait, &popped_);
-      partition_of_.resize(popped_.size(), in.partition());
-    }
-    next_ = (next_ + 1) % inboxes_.size();
-    if (popped_.empty() && inboxes_.size() > 1 && timeout_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 1)));
-    }
-    for (size_t i = 0; i < popped_.size(); ++i) {
-      RawMessage m;
-      m.payload = popped_[i].bytes;
-      m.partition = partition_of_[i];
-      m.offset = popped_[i].offset;
-      f(m);
-      popped_[i].link->Consumed(static_cast<int64_t>(popped_[i].bytes.size()));
-    }
-    const int n = static_cast<int>(popped_.size());
-    popped_.clear();
-    partition_of_.clear();
-    return n;
+    return PollQueues(
+        inboxes_.size(), &next_, max_messages, timeout_ms,
+        [&](size_t q, int max, int wait, std::vector<NetworkInbox::Message>* out) {
+          inboxes_[q]->Pop(max, wait, out);
+        },
+        [&](size_t q) { return inboxes_[q]->partition(); }, f,
+        [](NetworkInbox::Message& m) { m.link->Consumed(static_cast<int64_t>(m.bytes.size())); },
+        &popped_, &partition_of_);
   }
 
   int64_t Backlog() const override {
