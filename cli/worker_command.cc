@@ -132,8 +132,15 @@ Command AddWorkerCommand(CLI::App& app) {
                   "it must be the same on every worker)")
       ->envname("CARAVELA_ALLOW_PATH");
   cmd->add_option("--tls-ca", f->agent.tls_ca,
-                  "PEM file of the roots to trust: talk TLS to the coordinator")
+                  "PEM file of the roots to trust: talk TLS to the coordinator (and, with\n"
+                  "--tls-cert, to the other workers)")
       ->envname("CARAVELA_TLS_CA");
+  cmd->add_option("--tls-cert", f->agent.tls_cert,
+                  "PEM certificate chain: serve TLS (health, exchange streams) with --tls-key;\n"
+                  "the worker then reaches its peers over TLS too, trusting --tls-ca")
+      ->envname("CARAVELA_TLS_CERT");
+  cmd->add_option("--tls-key", f->agent.tls_key, "PEM private key of --tls-cert")
+      ->envname("CARAVELA_TLS_KEY");
   return {cmd, [cmd, f] { return RunWorker(*cmd, *f); }};
 }
 

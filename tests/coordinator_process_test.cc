@@ -14,10 +14,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "tests/child_process.h"
 #include "tests/test_util.h"
@@ -237,6 +240,92 @@ TEST(CoordinatorProcessTest, TlsWithCertificateFiles) {
   CliResult workers = Cli("workers --tls-ca " + cert + at, dir);
   EXPECT_EQ(workers.code, 0) << workers.out;
   EXPECT_THAT(workers.out, HasSubstr("ALIVE"));
+}
+
+// Workers that serve TLS stream exchange records to each other over TLS: a
+// job with an exchange (one file-reading task -> dedup in 2 tasks) runs to
+// its end on two TLS workers, and every distinct id comes out once.
+TEST(CoordinatorProcessTest, ExchangeStreamsBetweenTlsWorkers) {
+  TempDir tmp("worker_tls", "CARAVELA_KEEP_TEST_DIRS", "worker TLS test");
+  const fs::path& dir = tmp.path();
+  const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
+  const std::string openssl = absl::StrCat(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=IP:127.0.0.1,DNS:localhost -keyout ",
+      key, " -out ", cert, " > ", (dir / "openssl.log").string(), " 2>&1");
+  ASSERT_EQ(std::system(openssl.c_str()), 0) << ReadFile(dir / "openssl.log");
+  const fs::path shared = dir / "shared";
+  fs::create_directories(shared);
+  {
+    std::ofstream in(shared / "in.jsonl");
+    for (int i = 0; i < 3000; ++i) {  // 1000 ids, each three times
+      in << R"({"event_id":"e)" << i % 1000 << R"(","ts":"2026-10-01T10:00:00Z"})"
+         << "\n";
+    }
+  }
+  std::ofstream(dir / "job.yaml") << R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: tls-exchange}
+spec:
+  parallelism: 2
+  sources:
+    - name: purchases
+      file: {path: in.jsonl}
+      event_time: {field: ts, format: iso8601}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 1h}
+  sinks:
+    - {from: unique, file: {path: out/unique.jsonl}}
+)";
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--data-dir",
+                            (dir / "data").string(), "--tls-cert", cert, "--tls-key", key},
+                           dir / "coordinator.log");
+  const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(address.empty()) << coordinator.Log();
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address, "--slots",
+                                 "2", "--data-dir", (dir / absl::StrCat("w", i)).string(),
+                                 "--shared-dir", shared.string(), "--tls-ca", cert, "--tls-cert",
+                                 cert, "--tls-key", key},
+        dir / absl::StrCat("worker-", i, ".log")));
+    ASSERT_FALSE(workers.back()->WaitFor(R"(id=(worker-\S+))", milliseconds(20000)).empty())
+        << workers.back()->Log();
+  }
+  const std::string at = " --tls-ca " + cert + " --coordinator " + address;
+  CliResult submitted = Cli("submit " + (dir / "job.yaml").string() + at, dir);
+  ASSERT_EQ(submitted.code, 0) << submitted.out;
+  const std::string id(absl::StripAsciiWhitespace(submitted.out));
+  std::string state;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    state = Cli("job " + id + at, dir).out;
+    if (state.find("FINISHED") != std::string::npos || state.find("FAILED") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_THAT(state, HasSubstr("FINISHED")) << state << workers[0]->Log() << workers[1]->Log();
+  // Tasks on both workers: the records crossed between them.
+  EXPECT_THAT(state, HasSubstr("worker-1"));
+  EXPECT_THAT(state, HasSubstr("worker-2"));
+  std::set<std::string> ids;
+  int lines = 0;
+  for (const auto& f : fs::directory_iterator(shared / "out")) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind("unique.", 0) != 0 || f.path().extension() != ".jsonl") continue;
+    std::ifstream in(f.path());
+    for (std::string line; std::getline(in, line);) {
+      ++lines;
+      const size_t at_id = line.find("\"event_id\":\"");
+      if (at_id != std::string::npos)
+        ids.insert(line.substr(at_id + 12, line.find('"', at_id + 12) - at_id - 12));
+    }
+  }
+  EXPECT_EQ(lines, 1000);
+  EXPECT_EQ(ids.size(), 1000u);
 }
 
 }  // namespace

@@ -386,16 +386,25 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   if (options.slots < 1) return absl::InvalidArgumentError("--slots must be at least 1");
   NetworkExchangeOptions net;
   net.token = options.token;
-  // Workers serve plaintext gRPC (the token is checked): peers are reached
-  // without TLS even when the coordinator is reached with it.
+  // Peers serve what this worker serves: TLS (trusting --tls-ca) when it has
+  // a certificate, plaintext otherwise (the token is checked either way).
+  if (!options.tls_cert.empty()) {
+    if (options.tls_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-cert needs --tls-ca: the roots the other workers' certificates chain to");
+    }
+    net.tls_ca = options.tls_ca;
+  }
   net.metrics = &im.metrics;
   ASSIGN_OR_RETURN(im.network, NetworkExchange::Create(std::move(net)));
   // Exchange messages are batches of frames (64 KiB) plus one frame, which
   // may hold a large record.
   constexpr int kMaxMessageBytes = 64 << 20;
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
+                   ServerCredentials(options.tls_cert, options.tls_key));
   ASSIGN_OR_RETURN(GrpcServer server,
-                   StartGrpcServer(options.listen, grpc::InsecureServerCredentials(),
-                                   {im.network->service()}, kMaxMessageBytes, &im.metrics));
+                   StartGrpcServer(options.listen, server_credentials, {im.network->service()},
+                                   kMaxMessageBytes, &im.metrics));
   im.server = std::move(server.server);
   im.address = AdvertisedAddress(options.advertise, server.address);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,

@@ -35,6 +35,11 @@ struct WorkerAgentOptions {
   int slots = 1;
   std::string token;   // bearer token for the coordinator, empty for none
   std::string tls_ca;  // PEM roots to reach the coordinator over TLS; empty: plaintext
+  // PEM certificate chain and key: the worker's own server speaks TLS, and
+  // it reaches the other workers over TLS trusting `tls_ca` (every worker of
+  // a cluster is set up alike). Empty: plaintext between workers.
+  std::string tls_cert;
+  std::string tls_key;
   std::string data_dir = "caravela-worker";  // task state: <data_dir>/<job id>/task-<n>
   // Kafka cluster for jobs that name none (exchanges, sources, sinks).
   std::string bootstrap;
