@@ -869,10 +869,18 @@ void WindowOperator::Emit(OperatorContext& ctx, uint32_t slot, const char* state
       case AggFn::kArgMin: {
         o.BeginArray(a.as);
         if (acc.lists != nullptr) {
+          // Tied rows in the order of their JSON text, not of their
+          // arrival: which producer's rows arrive first depends on the
+          // exchange, and the result must not (SPEC §8).
+          std::vector<const std::string*> rows;
+          rows.reserve(acc.lists->rows.size());
+          for (const std::string& json : acc.lists->rows) rows.push_back(&json);
+          std::sort(rows.begin(), rows.end(),
+                    [](const std::string* x, const std::string* y) { return *x < *y; });
           JsonDecoder decoder;
           Record row;
-          for (const std::string& json : acc.lists->rows) {
-            if (decoder.Decode(json, &row).ok()) o.AddValue("", row.Get(0));
+          for (const std::string* json : rows) {
+            if (decoder.Decode(*json, &row).ok()) o.AddValue("", row.Get(0));
           }
         }
         o.EndContainer();
