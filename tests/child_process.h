@@ -57,6 +57,36 @@ inline CliResult Cli(const std::string& args, const std::filesystem::path& dir) 
   const int rc = std::system(cmd.c_str());
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc), ReadFile(log)};
 }
+
+// Polls `caravela job ID <args>` (args name the coordinator, TLS, ...)
+// until the job is FINISHED, FAILED or CANCELED or `timeout` passed;
+// returns the last table printed.
+inline std::string WaitForJobEnd(const std::string& id, const std::string& args,
+                                 const std::filesystem::path& dir,
+                                 std::chrono::seconds timeout = std::chrono::seconds(120)) {
+  std::string table;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    table = Cli("job " + id + " " + args, dir).out;
+    for (const char* end : {"FINISHED", "FAILED", "CANCELED"}) {
+      if (table.find(end) != std::string::npos) return table;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return table;
+}
+
+// A self-signed certificate for 127.0.0.1 and localhost (openssl), valid a
+// day: PEM files <dir>/cert.pem and <dir>/key.pem. False (with openssl's
+// output in <dir>/openssl.log) if it could not be made.
+inline bool MakeSelfSignedCertificate(const std::filesystem::path& dir) {
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+      (dir / "key.pem").string() + " -out " + (dir / "cert.pem").string() + " > " +
+      (dir / "openssl.log").string() + " 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
 #endif
 
 // A child process (execv, no shell) with stdout and stderr in a file. The

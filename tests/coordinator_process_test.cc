@@ -214,11 +214,7 @@ TEST(CoordinatorProcessTest, TlsWithCertificateFiles) {
   TempDir tmp("coordinator_tls", "CARAVELA_KEEP_TEST_DIRS", "coordinator TLS test");
   const fs::path& dir = tmp.path();
   const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
-  const std::string openssl = absl::StrCat(
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
-      "subjectAltName=IP:127.0.0.1,DNS:localhost -keyout ",
-      key, " -out ", cert, " > ", (dir / "openssl.log").string(), " 2>&1");
-  ASSERT_EQ(std::system(openssl.c_str()), 0) << ReadFile(dir / "openssl.log");
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir)) << ReadFile(dir / "openssl.log");
   std::ofstream(dir / "job.yaml") << kJob;
   ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--data-dir",
                             (dir / "data").string(), "--tls-cert", cert, "--tls-key", key},
@@ -249,11 +245,7 @@ TEST(CoordinatorProcessTest, ExchangeStreamsBetweenTlsWorkers) {
   TempDir tmp("worker_tls", "CARAVELA_KEEP_TEST_DIRS", "worker TLS test");
   const fs::path& dir = tmp.path();
   const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
-  const std::string openssl = absl::StrCat(
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
-      "subjectAltName=IP:127.0.0.1,DNS:localhost -keyout ",
-      key, " -out ", cert, " > ", (dir / "openssl.log").string(), " 2>&1");
-  ASSERT_EQ(std::system(openssl.c_str()), 0) << ReadFile(dir / "openssl.log");
+  ASSERT_TRUE(MakeSelfSignedCertificate(dir)) << ReadFile(dir / "openssl.log");
   const fs::path shared = dir / "shared";
   fs::create_directories(shared);
   {
@@ -298,15 +290,7 @@ spec:
   CliResult submitted = Cli("submit " + (dir / "job.yaml").string() + at, dir);
   ASSERT_EQ(submitted.code, 0) << submitted.out;
   const std::string id(absl::StripAsciiWhitespace(submitted.out));
-  std::string state;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    state = Cli("job " + id + at, dir).out;
-    if (state.find("FINISHED") != std::string::npos || state.find("FAILED") != std::string::npos) {
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(100));
-  }
+  const std::string state = WaitForJobEnd(id, at, dir, std::chrono::seconds(60));
   ASSERT_THAT(state, HasSubstr("FINISHED")) << state << workers[0]->Log() << workers[1]->Log();
   // Tasks on both workers: the records crossed between them.
   EXPECT_THAT(state, HasSubstr("worker-1"));

@@ -412,17 +412,7 @@ class NexmarkClusterTest : public NexmarkTest, public ::testing::WithParamInterf
         Cli(absl::StrCat("submit ", file.string(), " --parallelism 2", at), root_);
     EXPECT_EQ(submitted.code, 0) << submitted.out;
     const std::string id(absl::StripAsciiWhitespace(submitted.out));
-    std::string state;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      state = Cli("job " + id + at, root_).out;
-      if (state.find("FINISHED") != std::string::npos ||
-          state.find("FAILED") != std::string::npos) {
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    EXPECT_THAT(state, HasSubstr("FINISHED")) << local_->Log();
+    EXPECT_THAT(WaitForJobEnd(id, at, root_), HasSubstr("FINISHED")) << local_->Log();
     std::vector<std::string> lines;
     for (const auto& f : fs::directory_iterator(shared_ / "out")) {
       const std::string name = f.path().filename().string();
