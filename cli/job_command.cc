@@ -63,22 +63,24 @@ void PrintResults(JobClient& client, const v1::Job& job) {
   std::string dead_letter = spec.dead_letter_path;
   if (shared.size() == 1) {
     spec.ResolvePaths(*shared.begin());
-    dead_letter = spec.dead_letter_path.empty()
-                      ? (std::filesystem::path(*shared.begin()) / job.id() / "dead-letter.jsonl")
-                            .string()
-                      : spec.dead_letter_path;
+    dead_letter =
+        spec.dead_letter_path.empty()
+            ? (std::filesystem::path(*shared.begin()) / job.id() / "dead-letter.jsonl").string()
+            : spec.dead_letter_path;
   }
-  std::printf("results%s:\n",
-              shared.size() == 1
-                  ? absl::StrCat(" (the workers' shared directory is ", *shared.begin(), ")").c_str()
-                  : shared.empty() ? " (no worker has a shared directory)"
-                                   : " (the workers name different shared directories)");
+  std::printf(
+      "results%s:\n",
+      shared.size() == 1
+          ? absl::StrCat(" (the workers' shared directory is ", *shared.begin(), ")").c_str()
+      : shared.empty() ? " (no worker has a shared directory)"
+                       : " (the workers name different shared directories)");
   for (const SinkSpec& s : spec.sinks) {
     std::printf("  %-24s %s\n", s.from.c_str(), s.Label().c_str());
   }
   if (!dead_letter.empty()) std::printf("  %-24s file:%s\n", "(dead letter)", dead_letter.c_str());
-  std::printf("  (a file sink of a stage of several tasks writes part files beside its path:\n"
-              "   <name>.part-<part>.<ext>)\n");
+  std::printf(
+      "  (a file sink of a stage of several tasks writes part files beside its path:\n"
+      "   <name>.part-<part>.<ext>)\n");
 }
 
 int RunJob(JobClient& client, const JobFlags& f) {
@@ -87,12 +89,12 @@ int RunJob(JobClient& client, const JobFlags& f) {
   if (rc != 0 || f.client.json) return rc;
   if (job->state() == v1::FAILED || job->state() == v1::CANCELED) {
     // What the user can do about it.
-    std::printf("%s once the cause is fixed: caravela restart %s [--parallelism N] starts it %s\n",
-                JobStateName(job->state()).c_str(), job->id().c_str(),
-                job->last_checkpoint() > 0
-                    ? absl::StrCat("from checkpoint ", job->last_checkpoint(), " (new epoch)")
-                          .c_str()
-                    : "from the beginning (no complete checkpoint)");
+    std::printf(
+        "%s once the cause is fixed: caravela restart %s [--parallelism N] starts it %s\n",
+        JobStateName(job->state()).c_str(), job->id().c_str(),
+        job->last_checkpoint() > 0
+            ? absl::StrCat("from checkpoint ", job->last_checkpoint(), " (new epoch)").c_str()
+            : "from the beginning (no complete checkpoint)");
   }
   PrintResults(client, *job);
   if (job->tasks_size() > 0) PrintTasks(*job);

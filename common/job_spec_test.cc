@@ -1287,9 +1287,9 @@ spec:
   // On a cluster relative paths need the workers' shared directory.
   std::vector<std::string> relative;
   for (const SpecError& e : RelativeFilePaths(r.spec)) relative.push_back(e.path);
-  EXPECT_THAT(relative, ::testing::ElementsAre("spec.sources[0].file.path",
-                                               "spec.sinks[0].file.path",
-                                               "spec.sinks[1].file.path"));
+  EXPECT_THAT(relative,
+              ::testing::ElementsAre("spec.sources[0].file.path", "spec.sinks[0].file.path",
+                                     "spec.sinks[1].file.path"));
 }
 
 }  // namespace

@@ -233,7 +233,8 @@ TEST_F(KafkaTest, AwaitingTopicSourceReadsItsShareOnceTheTopicExists) {
   std::set<std::string> payloads;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (payloads.size() < 2 && std::chrono::steady_clock::now() < deadline) {
-    auto n = source.Poll(10, 50, [&](const RawMessage& m) { payloads.insert(std::string(m.payload)); });
+    auto n =
+        source.Poll(10, 50, [&](const RawMessage& m) { payloads.insert(std::string(m.payload)); });
     ASSERT_OK(n);
   }
   EXPECT_THAT(payloads, UnorderedElementsAre("b0", "d0"));

@@ -626,8 +626,8 @@ TEST_P(ExchangeTest, BarriersAlignAndHoldLaterFrames) {
   std::vector<Got> got;
   // In one log (Kafka, memory) B's seq 2 comes after all of A's frames; over
   // the network A's and B's streams race, so wait for A's held frames too.
-  ASSERT_TRUE(PollUntil(*reader, &got,
-                        [&] { return Seqs(got, 1).size() == 3 && reader->Backlog() == 5; }));
+  ASSERT_TRUE(
+      PollUntil(*reader, &got, [&] { return Seqs(got, 1).size() == 3 && reader->Backlog() == 5; }));
   EXPECT_THAT(Seqs(got, 0), ElementsAre(0, 1));  // A's later records are held
   EXPECT_FALSE(reader->AlignedBarrier().has_value());
   EXPECT_EQ(reader->Backlog(), 5);           // 2, 3, W, |2|, 4
