@@ -64,7 +64,13 @@ class NetworkInbox {
   const std::string& name() const { return name_; }
   int32_t partition() const { return partition_; }
   int64_t epoch() const { return epoch_; }
-  int producers() const { return producers_; }
+  // InvalidArgument naming `what` unless `producer` is one of this inbox's
+  // producers (a stream's open, or a writer in this process).
+  absl::Status CheckProducer(int32_t producer, const std::string& what) const {
+    if (producer >= 0 && producer < producers_) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": producer ", producer, " of ", producers_));
+  }
 
   struct Message {
     std::string bytes;
@@ -271,10 +277,8 @@ grpc::Status ChannelReactor::Open(const v1::ExchangeOpen& open) {
                         absl::StrCat(what, ": the reader of epoch ", open.epoch(),
                                      " is not open yet (", inbox->epoch(), " is)"));
   }
-  if (open.producer() < 0 || open.producer() >= inbox->producers()) {
-    return grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat(what, ": producer ", open.producer(), " of ", inbox->producers()));
+  if (absl::Status st = inbox->CheckProducer(open.producer(), what); !st.ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(st.message()));
   }
   if (!inbox->Attach(link_)) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat(what, ": the reader closed"));
@@ -582,11 +586,8 @@ class NetworkOut final : public MessageOut {
     NetworkExchange* ex = options_.network;
     std::shared_ptr<NetworkInbox> inbox = ex->FindInbox(options_.job_id, options_.topic, partition);
     if (inbox != nullptr && inbox->epoch() == options_.epoch) {
-      if (options_.producer < 0 || options_.producer >= inbox->producers()) {
-        return absl::InvalidArgumentError(absl::StrCat("exchange ", options_.topic, " partition ",
-                                                       partition, ": producer ", options_.producer,
-                                                       " of ", inbox->producers()));
-      }
+      RETURN_IF_ERROR(inbox->CheckProducer(
+          options_.producer, absl::StrCat("exchange ", options_.topic, " partition ", partition)));
       auto local =
           std::make_unique<LocalChannel>(inbox, ex->options().window_bytes,
                                          absl::StrCat("exchange ", options_.topic, " partition ",
