@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "coordinator/job_client.h"
 #include "coordinator/job_state.h"
 #include "tests/child_process.h"
+#include "tests/http_test_util.h"
 #include "tests/kill_loop_util.h"  // Differences
 #include "tests/revenue_job.h"
 #include "tests/test_util.h"
@@ -157,10 +159,12 @@ class ClusterJobTest : public ::testing::Test {
       workers_.push_back(std::make_unique<ChildProcess>(
           std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots",
                                    "8", "--data-dir", (dir_ / absl::StrCat("w", i)).string(),
-                                   "--bootstrap", bootstrap_, "--allow-path", dir_.string()},
+                                   "--bootstrap", bootstrap_, "--allow-path", dir_.string(),
+                                   "--http", "127.0.0.1:0"},
           dir_ / absl::StrCat("worker-", i, ".log")));
       ids_.push_back(workers_[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
       ASSERT_FALSE(ids_[i].empty()) << workers_[i]->Log();
+      http_.push_back(workers_[i]->WaitFor(R"(http=(\S+))", milliseconds(1000)));
     }
   }
 
@@ -369,6 +373,7 @@ class ClusterJobTest : public ::testing::Test {
   std::unique_ptr<ChildProcess> broker_, coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::vector<std::string> ids_;
+  std::vector<std::string> http_;  // each worker's /metrics address
   std::string bootstrap_, address_;
   int coordinator_starts_ = 0;
   // The workers' lease: a worker stops its tasks when it cannot reach the
@@ -523,6 +528,77 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   ASSERT_OK(stale.status());
   EXPECT_EQ((*stale)[0][0], "0");
   ExpectTheAnswer(job);
+}
+
+// The sum of a /metrics family's samples on worker i (its tasks only).
+double MetricSum(const std::string& address, const std::string& family) {
+  double sum = 0;
+  std::istringstream in(HttpGet(address, "/metrics"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(family + "{", 0) != 0 && line.rfind(family + " ", 0) != 0) continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+// A process's resident memory (VmRSS) in KiB; 0 if unknown.
+int64_t RssKib(pid_t pid) {
+  std::istringstream in(ReadFile(absl::StrCat("/proc/", pid, "/status")));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return 0;
+}
+
+// Back-pressure over the network exchange: a worker paused for 15 s (shorter
+// than the lease, so its tasks stay) stops reading its streams. The producers
+// on the other workers stop within their credit, their sources stop polling
+// although input is left, and their memory stays flat. Resumed, the job ends
+// with the single-process answer, each FINAL once.
+class ClusterBackPressureTest : public ClusterJobTest {
+ protected:
+  ClusterBackPressureTest() { worker_timeout_ = "60s"; }
+};
+
+TEST_F(ClusterBackPressureTest, APausedConsumerHoldsItsProducersWithinTheirCredit) {
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(&id));
+  ::kill(workers_[0]->pid(), SIGSTOP);
+  std::this_thread::sleep_for(milliseconds(3000));  // credit spent, sources held
+  auto sources = [&] {
+    return MetricSum(http_[1], "caravela_source_partition_offset") +
+           MetricSum(http_[2], "caravela_source_partition_offset");
+  };
+  const double held_at = sources();
+  const double lag = MetricSum(http_[1], "caravela_source_partition_lag_records") +
+                     MetricSum(http_[2], "caravela_source_partition_lag_records");
+  const int64_t rss_held[2] = {RssKib(workers_[1]->pid()), RssKib(workers_[2]->pid())};
+  int64_t rss_max[2] = {rss_held[0], rss_held[1]};
+  for (int i = 0; i < 24; ++i) {  // 12 s more
+    std::this_thread::sleep_for(milliseconds(500));
+    for (int w = 0; w < 2; ++w) rss_max[w] = std::max(rss_max[w], RssKib(workers_[w + 1]->pid()));
+  }
+  const double held_until = sources();
+  const v1::Job paused = Get(id);
+  ::kill(workers_[0]->pid(), SIGCONT);
+  std::printf(
+      "back-pressure: sources of workers 1-2 at offset sum %.0f after 3 s paused, %.0f after 15 s "
+      "(lag %.0f records left); RSS KiB w1 %lld -> max %lld, w2 %lld -> max %lld\n",
+      held_at, held_until, lag, static_cast<long long>(rss_held[0]),
+      static_cast<long long>(rss_max[0]), static_cast<long long>(rss_held[1]),
+      static_cast<long long>(rss_max[1]));
+  EXPECT_NE(paused.state(), v1::FINISHED);
+  EXPECT_GT(lag, 0) << "the sources had read all their input before the pause: nothing to hold";
+  EXPECT_EQ(held_until, held_at) << "sources kept polling while a consumer was paused";
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_LT(rss_max[w] - rss_held[w], 16 * 1024) << "worker " << w + 1 << " grew while held";
+  }
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  ExpectTheAnswer(job);
+  ExpectEachFinalOnceInTheChangelog();
+  ExpectNoRevisionGoesBack();
 }
 
 // A fourth worker joins mid-stream: the tasks stop at a checkpoint and the

@@ -115,6 +115,9 @@ constexpr int kKills = 20;
 // Once this share of the input is checkpointed, runs are killed early (no
 // more progress), so that the job cannot finish before the last kill.
 constexpr double kPhase = 0.7;
+// After this many runs in a row killed after ready without completing a
+// checkpoint (a loaded machine), the next one waits for a checkpoint.
+constexpr int kMaxStalled = 3;
 constexpr int64_t kEpochFactor = 1'000'000'000;
 
 // The lines of `<dir>/<stem>.part-<i>.jsonl` for every task i of a stage
@@ -513,6 +516,7 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
   // was killed, and the job's last complete checkpoint after it.
   KillTiming timing(seed);
   int kills = 0, runs = 0, startup_kills = 0, restores = 0;
+  int stalled = 0;  // runs in a row killed after ready without a new checkpoint
   bool finished_early = false;
   std::set<int64_t> restored_ids;
   std::string delays;
@@ -602,10 +606,27 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
       // Never long enough to finish the rest of the input at the fastest
       // rate seen so far, and short once kPhase of it is checkpointed.
       const double remaining_ms = static_cast<double>(s.total - before.records) / rate;
-      const int64_t d = timing.AfterReady(remaining_ms, done >= kPhase);
-      kill_at = ready + milliseconds(d);
+      int64_t d = timing.AfterReady(remaining_ms, done >= kPhase);
       ready_at = ready;
       what = absl::StrCat("ready after ", startup_ms, " ms, killed ", d, " ms later");
+      if (stalled >= kMaxStalled && done < kPhase) {
+        // A loaded machine: runs killed within the window made no checkpoint
+        // kMaxStalled times in a row. This one is killed `d` (at most 100 ms)
+        // after its next complete checkpoint, so the loop still restores
+        // later states, whatever the machine's speed.
+        d = timing.Uniform(0, 100);
+        const auto deadline = ready + milliseconds(30000);
+        while (ReadProgress(loop / "data", job).checkpoint == before.checkpoint &&
+               !run.WaitUntil(std::min(deadline, Clock::now() + milliseconds(10)))) {
+          if (Clock::now() >= deadline) break;
+        }
+        what = absl::StrCat("ready after ", startup_ms, " ms, killed ", d,
+                            " ms after its first checkpoint, ", MsSince(ready), " ms after ready");
+        ready_at = ready;
+        kill_at = Clock::now() + milliseconds(d);
+      } else {
+        kill_at = ready + milliseconds(d);
+      }
     }
     if (run.WaitUntil(kill_at)) {
       ASSERT_EQ(run.ExitCode(), 0) << "run " << n << " failed: " << diagnose(run.Log());
@@ -615,6 +636,7 @@ void ParallelKillLoopTest::RunLoop(const std::string& exchange, uint32_t seed) {
     ASSERT_EQ(run.Stop(SIGKILL), 128 + SIGKILL) << run.Log();
     ++kills;
     const CheckpointProgress after = ReadProgress(loop / "data", job);
+    if (ready_at.has_value()) stalled = after.checkpoint == before.checkpoint ? stalled + 1 : 0;
     if (ready_at.has_value()) {  // records per ms, a lower bound of this run's rate
       const int64_t ms = std::max<int64_t>(1, MsSince(*ready_at));
       rate = std::max(rate, static_cast<double>(after.records - before.records) / ms);

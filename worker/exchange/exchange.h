@@ -70,6 +70,10 @@
 #include "common/time_util.h"
 #include "worker/operators/output.h"
 
+namespace spdlog {
+class logger;
+}  // namespace spdlog
+
 namespace caravela {
 
 class NetworkExchange;  // network_exchange.h
@@ -123,6 +127,13 @@ absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos,
 // The whole frames of `message` (walking the length prefixes only, without
 // decoding them; a truncated tail is not counted).
 int CountFrames(std::string_view message);
+// Checks a message that arrived from another process before anyone reads
+// it: exactly `frames` frames, each decoding (packed records validated) and
+// of `producer` and `epoch` (a frame of another epoch on a stream would
+// fence or be dropped by the reader). InvalidArgument naming the first fault.
+absl::Status ValidateMessage(std::string_view message, int32_t producer, int64_t epoch, int frames);
+// The exchange subsystem's logger ("exchange").
+std::shared_ptr<spdlog::logger> ExchangeLogger();
 // Fills `r` (fields, event_time, arrival) from a record frame that
 // DecodeFrame accepted (`packed` may be unaligned).
 void UnpackRecordFrame(const ExchangeFrame& f, Record* r);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "worker/exchange/exchange.h"
 
 namespace caravela {
@@ -237,6 +238,31 @@ absl::StatusOr<ExchangeFrame> NextFrame(std::string_view message, size_t* pos, b
   const std::string_view frame = in.Rest().substr(0, size);
   *pos = static_cast<size_t>(frame.data() + frame.size() - message.data());
   return DecodeFrame(frame, trusted);
+}
+
+absl::Status ValidateMessage(std::string_view message, int32_t producer, int64_t epoch,
+                             int frames) {
+  int n = 0;
+  for (size_t pos = 0; pos < message.size(); ++n) {
+    const size_t start = pos;
+    absl::StatusOr<ExchangeFrame> f = NextFrame(message, &pos, /*trusted=*/false);
+    if (!f.ok()) return f.status();
+    if (f->producer != producer || f->epoch != epoch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "exchange message: the frame at byte ", start, " is of producer ", f->producer, " epoch ",
+          f->epoch, " on a channel of producer ", producer, " epoch ", epoch));
+    }
+  }
+  if (n != frames) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exchange message: ", n, " frames where it announces ", frames));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<spdlog::logger> ExchangeLogger() {
+  static const std::shared_ptr<spdlog::logger> logger = SubsystemLogger("exchange");
+  return logger;
 }
 
 int CountFrames(std::string_view message) {

@@ -222,7 +222,7 @@ class KafkaOut final : public MessageOut {
     self->failure_ = absl::UnavailableError(
         absl::StrCat("exchange writer ", self->topic_, "[", m->partition, "] (producer ",
                      self->producer_, "): delivery failed: ", rd_kafka_err2str(m->err)));
-    KafkaLogger()->error("{}", std::string(self->failure_.message()));
+    ExchangeLogger()->error("{}", std::string(self->failure_.message()));
   }
 
   std::string topic_;

@@ -20,7 +20,7 @@
 #include "caravela/v1/exchange.grpc.pb.h"
 #include "common/http_server.h"  // BearerMatches
 #include "proto/grpc_support.h"
-#include "worker/connectors/kafka_source.h"  // KafkaLogger
+#include "spdlog/spdlog.h"
 #include "worker/exchange/exchange.h"
 #include "worker/exchange/exchange_transport.h"
 #include "worker/exchange/network_exchange.h"
@@ -167,6 +167,15 @@ class ChannelReactor final : public grpc::ServerBidiReactor<v1::ExchangeUp, v1::
     link_->finished = true;
     Finish(st);
   }
+  // Ends the stream with `st`, logged unless it only asks the producer to
+  // retry (UNAVAILABLE: its reader is not open yet or was replaced).
+  void Refuse(const grpc::Status& st) {
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      ExchangeLogger()->warn("refused the exchange stream from {}{}: {}", peer_, what_,
+                             st.error_message());
+    }
+    FinishOnce(st);
+  }
   // Starts a grant of what is owed if none is in flight (link_->mu held).
   bool TakeGrantLocked() {
     ChannelLink& l = *link_;
@@ -185,6 +194,10 @@ class ChannelReactor final : public grpc::ServerBidiReactor<v1::ExchangeUp, v1::
   std::shared_ptr<ChannelLink> link_ = std::make_shared<ChannelLink>();
   std::shared_ptr<NetworkInbox> inbox_;
   v1::ExchangeUp up_;
+  const std::string peer_;
+  std::string what_;  // " (exchange E partition P of job J, producer N epoch M)" once opened
+  int32_t producer_ = 0;
+  int64_t epoch_ = 0;
 };
 
 void ChannelLink::Consumed(int64_t bytes) {
@@ -241,7 +254,7 @@ struct NetworkExchange::Impl {
 
 ChannelReactor::ChannelReactor(NetworkExchange::Impl* exchange,
                                grpc::CallbackServerContext* context)
-    : exchange_(exchange) {
+    : exchange_(exchange), peer_(context->peer()) {
   link_->reactor = this;
   link_->threshold = std::max<int64_t>(exchange->options.window_bytes / 4, 1);
   const std::string& token = exchange->options.token;
@@ -250,9 +263,9 @@ ChannelReactor::ChannelReactor(NetworkExchange::Impl* exchange,
     auto it = md.find("authorization");
     if (it == md.end() ||
         !BearerMatches(std::string_view(it->second.data(), it->second.size()), token)) {
-      FinishOnce(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                              "missing or wrong bearer token (the metadata \"authorization: "
-                              "Bearer <token>\" with the cluster's token)"));
+      Refuse(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "missing or wrong bearer token (the metadata \"authorization: "
+                          "Bearer <token>\" with the cluster's token)"));
       return;
     }
   }
@@ -262,6 +275,9 @@ ChannelReactor::ChannelReactor(NetworkExchange::Impl* exchange,
 grpc::Status ChannelReactor::Open(const v1::ExchangeOpen& open) {
   const std::string what = absl::StrCat("exchange ", open.exchange(), " partition ",
                                         open.partition(), " of job ", open.job_id());
+  what_ = absl::StrCat(" (", what, ", producer ", open.producer(), " epoch ", open.epoch(), ")");
+  producer_ = open.producer();
+  epoch_ = open.epoch();
   std::shared_ptr<NetworkInbox> inbox = exchange_->Find(open);
   if (inbox == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -297,12 +313,20 @@ void ChannelReactor::OnReadDone(bool ok) {
                                      : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                                     "the first message of a channel must open it");
     if (!st.ok()) {
-      FinishOnce(st);
+      Refuse(st);
       return;
     }
     // The first grant: the whole window.
     link_->Consumed(exchange_->options.window_bytes);
   } else if (!up_.frames().empty()) {
+    // Checked here, on gRPC's threads, so that the reader never sees a
+    // broken frame (nor one of another epoch) from a stream: the stream
+    // ends and the job goes on.
+    if (absl::Status st = ValidateMessage(up_.frames(), producer_, epoch_, up_.frame_count());
+        !st.ok()) {
+      Refuse(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(st.message())));
+      return;
+    }
     if (!inbox_->Push(std::move(*up_.mutable_frames()), up_.frame_count(), link_)) {
       FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                               absl::StrCat("exchange ", inbox_->name(), " partition ",
@@ -611,6 +635,9 @@ class NetworkIn final : public MessageIn {
   ~NetworkIn() override {
     for (auto& in : inboxes_) in->Close("the reader closed");
   }
+  // Streams' messages are validated on arrival (ChannelReactor); local
+  // channels' are written by this process.
+  bool validated() const override { return true; }
 
   absl::StatusOr<int> Poll(int max_messages, int timeout_ms,
                            const std::function<void(const RawMessage&)>& f) override {

@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/time_util.h"
 #include "spdlog/spdlog.h"
-#include "worker/connectors/kafka_source.h"
 #include "worker/exchange/exchange.h"
 #include "worker/exchange/exchange_transport.h"
 
@@ -153,8 +152,9 @@ class ExchangeReaderImpl final : public ExchangeReader {
     int budget;  // frames
   };
 
-  // Frames from this process's memory are not validated field by field.
-  bool trusted() const { return options_.memory != nullptr; }
+  // Frames written in this process or checked on arrival are not validated
+  // field by field again.
+  bool trusted() const { return in_->validated(); }
 
   // A channel that ended (kMaxTime) counts as active, so the watermark
   // reaches kMaxTime once every producer ended.
@@ -255,16 +255,16 @@ class ExchangeReaderImpl final : public ExchangeReader {
   void OnBarrier(size_t c, int64_t id, int32_t partition, int64_t offset) {
     if (id <= released_ || (aligning_.has_value() && id < *aligning_)) {
       // A checkpoint already taken, or abandoned for a newer one.
-      KafkaLogger()->info("{}: ignoring barrier {} (aligning {}, last released {})",
-                          Where(partition, offset), id, aligning_.value_or(0), released_);
+      ExchangeLogger()->info("{}: ignoring barrier {} (aligning {}, last released {})",
+                             Where(partition, offset), id, aligning_.value_or(0), released_);
       return;
     }
     if (aligning_.has_value() && id > *aligning_) {
       // This producer skipped checkpoint *aligning_ (it was abandoned): align
       // on the newer one. The channels blocked on the old one go on with
       // their held frames (which may bring barrier `id` too).
-      KafkaLogger()->info("{}: barrier {} while aligning {}: checkpoint {} abandoned",
-                          Where(partition, offset), id, *aligning_, *aligning_);
+      ExchangeLogger()->info("{}: barrier {} while aligning {}: checkpoint {} abandoned",
+                             Where(partition, offset), id, *aligning_, *aligning_);
       for (Channel& other : channels_) other.blocked = false;
       blocked_ = 0;
     }

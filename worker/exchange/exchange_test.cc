@@ -12,16 +12,20 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "caravela/v1/exchange.grpc.pb.h"
 #include "common/job_plan.h"
 #include "common/time_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/grpc_support.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/exchange/network_exchange.h"
@@ -526,12 +530,15 @@ TEST_P(ExchangeTest, EveryRecordReachesTheOwnerOfItsKeyOnceInWriterOrder) {
     EXPECT_EQ(reader.watermark(), kMaxTime);
     EXPECT_EQ(reader.Backlog(), 0);
     EXPECT_GT(got.size(), 100u) << p;
-    int64_t last_offset = -1;
+    // Poll groups records by input, so offsets only rise within one input
+    // (a message may hold records of both inputs).
+    std::map<int, int64_t> last_offset;
     for (const Got& g : got) {
       ++seen[{g.writer, g.seq}];
       EXPECT_EQ(g.partition, p);
-      EXPECT_GE(g.offset, last_offset);  // records of one message share its offset
-      last_offset = g.offset;
+      auto it = last_offset.try_emplace(g.input, g.offset).first;
+      EXPECT_GE(g.offset, it->second);  // records of one message share its offset
+      it->second = g.offset;
       if (g.input == 1) {
         EXPECT_EQ(p, 0);
         continue;
@@ -906,6 +913,89 @@ TEST_P(NetworkExchangeTest, UnknownProducerAndWrongTokenAreRefused) {
   st = (*w)->WriteBarrier(1);
   EXPECT_TRUE(absl::IsUnauthenticated(st)) << st;
   EXPECT_THAT(st.message(), HasSubstr("authorization: Bearer <token>"));
+}
+
+// A stream whose frames do not decode, or that carry another producer's or
+// epoch's frames, ends with INVALID_ARGUMENT and a log line on the reading
+// worker; none of its frames reaches the reader, which goes on with the
+// other streams.
+TEST_P(NetworkExchangeTest, GarbageStreamsAreRefusedAndTheReaderGoesOn) {
+  const std::string topic = "caravela.j.net-garbage";
+  ASSERT_OK(Topic(topic, 1));
+  auto reader = Reader(topic, {0}, 2, /*epoch=*/3);
+  ASSERT_TRUE(reader);
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  ExchangeLogger()->sinks().push_back(sink);
+
+  auto stub = v1::ExchangeService::NewStub(
+      grpc::CreateChannel(server_.address, grpc::InsecureChannelCredentials()));
+  // Sends `frames` as producer 1 of epoch 3 after a valid open; the status
+  // the stream ends with.
+  auto send = [&](const std::string& frames, int count) {
+    grpc::ClientContext context;
+    auto stream = stub->Channel(&context);
+    v1::ExchangeUp up;
+    up.mutable_open()->set_job_id("j");
+    up.mutable_open()->set_epoch(3);
+    up.mutable_open()->set_exchange(topic);
+    up.mutable_open()->set_partition(0);
+    up.mutable_open()->set_producer(1);
+    EXPECT_TRUE(stream->Write(up));
+    v1::ExchangeDown down;
+    EXPECT_TRUE(stream->Read(&down));  // the first grant: the stream is open
+    up.Clear();
+    up.set_frames(frames);
+    up.set_frame_count(count);
+    stream->Write(up);
+    stream->WritesDone();
+    while (stream->Read(&down)) {
+    }
+    return stream->Finish();
+  };
+  std::string random_bytes = "\x05R\x03\x01garbage that is no frame";
+  grpc::Status st = send(random_bytes, 1);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  std::string newer;  // a well-formed frame of a newer epoch would fence the reader
+  AppendWatermarkFrame(/*epoch=*/9, /*producer=*/1, 100, false, &newer);
+  st = send(newer, 1);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("producer 1 epoch 9 on a channel of producer 1 epoch 3"));
+  std::string other;  // producer 0's frame on producer 1's stream
+  AppendWatermarkFrame(3, 0, kMaxTime, false, &other);
+  st = send(other, 1);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  std::string miscounted;
+  AppendWatermarkFrame(3, 1, 100, false, &miscounted);
+  st = send(miscounted, 2);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("1 frames where it announces 2"));
+
+  // The real producers' records all arrive; nothing of the garbage did.
+  auto w0 = Writer(topic, 1, 0, 3);
+  auto w1 = Writer(topic, 1, 1, 3);
+  ASSERT_TRUE(w0 && w1);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_OK(w0->Write(0, MakeRecord(i, 0, i)));
+    ASSERT_OK(w1->Write(0, MakeRecord(i, 1, i)));
+  }
+  ASSERT_OK(w0->WriteWatermark(kMaxTime, false));
+  ASSERT_OK(w1->WriteWatermark(kMaxTime, false));
+  ASSERT_OK(w0->Flush(5000));
+  ASSERT_OK(w1->Flush(5000));
+  std::vector<Got> got;
+  EXPECT_TRUE(PollUntil(*reader, &got, [&] { return reader->finished(); }));
+  EXPECT_EQ(got.size(), 100u);
+  EXPECT_EQ(reader->watermark(), kMaxTime);
+
+  ExchangeLogger()->flush();
+  auto& sinks = ExchangeLogger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+  const std::string text = log.str();
+  EXPECT_THAT(text, HasSubstr("refused the exchange stream from"));
+  EXPECT_THAT(text, HasSubstr("(exchange " + topic + " partition 0 of job j, producer 1 epoch 3)"));
+  EXPECT_THAT(text, HasSubstr("frames where it announces 2"));
 }
 
 TEST_P(NetworkExchangeTest, CreditHoldsTheWriterUntilTheReaderConsumes) {

@@ -159,7 +159,7 @@ absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string
   ASSIGN_OR_RETURN(int have, AwaitTopicPartitions(rk.get(), bootstrap, topic,
                                                   /*name_topic=*/false, kTimeoutMs));
   RETURN_IF_ERROR(CheckCount(topic, partitions, have));
-  KafkaLogger()->info("exchange topic {} on {}: {} partitions", topic, bootstrap, have);
+  ExchangeLogger()->info("exchange topic {} on {}: {} partitions", topic, bootstrap, have);
   return absl::OkStatus();
 }
 

@@ -49,6 +49,10 @@ class MessageIn {
   virtual int64_t Backlog() const = 0;
   // Partitions of the exchange.
   virtual int PartitionCount() const = 0;
+  // True when every frame delivered was already checked (written in this
+  // process, or validated on arrival by the network exchange): the reader
+  // then skips validating packed records.
+  virtual bool validated() const { return false; }
 };
 
 // How the two queue transports (memory, network) read their owned queues:
