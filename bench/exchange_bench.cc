@@ -11,14 +11,20 @@
 //    (librdkafka producer and consumer, the mock broker's copy), the writer
 //    on a thread of its own: throughput in wall time (items/s), with every
 //    thread's CPU (librdkafka's and the broker's) on the same 2 cores.
+//    BM_Kafka/1: with spec.exchange_compression: lz4.
+//  * BM_Lz4Message: bytes per record of a 64 KiB exchange message before
+//    and after lz4, and the compression's cost per record.
 //  * BM_Network/0: the same over gRPC streams on loopback (NetworkExchange
 //    served by a gRPC server in this process; one stream per partition,
 //    credit-based flow control), the writer on a thread of its own.
 //    BM_Network/1: the writer's consuming tasks are in its process (fed
 //    directly, with the same credit).
-//  * BM_EncodeDecode: only the codec (AppendRecordFrame + NextFrame +
-//    UnpackRecordFrame).
+//  * BM_EncodeDecode: only the codec: /0 a frame per record
+//    (AppendRecordFrame + NextFrame + UnpackRecordFrame), /1 record runs
+//    (AppendToRecordRun + NextFrame + RecordRunReader); /2 and /3 the same
+//    read as trusted (written in-process or validated on arrival).
 #include <grpcpp/grpcpp.h>
+#include <lz4.h>
 
 #include <chrono>
 #include <memory>
@@ -26,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/purchase_generator.h"
 #include "benchmark/benchmark.h"
 #include "common/json.h"
 #include "common/record.h"
@@ -174,6 +181,7 @@ void BM_Kafka(benchmark::State& state) {
         ro->bootstrap = wo.bootstrap;
         ro->flow = &flow;
       });
+  if (state.range(0) == 1) wo.compression = "lz4";
   auto writer = caravela::ExchangeWriter::Open(wo);
   if (readers.empty() || !writer.ok()) {
     state.SkipWithError("open");
@@ -181,7 +189,41 @@ void BM_Kafka(benchmark::State& state) {
   }
   CrossThreaded(state, **writer, readers);
 }
-BENCHMARK(BM_Kafka)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Kafka)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// What lz4 makes of a writer's 64 KiB message of generated purchases
+// (bench/purchase_generator.h: varied ids, users, amounts; record runs):
+// bytes per record before and after (LZ4_compress_default, the codec
+// librdkafka's lz4 uses), and the compression's cost.
+void BM_Lz4Message(benchmark::State& state) {
+  caravela::bench::PurchaseStreamOptions options;
+  options.purchases = 1000;
+  caravela::bench::PurchaseGenerator gen(options);
+  caravela::JsonDecoder dec;
+  std::vector<caravela::Record> records;
+  for (std::string line; gen.Next(&line);) {
+    records.emplace_back();
+    if (!dec.Decode(line, &records.back()).ok()) state.SkipWithError("decode");
+  }
+  std::string message;
+  caravela::RecordRun run;
+  size_t n = 0;
+  for (; message.size() < 64 * 1024; ++n) {
+    caravela::AppendToRecordRun(1, 0, 0, records[n % records.size()], &run, &message);
+  }
+  caravela::CloseRecordRun(&run, &message);
+  std::string out(static_cast<size_t>(LZ4_compressBound(static_cast<int>(message.size()))), '\0');
+  int compressed = 0;
+  for (auto _ : state) {
+    compressed = LZ4_compress_default(message.data(), out.data(), static_cast<int>(message.size()),
+                                      static_cast<int>(out.size()));
+    benchmark::DoNotOptimize(compressed);
+  }
+  state.counters["bytes_per_record"] = static_cast<double>(message.size()) / static_cast<double>(n);
+  state.counters["lz4_bytes_per_record"] = static_cast<double>(compressed) / static_cast<double>(n);
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
+}
+BENCHMARK(BM_Lz4Message);
 
 // state.range(0) == 1: the writer uses the readers' NetworkExchange (a
 // consuming task in the same process: fed without gRPC); 0: its own, as
@@ -221,24 +263,46 @@ void BM_Network(benchmark::State& state) {
 }
 BENCHMARK(BM_Network)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Arg 0: a frame per record ('R', AppendRecordFrame); 1: record runs ('S',
+// what writers send); 2 and 3: the same decoded as trusted bytes (memory, or
+// the network exchange, which validated them on arrival).
 void BM_EncodeDecode(benchmark::State& state) {
   const std::vector<caravela::Record> records = Records(1000);
+  const bool runs = state.range(0) % 2 == 1;
+  const bool trusted = state.range(0) >= 2;
   std::string message;
   caravela::Record out;
+  int32_t partition = 0;
+  int64_t offset = 0;
   for (auto _ : state) {
     message.clear();
-    for (const caravela::Record& r : records) caravela::AppendRecordFrame(1, 0, 0, r, &message);
+    caravela::RecordRun run;
+    for (const caravela::Record& r : records) {
+      if (runs) {
+        caravela::AppendToRecordRun(1, 0, 0, r, &run, &message);
+      } else {
+        caravela::AppendRecordFrame(1, 0, 0, r, &message);
+      }
+    }
+    caravela::CloseRecordRun(&run, &message);
     size_t pos = 0;
     while (pos < message.size()) {
-      auto f = caravela::NextFrame(message, &pos);
+      auto f = caravela::NextFrame(message, &pos, trusted);
       if (!f.ok()) state.SkipWithError("decode");
-      caravela::UnpackRecordFrame(*f, &out);
+      if (f->type == caravela::ExchangeFrame::Type::kRecordRun) {
+        caravela::RecordRunReader reader(*f);
+        while (reader.Next(&out, &partition, &offset)) benchmark::DoNotOptimize(out);
+      } else {
+        caravela::UnpackRecordFrame(*f, &out);
+      }
     }
     benchmark::DoNotOptimize(out);
   }
+  state.counters["bytes_per_record"] =
+      static_cast<double>(message.size()) / static_cast<double>(records.size());
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(records.size()));
 }
-BENCHMARK(BM_EncodeDecode);
+BENCHMARK(BM_EncodeDecode)->DenseRange(0, 3);
 
 }  // namespace
 

@@ -258,8 +258,8 @@ class SpecParser : private SpecReader {
     YAML::Node s = Field(root, "spec");
     if (Missing(s, "spec", true)) return;
     if (!CheckMap(s, "spec",
-                  {"parallelism", "max_parallelism", "exchange", "checkpoint", "sources",
-                   "operators", "sinks", "dead_letter"})) {
+                  {"parallelism", "max_parallelism", "exchange", "exchange_compression",
+                   "checkpoint", "sources", "operators", "sinks", "dead_letter"})) {
       return;
     }
     CollectNodes(s);
@@ -282,6 +282,13 @@ class SpecParser : private SpecReader {
                        spec().parallelism));
     }
     if (auto x = OneOf(s, "exchange", "spec", {"network", "kafka"})) spec().exchange = *x;
+    if (auto c = OneOf(s, "exchange_compression", "spec", {"none", "lz4"})) {
+      spec().exchange_compression = *c == "none" ? "" : *c;
+      if (!spec().exchange_compression.empty() && spec().exchange == "network") {
+        Err("spec.exchange_compression",
+            "compresses Kafka exchanges only; remove it or set spec.exchange: kafka");
+      }
+    }
     Checkpoint(Field(s, "checkpoint"));
     Sources(Field(s, "sources"));
     Operators(Field(s, "operators"));

@@ -160,6 +160,10 @@ struct JobSpec {
   // (`memory` inside one process, `network` in a cluster); "network" or
   // "kafka" (durable shuffles through topics caravela.<job>.<operator>).
   std::string exchange;
+  // spec.exchange_compression: "lz4" compresses the messages of Kafka
+  // exchanges (the producer's compression.codec; readers decompress); empty:
+  // none. Not for `exchange: network`.
+  std::string exchange_compression;
   CheckpointSpec checkpoint;
   std::vector<SourceSpec> sources;
   std::vector<OperatorSpec> operators;

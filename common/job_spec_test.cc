@@ -487,6 +487,30 @@ TEST(JobSpecTest, Parallelism) {
               ElementsAre(HasSubstr("spec.paralelism: unknown field")));
 }
 
+TEST(JobSpecTest, ExchangeAndItsCompression) {
+  std::string base =
+      "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: t}\nspec:\n"
+      "  sources: [{name: a, file: {path: x}}]\n";
+  ParseResult def = ParseJobSpec(base);
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def.spec.exchange, "");
+  EXPECT_EQ(def.spec.exchange_compression, "");
+  ParseResult lz4 = ParseJobSpec(base + "  exchange: kafka\n  exchange_compression: lz4\n");
+  ASSERT_TRUE(lz4.ok()) << Errors(lz4)[0];
+  EXPECT_EQ(lz4.spec.exchange, "kafka");
+  EXPECT_EQ(lz4.spec.exchange_compression, "lz4");
+  ParseResult none = ParseJobSpec(base + "  exchange_compression: none\n");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none.spec.exchange_compression, "");
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  exchange: tcp\n")),
+              ElementsAre(HasSubstr("spec.exchange: expected one of network, kafka")));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  exchange_compression: gzip\n")),
+              ElementsAre(HasSubstr("spec.exchange_compression: expected one of none, lz4")));
+  EXPECT_THAT(Errors(ParseJobSpec(base + "  exchange: network\n  exchange_compression: lz4\n")),
+              ElementsAre("spec.exchange_compression: compresses Kafka exchanges only; remove it "
+                          "or set spec.exchange: kafka"));
+}
+
 TEST(JobSpecTest, CheckpointAndDeadLetterErrors) {
   std::string base =
       "apiVersion: caravela/v1\nkind: Job\nmetadata: {name: t}\nspec:\n"

@@ -561,14 +561,17 @@ class ClusterBackPressureTest : public ClusterJobTest {
 };
 
 TEST_F(ClusterBackPressureTest, APausedConsumerHoldsItsProducersWithinTheirCredit) {
-  std::string id;
-  ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(&id));
-  ::kill(workers_[0]->pid(), SIGSTOP);
-  std::this_thread::sleep_for(milliseconds(3000));  // credit spent, sources held
   auto sources = [&] {
     return MetricSum(http_[1], "caravela_source_partition_offset") +
            MetricSum(http_[2], "caravela_source_partition_offset");
   };
+  // Paused as soon as the other workers' sources read: most input is left.
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] { return sources() > 0; }, milliseconds(60000)))
+      << Get(id).DebugString() << Logs();
+  ::kill(workers_[0]->pid(), SIGSTOP);
+  std::this_thread::sleep_for(milliseconds(3000));  // credit spent, sources held
   const double held_at = sources();
   const double lag = MetricSum(http_[1], "caravela_source_partition_lag_records") +
                      MetricSum(http_[2], "caravela_source_partition_lag_records");

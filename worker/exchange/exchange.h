@@ -16,14 +16,24 @@
 // transport's cost is paid per message, not per record.
 //
 // Frames:
-//   byte 0      type: 'R' record, 'W' watermark marker, 'B' barrier
+//   byte 0      type: 'S' record run, 'R' record, 'W' watermark marker,
+//               'B' barrier
 //   varint      epoch (the job's restore epoch; readers drop older ones)
 //   varint      producer task index (0 .. producers-1)
-//   'R':  varint input index of the consuming operator, zigzag-varint
-//         event_time, arrival, origin partition and origin offset (the
-//         record's where it was read), then Record::PackTo bytes
+//   'S':  varint input index of the consuming operator, then one or more
+//         records back to back, each: zigzag-varint deltas (to the run's
+//         previous record; the first to 0) of event_time and arrival,
+//         zigzag-varint origin partition, zigzag-varint delta of the origin
+//         offset (the record's where it was read), then Record::PackTo bytes
 //         (native layout: every process of a job runs the same binary on the
-//         same architecture)
+//         same architecture; the bytes say their own size). Writers put a
+//         partition's consecutive records of one input in one run, so the
+//         frame header and length are paid per batch, not per record; the
+//         run's length prefix is a 4-byte (padded) varint, patched when the
+//         run closes.
+//   'R':  one record: varint input, zigzag-varint event_time, arrival,
+//         origin partition and origin offset, then Record::PackTo bytes
+//         (written for a record too large for a run; still read)
 //   'W':  zigzag-varint watermark (kMaxTime: the producer's input ended),
 //         one byte idle flag
 //   'B':  varint checkpoint id
@@ -81,17 +91,20 @@ class NetworkExchange;  // network_exchange.h
 // ---- Codec -------------------------------------------------------------------
 
 struct ExchangeFrame {
-  enum class Type : uint8_t { kRecord = 'R', kWatermark = 'W', kBarrier = 'B' };
+  enum class Type : uint8_t { kRecordRun = 'S', kRecord = 'R', kWatermark = 'W', kBarrier = 'B' };
   Type type = Type::kRecord;
   int64_t epoch = 0;
   int32_t producer = 0;
-  // kRecord
+  // kRecord and kRecordRun
   int32_t input = 0;
+  // kRecord
   int64_t event_time = 0;
   int64_t arrival = 0;
   int32_t origin_partition = 0;  // Record::partition and offset at the writer
   int64_t origin_offset = 0;
-  std::string_view packed;  // Record::PackTo bytes (may be unaligned)
+  // kRecord: Record::PackTo bytes; kRecordRun: the run's records (both may
+  // be unaligned).
+  std::string_view packed;
   // kWatermark
   int64_t watermark = 0;
   bool idle = false;
@@ -105,6 +118,38 @@ void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Rec
 void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
                           std::string* out);
 void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out);
+// A run of records ('S' frame) being written at the end of a message.
+struct RecordRun {
+  size_t start = std::string::npos;  // offset of its length prefix; npos: no open run
+  int32_t input = 0;
+  // The run's previous record (the deltas' base).
+  int64_t event_time = 0;
+  int64_t arrival = 0;
+  int64_t offset = 0;
+};
+// Appends `r` to the open run at the end of `message` when it is of
+// `input`; else closes that run and opens a new one (or, for a record too
+// large for a run, appends an 'R' frame). Returns the frames it added (0 or
+// 1). Nothing else may be appended to `message` until CloseRecordRun.
+int AppendToRecordRun(int64_t epoch, int32_t producer, int32_t input, const Record& r,
+                      RecordRun* run, std::string* message);
+// Closes the open run (writes its length); no-op without one.
+void CloseRecordRun(RecordRun* run, std::string* message);
+// Reads the records of a kRecordRun frame that DecodeFrame accepted.
+class RecordRunReader {
+ public:
+  explicit RecordRunReader(const ExchangeFrame& f) : in_(f.packed) {}
+  // Fills `r` (fields, event_time, arrival) and the record's origin from the
+  // next record; false at the end of the run.
+  bool Next(Record* r, int32_t* origin_partition, int64_t* origin_offset);
+  // The records of the run left (walking their sizes, nothing unpacked).
+  int Count() const;
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+  uint64_t event_time_ = 0, arrival_ = 0, offset_ = 0;  // running sums (mod 2^64)
+};
 // Each Append* appends one frame with its length prefix to a message.
 void AppendRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
                        std::string* message);
@@ -286,6 +331,8 @@ struct ExchangeWriterOptions {
   // group's committed offset (what the readers have not read yet).
   std::string flow_group;
   int64_t flow_limit_bytes = 1 << 20;
+  // Kafka: the producer's compression.codec ("lz4"); empty: none.
+  std::string compression;
   // Set by the runtime when the job stops: a writer waiting on readers gives
   // up (Aborted). May be null.
   const std::atomic<bool>* cancel = nullptr;
@@ -388,8 +435,9 @@ class ExchangeReader {
   virtual void ReleaseBarrier() = 0;
   // Known unread input over the owned partitions (Kafka: messages of the
   // consumer lag; memory: frames queued), plus frames read but held back by
-  // alignment. 0 means nothing is waiting.
+  // alignment (a record run is one frame). 0 means nothing is waiting.
   virtual int64_t Backlog() const = 0;
+  // Records, markers and barriers of an older epoch dropped.
   virtual int64_t dropped_old_epoch() const = 0;
   // Every channel, by partition then producer.
   virtual std::vector<ExchangeChannelStatus> Channels() const = 0;

@@ -116,6 +116,7 @@ class KafkaOut final : public MessageOut {
                          {"queue.buffering.max.messages", "200000"},
                          {"queue.buffering.max.kbytes", "262144"},
                          {"allow.auto.create.topics", "false"},
+                         {"compression.codec", o.compression.empty() ? "none" : o.compression},
                      }));
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaOut::DeliveryReport);
     rd_kafka_conf_set_opaque(conf.get(), this);

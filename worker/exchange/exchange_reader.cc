@@ -184,7 +184,7 @@ class ExchangeReaderImpl final : public ExchangeReader {
       }
       --sink->budget;
       if (f->epoch < options_.epoch) {
-        ++dropped_;
+        dropped_ += f->type == ExchangeFrame::Type::kRecordRun ? RecordRunReader(*f).Count() : 1;
         continue;
       }
       if (f->epoch > options_.epoch) {
@@ -231,6 +231,24 @@ class ExchangeReaderImpl final : public ExchangeReader {
   void Apply(size_t c, const ExchangeFrame& f, int32_t partition, int64_t offset, Sink* sink) {
     Channel& ch = channels_[c];
     switch (f.type) {
+      case ExchangeFrame::Type::kRecordRun: {
+        std::vector<RecordBatch>& by_input = *sink->by_input;
+        if (by_input.size() <= static_cast<size_t>(f.input)) by_input.resize(f.input + 1);
+        RecordBatch& batch = by_input[f.input];
+        RecordRunReader run(f);
+        int32_t origin_partition = 0;
+        int64_t origin_offset = 0;
+        int n = 0;
+        for (Record* r = &batch.Append(); run.Next(r, &origin_partition, &origin_offset);
+             r = &batch.Append(), ++n) {
+          r->partition = options_.origin ? origin_partition : partition;
+          r->offset = options_.origin ? origin_offset : offset;
+        }
+        batch.PopBack();  // the slot after the last record
+        sink->appended += n;
+        sink->budget -= n - 1;  // the budget counts records; the frame was counted once
+        return;
+      }
       case ExchangeFrame::Type::kRecord: {
         std::vector<RecordBatch>& by_input = *sink->by_input;
         if (by_input.size() <= static_cast<size_t>(f.input)) by_input.resize(f.input + 1);

@@ -35,6 +35,7 @@ class BatchingExchangeWriter final : public ExchangeWriter {
       ASSIGN_OR_RETURN(out_, exchange_internal::OpenKafkaOut(o));
     }
     buffers_.resize(static_cast<size_t>(o.partitions));
+    runs_.resize(static_cast<size_t>(o.partitions));
     frames_.assign(static_cast<size_t>(o.partitions), 0);
     records_buffered_.assign(static_cast<size_t>(o.partitions), 0);
     for (std::string& b : buffers_) b.reserve(Reserve());
@@ -52,8 +53,8 @@ class BatchingExchangeWriter final : public ExchangeWriter {
         r, static_cast<size_t>(input) < options_.keys.size() ? options_.keys[input] : kNoKey,
         options_.partitions, options_.max_parallelism, &key_scratch_);
     std::string& buffer = buffers_[partition];
-    AppendRecordFrame(options_.epoch, options_.producer, input, r, &buffer);
-    ++frames_[partition];
+    frames_[partition] +=
+        AppendToRecordRun(options_.epoch, options_.producer, input, r, &runs_[partition], &buffer);
     ++records_buffered_[partition];
     if (static_cast<int64_t>(buffer.size()) >= options_.batch_bytes) {
       return SendPartition(partition);
@@ -64,6 +65,7 @@ class BatchingExchangeWriter final : public ExchangeWriter {
   absl::Status WriteWatermark(int64_t watermark, bool idle) override {
     RETURN_IF_ERROR(failure_);
     for (int32_t p = 0; p < options_.partitions; ++p) {
+      CloseRecordRun(&runs_[p], &buffers_[p]);
       AppendWatermarkFrame(options_.epoch, options_.producer, watermark, idle, &buffers_[p]);
       ++frames_[p];
     }
@@ -73,6 +75,7 @@ class BatchingExchangeWriter final : public ExchangeWriter {
   absl::Status WriteBarrier(int64_t checkpoint_id) override {
     RETURN_IF_ERROR(failure_);
     for (int32_t p = 0; p < options_.partitions; ++p) {
+      CloseRecordRun(&runs_[p], &buffers_[p]);
       AppendBarrierFrame(options_.epoch, options_.producer, checkpoint_id, &buffers_[p]);
       ++frames_[p];
     }
@@ -100,6 +103,7 @@ class BatchingExchangeWriter final : public ExchangeWriter {
 
   absl::Status SendPartition(int32_t partition) {
     std::string& buffer = buffers_[partition];
+    CloseRecordRun(&runs_[partition], &buffer);
     const auto size = static_cast<int64_t>(buffer.size());
     absl::Status st = out_->Send(partition, &buffer, frames_[partition]);
     if (!st.ok()) {
@@ -119,6 +123,7 @@ class BatchingExchangeWriter final : public ExchangeWriter {
   ExchangeWriterOptions options_;
   std::unique_ptr<MessageOut> out_;
   std::vector<std::string> buffers_;       // per partition: frames not sent yet
+  std::vector<RecordRun> runs_;            // per partition: the open record run
   std::vector<int> frames_;                // per partition: frames in the buffer
   std::vector<int64_t> records_buffered_;  // per partition: records in the buffer
   absl::Status failure_;                   // sticky

@@ -345,6 +345,7 @@ absl::Status GraphBuilder::OpenExchanges() {
       wo.cancel = placement.cancel;
     }
     wo.bootstrap = placement.exchange_bootstrap;
+    wo.compression = ctx_.spec.exchange_compression;
     wo.topic = ex.topic;
     wo.partitions = ex.partitions;
     wo.max_parallelism = ctx_.spec.max_parallelism;
