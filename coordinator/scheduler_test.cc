@@ -263,7 +263,9 @@ TEST_F(SchedulerTest, ALostWorkerMovesItsTasksStickilyWithANewEpoch) {
   for (int g = 0; g < 6; ++g) {
     EXPECT_NE(job.tasks(g).worker(), c);
     // Sticky: tasks of the live workers stayed where they were.
-    if (before[g] != c) EXPECT_EQ(job.tasks(g).worker(), before[g]) << g;
+    if (before[g] != c) {
+      EXPECT_EQ(job.tasks(g).worker(), before[g]) << g;
+    }
   }
   EXPECT_EQ(Beat(a, v1::TASK_RUNNING).assignments(0).epoch(), 2);
   EXPECT_EQ(Beat(b, v1::TASK_RUNNING).assignments(0).epoch(), 2);

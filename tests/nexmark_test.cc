@@ -480,7 +480,9 @@ TEST(NexmarkCliTest, GenProducesTheFilesToKafkaTopics) {
     std::sort(got.begin(), got.end());
     std::sort(want.begin(), want.end());
     EXPECT_EQ(got, want) << topic;
-    if (want.size() > 100) EXPECT_EQ(partitions.size(), 4u) << topic;
+    if (want.size() > 100) {
+      EXPECT_EQ(partitions.size(), 4u) << topic;
+    }
   }
 }
 

@@ -290,7 +290,9 @@ TEST_F(ReconcileTest, ReportsExactlyTheChangedWindowsAndApplyConvergesEverySink)
   // Revisions only grow: the reconciled ones lie beyond the writing epoch.
   for (const std::string& v : *values) {
     const json r = json::parse(v);
-    if (r.contains("reconciled")) EXPECT_GT(r["revision"].get<int64_t>(), 1'000'000'000);
+    if (r.contains("reconciled")) {
+      EXPECT_GT(r["revision"].get<int64_t>(), 1'000'000'000);
+    }
   }
   EXPECT_EQ(
       Caravela(absl::StrCat("reconcile ", job, " --sink kafka:revenue --apply"), "again-kafka.txt"),
