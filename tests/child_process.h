@@ -96,7 +96,11 @@ class ChildProcess {
   using Clock = std::chrono::steady_clock;
   using milliseconds = std::chrono::milliseconds;
 
-  ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log) : log_(log) {
+  // `gid`: when not 0, the child runs with that group id (setgid before
+  // exec; tests match its packets with iptables' owner match).
+  ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log,
+               gid_t gid = 0)
+      : log_(log) {
     // Everything the child needs is prepared before fork(): the parent has
     // threads (librdkafka), so the child only calls async-signal-safe functions.
     std::vector<char*> args;
@@ -110,6 +114,7 @@ class ChildProcess {
     if (pid_ == 0) {
       dup2(fd, 1);  // the duplicates do not inherit O_CLOEXEC
       dup2(fd, 2);
+      if (gid != 0 && setgid(gid) != 0) _exit(126);
       execv(args[0], args.data());
       _exit(127);
     }

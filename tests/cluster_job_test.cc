@@ -13,11 +13,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -161,7 +164,7 @@ class ClusterJobTest : public ::testing::Test {
                                    "8", "--data-dir", (dir_ / absl::StrCat("w", i)).string(),
                                    "--bootstrap", bootstrap_, "--allow-path", dir_.string(),
                                    "--http", "127.0.0.1:0"},
-          dir_ / absl::StrCat("worker-", i, ".log")));
+          dir_ / absl::StrCat("worker-", i, ".log"), i == 0 ? worker0_gid_ : 0));
       ids_.push_back(workers_[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
       ASSERT_FALSE(ids_[i].empty()) << workers_[i]->Log();
       http_.push_back(workers_[i]->WaitFor(R"(http=(\S+))", milliseconds(1000)));
@@ -379,6 +382,8 @@ class ClusterJobTest : public ::testing::Test {
   // The workers' lease: a worker stops its tasks when it cannot reach the
   // coordinator for this long.
   std::string worker_timeout_ = "2s";
+  // The group id worker 0 runs with (0: the test's).
+  gid_t worker0_gid_ = 0;
   std::map<std::string, WindowResult> reference_;
   std::vector<std::string> reference_shipped_;  // the join's output, sorted
   std::map<std::string, int64_t> produced_;     // records per input topic
@@ -601,6 +606,71 @@ TEST_F(ClusterBackPressureTest, APausedConsumerHoldsItsProducersWithinTheirCredi
   const v1::Job job = Get(id);
   ExpectTheAnswer(job);
   ExpectEachFinalOnceInTheChangelog();
+  ExpectNoRevisionGoesBack();
+}
+
+// A network partition between a worker and the coordinator only: the worker
+// still reaches Kafka and PostgreSQL (a zombie). The test process unshares
+// its network namespace first, so the whole cluster runs on a loopback of
+// its own and the iptables rule (drop worker 0's packets to the
+// coordinator's port, matched by the group id worker 0 runs with) exists
+// only there. The coordinator gives the worker up and places a new epoch on
+// the other two; the worker stops its tasks once its lease ends (it fences
+// itself), and none of its epoch's writes lands in PostgreSQL after that.
+// Healed, the job ends with the single-process answer.
+class ClusterPartitionTest : public ClusterJobTest {
+ protected:
+  static constexpr gid_t kCutOff = 4242;
+  ClusterPartitionTest() { worker0_gid_ = kCutOff; }
+  void SetUp() override {
+    ASSERT_EQ(unshare(CLONE_NEWNET), 0)
+        << "unshare(CLONE_NEWNET): " << strerror(errno) << " (the test needs root)";
+    ASSERT_EQ(std::system("ip link set lo up"), 0) << "ip (iproute2) missing: scripts/install-deps";
+    ASSERT_EQ(std::system("iptables -S OUTPUT > /dev/null"), 0)
+        << "iptables missing: run scripts/install-deps";
+    ClusterJobTest::SetUp();
+  }
+  // Adds (-I) or deletes (-D) the rule dropping worker 0's packets to the
+  // coordinator.
+  void Cut(const char* op) {
+    const std::string port = address_.substr(address_.rfind(':') + 1);
+    const std::string cmd = absl::StrCat("iptables ", op, " OUTPUT -o lo -p tcp --dport ", port,
+                                         " -m owner --gid-owner ", kCutOff, " -j DROP");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+};
+
+TEST_F(ClusterPartitionTest, AWorkerCutOffFromTheCoordinatorFencesItselfAndItsWritesStop) {
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(&id));
+  ASSERT_NO_FATAL_FAILURE(Cut("-I"));
+  ASSERT_TRUE(Eventually([&] { return Get(id).epoch() >= 2; }, milliseconds(30000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job moved = Get(id);
+  const int64_t moved_epoch = moved.epoch();
+  for (const v1::TaskStatus& t : moved.tasks()) EXPECT_NE(t.worker(), ids_[0]);
+  // Still running and still reaching Kafka and PostgreSQL, it stops every
+  // task when its lease ends.
+  EXPECT_FALSE(
+      workers_[0]
+          ->WaitFor(R"((stopping job cluster-revenue-1 epoch 1: lease lost))", milliseconds(15000))
+          .empty())
+      << workers_[0]->Log();
+  auto fenced_at = postgres_->Query("SELECT clock_timestamp()::text");
+  ASSERT_OK(fenced_at.status());
+  EXPECT_FALSE(workers_[0]->WaitUntil(ChildProcess::Clock::now())) << "worker 0 exited";
+  // The other workers run the job on; then the partition heals.
+  std::this_thread::sleep_for(milliseconds(3000));
+  ASSERT_NO_FATAL_FAILURE(Cut("-D"));
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  auto stale =
+      postgres_->Query(absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", moved_epoch,
+                                    " AND updated_at > '", (*fenced_at)[0][0], "'::timestamptz"));
+  ASSERT_OK(stale.status());
+  EXPECT_EQ((*stale)[0][0], "0");
+  ExpectTheAnswer(job);
   ExpectNoRevisionGoesBack();
 }
 
