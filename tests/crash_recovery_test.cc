@@ -9,14 +9,20 @@
 // part removed, and per key they must only ever increase.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <regex>
 #include <string>
@@ -24,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/free_space.h"
 #include "common/time_util.h"
 #include "tests/test_util.h"
 #include "worker/connectors/embedded_broker.h"
@@ -253,9 +260,22 @@ spec:
   }
 
   // Runs the job in its own directory (job + inputs copied), first with the
-  // failpoint (must die by SIGKILL), then without until it finishes; returns
-  // the number of restarts it took and checks the output.
+  // failpoint (must die by SIGKILL), then without until it finishes; checks
+  // the output.
   void CrashAndRecover(const std::string& name, const std::string& failpoint, bool expect_restore) {
+    RecoverAfter(name, expect_restore, [&](const fs::path& run_dir) {
+      RunResult crashed = RunJob(run_dir / "job.yaml", run_dir / "data", failpoint);
+      ASSERT_EQ(crashed.signal, 9) << "failpoint " << failpoint << " did not kill the run:\n"
+                                   << crashed.log;
+      EXPECT_THAT(crashed.log, ::testing::HasSubstr("failpoint"));
+    });
+  }
+
+  // Prepares the job's own directory (job + inputs copied), calls `first`
+  // (a run that must not finish), then runs the job until it finishes and
+  // checks the output against the uninterrupted run's.
+  void RecoverAfter(const std::string& name, bool expect_restore,
+                    const std::function<void(const fs::path& run_dir)>& first) {
     const fs::path run_dir = dir_ / name;
     fs::create_directories(run_dir);
     for (const char* f : {"purchases.jsonl", "payments.jsonl"})
@@ -264,10 +284,9 @@ spec:
     ASSERT_OK(server_->CreateDatabase(db));
     std::ofstream(run_dir / "job.yaml") << JobText(db);
     ASSERT_TRUE(fs::exists(run_dir / "job.yaml"));
-    RunResult crashed = RunJob(run_dir / "job.yaml", run_dir / "data", failpoint);
-    ASSERT_EQ(crashed.signal, 9) << "failpoint " << failpoint << " did not kill the run:\n"
-                                 << crashed.log;
-    EXPECT_THAT(crashed.log, ::testing::HasSubstr("failpoint"));
+    first(run_dir);
+    if (HasFatalFailure()) return;
+    const std::string failpoint = name;  // for the messages below
     RunResult resumed = RunJob(run_dir / "job.yaml", run_dir / "data", "");
     ASSERT_EQ(resumed.exit_code, 0) << resumed.log;
     if (expect_restore) {
@@ -386,6 +405,49 @@ TEST_F(CrashRecoveryTest, AfterSinkCommitBeforeNextCheckpoint) {
 
 TEST_F(CrashRecoveryTest, AfterSinkWriteBeforeNextCheckpoint) {
   CrashAndRecover("write", "sink.after_write:700", true);
+}
+
+// A full disk under the data dir (RocksDB state and the checkpoint storage,
+// file://<data dir>/checkpoints): a small tmpfs, in a mount namespace of this
+// test process's own, filled until about half of what the run needs is
+// left. The run fails (no crash) with a message naming the path and the free
+// space, and no checkpoint is corrupted: once the space is back, the job
+// resumes and ends with exactly the uninterrupted run's output.
+TEST_F(CrashRecoveryTest, FullDiskFailsWithTheFreeSpaceAndResumesOnceSpaceIsBack) {
+  ASSERT_EQ(unshare(CLONE_NEWNS), 0)
+      << "unshare(CLONE_NEWNS): " << strerror(errno) << " (the test needs root)";
+  ASSERT_EQ(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << strerror(errno);
+  // What a whole run leaves in its data dir (state and retained checkpoints).
+  uint64_t needed = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "reference")) {
+    if (e.is_regular_file()) needed += e.file_size();
+  }
+  ASSERT_GT(needed, 64u << 10);
+  fs::path data;
+  RecoverAfter("full-disk", /*expect_restore=*/false, [&](const fs::path& run_dir) {
+    data = run_dir / "data";
+    fs::create_directories(data);
+    ASSERT_EQ(mount("tmpfs", data.c_str(), "tmpfs", 0, "size=64m"), 0) << strerror(errno);
+    const fs::path filler = data / "filler";
+    {
+      const std::optional<uint64_t> free = FreeBytes(data.string());
+      ASSERT_TRUE(free.has_value());
+      std::ofstream f(filler, std::ios::binary);
+      const std::string block(1 << 16, 'x');
+      for (uint64_t left = *free - needed / 2; left >= block.size(); left -= block.size()) {
+        f.write(block.data(), static_cast<std::streamsize>(block.size()));
+      }
+    }
+    RunResult full = RunJob(run_dir / "job.yaml", data, "");
+    EXPECT_NE(full.exit_code, 0) << "the run did not fail on a full disk:\n" << full.log;
+    EXPECT_EQ(full.signal, 0) << full.log;
+    EXPECT_THAT(full.log, ::testing::HasSubstr("No space left on device")) << full.log;
+    EXPECT_THAT(full.log, ::testing::HasSubstr("bytes free on the file system of " + data.string()))
+        << full.log;
+    EXPECT_THAT(full.log, ::testing::HasSubstr("free space there and run the job again"));
+    fs::remove(filler);  // the space is back
+  });
+  if (!data.empty()) umount2(data.c_str(), MNT_DETACH);
 }
 
 }  // namespace

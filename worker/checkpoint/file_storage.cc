@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/failpoint.h"
+#include "common/free_space.h"
 #include "common/storage_scheme.h"
 
 namespace caravela {
@@ -32,8 +33,13 @@ absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.
 
 constexpr size_t kChunkBytes = 4 << 20;
 
-absl::Status Errno(int err, absl::string_view what) {
+// `path`: where a full file system (ENOSPC, EDQUOT) is reported with its
+// free space.
+absl::Status Errno(int err, absl::string_view what, std::string_view path = {}) {
   std::string msg = absl::StrCat(what, ": ", strerror(err));
+  if (err == ENOSPC || err == EDQUOT) {
+    return absl::ResourceExhaustedError(absl::StrCat(msg, FreeSpaceNote(path)));
+  }
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
   return absl::InternalError(msg);
@@ -308,10 +314,15 @@ class FileStorage final : public CheckpointStorage {
                                           counter_.fetch_add(1)))
                           .string();
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return Errno(errno, absl::StrCat(context, ": create ", tmp));
+    if (fd.get() < 0) return Errno(errno, absl::StrCat(context, ": create ", tmp), tmp);
     absl::Status st = fill(fd.get(), absl::StrCat(context, ": write ", tmp));
-    if (st.ok() && ::fsync(fd.get()) != 0) st = Errno(errno, absl::StrCat(context, ": fsync"));
-    if (fd.Close() != 0 && st.ok()) st = Errno(errno, absl::StrCat(context, ": close"));
+    if (absl::IsInternal(st) && st.message().find(strerror(ENOSPC)) != std::string_view::npos) {
+      st = absl::ResourceExhaustedError(absl::StrCat(st.message(), FreeSpaceNote(tmp)));
+    }
+    if (st.ok() && ::fsync(fd.get()) != 0) {
+      st = Errno(errno, absl::StrCat(context, ": fsync"), tmp);
+    }
+    if (fd.Close() != 0 && st.ok()) st = Errno(errno, absl::StrCat(context, ": close"), tmp);
     Failpoint("file_storage.before_rename");
     if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
       st = Errno(errno, absl::StrCat(context, ": rename ", tmp));

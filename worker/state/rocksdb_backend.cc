@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/free_space.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/db.h"
@@ -54,13 +55,23 @@ std::string NormalizePath(const std::string& path) {
   return p.string();
 }
 
+// Free space a snapshot keeps beyond twice the memtables (RocksDB's own
+// files: MANIFEST, OPTIONS, the checkpoint's copies of them).
+constexpr uint64_t kSnapshotMarginBytes = 4 << 20;
+
 rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
 
 // Converts a RocksDB status; `context` names the operation, path and table.
-absl::Status FromRocks(const rocksdb::Status& s, absl::string_view context) {
+// A full file system (at `path`, when given) is ResourceExhausted with the
+// free space and what to do.
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view context,
+                       std::string_view path = {}) {
   if (s.ok()) return absl::OkStatus();
   std::string msg = absl::StrCat(context, ": ", s.ToString());
+  if (s.IsNoSpace() || msg.find("No space left on device") != std::string::npos) {
+    return absl::ResourceExhaustedError(absl::StrCat(msg, FreeSpaceNote(path)));
+  }
   switch (s.code()) {
     case rocksdb::Status::kNotFound:
       return absl::NotFoundError(msg);
@@ -371,7 +382,7 @@ absl::Status RocksDbBackend::OpenDb() {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(options_, path_, descriptors, &handles, &db),
-                            absl::StrCat("rocksdb state open (db ", path_, ")")));
+                            absl::StrCat("rocksdb state open (db ", path_, ")"), path_));
   db_.reset(db);
   for (size_t i = 0; i < names.size(); ++i) {
     tables_.emplace(names[i], std::make_unique<RocksDbTable>(this, names[i], handles[i]));
@@ -437,7 +448,7 @@ absl::Status RocksDbBackend::WriteBlind() {
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;
   RETURN_IF_ERROR(FromRocks(db_->Write(wo, &blind_batch_),
-                            absl::StrCat("rocksdb state commit (db ", path_, ")")));
+                            absl::StrCat("rocksdb state commit (db ", path_, ")"), path_));
   blind_batch_.Clear();
   return absl::OkStatus();
 }
@@ -449,7 +460,7 @@ absl::Status RocksDbBackend::Commit() {
     wo.disableWAL = true;
     // On failure the batch is kept, so the caller may retry or fail the task.
     RETURN_IF_ERROR(FromRocks(db_->Write(wo, batch_.GetWriteBatch()),
-                              absl::StrCat("rocksdb state commit (db ", path_, ")")));
+                              absl::StrCat("rocksdb state commit (db ", path_, ")"), path_));
     batch_.Clear();
   }
   // Tables are in one mode at a time (Open commits on a switch), so the two
@@ -472,15 +483,33 @@ absl::Status RocksDbBackend::Snapshot(const std::string& dir) {
     fs::create_directories(target.parent_path(), ec);
     if (ec) return FromErrorCode(ec, context);
   }
+  // A flush that runs out of space leaves RocksDB's file writer in a state
+  // its assertions abort on (Debian's build keeps them): refuse up front
+  // when the memtables (twice, for the flush and the checkpoint's copies)
+  // plus a margin do not fit, with the free space and what to do.
+  uint64_t memtables = 0;
+  for (rocksdb::ColumnFamilyHandle* cf : Handles()) {
+    uint64_t bytes = 0;
+    if (db_->GetIntProperty(cf, "rocksdb.cur-size-all-mem-tables", &bytes)) memtables += bytes;
+  }
+  const uint64_t reserve = 2 * memtables + (kSnapshotMarginBytes);
+  for (const std::string& where : {path_, target.parent_path().string()}) {
+    const std::optional<uint64_t> free = FreeBytes(where);
+    if (free.has_value() && *free < reserve) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(context, ": No space left on device for the snapshot (it needs about ",
+                       reserve, " bytes)", FreeSpaceNote(where)));
+    }
+  }
   // With the WAL off, memtable data exists nowhere else: flush it into SSTs
   // so the checkpoint (which hard-links SSTs) contains it.
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  RETURN_IF_ERROR(FromRocks(db_->Flush(fo, Handles()), context));
+  RETURN_IF_ERROR(FromRocks(db_->Flush(fo, Handles()), context, path_));
   rocksdb::Checkpoint* raw = nullptr;
-  RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), context));
+  RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), context, path_));
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-  return FromRocks(checkpoint->CreateCheckpoint(target.string()), context);
+  return FromRocks(checkpoint->CreateCheckpoint(target.string()), context, target.string());
 }
 
 absl::Status RocksDbBackend::Restore(const std::string& dir) {
