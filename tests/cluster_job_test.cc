@@ -630,15 +630,45 @@ class ClusterPartitionTest : public ClusterJobTest {
         << "iptables missing: run scripts/install-deps";
     ClusterJobTest::SetUp();
   }
-  // Adds (-I) or deletes (-D) the rule dropping worker 0's packets to the
-  // coordinator.
-  void Cut(const char* op) {
-    const std::string port = address_.substr(address_.rfind(':') + 1);
+  // Adds (-I) or deletes (-D) the rule dropping worker 0's packets to
+  // `address` (HOST:PORT; default: the coordinator's).
+  void Cut(const char* op, std::string address = "") {
+    if (address.empty()) address = address_;
+    const std::string port = address.substr(address.rfind(':') + 1);
     const std::string cmd = absl::StrCat("iptables ", op, " OUTPUT -o lo -p tcp --dport ", port,
                                          " -m owner --gid-owner ", kCutOff, " -j DROP");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
 };
+
+// A partition between two workers of the job's exchanges (worker 0's
+// packets to worker 1's gRPC server dropped; both still reach the
+// coordinator, Kafka and PostgreSQL) for 10 s, then healed: the job ends
+// with the single-process answer, whether its streams resumed or it
+// restored a checkpoint.
+TEST_F(ClusterPartitionTest, TwoWorkersCutApartThenHealedGiveTheSingleProcessAnswer) {
+  const std::string worker1 = workers_[1]->WaitFor(R"(grpc=(\S+))", milliseconds(1000));
+  ASSERT_FALSE(worker1.empty()) << workers_[1]->Log();
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(&id));
+  ASSERT_NO_FATAL_FAILURE(Cut("-I", worker1));
+  std::this_thread::sleep_for(milliseconds(10000));
+  const v1::Job cut = Get(id);
+  ASSERT_NO_FATAL_FAILURE(Cut("-D", worker1));
+  const auto healed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  std::printf(
+      "worker 0 cut from worker 1 for 10 s: epoch %lld at the heal, %lld at the end; "
+      "finished %lld ms after the heal\n",
+      static_cast<long long>(cut.epoch()), static_cast<long long>(job.epoch()),
+      static_cast<long long>(
+          std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - healed)
+              .count()));
+  ExpectTheAnswer(job);
+  ExpectNoRevisionGoesBack();
+}
 
 TEST_F(ClusterPartitionTest, AWorkerCutOffFromTheCoordinatorFencesItselfAndItsWritesStop) {
   std::string id;
