@@ -416,6 +416,7 @@ class SpecParser : private SpecReader {
       Err(path, absl::StrCat("expected one of ", absl::StrJoin(names, ", ")));
     } else {
       std::vector<std::string> got;
+      got.reserve(present.size());
       for (const Kind* k : present) got.emplace_back(k->name());
       Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(names, ", "), ", got ",
                              absl::StrJoin(got, " and ")));
@@ -497,6 +498,7 @@ class SpecParser : private SpecReader {
         Err(path, absl::StrCat("expected one of ", absl::StrJoin(kinds, ", ")));
       } else {
         std::vector<std::string> got;
+        got.reserve(present.size());
         for (const OperatorKind* k : present) got.emplace_back(k->name());
         Err(path, absl::StrCat("expected exactly one of ", absl::StrJoin(kinds, ", "), ", got ",
                                absl::StrJoin(got, " and ")));

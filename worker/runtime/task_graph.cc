@@ -334,7 +334,8 @@ absl::Status GraphBuilder::OpenExchanges() {
       wo.network = placement.network;
       wo.job_id = placement.job_id;
       for (int p = 0; p < ex.partitions; ++p) {
-        const auto g = static_cast<size_t>(plan.FirstTask(ex.consumer_stage) + p);
+        const size_t g =
+            static_cast<size_t>(plan.FirstTask(ex.consumer_stage)) + static_cast<size_t>(p);
         if (g >= placement.task_addresses.size() || placement.task_addresses[g].empty()) {
           return absl::FailedPreconditionError(
               absl::StrCat("exchange ", ex.topic, ": no address of the worker running task ", g,
