@@ -641,6 +641,30 @@ class ClusterPartitionTest : public ClusterJobTest {
   }
 };
 
+// Packet loss (the kernel has no netem here: iptables' statistic match drops
+// a random 10 % of every packet worker 0 sends, to the coordinator, the other
+// workers, Kafka and PostgreSQL) for 5 s, then healed: whether TCP's
+// retransmissions carry it or the worker loses its lease and its tasks move,
+// the job ends with the single-process answer.
+TEST_F(ClusterPartitionTest, LossyLinksOfAWorkerGiveTheSingleProcessAnswer) {
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(&id));
+  const std::string rule = absl::StrCat(" OUTPUT -o lo -m owner --gid-owner ", kCutOff,
+                                        " -m statistic --mode random --probability 0.1 -j DROP");
+  ASSERT_EQ(std::system(("iptables -I" + rule).c_str()), 0) << rule;
+  std::this_thread::sleep_for(milliseconds(5000));
+  const v1::Job lossy = Get(id);
+  ASSERT_EQ(std::system(("iptables -D" + rule).c_str()), 0) << rule;
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  const v1::Job job = Get(id);
+  std::printf("10 %% loss on worker 0 for 5 s: epoch %lld and %s after it, epoch %lld at the end\n",
+              static_cast<long long>(lossy.epoch()), v1::JobState_Name(lossy.state()).c_str(),
+              static_cast<long long>(job.epoch()));
+  ExpectTheAnswer(job);
+  ExpectNoRevisionGoesBack();
+}
+
 // A partition between two workers of the job's exchanges (worker 0's
 // packets to worker 1's gRPC server dropped; both still reach the
 // coordinator, Kafka and PostgreSQL) for 10 s, then healed: the job ends
