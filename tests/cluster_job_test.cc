@@ -348,6 +348,21 @@ class ClusterJobTest : public ::testing::Test {
     };
     EXPECT_EQ(highest(table), highest(*values));
   }
+  // PostgreSQL's clock now (for ExpectNoRowOfAnEpochBefore); "" on error.
+  std::string PostgresNow() {
+    auto now = postgres_->Query("SELECT clock_timestamp()::text");
+    EXPECT_OK(now.status());
+    return now.ok() ? (*now)[0][0] : "";
+  }
+  // No row of the revenue table from an epoch before `epoch` was written
+  // after `since` (PostgresNow()): a fenced-off worker's writes did not land.
+  void ExpectNoRowOfAnEpochBefore(int64_t epoch, const std::string& since) {
+    ASSERT_FALSE(since.empty());
+    auto stale = postgres_->Query(absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", epoch,
+                                               " AND updated_at > '", since, "'::timestamptz"));
+    ASSERT_OK(stale.status());
+    EXPECT_EQ((*stale)[0][0], "0");
+  }
   static void UnlockFences(PGconn* lock) {
     PQclear(PQexec(lock, "COMMIT"));
     PQfinish(lock);
@@ -510,8 +525,7 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   // Let the new owners run a while (a file sink whose fence lock the paused
   // worker holds mid-commit waits for it: resuming releases it).
   Eventually([&] { return Get(id).state() == v1::RUNNING; }, milliseconds(3000));
-  auto resumed_at = postgres_->Query("SELECT clock_timestamp()::text");
-  ASSERT_OK(resumed_at.status());
+  const std::string resumed_at = PostgresNow();
   ::kill(workers_[0]->pid(), SIGCONT);
   // It notices that its lease is gone and stops every task.
   EXPECT_FALSE(
@@ -527,11 +541,7 @@ TEST_F(ClusterJobTest, PausedWorkerStopsItsTasksAndItsWritesDoNotLand) {
   for (const v1::TaskStatus& t : job.tasks()) EXPECT_NE(t.worker(), ids_[0]);
   // No row of the paused worker's epoch was written after it resumed (a
   // later epoch may have come on a loaded machine; its rows are fine).
-  auto stale =
-      postgres_->Query(absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", moved_epoch,
-                                    " AND updated_at > '", (*resumed_at)[0][0], "'::timestamptz"));
-  ASSERT_OK(stale.status());
-  EXPECT_EQ((*stale)[0][0], "0");
+  ExpectNoRowOfAnEpochBefore(moved_epoch, resumed_at);
   ExpectTheAnswer(job);
 }
 
@@ -710,8 +720,7 @@ TEST_F(ClusterPartitionTest, AWorkerCutOffFromTheCoordinatorFencesItselfAndItsWr
           ->WaitFor(R"((stopping job cluster-revenue-1 epoch 1: lease lost))", milliseconds(15000))
           .empty())
       << workers_[0]->Log();
-  auto fenced_at = postgres_->Query("SELECT clock_timestamp()::text");
-  ASSERT_OK(fenced_at.status());
+  const std::string fenced_at = PostgresNow();
   EXPECT_FALSE(workers_[0]->WaitUntil(ChildProcess::Clock::now())) << "worker 0 exited";
   // The other workers run the job on; then the partition heals.
   std::this_thread::sleep_for(milliseconds(3000));
@@ -719,11 +728,7 @@ TEST_F(ClusterPartitionTest, AWorkerCutOffFromTheCoordinatorFencesItselfAndItsWr
   ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
       << Get(id).DebugString() << Logs();
   const v1::Job job = Get(id);
-  auto stale =
-      postgres_->Query(absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", moved_epoch,
-                                    " AND updated_at > '", (*fenced_at)[0][0], "'::timestamptz"));
-  ASSERT_OK(stale.status());
-  EXPECT_EQ((*stale)[0][0], "0");
+  ExpectNoRowOfAnEpochBefore(moved_epoch, fenced_at);
   ExpectTheAnswer(job);
   ExpectNoRevisionGoesBack();
 }

@@ -73,12 +73,15 @@ absl::Status FsyncDir(const std::string& dir, absl::string_view context) {
   return absl::OkStatus();
 }
 
-absl::Status WriteAll(int fd, const char* data, size_t n, absl::string_view context) {
+// `path`: the file `fd` writes (a full file system is reported with its free
+// space).
+absl::Status WriteAll(int fd, const char* data, size_t n, absl::string_view context,
+                      std::string_view path) {
   while (n > 0) {
     ssize_t w = ::write(fd, data, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return Errno(errno, context);
+      return Errno(errno, context, path);
     }
     data += w;
     n -= static_cast<size_t>(w);
@@ -95,34 +98,35 @@ class FileStorage final : public CheckpointStorage {
   const std::string& url() const override { return url_; }
 
   absl::Status Write(std::string_view key, std::string_view data) override {
-    return AtomicWrite(key, [&](int fd, absl::string_view context) {
-      return WriteAll(fd, data.data(), data.size(), context);
+    return AtomicWrite(key, [&](int fd, absl::string_view context, std::string_view path) {
+      return WriteAll(fd, data.data(), data.size(), context, path);
     });
   }
 
   absl::Status Upload(std::string_view key, const std::string& local_path) override {
-    return AtomicWrite(key, [&](int out, absl::string_view context) -> absl::Status {
-      Fd in(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
-      if (in.get() < 0) return Errno(errno, absl::StrCat(context, ": open ", local_path));
-      // In-kernel copy (no user-space buffer; may even share extents).
-      while (true) {
-        ssize_t n = ::copy_file_range(in.get(), nullptr, out, nullptr, 64 << 20, 0);
-        if (n == 0) return absl::OkStatus();
-        if (n > 0) continue;
-        if (errno == EINTR) continue;
-        if (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL) break;
-        return Errno(errno, absl::StrCat(context, ": copy from ", local_path));
-      }
-      // Fallback: plain read/write from wherever copy_file_range stopped.
-      std::string buf(kChunkBytes, '\0');
-      while (true) {
-        ssize_t n = ::read(in.get(), buf.data(), buf.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return Errno(errno, absl::StrCat(context, ": read ", local_path));
-        if (n == 0) return absl::OkStatus();
-        RETURN_IF_ERROR(WriteAll(out, buf.data(), static_cast<size_t>(n), context));
-      }
-    });
+    return AtomicWrite(
+        key, [&](int out, absl::string_view context, std::string_view path) -> absl::Status {
+          Fd in(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
+          if (in.get() < 0) return Errno(errno, absl::StrCat(context, ": open ", local_path));
+          // In-kernel copy (no user-space buffer; may even share extents).
+          while (true) {
+            ssize_t n = ::copy_file_range(in.get(), nullptr, out, nullptr, 64 << 20, 0);
+            if (n == 0) return absl::OkStatus();
+            if (n > 0) continue;
+            if (errno == EINTR) continue;
+            if (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL) break;
+            return Errno(errno, absl::StrCat(context, ": copy from ", local_path), path);
+          }
+          // Fallback: plain read/write from wherever copy_file_range stopped.
+          std::string buf(kChunkBytes, '\0');
+          while (true) {
+            ssize_t n = ::read(in.get(), buf.data(), buf.size());
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) return Errno(errno, absl::StrCat(context, ": read ", local_path));
+            if (n == 0) return absl::OkStatus();
+            RETURN_IF_ERROR(WriteAll(out, buf.data(), static_cast<size_t>(n), context, path));
+          }
+        });
   }
 
   absl::StatusOr<std::string> Read(std::string_view key) override {
@@ -303,6 +307,8 @@ class FileStorage final : public CheckpointStorage {
     }
   }
 
+  // Writes `key` through a temporary file renamed into place:
+  // fill(fd, context, temporary path) writes the bytes.
   template <typename Fill>
   absl::Status AtomicWrite(std::string_view key, Fill&& fill) {
     std::string context = Context("write", key);
@@ -315,10 +321,7 @@ class FileStorage final : public CheckpointStorage {
                           .string();
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (fd.get() < 0) return Errno(errno, absl::StrCat(context, ": create ", tmp), tmp);
-    absl::Status st = fill(fd.get(), absl::StrCat(context, ": write ", tmp));
-    if (absl::IsInternal(st) && st.message().find(strerror(ENOSPC)) != std::string_view::npos) {
-      st = absl::ResourceExhaustedError(absl::StrCat(st.message(), FreeSpaceNote(tmp)));
-    }
+    absl::Status st = fill(fd.get(), absl::StrCat(context, ": write ", tmp), tmp);
     if (st.ok() && ::fsync(fd.get()) != 0) {
       st = Errno(errno, absl::StrCat(context, ": fsync"), tmp);
     }
