@@ -245,7 +245,8 @@ class Bench {
     const int slots = (3 * f_.parallelism + f_.workers - 1) / f_.workers;
     for (int i = 0; i < f_.workers; ++i) {
       workers_.push_back(std::make_unique<ChildProcess>(
-          std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots",
+          std::vector<std::string>{CARAVELA_BINARY, "--log-level", "info,checkpoint=debug",
+                                   "worker", "--coordinator", address_, "--slots",
                                    std::to_string(slots), "--data-dir",
                                    (dir_ / absl::StrCat("w", i)).string(), "--bootstrap",
                                    bootstrap_, "--allow-path", dir_.string()},
@@ -441,6 +442,18 @@ class Bench {
         }
         std::printf("second %zu: max %" PRId64 " ms, unseen %" PRId64 "\n", i / f_.rate, worst,
                     unseen);
+      }
+      // Records that took over 50 ms, by the time they were produced (UTC,
+      // to compare with the processes' logs), one line per 10 ms.
+      int64_t last_slot = -1;
+      for (size_t i = 0; i < ledger_.latency.size(); ++i) {
+        const int64_t at = ledger_.produced[i];
+        if (ledger_.latency[i] <= 50 || at / 10 == last_slot) continue;
+        last_slot = at / 10;
+        std::printf("slow: produced %02" PRId64 ":%02" PRId64 ":%02" PRId64 ".%03" PRId64
+                    " took %" PRId64 " ms\n",
+                    at / 3600000 % 24, at / 60000 % 60, at / 1000 % 60, at % 1000,
+                    ledger_.latency[i]);
       }
     }
     std::sort(lat.begin(), lat.end());

@@ -183,6 +183,9 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"checkpoints_total", "Checkpoints stored by a task."},
       {"checkpoint_last_id", "Id of the task's last stored checkpoint."},
       {"checkpoint_last_duration", "Duration of the task's last checkpoint."},
+      {"checkpoint_last_sync_duration",
+       "Time the task's pipeline stood still for its last checkpoint (flush, sink pre-commit, "
+       "barriers, state snapshot); the upload runs beside the task."},
       {"checkpoint_last_state_bytes", "State bytes referenced by the task's last checkpoint."},
       {"checkpoint_uploaded_bytes_total", "Bytes uploaded to checkpoint storage."},
       {"restores_total", "Restores from a checkpoint or savepoint."},

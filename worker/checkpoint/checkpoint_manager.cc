@@ -441,19 +441,36 @@ absl::Status CheckpointManager::UploadSnapshot(CheckpointStorage& storage, const
 
 absl::StatusOr<CheckpointStats> CheckpointManager::Write(StateBackend& backend,
                                                          CheckpointManifest m) {
-  Timer timer;
-  CheckpointStats stats;
+  ASSIGN_OR_RETURN(CheckpointSnapshot snap, Snapshot(backend, std::move(m)));
+  return Upload(std::move(snap));
+}
+
+absl::StatusOr<CheckpointSnapshot> CheckpointManager::Snapshot(StateBackend& backend,
+                                                               CheckpointManifest m) {
+  CheckpointSnapshot snap;
+  snap.started = std::chrono::steady_clock::now();
   int64_t id = 0;
   RETURN_IF_ERROR(PrepareManifest(&m, &id));
-  stats.checkpoint_id = id;
-  std::string snap = absl::StrCat(scratch_, "/snap-", id);
-  RemoveDir(snap);
+  snap.stats.checkpoint_id = id;
+  snap.dir = absl::StrCat(scratch_, "/snap-", id);
+  RemoveDir(snap.dir);
   Timer snap_timer;
-  RETURN_IF_ERROR(backend.Snapshot(snap));
-  stats.snapshot_ms = snap_timer.Ms();
+  if (absl::Status st = backend.Snapshot(snap.dir); !st.ok()) {
+    RemoveDir(snap.dir);
+    Log()->error("checkpoint {} of {} failed: {}", id, prefix_, st.ToString());
+    return st;
+  }
+  snap.stats.snapshot_ms = snap_timer.Ms();
+  snap.manifest = std::move(m);
+  return snap;
+}
 
+absl::StatusOr<CheckpointStats> CheckpointManager::Upload(CheckpointSnapshot snap) {
+  CheckpointStats stats = snap.stats;
+  CheckpointManifest& m = snap.manifest;
+  const int64_t id = stats.checkpoint_id;
   absl::Status st =
-      UploadSnapshot(*storage_, snap, prefix_, absl::StrCat("chk-", id, "/"), true, &m, &stats);
+      UploadSnapshot(*storage_, snap.dir, prefix_, absl::StrCat("chk-", id, "/"), true, &m, &stats);
   if (st.ok()) {
     Failpoint("checkpoint.after_files");
     m.set_created_at_ms(NowUnixMs());
@@ -461,7 +478,7 @@ absl::StatusOr<CheckpointStats> CheckpointManager::Write(StateBackend& backend,
     st = storage_->Write(prefix_ + ManifestKey(id), bytes);
     stats.bytes_uploaded += bytes.size();
   }
-  RemoveDir(snap);
+  RemoveDir(snap.dir);
   if (!st.ok()) {
     Log()->error("checkpoint {} of {} failed: {}", id, prefix_, st.ToString());
     return st;
@@ -475,7 +492,9 @@ absl::StatusOr<CheckpointStats> CheckpointManager::Write(StateBackend& backend,
     Log()->warn("checkpoint {} of {}: garbage collection failed (will retry next time): {}", id,
                 prefix_, gc.status().ToString());
   }
-  stats.duration_ms = timer.Ms();
+  stats.duration_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - snap.started)
+                          .count();
   Log()->debug(
       "checkpoint {} of {} written: {} files ({} bytes), uploaded {} files ({} bytes), "
       "snapshot {} ms, total {} ms, gc deleted {}",
@@ -539,6 +558,7 @@ absl::StatusOr<RestoreStats> CheckpointManager::RestoreState(const CheckpointMan
 }
 
 absl::StatusOr<int64_t> CheckpointManager::CollectGarbage() {
+  const int64_t pinned = pinned_.load();  // Pin() may come from the task thread meanwhile
   ASSIGN_OR_RETURN(auto objects, storage_->List(prefix_));
   std::map<std::string, uint64_t> sizes;
   std::map<int64_t, std::string, std::greater<>> manifests;  // newest first
@@ -592,8 +612,8 @@ absl::StatusOr<int64_t> CheckpointManager::CollectGarbage() {
   if (kept == 0) return 0;     // nothing complete: delete nothing
   if (cutoff < 0) cutoff = 0;  // fewer than retain_: keep every manifest
   // The pinned checkpoint survives with everything it references.
-  if (pinned_ > 0 && pinned_ < cutoff) {
-    if (auto it = manifests.find(pinned_); it != manifests.end()) {
+  if (pinned > 0 && pinned < cutoff) {
+    if (auto it = manifests.find(pinned); it != manifests.end()) {
       ASSIGN_OR_RETURN(std::string bytes, storage_->Read(prefix_ + it->second));
       auto m = DecodeManifest(bytes, absl::StrCat(storage_->url(), "/", prefix_, it->second));
       if (!m.ok()) return m.status();
@@ -610,7 +630,7 @@ absl::StatusOr<int64_t> CheckpointManager::CollectGarbage() {
   // Manifests first: a crash in the middle leaves at worst torn checkpoints
   // older than the kept ones, which Latest() skips.
   for (const auto& [id, rel] : manifests) {
-    if (id < cutoff && id != pinned_) RETURN_IF_ERROR(remove(rel));
+    if (id < cutoff && id != pinned) RETURN_IF_ERROR(remove(rel));
   }
   for (const auto& [rel, size] : sizes) {
     if (referenced.count(rel)) continue;

@@ -27,9 +27,13 @@
 //   * Single writer per task prefix (the runtime's epoch fencing guarantees
 //     it); nothing here locks the storage.
 //
-// Threading: one manager per task, used by the task thread only.
+// Threading: one manager per task, used by the task thread, except that
+// Upload() may run on another thread (one at a time): until it returns, the
+// task thread calls only next_checkpoint_id(), prefix() and Pin().
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -80,6 +84,15 @@ struct CheckpointStats {
   int64_t gc_deleted = 0;       // objects deleted by the GC after this write
 };
 
+// A checkpoint whose state is snapshotted into a local directory but not
+// uploaded yet: Write()'s first half (CheckpointManager::Snapshot).
+struct CheckpointSnapshot {
+  std::string dir;                // the scratch snapshot, removed by Upload()
+  CheckpointManifest manifest;    // id, job, the runtime's fields; files filled by Upload()
+  CheckpointStats stats;          // checkpoint_id and snapshot_ms so far
+  std::chrono::steady_clock::time_point started;
+};
+
 struct RestoreStats {
   int64_t files = 0;
   uint64_t bytes = 0;
@@ -123,6 +136,15 @@ class CheckpointManager {
   // "checkpoint.after_files" (files written, manifest not) and
   // "checkpoint.after_manifest".
   absl::StatusOr<CheckpointStats> Write(StateBackend& backend, CheckpointManifest m);
+  // Write() in two halves, so that a task goes on processing while its
+  // checkpoint uploads (Flink's synchronous and asynchronous snapshot
+  // phases). Snapshot(): the manifest's id and backend.Snapshot() into the
+  // scratch dir, on the task thread; afterwards the backend may take writes
+  // again. Upload(): the files, the manifest (commit point) and GC; it may
+  // run on another thread (see Threading above). An error of either commits
+  // nothing.
+  absl::StatusOr<CheckpointSnapshot> Snapshot(StateBackend& backend, CheckpointManifest m);
+  absl::StatusOr<CheckpointStats> Upload(CheckpointSnapshot snap);
 
   // The newest complete checkpoint, nullopt if there is none. See the class
   // comment for what is skipped and what fails.
@@ -151,7 +173,7 @@ class CheckpointManager {
   // job pins the job's last complete checkpoint, which newer checkpoints
   // stored by this task alone (runs that died before the job completed
   // them) must not push out.
-  void Pin(int64_t checkpoint_id) { pinned_ = checkpoint_id; }
+  void Pin(int64_t checkpoint_id) { pinned_.store(checkpoint_id); }
 
   // Writes a self-contained savepoint to `dest` (file:// URL or local path):
   // <dest>/state/<name> for every snapshot file and <dest>/savepoint.manifest
@@ -187,7 +209,7 @@ class CheckpointManager {
   const int task_id_;
   const std::string scratch_;
   const int retain_;
-  int64_t pinned_ = 0;
+  std::atomic<int64_t> pinned_{0};
   const std::string prefix_;
   int64_t next_id_ = 1;
   bool restore_hard_links_ = true;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <map>
 #include <set>
@@ -251,6 +252,36 @@ TEST_P(CheckpointManagerTest, WriteThenRestoreGivesIdenticalState) {
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(restored->bytes, stats->bytes_total);
   EXPECT_EQ(Dump(*backend_, {"a", "b"}), expected);
+}
+
+// Write() in its two halves, as a task of a parallel job takes it: the
+// snapshot, then writes and compactions of the live state while the upload
+// runs on another thread; the checkpoint holds the state of the snapshot.
+TEST_P(CheckpointManagerTest, AnUploadBesideNewWritesHoldsTheSnapshotsState) {
+  backend_ = NewBackend(root_ + "/db");
+  Fill(*backend_, "a", 0, 2000);
+  Contents at_snapshot = Dump(*backend_, {"a"});
+  auto mgr = OpenManager();
+  auto snap = mgr->Snapshot(*backend_, RuntimeFields());
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_EQ(snap->stats.checkpoint_id, 1);
+  EXPECT_EQ(mgr->next_checkpoint_id(), 2);
+  EXPECT_FALSE(*mgr->storage().Exists(mgr->prefix() + "chk-1.manifest"));  // not yet
+  std::future<absl::StatusOr<CheckpointStats>> upload =
+      std::async(std::launch::async, [&mgr, s = *std::move(snap)]() mutable {
+        return mgr->Upload(std::move(s));
+      });
+  Fill(*backend_, "a", 0, 4000, /*v=*/9);  // overwrites every key of the snapshot
+  ASSERT_OK(backend_->Compact());
+  mgr->Pin(1);  // the task thread may pin meanwhile
+  absl::StatusOr<CheckpointStats> stats = upload.get();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->checkpoint_id, 1);
+  EXPECT_GE(stats->duration_ms, stats->snapshot_ms);
+  EXPECT_FALSE(fs::exists(root_ + "/scratch/snap-1"));
+  CheckpointManifest m = LatestOrDie(*mgr);
+  EXPECT_EQ(m.checkpoint_id(), 1);
+  EXPECT_EQ(RestoreAndDump(*mgr, m, {"a"}), at_snapshot);
 }
 
 TEST_P(CheckpointManagerTest, SecondCheckpointUploadsOnlyNewSsts) {

@@ -36,7 +36,8 @@
 //         (written for a record too large for a run; still read)
 //   'W':  zigzag-varint watermark (kMaxTime: the producer's input ended),
 //         one byte idle flag
-//   'B':  varint checkpoint id
+//   'B':  varint checkpoint id, then a flags byte 1 if the checkpoint ends
+//         the job (a stop or a savepoint; absent otherwise)
 //
 // Guarantees the runtime builds on:
 //  * Per partition, a writer's frames are read in the order written (one
@@ -52,7 +53,10 @@
 //    arrived on every channel; then AlignedBarrier() returns n. After the task
 //    snapshotted, ReleaseBarrier() lets the held frames through (in order).
 //    (Barriers already released or older than n are ignored; a newer one
-//    abandons n and aligns on it.)
+//    abandons n and aligns on it.) The first barrier of a checkpoint to
+//    arrive also goes to ExchangeReaderOptions::on_barrier: the consuming
+//    task's worker learns of the checkpoint from its producers, not only
+//    from its coordinator (JobCheckpoints::SawBarrier).
 //  * Frames of an older epoch are dropped (counted); a frame of a newer epoch
 //    means this reader was fenced: Poll fails with FailedPrecondition.
 //  * An offset no longer in the log fails Poll with DataLoss naming the
@@ -66,6 +70,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -108,8 +113,9 @@ struct ExchangeFrame {
   // kWatermark
   int64_t watermark = 0;
   bool idle = false;
-  // kBarrier
+  // kBarrier; `stop`: the checkpoint ends the job (a stop or savepoint)
   int64_t checkpoint_id = 0;
+  bool stop = false;
 };
 
 // Each Encode* replaces *out with one frame (no length prefix).
@@ -117,7 +123,8 @@ void EncodeRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Rec
                        std::string* out);
 void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
                           std::string* out);
-void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out);
+void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out,
+                        bool stop = false);
 // A run of records ('S' frame) being written at the end of a message.
 struct RecordRun {
   size_t start = std::string::npos;  // offset of its length prefix; npos: no open run
@@ -156,7 +163,7 @@ void AppendRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Rec
 void AppendWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bool idle,
                           std::string* message);
 void AppendBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id,
-                        std::string* message);
+                        std::string* message, bool stop = false);
 // InvalidArgument on truncated or unknown bytes, trailing bytes after a
 // marker or barrier, or a packed record that is not well formed (sizes, node
 // types, key and string bounds, subtree nesting are checked, so a frame that
@@ -357,8 +364,8 @@ class ExchangeWriter {
   // idleness changes).
   virtual absl::Status WriteWatermark(int64_t watermark, bool idle) = 0;
   // Barrier `checkpoint_id` on every partition, after every record written
-  // so far; sent at once.
-  virtual absl::Status WriteBarrier(int64_t checkpoint_id) = 0;
+  // so far; sent at once. `stop`: the checkpoint ends the job.
+  virtual absl::Status WriteBarrier(int64_t checkpoint_id, bool stop = false) = 0;
   // Sends every partition's buffered frames (the runtime calls it at the end
   // of each step, so a record waits at most one step in the buffer).
   virtual absl::Status SendBuffered() = 0;
@@ -396,6 +403,9 @@ struct ExchangeReaderOptions {
   // Kafka: when non-empty, the reader commits its positions to this consumer
   // group (at most every 20 ms) for the writers' flow control.
   std::string flow_group;
+  // Called on the reading thread with the first barrier of each checkpoint
+  // newer than any seen (its id, and whether it ends the job).
+  std::function<void(int64_t checkpoint_id, bool stop)> on_barrier;
 };
 
 // One (owned partition, producer) channel of a reader: its last watermark

@@ -13,6 +13,11 @@
 namespace caravela {
 namespace {
 
+// The flags byte a barrier frame carries after its id when its checkpoint
+// ends the job (none otherwise).
+constexpr uint8_t kBarrierStops = 1;
+
+
 // Record::PackTo layout (common/record.cc): uint32 node count, uint32 byte
 // count, the nodes, the bytes.
 constexpr size_t kPackedHeader = 8;
@@ -210,8 +215,10 @@ void EncodeWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bo
               [&](std::string* m) { AppendWatermarkFrame(epoch, producer, watermark, idle, m); });
 }
 
-void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out) {
-  EncodeAlone(out, [&](std::string* m) { AppendBarrierFrame(epoch, producer, checkpoint_id, m); });
+void EncodeBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id, std::string* out,
+                        bool stop) {
+  EncodeAlone(out,
+              [&](std::string* m) { AppendBarrierFrame(epoch, producer, checkpoint_id, m, stop); });
 }
 
 void AppendRecordFrame(int64_t epoch, int32_t producer, int32_t input, const Record& r,
@@ -251,10 +258,13 @@ void AppendWatermarkFrame(int64_t epoch, int32_t producer, int64_t watermark, bo
 }
 
 void AppendBarrierFrame(int64_t epoch, int32_t producer, int64_t checkpoint_id,
-                        std::string* message) {
+                        std::string* message, bool stop) {
   const auto id = static_cast<uint64_t>(checkpoint_id);
-  AppendFramed(ExchangeFrame::Type::kBarrier, epoch, producer, VarintLength(id), message,
-               [&](std::string* out) { PutVarint(id, out); });
+  AppendFramed(ExchangeFrame::Type::kBarrier, epoch, producer, VarintLength(id) + (stop ? 1 : 0),
+               message, [&](std::string* out) {
+                 PutVarint(id, out);
+                 if (stop) out->push_back(kBarrierStops);
+               });
 }
 
 int AppendToRecordRun(int64_t epoch, int32_t producer, int32_t input, const Record& r,
@@ -465,8 +475,12 @@ absl::StatusOr<ExchangeFrame> DecodeFrame(std::string_view bytes, bool trusted) 
       f.type = ExchangeFrame::Type::kBarrier;
       uint64_t id = 0;
       if (!in.Varint(&id)) return Garbage("barrier truncated", bytes);
-      if (!in.AtEnd()) return Garbage("barrier malformed", bytes);
+      uint8_t flags = 0;
+      if (!in.AtEnd() && (!in.Byte(&flags) || flags != kBarrierStops || !in.AtEnd())) {
+        return Garbage("barrier malformed", bytes);
+      }
       f.checkpoint_id = static_cast<int64_t>(id);
+      f.stop = flags == kBarrierStops;
       return f;
     }
     default:

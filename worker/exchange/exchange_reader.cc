@@ -265,6 +265,10 @@ class ExchangeReaderImpl final : public ExchangeReader {
         marks_changed_ = true;
         return;
       case ExchangeFrame::Type::kBarrier:
+        if (f.checkpoint_id > highest_barrier_) {
+          highest_barrier_ = f.checkpoint_id;
+          if (options_.on_barrier) options_.on_barrier(f.checkpoint_id, f.stop);
+        }
         OnBarrier(c, f.checkpoint_id, partition, offset);
         return;
     }
@@ -315,6 +319,7 @@ class ExchangeReaderImpl final : public ExchangeReader {
   size_t blocked_ = 0;               // channels blocked on aligning_
   bool aligned_ = false;             // every channel is blocked
   int64_t released_ = 0;             // the last barrier released
+  int64_t highest_barrier_ = 0;      // the newest barrier seen (on_barrier)
   int64_t held_ = 0;                 // frames held over all channels
   int64_t dropped_ = 0;
 };

@@ -136,6 +136,20 @@ TEST(ExchangeCodecTest, MarkerAndBarrierFramesRoundTrip) {
   EXPECT_EQ(f->type, ExchangeFrame::Type::kBarrier);
   EXPECT_EQ(f->epoch, int64_t{1} << 40);
   EXPECT_EQ(f->checkpoint_id, 123456789);
+  EXPECT_FALSE(f->stop);
+  // A barrier of a checkpoint that ends the job says so in a flags byte.
+  std::string plain, stops;
+  EncodeBarrierFrame(3, 1, 77, &plain);
+  EncodeBarrierFrame(3, 1, 77, &stops, /*stop=*/true);
+  EXPECT_EQ(stops.size(), plain.size() + 1);
+  f = DecodeFrame(stops);
+  ASSERT_OK(f.status());
+  EXPECT_EQ(f->checkpoint_id, 77);
+  EXPECT_TRUE(f->stop);
+  std::string other_flags = stops;
+  other_flags.back() = 2;
+  EXPECT_THAT(DecodeFrame(other_flags).status().message(), HasSubstr("barrier malformed"));
+  EXPECT_FALSE(DecodeFrame(stops + '\x01').ok());
 }
 
 TEST(ExchangeCodecTest, GarbageIsAnErrorNeverACrash) {
@@ -456,8 +470,10 @@ class ExchangeTest : public EmbeddedBrokerTest, public ::testing::WithParamInter
 
   std::unique_ptr<ExchangeReader> Reader(const std::string& topic, std::vector<int32_t> partitions,
                                          int producers, int64_t epoch = 0,
-                                         ExchangeFlowControl* flow = nullptr) {
+                                         ExchangeFlowControl* flow = nullptr,
+                                         std::function<void(int64_t, bool)> on_barrier = {}) {
     ExchangeReaderOptions o;
+    o.on_barrier = std::move(on_barrier);
     if (memory()) o.memory = memory_.at(topic).get();
     if (network()) {
       o.network = net_.get();
@@ -731,6 +747,34 @@ TEST_P(ExchangeTest, WatermarkIsTheMinOverActiveProducers) {
   mark(2, kMaxTime, false);
   EXPECT_TRUE(reader->finished());
   EXPECT_EQ(reader->watermark(), kMaxTime);
+}
+
+// The first barrier of each checkpoint reaches on_barrier, with its stop
+// flag, as soon as it arrives on any channel: before the barriers align.
+TEST_P(ExchangeTest, TheFirstBarrierOfACheckpointIsReportedBeforeAlignment) {
+  const std::string topic = "caravela.j.seen";
+  ASSERT_OK(Topic(topic, 1));
+  std::vector<std::pair<int64_t, bool>> seen;
+  auto reader = Reader(topic, {0}, 2, 0, nullptr,
+                       [&](int64_t id, bool stop) { seen.emplace_back(id, stop); });
+  auto a = Writer(topic, 1, 0);
+  auto b = Writer(topic, 1, 1);
+  ASSERT_TRUE(reader && a && b);
+  ASSERT_OK(a->Write(0, MakeRecord(0, 0, 0)));
+  ASSERT_OK(a->WriteBarrier(1));
+  ASSERT_OK(a->Flush(5000));
+  std::vector<Got> got;
+  ASSERT_TRUE(PollUntil(*reader, &got, [&] { return !seen.empty(); }));
+  EXPECT_THAT(seen, ElementsAre(std::make_pair(int64_t{1}, false)));
+  EXPECT_FALSE(reader->AlignedBarrier().has_value());  // B's barrier 1 is not there yet
+  ASSERT_OK(b->WriteBarrier(1));                         // the same checkpoint: not again
+  ASSERT_OK(b->Flush(5000));
+  ASSERT_TRUE(PollUntil(*reader, &got, [&] { return reader->AlignedBarrier().has_value(); }));
+  reader->ReleaseBarrier();
+  ASSERT_OK(b->WriteBarrier(2, /*stop=*/true));
+  ASSERT_OK(b->Flush(5000));
+  ASSERT_TRUE(PollUntil(*reader, &got, [&] { return seen.size() == 2; }));
+  EXPECT_THAT(seen, ElementsAre(std::make_pair(int64_t{1}, false), std::make_pair(int64_t{2}, true)));
 }
 
 TEST_P(ExchangeTest, BarriersAlignAndHoldLaterFrames) {

@@ -72,11 +72,11 @@ class BatchingExchangeWriter final : public ExchangeWriter {
     return SendBuffered();
   }
 
-  absl::Status WriteBarrier(int64_t checkpoint_id) override {
+  absl::Status WriteBarrier(int64_t checkpoint_id, bool stop) override {
     RETURN_IF_ERROR(failure_);
     for (int32_t p = 0; p < options_.partitions; ++p) {
       CloseRecordRun(&runs_[p], &buffers_[p]);
-      AppendBarrierFrame(options_.epoch, options_.producer, checkpoint_id, &buffers_[p]);
+      AppendBarrierFrame(options_.epoch, options_.producer, checkpoint_id, &buffers_[p], stop);
       ++frames_[p];
     }
     return SendBuffered();

@@ -40,7 +40,10 @@ class JobCheckpoints {
   int tasks() const { return static_cast<int>(stored_.size()); }
 
   // ---- coordinator
+  // Monotonic: an id not above the one triggered is ignored.
   void Trigger(int64_t id, bool stop) {
+    std::lock_guard<std::mutex> l(trigger_mu_);
+    if (id <= triggered_.load()) return;
     stop_at_.store(stop ? id : 0);
     triggered_.store(id);
   }
@@ -57,6 +60,14 @@ class JobCheckpoints {
 
   // ---- tasks
   int64_t triggered() const { return triggered_.load(); }
+  // A task's exchange reader got the first barrier `id` of this epoch: a
+  // producing task, maybe on another worker, saw checkpoint `id` triggered,
+  // so it is (the barrier says whether it stops the job). The tasks here
+  // take it without waiting for the coordinator's word to reach this
+  // worker: in a cluster that word comes with a heartbeat answer, up to a
+  // heartbeat later on one worker than on another, and every consuming task
+  // would hold its inputs that much longer for the barriers to align.
+  void SawBarrier(int64_t id, bool stop) { Trigger(id, stop); }
   // True if checkpoint `id` ends the job.
   bool stops_at(int64_t id) const { return id != 0 && stop_at_.load() == id; }
   // The id of the stopping checkpoint triggered, 0 if none.
@@ -75,6 +86,7 @@ class JobCheckpoints {
  private:
   std::vector<std::atomic<int64_t>> stored_;
   std::vector<std::atomic<bool>> drained_;
+  std::mutex trigger_mu_;  // Trigger's check and stores
   std::atomic<int64_t> triggered_{0};
   std::atomic<int64_t> stop_at_{0};
   std::atomic<int64_t> completed_{0};

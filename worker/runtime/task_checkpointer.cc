@@ -269,8 +269,7 @@ absl::Status TaskCheckpointer::Drive(bool stop) {
   }
 }
 
-absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t job_id) {
-  const auto t0 = std::chrono::steady_clock::now();
+absl::StatusOr<CheckpointManifest> TaskCheckpointer::Begin(int64_t job_id) {
   RETURN_IF_ERROR(flush_());  // operator state into the backend, committed
   const int64_t id = job_id > 0 ? job_id : manager_->next_checkpoint_id();
   CheckpointManifest m;
@@ -319,7 +318,49 @@ absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t jo
   }
   // Barrier `id` after every record this task wrote into its exchanges: the
   // consumers' checkpoint `id` holds exactly the records before it (SPEC §8).
-  for (WriterNode& wn : graph_.writers) RETURN_IF_ERROR(wn.writer->WriteBarrier(id));
+  const bool stop = ctx_.job != nullptr && ctx_.job->stops_at(id);
+  for (WriterNode& wn : graph_.writers) RETURN_IF_ERROR(wn.writer->WriteBarrier(id, stop));
+  return m;
+}
+
+void TaskCheckpointer::RecordStateSize() {
+  // State per table (RocksDB properties), read while it is committed.
+  int64_t state_total = 0;
+  for (const StateBackend::TableStats& t : ctx_.state->Stats()) {
+    const std::string labels = absl::StrCat("task=\"", ctx_.name, "\",table=\"", t.table, "\"");
+    ctx_.metrics->Get("state_keys", labels)->Set(static_cast<int64_t>(t.keys));
+    ctx_.metrics->Get("state_bytes", labels)->Set(static_cast<int64_t>(t.bytes));
+    state_total += static_cast<int64_t>(t.bytes);
+  }
+  status_.SetStateBytes(state_total);
+}
+
+void TaskCheckpointer::Finished(const std::string& savepoint_dir, const CheckpointStats& stats,
+                                std::chrono::steady_clock::time_point t0) {
+  const int64_t id = stats.checkpoint_id;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  ctx_.metrics->Get(savepoint_dir.empty() ? "checkpoints_total" : "savepoints_total")->Add();
+  ctx_.metrics->Get("checkpoint_uploaded_bytes_total")
+      ->Add(static_cast<int64_t>(stats.bytes_uploaded));
+  ctx_.metrics->Get("checkpoint_last_duration_ms")->Set(ms);
+  ctx_.metrics->Get("checkpoint_last_state_bytes")->Set(static_cast<int64_t>(stats.bytes_total));
+  ctx_.metrics->Get("checkpoint_last_id")->Set(id);
+  last_id_ = id;
+  last_at_ = std::chrono::steady_clock::now();
+  Log()->debug("{} {}: {} ms (snapshot {} ms), {} of {} bytes uploaded",
+               savepoint_dir.empty() ? "checkpoint" : "savepoint", id, ms, stats.snapshot_ms,
+               stats.bytes_uploaded, stats.bytes_total);
+  if (!savepoint_dir.empty()) {
+    Log()->info("savepoint {} written to {}", id, savepoint_dir);
+  }
+}
+
+absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t job_id) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(CheckpointManifest m, Begin(job_id));
+  const int64_t id = m.checkpoint_id();
   CheckpointStats stats;
   if (savepoint_dir.empty()) {
     ASSIGN_OR_RETURN(stats, manager_->Write(*ctx_.state, std::move(m)));
@@ -336,36 +377,42 @@ absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t jo
     // The job's checkpoint is this task's (age: job_checkpoint_age).
     ctx_.metrics->Get("job_checkpoint_last_completed_timestamp_ms")->Set(SystemClock().NowMs());
   }
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
-  ctx_.metrics->Get(savepoint_dir.empty() ? "checkpoints_total" : "savepoints_total")->Add();
-  ctx_.metrics->Get("checkpoint_uploaded_bytes_total")
-      ->Add(static_cast<int64_t>(stats.bytes_uploaded));
-  ctx_.metrics->Get("checkpoint_last_duration_ms")->Set(ms);
-  ctx_.metrics->Get("checkpoint_last_state_bytes")->Set(static_cast<int64_t>(stats.bytes_total));
-  ctx_.metrics->Get("checkpoint_last_id")->Set(id);
-  // State per table (RocksDB properties), read while it is committed.
-  int64_t state_total = 0;
-  for (const StateBackend::TableStats& t : ctx_.state->Stats()) {
-    const std::string labels = absl::StrCat("task=\"", ctx_.name, "\",table=\"", t.table, "\"");
-    ctx_.metrics->Get("state_keys", labels)->Set(static_cast<int64_t>(t.keys));
-    ctx_.metrics->Get("state_bytes", labels)->Set(static_cast<int64_t>(t.bytes));
-    state_total += static_cast<int64_t>(t.bytes);
-  }
-  status_.SetStateBytes(state_total);
-  last_id_ = id;
-  last_at_ = std::chrono::steady_clock::now();
-  Log()->debug("{} {}: {} ms, {} of {} bytes uploaded",
-               savepoint_dir.empty() ? "checkpoint" : "savepoint", id, ms, stats.bytes_uploaded,
-               stats.bytes_total);
-  if (!savepoint_dir.empty()) {
-    Log()->info("savepoint {} written to {}", id, savepoint_dir);
-  }
+  RecordStateSize();
+  Finished(savepoint_dir, stats, t0);
+  return absl::OkStatus();
+}
+
+absl::Status TaskCheckpointer::StartUpload(int64_t n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(CheckpointManifest m, Begin(n));
+  ASSIGN_OR_RETURN(CheckpointSnapshot snap, manager_->Snapshot(*ctx_.state, std::move(m)));
+  RecordStateSize();
+  ctx_.metrics->Get("checkpoint_last_sync_duration_ms")
+      ->Set(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  t0)
+                .count());
+  uploading_id_ = n;
+  upload_started_ = t0;
+  upload_ = std::async(std::launch::async, [manager = manager_.get(), s = std::move(snap)]() mutable {
+    return manager->Upload(std::move(s));
+  });
   return absl::OkStatus();
 }
 
 absl::Status TaskCheckpointer::ServeJob() {
+  // The checkpoint stored last uploads beside the task; once its manifest is
+  // written, the job hears that this task stored it.
+  if (upload_.valid()) {
+    if (upload_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<CheckpointStats> stats = upload_.get();
+    RETURN_IF_ERROR(stats.status());
+    Finished("", *stats, upload_started_);
+    stored_id_ = uploading_id_;
+    ctx_.job->Stored(ctx_.placement.global_id, stored_id_);
+    Failpoint("checkpoint.after_task_stored");
+  }
   // Commit the sinks' output of a checkpoint complete job-wide.
   const int64_t done = ctx_.job->completed();
   if (done > committed_id_ && stored_id_ >= done) {
@@ -382,10 +429,8 @@ absl::Status TaskCheckpointer::ServeJob() {
   for (const ReaderNode& rn : graph_.readers) {
     if (rn.reader->AlignedBarrier() != n) return absl::OkStatus();
   }
-  RETURN_IF_ERROR(Take("", n));
-  stored_id_ = n;
-  ctx_.job->Stored(ctx_.placement.global_id, n);
-  Failpoint("checkpoint.after_task_stored");
+  // The state is snapshotted: the inputs go on while it uploads.
+  RETURN_IF_ERROR(StartUpload(n));
   for (ReaderNode& rn : graph_.readers) rn.reader->ReleaseBarrier();
   if (ctx_.job->stops_at(n)) stopped_ = true;
   return absl::OkStatus();

@@ -9,14 +9,18 @@
 // A standalone task is a one-task job: its own CheckpointCoordinator
 // (worker/checkpoint/checkpoint_coordinator.h) on the task's processing
 // time says when to take a checkpoint (Drive). A task of a parallel
-// job follows the job's coordinator (ServeJob): it stores checkpoint n once
-// n is triggered and every exchange input is aligned on barrier n, and
-// commits its sinks when n is complete job-wide.
+// job follows the job's coordinator (ServeJob): once n is triggered and
+// every exchange input is aligned on barrier n, it snapshots its state and
+// releases the barriers; the snapshot uploads on a thread of its own while
+// the task goes on (Flink's asynchronous phase), and when its manifest is
+// written the job hears that the task stored n. It commits its sinks when n
+// is complete job-wide.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +71,17 @@ class TaskCheckpointer {
   bool stopped() const { return stopped_; }
 
  private:
+  // Flushes, fills the manifest (sources, operators, sink pre-commits) and
+  // writes barrier `job_id` (0: the manager's next id) into the exchanges.
+  absl::StatusOr<CheckpointManifest> Begin(int64_t job_id);
+  // State size metrics and the task status' state bytes.
+  void RecordStateSize();
+  // Metrics and logs of a checkpoint or savepoint stored, begun at `t0`.
+  void Finished(const std::string& savepoint_dir, const CheckpointStats& stats,
+                std::chrono::steady_clock::time_point t0);
+  // Parallel jobs: Begin(n), the state snapshot, then the upload on a thread
+  // of its own (upload_), which ServeJob polls.
+  absl::Status StartUpload(int64_t n);
   GraphBuilder Builder() const { return GraphBuilder(ctx_, graph_, manager_ != nullptr); }
   absl::Status ApplyManifest(const CheckpointManifest& m);
   // FailedPrecondition if `m` was taken by another job graph (spec_hash).
@@ -110,6 +125,11 @@ class TaskCheckpointer {
   int64_t stored_id_ = 0;
   int64_t committed_id_ = 0;
   bool stopped_ = false;
+  // The checkpoint uploading, when upload_ is valid. Declared after
+  // manager_: destroyed first, so a task that ends meanwhile waits for it.
+  int64_t uploading_id_ = 0;
+  std::chrono::steady_clock::time_point upload_started_;
+  std::future<absl::StatusOr<CheckpointStats>> upload_;
 };
 
 }  // namespace caravela

@@ -10,6 +10,7 @@
 #include "common/sink_kind.h"
 #include "common/source_kind.h"
 #include "worker/connectors/file_connectors.h"
+#include "worker/runtime/job_checkpoints.h"
 #include "worker/connectors/sink_factory.h"
 #include "worker/runtime/task_dispatch.h"
 #include "worker/runtime/task_ingest.h"
@@ -303,6 +304,9 @@ absl::Status GraphBuilder::OpenExchanges() {
     ro.origin = placement.replay;  // replays order records by where they were read
     ro.flow = x < static_cast<int>(placement.flow.size()) ? placement.flow[x] : nullptr;
     if (placement.group_flow && ro.memory == nullptr) ro.flow_group = ex.topic;
+    if (JobCheckpoints* job = ctx_.job; job != nullptr) {
+      ro.on_barrier = [job](int64_t id, bool stop) { job->SawBarrier(id, stop); };
+    }
     auto reader = ExchangeReader::Open(ro);
     if (!reader.ok()) {
       return absl::Status(reader.status().code(),

@@ -33,6 +33,7 @@
 #include "rocksdb/utilities/write_batch_with_index.h"
 #include "rocksdb/write_buffer_manager.h"
 #include "worker/state/state_backend.h"
+#include "worker/state/unsynced_env.h"
 
 namespace caravela {
 namespace {
@@ -115,6 +116,8 @@ rocksdb::Options MakeOptions(const std::shared_ptr<rocksdb::Cache>& block_cache,
   // DB-wide.
   o.create_if_missing = true;
   o.create_missing_column_families = true;
+  // Local state is never recovered from its own files (unsynced_env.h).
+  o.env = UnsyncedEnv();
   o.max_open_files = kMaxOpenFiles;
   o.max_background_jobs = 2;
   o.db_write_buffer_size = kDbWriteBufferBytes;
