@@ -81,6 +81,7 @@ struct Flags {
   int partitions = 4;
   int parallelism = 2;
   int workers = 2;
+  int sink_linger_ms = 5;  // the job's Kafka sink linger
   int checkpoint_ms = 1000;
   std::string json;
   std::string dir;
@@ -129,7 +130,8 @@ spec:
     from = "revenue";
   }
   absl::StrAppend(&yaml, "  sinks:\n    - {from: ", from, ", kafka: {bootstrap: \"", bootstrap,
-                  "\", topic: ", kSinkTopic, ", mode: changelog}}\n");
+                  "\", topic: ", kSinkTopic, ", mode: changelog, linger: ", f.sink_linger_ms,
+                  "ms}}\n");
   return yaml;
 }
 
@@ -525,6 +527,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--parallelism", f.parallelism, "Tasks per stage")->capture_default_str();
   app.add_option("--workers", f.workers, "Worker processes (cluster)")->capture_default_str();
+  app.add_option("--sink-linger-ms", f.sink_linger_ms, "The job's Kafka sink linger (ms)")
+      ->capture_default_str();
   app.add_option("--checkpoint-ms", f.checkpoint_ms, "Checkpoint interval")->capture_default_str();
   app.add_option("--json", f.json, "Write the result and a histogram here");
   app.add_option("--dir", f.dir, "Working directory (default: a new temp dir, removed)");

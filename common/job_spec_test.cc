@@ -703,6 +703,18 @@ TEST(JobSpecTest, KafkaSinkModes) {
   EXPECT_EQ(r.spec.sinks[1].Get<KafkaSinkSpec>().mode, KafkaSinkSpec::Mode::kChangelog);
   EXPECT_EQ(r.spec.sinks[2].Get<KafkaSinkSpec>().mode, KafkaSinkSpec::Mode::kUpsert);
   EXPECT_FALSE(r.spec.sinks[2].Get<KafkaSinkSpec>().exactly_once);
+  EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().linger_ms, 5);  // default
+
+  // The producer's linger, a duration from 0 to 10 s.
+  r = ParseJobSpec(Job("", "    - {from: src, kafka: {topic: a, linger: 0ms}}\n"
+                           "    - {from: src, kafka: {topic: b, linger: 2s}}\n"));
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
+  EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().linger_ms, 0);
+  EXPECT_EQ(r.spec.sinks[1].Get<KafkaSinkSpec>().linger_ms, 2000);
+  EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, linger: 11s}}\n"),
+              ElementsAre("spec.sinks[0].kafka.linger: must be at most 10s"));
+  EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, linger: -1ms}}\n"),
+              ElementsAre(HasSubstr("spec.sinks[0].kafka.linger")));
 
   // exactly_once needs checkpoints: the transaction commits with each one.
   std::string with_checkpoints =

@@ -67,6 +67,9 @@ struct KafkaSinkSpec {
   // (needs spec.checkpoint.interval > 0). Default false: idempotent
   // producer, at-least-once.
   bool exactly_once = false;
+  // The producer's linger.ms: how long a result may wait for others to
+  // share its produce request (0: sent at once, more requests).
+  int64_t linger_ms = 5;
 };
 
 struct KafkaSinkOptions {

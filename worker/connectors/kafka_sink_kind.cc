@@ -1,4 +1,4 @@
-// Sink kind `kafka: {topic, bootstrap?, mode?, exactly_once?}`: a changelog
+// Sink kind `kafka: {topic, bootstrap?, mode?, exactly_once?, linger?}`: a changelog
 // (or upsert) topic, idempotent or transactional with the checkpoints
 // (KafkaSink, kafka_sink.h). Read back (reconcile) from the topic's start to
 // its current end.
@@ -22,7 +22,9 @@ class KafkaSinkKind final : public SinkKind {
     SpecReader& r = ctx.r;
     const YAML::Node& k = ctx.node;
     const std::string& kpath = ctx.path;
-    if (!r.CheckMap(k, kpath, {"topic", "bootstrap", "mode", "exactly_once"})) return spec;
+    if (!r.CheckMap(k, kpath, {"topic", "bootstrap", "mode", "exactly_once", "linger"})) {
+      return spec;
+    }
     if (auto t = r.String(k, "topic", kpath, true)) spec.topic = *t;
     if (auto b = r.String(k, "bootstrap", kpath, false)) spec.bootstrap = *b;
     if (auto m = r.OneOf(k, "mode", kpath, {"upsert", "changelog"})) {
@@ -36,6 +38,13 @@ class KafkaSinkKind final : public SinkKind {
         r.Err(SpecReader::Join(kpath, "exactly_once"),
               "needs checkpoints (spec.checkpoint.interval > 0): the Kafka transaction "
               "commits with each checkpoint");
+      }
+    }
+    if (auto l = r.Duration(k, "linger", kpath, false, SpecReader::Bound::kNonNegative)) {
+      if (*l > 10'000) {
+        r.Err(SpecReader::Join(kpath, "linger"), "must be at most 10s");
+      } else {
+        spec.linger_ms = *l;
       }
     }
     return spec;
@@ -65,6 +74,7 @@ class KafkaSinkKind final : public SinkKind {
     ko.transactional_id = absl::StrCat("caravela-", ctx.job_name, "-sink", ctx.sink_index);
     if (ctx.task >= 0) absl::StrAppend(&ko.transactional_id, "-task", ctx.task);
     ko.epoch = ctx.epoch;
+    ko.linger_ms = static_cast<int>(spec.linger_ms);
     return std::unique_ptr<Sink>(new KafkaSink(ko));
   }
 
