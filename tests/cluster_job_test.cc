@@ -42,6 +42,7 @@
 #include "coordinator/job_client.h"
 #include "coordinator/job_state.h"
 #include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
 #include "tests/http_test_util.h"
 #include "tests/kill_loop_util.h"  // Differences
 #include "tests/revenue_job.h"
@@ -54,357 +55,6 @@
 
 namespace caravela {
 namespace {
-
-namespace fs = std::filesystem;
-using milliseconds = std::chrono::milliseconds;
-
-constexpr int kParallelism = 3;
-constexpr int kSourcePartitions = 6;
-
-class ClusterJobTest;
-void RescaleSequence(ClusterJobTest& t);
-
-class ClusterJobTest : public ::testing::Test {
-  friend void RescaleSequence(ClusterJobTest& t);
-
- protected:
-  void SetUp() override {
-    tmp_ = std::make_unique<TempDir>("cluster-job", "CARAVELA_KEEP_TEST_DIRS", "cluster job test");
-    dir_ = tmp_->path();
-    auto pg = PostgresServer::Start();
-    ASSERT_OK(pg.status());
-    postgres_ = std::move(*pg);
-    // The embedded broker serves no CreateTopics to other processes: the
-    // input topic and the job's exchange topics are created at its start
-    // (the exchange topics are named after the job, as `caravela plan`
-    // prints them).
-    std::vector<std::string> args = {
-        CARAVELA_BINARY, "broker",
-        "--topic",       absl::StrCat("purchases:", kSourcePartitions),
-        "--topic",       absl::StrCat("shipments:", kSourcePartitions)};
-    ParseResult parsed = ParseJobSpec(Yaml());
-    ASSERT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
-    auto plan = PlanJob(parsed.spec, kParallelism,
-                        {{"purchases", kSourcePartitions}, {"shipments", kSourcePartitions}});
-    ASSERT_OK(plan.status());
-    ASSERT_EQ(plan->exchanges.size(), 3u) << plan->ToText();
-    for (const ExchangePlan& ex : plan->exchanges) {
-      args.push_back("--topic");
-      args.push_back(absl::StrCat(ex.topic, ":", ex.partitions));
-    }
-    broker_ = std::make_unique<ChildProcess>(args, dir_ / "broker.log");
-    bootstrap_ = broker_->WaitFor(R"(listening on (\S+))", milliseconds(20000));
-    ASSERT_FALSE(bootstrap_.empty()) << broker_->Log();
-
-    // ~3.5 MB per partition: within the broker's ~5 MiB.
-    bench::PurchaseGenerator gen(RevenueStream(/*seed=*/11, /*purchases=*/100000));
-    std::vector<KafkaTestRecord> records;
-    std::string line;
-    // Shipments: for 4 purchases in 5 (by event id), 0-50 minutes after the
-    // purchase, in event-time order (never late). None for the late uploads:
-    // whether a late purchase still meets its shipment depends on how the
-    // two topics interleave (the join's bound), so the answer would too.
-    std::map<int64_t, std::vector<KafkaTestRecord>> shipments;
-    JsonDecoder decoder;
-    std::set<std::string> shipped;
-    int64_t max_event_time = kMinTime;
-    while (gen.Next(&line)) {
-      KafkaTestRecord r;
-      r.key = gen.last_key();
-      r.value = line;
-      records.push_back(r);
-      Record rec;
-      ASSERT_OK(decoder.Decode(line, &rec));
-      const std::string id(rec.GetPath(FieldPath::Parse("event_id")).s);
-      const uint64_t h = std::hash<std::string>()(id);
-      const int64_t event_time =
-          ParseIso8601(rec.GetPath(FieldPath::Parse("event_time")).s).value_or(0);
-      const bool late = event_time < max_event_time - 5 * 60'000;
-      max_event_time = std::max(max_event_time, event_time);
-      if (late || h % 5 == 0 || !shipped.insert(id).second) continue;
-      const int64_t t = event_time + static_cast<int64_t>(h % 50) * 60'000;
-      KafkaTestRecord sr;
-      sr.key = id;
-      sr.value = absl::StrCat(R"({"event_id":")", id, R"(","carrier":"c)", h % 7,
-                              R"(","shipped_at":")", FormatIso8601(t), R"("})");
-      shipments[t].push_back(std::move(sr));
-    }
-    ASSERT_OK(ProduceRecords(bootstrap_, "purchases", records, 60000));
-    purchases_ = records;
-    produced_["purchases"] = static_cast<int64_t>(records.size());
-    std::vector<KafkaTestRecord> ordered;
-    for (auto& [t, v] : shipments) {
-      for (KafkaTestRecord& r : v) ordered.push_back(std::move(r));
-    }
-    ASSERT_OK(ProduceRecords(bootstrap_, "shipments", ordered, 60000));
-    produced_["shipments"] = static_cast<int64_t>(ordered.size());
-
-    // The single-process answer.
-    ParseResult ref = ParseJobSpec(JobYaml("reference", dir_ / "reference", 0, false));
-    ASSERT_TRUE(ref.ok()) << ref.errors[0].ToString();
-    RunOptions options;
-    options.data_dir = (dir_ / "reference-data").string();
-    options.embedded_bootstrap = bootstrap_;
-    options.parallelism = 1;
-    auto pipeline = Pipeline::Create(ref.spec, options);
-    ASSERT_OK(pipeline.status());
-    ASSERT_OK((*pipeline)->Run());
-    reference_ = FinalResults((dir_ / "reference/out").string());
-    ASSERT_FALSE(reference_.empty());
-    reference_shipped_ = ReadParts(dir_ / "reference/out", "shipped");
-    std::sort(reference_shipped_.begin(), reference_shipped_.end());
-    ASSERT_GT(reference_shipped_.size(), 50000u);
-
-    StartCoordinator("127.0.0.1:0");
-    ASSERT_FALSE(address_.empty()) << coordinator_->Log();
-    for (int i = 0; i < 3; ++i) {
-      // 8 slots each: the 15 tasks fit on the two workers left after a kill.
-      workers_.push_back(std::make_unique<ChildProcess>(
-          std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots",
-                                   "8", "--data-dir", (dir_ / absl::StrCat("w", i)).string(),
-                                   "--bootstrap", bootstrap_, "--allow-path", dir_.string(),
-                                   "--http", "127.0.0.1:0"},
-          dir_ / absl::StrCat("worker-", i, ".log"), i == 0 ? worker0_gid_ : 0));
-      ids_.push_back(workers_[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
-      ASSERT_FALSE(ids_[i].empty()) << workers_[i]->Log();
-      http_.push_back(workers_[i]->WaitFor(R"(http=(\S+))", milliseconds(1000)));
-    }
-  }
-
-  // (Re)starts the coordinator on `listen`; sets address_.
-  void StartCoordinator(const std::string& listen) {
-    coordinator_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", listen, "--data-dir",
-                                 (dir_ / "coordinator").string(), "--allow-path", dir_.string(),
-                                 "--worker-timeout", worker_timeout_},
-        dir_ / absl::StrCat("coordinator-", ++coordinator_starts_, ".log"));
-    address_ = coordinator_->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
-  }
-
-  // The revenue job, also writing its results to a Kafka changelog topic
-  // and a PostgreSQL table.
-  std::string Yaml() const {
-    std::string yaml = JobYaml("cluster-revenue", dir_ / "cluster", 300, true);
-    if (!exchange_.empty())
-      yaml.insert(yaml.find("spec:\n") + 6, "  exchange: " + exchange_ + "\n");
-    return yaml;
-  }
-  // The exchanges this test asks for (empty: the cluster's default, network).
-  std::string exchange_;
-
-  // Messages in the job's exchange topics (none when they stream between
-  // workers).
-  int64_t ExchangeTopicMessages() const {
-    ParseResult parsed = ParseJobSpec(Yaml());
-    auto plan = PlanJob(parsed.spec, kParallelism,
-                        {{"purchases", kSourcePartitions}, {"shipments", kSourcePartitions}});
-    int64_t n = 0;
-    for (const ExchangePlan& ex : plan->exchanges) {
-      auto records = ConsumeAll(bootstrap_, ex.topic, 20000);
-      n += records.ok() ? static_cast<int64_t>(records->size()) : 0;
-    }
-    return n;
-  }
-
-  // The revenue job plus an interval join of the unique purchases with the
-  // shipments stream (shipped within an hour); `external`: the window
-  // results also go to a Kafka changelog topic and a PostgreSQL table.
-  std::string JobYaml(const std::string& name, const fs::path& dir, int64_t checkpoint_ms,
-                      bool external) const {
-    std::string yaml = RevenueJob(name, dir.string(), checkpoint_ms);
-    yaml.insert(yaml.find("  operators:"), R"(    - name: shipments
-      kafka: {topic: shipments, bounded: true}
-      key: [event_id]
-      event_time: {field: shipped_at, format: iso8601}
-      watermark: {max_out_of_orderness: 1m, idle_timeout: 1m}
-)");
-    yaml.insert(yaml.find("  sinks:"), R"(    - name: shipped
-      interval_join:
-        left: unique
-        right: shipments
-        on: [event_id]
-        between: {lower: 0m, upper: 1h}
-        type: inner
-)");
-    std::string sinks = absl::StrCat("    - {from: shipped, file: {path: ", (dir / "out").string(),
-                                     "/shipped.jsonl}}\n");
-    if (external) {
-      absl::StrAppend(&sinks,
-                      "    - {from: revenue, kafka: {topic: revenue-changelog, mode: changelog}}\n"
-                      "    - {from: revenue, postgres: {dsn: \"",
-                      postgres_->Dsn(), "\", table: revenue}}\n");
-    }
-    yaml.insert(yaml.find("  dead_letter:"), sinks);
-    return yaml;
-  }
-
-  // The single-process answer in the file sink, the changelog topic (the
-  // highest revision per key) and the table (one row per key, FINAL, the
-  // epoch fence at the job's last epoch).
-  void ExpectTheAnswer(const v1::Job& job) {
-    {
-      SCOPED_TRACE("file sink");
-      ExpectSameFinals(reference_, FinalResults((dir_ / "cluster/out").string()));
-    }
-    {
-      SCOPED_TRACE("interval join");
-      std::vector<std::string> shipped = ReadParts(dir_ / "cluster/out", "shipped");
-      std::sort(shipped.begin(), shipped.end());
-      EXPECT_EQ(shipped.size(), reference_shipped_.size());
-      EXPECT_TRUE(shipped == reference_shipped_)
-          << Differences(shipped, reference_shipped_, "in the cluster");
-    }
-    {
-      SCOPED_TRACE("Kafka changelog");
-      auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
-      ASSERT_OK(values.status());
-      ExpectSameFinals(reference_, HighestFinals(*values));
-    }
-    {
-      SCOPED_TRACE("PostgreSQL");
-      auto rows = postgres_->Query("SELECT value::text FROM revenue");
-      ASSERT_OK(rows.status());
-      std::vector<std::string> values;
-      for (const auto& r : *rows) values.push_back(r[0]);
-      EXPECT_EQ(values.size(), reference_.size());
-      ExpectSameFinals(reference_, HighestFinals(values));
-      auto fence = postgres_->Query(
-          "SELECT epoch FROM caravela_fences WHERE job = 'cluster-revenue' AND target = 'revenue'");
-      ASSERT_OK(fence.status());
-      EXPECT_THAT(*fence,
-                  ::testing::ElementsAre(::testing::ElementsAre(std::to_string(job.epoch()))));
-    }
-  }
-
-  std::string Submit() {
-    auto r = JobClient(address_, "").Submit(Yaml(), kParallelism);
-    EXPECT_OK(r.status());
-    if (!r.ok()) return "";
-    EXPECT_EQ(r->errors_size(), 0) << r->DebugString();
-    return r->job_id();
-  }
-
-  // Submits the job and waits until it runs mid-stream: RUNNING, a
-  // checkpoint complete, its input not all processed.
-  void SubmitAndRunToACheckpoint(std::string* id) {
-    *id = Submit();
-    ASSERT_FALSE(id->empty());
-    ASSERT_TRUE(Eventually(
-        [&] {
-          const v1::Job j = Get(*id);
-          return j.state() == v1::RUNNING && j.last_checkpoint() >= 1;
-        },
-        milliseconds(60000)))
-        << Get(*id).DebugString() << Logs();
-    ASSERT_NE(Get(*id).state(), v1::FINISHED) << "the job ended too early: more input needed";
-  }
-
-  // Holds the PostgreSQL fence table locked (until UnlockFences): the job's
-  // sink cannot write, nor a new epoch's sink open, so the job cannot end
-  // meanwhile whatever the timing.
-  void LockFences(PGconn** lock) {
-    *lock = PQconnectdb(postgres_->Dsn().c_str());
-    ASSERT_EQ(PQstatus(*lock), CONNECTION_OK) << PQerrorMessage(*lock);
-    PGresult* r = PQexec(*lock, "BEGIN; LOCK TABLE caravela_fences IN ACCESS EXCLUSIVE MODE");
-    ASSERT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(*lock);
-    PQclear(r);
-  }
-  // SubmitAndRunToACheckpoint, then LockFences: the job holds mid-stream.
-  void SubmitAndHoldMidStream(std::string* id, PGconn** lock) {
-    ASSERT_NO_FATAL_FAILURE(SubmitAndRunToACheckpoint(id));
-    ASSERT_NO_FATAL_FAILURE(LockFences(lock));
-    ASSERT_NE(Get(*id).state(), v1::FINISHED);
-  }
-  // Nothing produced twice: each window's FINAL once in the changelog.
-  void ExpectEachFinalOnceInTheChangelog() {
-    auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
-    ASSERT_OK(values.status());
-    size_t finals = 0;
-    for (const std::string& v : *values) finals += v.find("\"FINAL\"") != std::string::npos;
-    EXPECT_EQ(finals, reference_.size());
-  }
-  // Each window's revisions rise in the changelog, and the table holds the
-  // highest one published (never lowered by a later epoch's writes).
-  void ExpectNoRevisionGoesBack() {
-    auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
-    ASSERT_OK(values.status());
-    EXPECT_THAT(RevisionRegressions(*values), ::testing::IsEmpty());
-    auto rows = postgres_->Query("SELECT value::text FROM revenue");
-    ASSERT_OK(rows.status());
-    std::vector<std::string> table;
-    for (const auto& r : *rows) table.push_back(r[0]);
-    auto highest = [](const std::vector<std::string>& vs) {
-      JsonDecoder decoder;
-      std::map<std::string, int64_t> out;
-      for (const std::string& v : vs) {
-        Record r;
-        if (!decoder.Decode(v, &r).ok()) continue;
-        const std::string key = std::string(r.GetPath(FieldPath::Parse("window_start")).s) + "/" +
-                                std::string(r.GetPath(FieldPath::Parse("country")).s);
-        int64_t& rev = out[key];
-        rev = std::max(rev, r.GetPath(FieldPath::Parse("revision")).i);
-      }
-      return out;
-    };
-    EXPECT_EQ(highest(table), highest(*values));
-  }
-  // PostgreSQL's clock now (for ExpectNoRowOfAnEpochBefore); "" on error.
-  std::string PostgresNow() {
-    auto now = postgres_->Query("SELECT clock_timestamp()::text");
-    EXPECT_OK(now.status());
-    return now.ok() ? (*now)[0][0] : "";
-  }
-  // No row of the revenue table from an epoch before `epoch` was written
-  // after `since` (PostgresNow()): a fenced-off worker's writes did not land.
-  void ExpectNoRowOfAnEpochBefore(int64_t epoch, const std::string& since) {
-    ASSERT_FALSE(since.empty());
-    auto stale = postgres_->Query(absl::StrCat("SELECT count(*) FROM revenue WHERE epoch < ", epoch,
-                                               " AND updated_at > '", since, "'::timestamptz"));
-    ASSERT_OK(stale.status());
-    EXPECT_EQ((*stale)[0][0], "0");
-  }
-  static void UnlockFences(PGconn* lock) {
-    PQclear(PQexec(lock, "COMMIT"));
-    PQfinish(lock);
-  }
-
-  v1::Job Get(const std::string& id) {
-    auto j = JobClient(address_, "").Get(id);
-    EXPECT_OK(j.status());
-    return j.ok() ? *j : v1::Job();
-  }
-
-  std::string Logs() const {
-    std::string out;
-    for (int i = 1; i <= coordinator_starts_; ++i) {
-      absl::StrAppend(&out, "--- coordinator ", i, "\n",
-                      ReadFile(dir_ / absl::StrCat("coordinator-", i, ".log")));
-    }
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      absl::StrAppend(&out, "--- worker ", i, "\n", workers_[i]->Log());
-    }
-    return out;
-  }
-
-  std::unique_ptr<TempDir> tmp_;
-  fs::path dir_;
-  std::unique_ptr<ChildProcess> broker_, coordinator_;
-  std::vector<std::unique_ptr<ChildProcess>> workers_;
-  std::vector<std::string> ids_;
-  std::vector<std::string> http_;  // each worker's /metrics address
-  std::string bootstrap_, address_;
-  int coordinator_starts_ = 0;
-  // The workers' lease: a worker stops its tasks when it cannot reach the
-  // coordinator for this long.
-  std::string worker_timeout_ = "2s";
-  // The group id worker 0 runs with (0: the test's).
-  gid_t worker0_gid_ = 0;
-  std::map<std::string, WindowResult> reference_;
-  std::vector<std::string> reference_shipped_;  // the join's output, sorted
-  std::map<std::string, int64_t> produced_;     // records per input topic
-  std::vector<KafkaTestRecord> purchases_;      // as produced
-  std::unique_ptr<PostgresServer> postgres_;
-};
 
 TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   const std::string id = Submit();
@@ -628,29 +278,6 @@ TEST_F(ClusterBackPressureTest, APausedConsumerHoldsItsProducersWithinTheirCredi
 // the other two; the worker stops its tasks once its lease ends (it fences
 // itself), and none of its epoch's writes lands in PostgreSQL after that.
 // Healed, the job ends with the single-process answer.
-class ClusterPartitionTest : public ClusterJobTest {
- protected:
-  static constexpr gid_t kCutOff = 4242;
-  ClusterPartitionTest() { worker0_gid_ = kCutOff; }
-  void SetUp() override {
-    ASSERT_EQ(unshare(CLONE_NEWNET), 0)
-        << "unshare(CLONE_NEWNET): " << strerror(errno) << " (the test needs root)";
-    ASSERT_EQ(std::system("ip link set lo up"), 0) << "ip (iproute2) missing: scripts/install-deps";
-    ASSERT_EQ(std::system("iptables -S OUTPUT > /dev/null"), 0)
-        << "iptables missing: run scripts/install-deps";
-    ClusterJobTest::SetUp();
-  }
-  // Adds (-I) or deletes (-D) the rule dropping worker 0's packets to
-  // `address` (HOST:PORT; default: the coordinator's).
-  void Cut(const char* op, std::string address = "") {
-    if (address.empty()) address = address_;
-    const std::string port = address.substr(address.rfind(':') + 1);
-    const std::string cmd = absl::StrCat("iptables ", op, " OUTPUT -o lo -p tcp --dport ", port,
-                                         " -m owner --gid-owner ", kCutOff, " -j DROP");
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
-};
-
 // Packet loss (the kernel has no netem here: iptables' statistic match drops
 // a random 10 % of every packet worker 0 sends, to the coordinator, the other
 // workers, Kafka and PostgreSQL) for 5 s, then healed: whether TCP's
@@ -833,47 +460,14 @@ TEST_F(ClusterJobTest, RescaleFromThreeToTwoTasksGivesTheSameAnswer) {
 // exact answer, each window FINAL once in the changelog, no revision of a key
 // going backwards; the part files a rescale added carry new names, so no
 // task truncated or fenced another's file.
+}  // namespace
+
 void RescaleSequence(ClusterJobTest& t) {
-  std::string unbounded = t.Yaml();
-  for (size_t at = unbounded.find("bounded: true"); at != std::string::npos;
-       at = unbounded.find("bounded: true")) {
-    unbounded.replace(at, 13, "bounded: false");
-  }
-  auto submitted = JobClient(t.address_, "").Submit(unbounded, 2);
-  ASSERT_OK(submitted.status());
-  ASSERT_EQ(submitted->errors_size(), 0) << submitted->DebugString();
-  const std::string id = submitted->job_id();
-  ASSERT_TRUE(Eventually(
-      [&] {
-        const v1::Job j = t.Get(id);
-        return j.state() == v1::RUNNING && j.last_checkpoint() >= 1;
-      },
-      milliseconds(60000)))
-      << t.Get(id).DebugString() << t.Logs();
+  const std::string id = t.SubmitUnbounded(2);
+  ASSERT_FALSE(id.empty());
   const std::string at = " --coordinator " + t.address_;
-  // Data streams in while the job rescales: copies of purchases already
-  // produced (a producer's retries), which the dedup drops, so the answer
-  // stays the offline one.
-  std::atomic<bool> stop_streaming{false};
-  std::atomic<int64_t> streamed{0};
-  std::thread streamer([&] {
-    size_t next = 0;
-    while (!stop_streaming && streamed < 12000) {
-      std::vector<KafkaTestRecord> batch;
-      for (int i = 0; i < 200; ++i) batch.push_back(t.purchases_[next++ % t.purchases_.size()]);
-      if (!ProduceRecords(t.bootstrap_, "purchases", batch, 10000).ok()) return;
-      streamed += static_cast<int64_t>(batch.size());
-      std::this_thread::sleep_for(milliseconds(200));
-    }
-  });
-  struct Join {
-    std::atomic<bool>* stop;
-    std::thread* thread;
-    ~Join() {
-      *stop = true;
-      if (thread != nullptr) thread->join();
-    }
-  } join{&stop_streaming, &streamer};
+  // Data streams in while the job rescales.
+  ClusterJobTest::CopyStreamer streamer(t, 12000);
   int64_t epoch = t.Get(id).epoch();
   for (int to : {3, 1, 2}) {
     SCOPED_TRACE(absl::StrCat("rescale to ", to));
@@ -893,26 +487,12 @@ void RescaleSequence(ClusterJobTest& t) {
     EXPECT_EQ(j.tasks_size(), 5 * to);  // 5 stages
     epoch = j.epoch();
   }
-  stop_streaming = true;
-  streamer.join();
-  join.thread = nullptr;
-  EXPECT_GT(streamed.load(), 0);
+  const int64_t streamed = streamer.Stop();
+  EXPECT_GT(streamed, 0);
   std::printf("%lld purchase copies streamed in during the rescales\n",
-              static_cast<long long>(streamed.load()));
-  const CliResult saved = Cli(absl::StrCat("savepoint ", id, " sp-rescale --wait 2m", at), t.dir_);
-  ASSERT_EQ(saved.code, 0) << saved.out << t.Logs();
-  const fs::path job_file = t.dir_ / "job.yaml";
-  std::ofstream(job_file) << t.Yaml();
-  const CliResult resubmit = Cli(absl::StrCat("submit ", job_file.string(),
-                                              " --from-savepoint sp-rescale --parallelism 2", at),
-                                 t.dir_);
-  ASSERT_EQ(resubmit.code, 0) << resubmit.out;
-  const std::string out(absl::StripTrailingAsciiWhitespace(resubmit.out));
-  const std::string id2 =
-      out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
-  ASSERT_TRUE(Eventually([&] { return t.Get(id2).state() == v1::FINISHED; }, milliseconds(120000)))
-      << t.Get(id2).DebugString() << t.Logs();
-  const v1::Job job = t.Get(id2);
+              static_cast<long long>(streamed));
+  const v1::Job job = t.FinishFromASavepoint(id, "sp-rescale");
+  ASSERT_EQ(job.state(), v1::FINISHED);
   EXPECT_EQ(job.parallelism(), 2);
   t.ExpectTheAnswer(job);
   t.ExpectEachFinalOnceInTheChangelog();
@@ -930,6 +510,8 @@ void RescaleSequence(ClusterJobTest& t) {
               ::testing::Contains(::testing::MatchesRegex(R"(revenue\.part-2-c[0-9]+\.jsonl)")))
       << ::testing::PrintToString(parts);
 }
+
+namespace {
 
 TEST_F(ClusterJobTest, RescaleUpDownToOneAndBackGivesTheSameAnswer) { RescaleSequence(*this); }
 
