@@ -706,8 +706,9 @@ TEST(JobSpecTest, KafkaSinkModes) {
   EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().linger_ms, 5);  // default
 
   // The producer's linger, a duration from 0 to 10 s.
-  r = ParseJobSpec(Job("", "    - {from: src, kafka: {topic: a, linger: 0ms}}\n"
-                           "    - {from: src, kafka: {topic: b, linger: 2s}}\n"));
+  r = ParseJobSpec(Job("",
+                       "    - {from: src, kafka: {topic: a, linger: 0ms}}\n"
+                       "    - {from: src, kafka: {topic: b, linger: 2s}}\n"));
   ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
   EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().linger_ms, 0);
   EXPECT_EQ(r.spec.sinks[1].Get<KafkaSinkSpec>().linger_ms, 2000);

@@ -159,15 +159,14 @@ class ClusterJobTest : public ::testing::Test {
   void StartWorker(int i) {
     const size_t at = static_cast<size_t>(i);
     const bool again = at < workers_.size();
-    const fs::path log =
-        again ? dir_ / absl::StrCat("worker-", i, ".r", ++worker_restarts_, ".log")
-              : dir_ / absl::StrCat("worker-", i, ".log");
+    const fs::path log = again ? dir_ / absl::StrCat("worker-", i, ".r", ++worker_restarts_, ".log")
+                               : dir_ / absl::StrCat("worker-", i, ".log");
     // 8 slots each: the 15 tasks fit on the two workers left after a kill.
     auto w = std::make_unique<ChildProcess>(
         std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots",
                                  "8", "--data-dir", (dir_ / absl::StrCat("w", i)).string(),
-                                 "--bootstrap", bootstrap_, "--allow-path", dir_.string(),
-                                 "--http", "127.0.0.1:0"},
+                                 "--bootstrap", bootstrap_, "--allow-path", dir_.string(), "--http",
+                                 "127.0.0.1:0"},
         log, worker_gids_[at]);
     std::string id = w->WaitFor(R"(id=(\S+))", milliseconds(20000));
     ASSERT_FALSE(id.empty()) << w->Log();
@@ -356,10 +355,9 @@ class ClusterJobTest : public ::testing::Test {
     EXPECT_EQ(saved.code, 0) << saved.out << Logs();
     const fs::path job_file = dir_ / "job.yaml";
     std::ofstream(job_file) << Yaml();
-    const CliResult resubmit = Cli(
-        absl::StrCat("submit ", job_file.string(), " --from-savepoint ", name, " --parallelism 2",
-                     at),
-        dir_);
+    const CliResult resubmit = Cli(absl::StrCat("submit ", job_file.string(), " --from-savepoint ",
+                                                name, " --parallelism 2", at),
+                                   dir_);
     EXPECT_EQ(resubmit.code, 0) << resubmit.out;
     const std::string out(absl::StripTrailingAsciiWhitespace(resubmit.out));
     const std::string id2 =

@@ -60,9 +60,9 @@ class FaultCampaignTest : public ClusterJobTest {
   }
   // iptables -I/-D OUTPUT for worker `w`'s packets, with `match`.
   void Rule(const char* op, int w, const std::string& match) {
-    const std::string cmd = absl::StrCat("iptables ", op, " OUTPUT -o lo -m owner --gid-owner ",
-                                         worker_gids_[static_cast<size_t>(w)], " ", match,
-                                         " -j DROP");
+    const std::string cmd =
+        absl::StrCat("iptables ", op, " OUTPUT -o lo -m owner --gid-owner ",
+                     worker_gids_[static_cast<size_t>(w)], " ", match, " -j DROP");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
 
@@ -89,7 +89,8 @@ class FaultCampaignTest : public ClusterJobTest {
       case 2: {
         const std::string m = "-p tcp --dport " + Port(address_);
         Rule("-I", w, m);
-        return {"partition_coordinator", absl::StrCat("worker ", w, " cut off from the coordinator"),
+        return {"partition_coordinator",
+                absl::StrCat("worker ", w, " cut off from the coordinator"),
                 [this, w, m] { Rule("-D", w, m); }};
       }
       case 3: {
@@ -156,9 +157,9 @@ TEST_F(FaultCampaignTest, ASeededScheduleOfFaultsLeavesEveryFinalExact) {
         milliseconds(60000));
     ASSERT_NE(j.state(), v1::FAILED) << j.DebugString() << Logs();
     if (ok) {
-      recovery_ms.push_back(std::chrono::duration_cast<milliseconds>(
-                                std::chrono::steady_clock::now() - healed)
-                                .count());
+      recovery_ms.push_back(
+          std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - healed)
+              .count());
     } else {
       ++unrecovered;
       ADD_FAILURE() << "not recovered 60 s after: " << f.what << "\n" << j.DebugString();
@@ -179,8 +180,8 @@ TEST_F(FaultCampaignTest, ASeededScheduleOfFaultsLeavesEveryFinalExact) {
     absl::StrAppend(&kinds, kinds.empty() ? "" : ",", "\"", kind, "\":", n);
   }
   const std::string report = absl::StrCat(
-      "{\"seed\":", seed, ",\"seconds\":", seconds, ",\"faults\":", faults, ",\"by_kind\":{",
-      kinds, "},\"windows_checked\":", reference_.size(), ",\"copies_streamed\":", streamed,
+      "{\"seed\":", seed, ",\"seconds\":", seconds, ",\"faults\":", faults, ",\"by_kind\":{", kinds,
+      "},\"windows_checked\":", reference_.size(), ",\"copies_streamed\":", streamed,
       ",\"unrecovered\":", unrecovered, ",\"recovery_ms_p50\":", Percentile(recovery_ms, 0.5),
       ",\"recovery_ms_p99\":", Percentile(recovery_ms, 0.99),
       ",\"recovery_ms_max\":", Percentile(recovery_ms, 1.0),

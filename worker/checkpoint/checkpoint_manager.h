@@ -87,9 +87,9 @@ struct CheckpointStats {
 // A checkpoint whose state is snapshotted into a local directory but not
 // uploaded yet: Write()'s first half (CheckpointManager::Snapshot).
 struct CheckpointSnapshot {
-  std::string dir;                // the scratch snapshot, removed by Upload()
-  CheckpointManifest manifest;    // id, job, the runtime's fields; files filled by Upload()
-  CheckpointStats stats;          // checkpoint_id and snapshot_ms so far
+  std::string dir;              // the scratch snapshot, removed by Upload()
+  CheckpointManifest manifest;  // id, job, the runtime's fields; files filled by Upload()
+  CheckpointStats stats;        // checkpoint_id and snapshot_ms so far
   std::chrono::steady_clock::time_point started;
 };
 

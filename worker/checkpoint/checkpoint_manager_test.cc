@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <future>
 #include <fstream>
+#include <future>
 #include <map>
 #include <set>
 #include <string>
@@ -268,9 +268,8 @@ TEST_P(CheckpointManagerTest, AnUploadBesideNewWritesHoldsTheSnapshotsState) {
   EXPECT_EQ(mgr->next_checkpoint_id(), 2);
   EXPECT_FALSE(*mgr->storage().Exists(mgr->prefix() + "chk-1.manifest"));  // not yet
   std::future<absl::StatusOr<CheckpointStats>> upload =
-      std::async(std::launch::async, [&mgr, s = *std::move(snap)]() mutable {
-        return mgr->Upload(std::move(s));
-      });
+      std::async(std::launch::async,
+                 [&mgr, s = *std::move(snap)]() mutable { return mgr->Upload(std::move(s)); });
   Fill(*backend_, "a", 0, 4000, /*v=*/9);  // overwrites every key of the snapshot
   ASSERT_OK(backend_->Compact());
   mgr->Pin(1);  // the task thread may pin meanwhile

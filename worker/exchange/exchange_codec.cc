@@ -17,7 +17,6 @@ namespace {
 // ends the job (none otherwise).
 constexpr uint8_t kBarrierStops = 1;
 
-
 // Record::PackTo layout (common/record.cc): uint32 node count, uint32 byte
 // count, the nodes, the bytes.
 constexpr size_t kPackedHeader = 8;

@@ -767,14 +767,15 @@ TEST_P(ExchangeTest, TheFirstBarrierOfACheckpointIsReportedBeforeAlignment) {
   ASSERT_TRUE(PollUntil(*reader, &got, [&] { return !seen.empty(); }));
   EXPECT_THAT(seen, ElementsAre(std::make_pair(int64_t{1}, false)));
   EXPECT_FALSE(reader->AlignedBarrier().has_value());  // B's barrier 1 is not there yet
-  ASSERT_OK(b->WriteBarrier(1));                         // the same checkpoint: not again
+  ASSERT_OK(b->WriteBarrier(1));                       // the same checkpoint: not again
   ASSERT_OK(b->Flush(5000));
   ASSERT_TRUE(PollUntil(*reader, &got, [&] { return reader->AlignedBarrier().has_value(); }));
   reader->ReleaseBarrier();
   ASSERT_OK(b->WriteBarrier(2, /*stop=*/true));
   ASSERT_OK(b->Flush(5000));
   ASSERT_TRUE(PollUntil(*reader, &got, [&] { return seen.size() == 2; }));
-  EXPECT_THAT(seen, ElementsAre(std::make_pair(int64_t{1}, false), std::make_pair(int64_t{2}, true)));
+  EXPECT_THAT(seen,
+              ElementsAre(std::make_pair(int64_t{1}, false), std::make_pair(int64_t{2}, true)));
 }
 
 TEST_P(ExchangeTest, BarriersAlignAndHoldLaterFrames) {

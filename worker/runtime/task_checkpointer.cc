@@ -393,9 +393,10 @@ absl::Status TaskCheckpointer::StartUpload(int64_t n) {
                 .count());
   uploading_id_ = n;
   upload_started_ = t0;
-  upload_ = std::async(std::launch::async, [manager = manager_.get(), s = std::move(snap)]() mutable {
-    return manager->Upload(std::move(s));
-  });
+  upload_ =
+      std::async(std::launch::async, [manager = manager_.get(), s = std::move(snap)]() mutable {
+        return manager->Upload(std::move(s));
+      });
   return absl::OkStatus();
 }
 

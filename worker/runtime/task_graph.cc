@@ -10,8 +10,8 @@
 #include "common/sink_kind.h"
 #include "common/source_kind.h"
 #include "worker/connectors/file_connectors.h"
-#include "worker/runtime/job_checkpoints.h"
 #include "worker/connectors/sink_factory.h"
+#include "worker/runtime/job_checkpoints.h"
 #include "worker/runtime/task_dispatch.h"
 #include "worker/runtime/task_ingest.h"
 

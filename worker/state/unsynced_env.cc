@@ -81,8 +81,7 @@ class UnsyncedFileSystem : public rocksdb::FileSystemWrapper {
 
 rocksdb::Env* UnsyncedEnv() {
   static rocksdb::Env* env =
-      rocksdb::NewCompositeEnv(
-          std::make_shared<UnsyncedFileSystem>(rocksdb::FileSystem::Default()))
+      rocksdb::NewCompositeEnv(std::make_shared<UnsyncedFileSystem>(rocksdb::FileSystem::Default()))
           .release();
   return env;
 }
