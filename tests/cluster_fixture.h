@@ -423,9 +423,9 @@ class ClusterJobTest : public ::testing::Test {
     EXPECT_OK(values.status());
     if (!values.ok()) return -1;
     JsonDecoder decoder;
-    const FieldPath start = FieldPath::Parse("window_start"),
-                    country = FieldPath::Parse("country"), state = FieldPath::Parse("state"),
-                    revenue = FieldPath::Parse("revenue"), orders = FieldPath::Parse("orders");
+    const FieldPath start = FieldPath::Parse("window_start"), country = FieldPath::Parse("country"),
+                    state = FieldPath::Parse("state"), revenue = FieldPath::Parse("revenue"),
+                    orders = FieldPath::Parse("orders");
     std::map<std::string, std::string> finals;
     int64_t again = 0;
     for (const std::string& v : *values) {

@@ -180,8 +180,8 @@ TEST_F(FaultCampaignTest, ASeededScheduleOfFaultsLeavesEveryFinalExact) {
   const std::string report = absl::StrCat(
       "{\"seed\":", seed, ",\"seconds\":", seconds, ",\"faults\":", faults, ",\"by_kind\":{", kinds,
       "},\"windows_checked\":", reference_.size(), ",\"copies_streamed\":", streamed,
-      ",\"finals_published_again\":", finals_again,
-      ",\"unrecovered\":", unrecovered, ",\"recovery_ms_p50\":", Percentile(recovery_ms, 0.5),
+      ",\"finals_published_again\":", finals_again, ",\"unrecovered\":", unrecovered,
+      ",\"recovery_ms_p50\":", Percentile(recovery_ms, 0.5),
       ",\"recovery_ms_p99\":", Percentile(recovery_ms, 0.99),
       ",\"recovery_ms_max\":", Percentile(recovery_ms, 1.0),
       ",\"passed\":", HasFailure() ? "false" : "true", "}");
