@@ -290,16 +290,28 @@ class ClusterJobTest : public ::testing::Test {
     }
   }
 
-  // Submits the job with sources read without an end (bounded: false) at
-  // `parallelism` and waits until it is RUNNING with a checkpoint; "" on
-  // failure (reported).
-  std::string SubmitUnbounded(int parallelism) {
+  // Yaml() with sources read without an end (bounded: false; the same
+  // graph).
+  std::string UnboundedYaml() const {
     std::string unbounded = Yaml();
     for (size_t at = unbounded.find("bounded: true"); at != std::string::npos;
          at = unbounded.find("bounded: true")) {
       unbounded.replace(at, 13, "bounded: false");
     }
-    auto submitted = JobClient(address_, "").Submit(unbounded, parallelism);
+    return unbounded;
+  }
+  // The job id `caravela submit` printed: its output's last line.
+  static std::string SubmittedId(const std::string& out) {
+    const std::string trimmed(absl::StripTrailingAsciiWhitespace(out));
+    const size_t nl = trimmed.rfind('\n');
+    return trimmed.substr(nl == std::string::npos ? 0 : nl + 1);
+  }
+
+  // Submits the job with sources read without an end (bounded: false) at
+  // `parallelism` and waits until it is RUNNING with a checkpoint; "" on
+  // failure (reported).
+  std::string SubmitUnbounded(int parallelism) {
+    auto submitted = JobClient(address_, "").Submit(UnboundedYaml(), parallelism);
     EXPECT_OK(submitted.status());
     if (!submitted.ok()) return "";
     EXPECT_EQ(submitted->errors_size(), 0) << submitted->DebugString();
@@ -359,9 +371,7 @@ class ClusterJobTest : public ::testing::Test {
                                                 name, " --parallelism 2", at),
                                    dir_);
     EXPECT_EQ(resubmit.code, 0) << resubmit.out;
-    const std::string out(absl::StripTrailingAsciiWhitespace(resubmit.out));
-    const std::string id2 =
-        out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+    const std::string id2 = SubmittedId(resubmit.out);
     EXPECT_TRUE(Eventually([&] { return Get(id2).state() == v1::FINISHED; }, milliseconds(120000)))
         << Get(id2).DebugString() << Logs();
     return Get(id2);

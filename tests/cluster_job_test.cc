@@ -528,12 +528,7 @@ TEST_F(ClusterJobTest, RescaleUpDownToOneAndBackOverKafkaExchanges) {
 // offsets and state. Together they give the exact answer in every sink, each
 // window FINAL once.
 TEST_F(ClusterJobTest, SavepointAndResubmissionFromItGiveTheSameAnswer) {
-  std::string unbounded = Yaml();
-  for (size_t at = unbounded.find("bounded: true"); at != std::string::npos;
-       at = unbounded.find("bounded: true")) {
-    unbounded.replace(at, 13, "bounded: false");
-  }
-  auto submitted = JobClient(address_, "").Submit(unbounded, kParallelism);
+  auto submitted = JobClient(address_, "").Submit(UnboundedYaml(), kParallelism);
   ASSERT_OK(submitted.status());
   const std::string id = submitted->job_id();
   ASSERT_FALSE(id.empty()) << submitted->DebugString();
@@ -577,10 +572,7 @@ TEST_F(ClusterJobTest, SavepointAndResubmissionFromItGiveTheSameAnswer) {
       Cli(absl::StrCat("submit ", job_file.string(), " --from-savepoint sp1 --parallelism 2", at),
           dir_);
   ASSERT_EQ(resubmit.code, 0) << resubmit.out;
-  // The id is the last line.
-  const std::string out(absl::StripTrailingAsciiWhitespace(resubmit.out));
-  const std::string id2 =
-      out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+  const std::string id2 = SubmittedId(resubmit.out);
   ASSERT_NE(id2, id);
   ASSERT_TRUE(Eventually([&] { return Get(id2).state() == v1::FINISHED; }, milliseconds(120000)))
       << Get(id2).DebugString() << Logs();

@@ -55,6 +55,7 @@ int64_t NowUnixMs() {
 class Timer {
  public:
   Timer() : start_(std::chrono::steady_clock::now()) {}
+  explicit Timer(std::chrono::steady_clock::time_point start) : start_(start) {}
   int64_t Ms() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                  start_)
@@ -492,9 +493,7 @@ absl::StatusOr<CheckpointStats> CheckpointManager::Upload(CheckpointSnapshot sna
     Log()->warn("checkpoint {} of {}: garbage collection failed (will retry next time): {}", id,
                 prefix_, gc.status().ToString());
   }
-  stats.duration_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - snap.started)
-                          .count();
+  stats.duration_ms = Timer(snap.started).Ms();
   Log()->debug(
       "checkpoint {} of {} written: {} files ({} bytes), uploaded {} files ({} bytes), "
       "snapshot {} ms, total {} ms, gc deleted {}",

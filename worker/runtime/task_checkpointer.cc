@@ -15,6 +15,13 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return RuntimeLogger(); }
 
+// Milliseconds since `t0`.
+int64_t MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               t0)
+      .count();
+}
+
 constexpr int kTaskId = 0;  // one task per job in-process (the cluster assigns more)
 
 }  // namespace
@@ -156,9 +163,7 @@ absl::Status TaskCheckpointer::Restore() {
     (void)rs;
   }
   RETURN_IF_ERROR(ApplyManifest(*m));
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
+  const int64_t ms = MsSince(t0);
   ctx_.metrics->Get("restores_total")->Add();
   Log()->info("restored {} {} (epoch {}) in {} ms; this run is epoch {}",
               ctx_.options.from_savepoint.empty() ? "checkpoint" : "savepoint", m->checkpoint_id(),
@@ -338,9 +343,7 @@ void TaskCheckpointer::RecordStateSize() {
 void TaskCheckpointer::Finished(const std::string& savepoint_dir, const CheckpointStats& stats,
                                 std::chrono::steady_clock::time_point t0) {
   const int64_t id = stats.checkpoint_id;
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
+  const int64_t ms = MsSince(t0);
   ctx_.metrics->Get(savepoint_dir.empty() ? "checkpoints_total" : "savepoints_total")->Add();
   ctx_.metrics->Get("checkpoint_uploaded_bytes_total")
       ->Add(static_cast<int64_t>(stats.bytes_uploaded));
@@ -387,10 +390,7 @@ absl::Status TaskCheckpointer::StartUpload(int64_t n) {
   ASSIGN_OR_RETURN(CheckpointManifest m, Begin(n));
   ASSIGN_OR_RETURN(CheckpointSnapshot snap, manager_->Snapshot(*ctx_.state, std::move(m)));
   RecordStateSize();
-  ctx_.metrics->Get("checkpoint_last_sync_duration_ms")
-      ->Set(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                  t0)
-                .count());
+  ctx_.metrics->Get("checkpoint_last_sync_duration_ms")->Set(MsSince(t0));
   uploading_id_ = n;
   upload_started_ = t0;
   upload_ =
