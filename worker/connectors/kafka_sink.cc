@@ -129,10 +129,7 @@ absl::Status KafkaSink::Open() {
   }
   rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaSink::DeliveryReport);
   rd_kafka_conf_set_opaque(conf.get(), this);
-  char err[512];
-  rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof(err));
-  if (rk_ == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka producer: ", err));
-  (void)conf.release();  // owned by rk_ now
+  ASSIGN_OR_RETURN(rk_, NewKafkaClient(KafkaClientType::kProducer, std::move(conf), "kafka producer"));
   rkt_ = rd_kafka_topic_new(rk_, options_.topic.c_str(), nullptr);
   if (rkt_ == nullptr) {
     return absl::InternalError(
@@ -439,10 +436,7 @@ absl::StatusOr<int64_t> KafkaSink::ReadLastMarker() {
                                  {"enable.auto.commit", "false"},
                                  {"isolation.level", "read_committed"},
                                  {"enable.partition.eof", "true"}}));
-  char err[512];
-  rd_kafka_t* c = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof(err));
-  if (c == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, ": ", err));
-  (void)conf.release();
+  ASSIGN_OR_RETURN(rd_kafka_t * c, NewKafkaClient(KafkaClientType::kConsumer, std::move(conf), where));
   struct Closer {
     rd_kafka_t* c;
     ~Closer() {

@@ -89,6 +89,22 @@ absl::StatusOr<KafkaConfPtr> NewKafkaConf(
   return conf;
 }
 
+absl::StatusOr<rd_kafka_t*> NewKafkaClient(KafkaClientType type, KafkaConfPtr conf,
+                                           std::string_view what) {
+  char err[512];
+  rd_kafka_t* rk =
+      rd_kafka_new(type == KafkaClientType::kConsumer ? RD_KAFKA_CONSUMER : RD_KAFKA_PRODUCER,
+                   conf.get(), err, sizeof(err));
+  if (rk == nullptr) {
+    const std::string message = absl::StrCat(std::string(what), ": ", err);
+    return rd_kafka_last_error() == RD_KAFKA_RESP_ERR__INVALID_ARG
+               ? absl::InvalidArgumentError(message)
+               : absl::UnavailableError(message);
+  }
+  (void)conf.release();  // owned by rk now
+  return rk;
+}
+
 absl::StatusOr<int> AwaitTopicPartitions(rd_kafka_t* rk, const std::string& bootstrap,
                                          const std::string& topic, bool name_topic,
                                          int timeout_ms) {
@@ -177,10 +193,7 @@ absl::Status KafkaSource::Open() {
   for (const auto& [name, value] : options_.config) {
     RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
   }
-  char err[512];
-  rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof(err));
-  if (rk_ == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka consumer: ", err));
-  (void)conf.release();  // owned by rk_ now
+  ASSIGN_OR_RETURN(rk_, NewKafkaClient(KafkaClientType::kConsumer, std::move(conf), "kafka consumer"));
   rd_kafka_poll_set_consumer(rk_);
 
   // All-topics metadata: naming the topic in a request would auto-create it

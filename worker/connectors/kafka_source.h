@@ -146,6 +146,14 @@ using KafkaConfPtr = std::unique_ptr<rd_kafka_conf_t, KafkaConfDeleter>;
 // `props` applied in order. InvalidArgument names the bad property.
 absl::StatusOr<KafkaConfPtr> NewKafkaConf(
     const std::vector<std::pair<std::string, std::string>>& props);
+// rd_kafka_new with `conf` (the client owns it once it exists). A failure
+// names `what`: a configuration librdkafka refuses is InvalidArgument (a
+// restart would fail the same way); anything else (its threads not starting
+// in time on a loaded host, no thread or file to spare) is Unavailable, so
+// the task is restarted.
+enum class KafkaClientType { kProducer, kConsumer };
+absl::StatusOr<rd_kafka_t*> NewKafkaClient(KafkaClientType type, KafkaConfPtr conf,
+                                           std::string_view what);
 // Waits up to `timeout_ms` until `topic` is in the cluster metadata and
 // returns its partition count. `name_topic` asks for the topic by name (what
 // a producer does; the broker may auto-create it) instead of listing all

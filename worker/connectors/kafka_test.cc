@@ -1,5 +1,6 @@
 // Kafka connectors against a real EmbeddedBroker on loopback (and kcat when
 // installed). Every wait is a bounded polling loop with a deadline.
+#include <librdkafka/rdkafka.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -547,6 +548,36 @@ TEST_F(KafkaTest, InteroperatesWithKcat) {
   ASSERT_EQ(rc, 0);
   std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
   EXPECT_THAT(lines, UnorderedElementsAre(R"(w1|{"n":1})", R"(w2|{"n":2})", R"(|{"n":3})"));
+}
+
+}  // namespace
+}  // namespace caravela
+
+namespace caravela {
+namespace {
+
+// A configuration librdkafka refuses only when the client is made (each
+// property alone is valid) is permanent; the campaign found that a client
+// whose threads did not start in time was called permanent as well and
+// failed the job (NewKafkaClient now says Unavailable for anything but a
+// refused configuration).
+TEST(NewKafkaClientTest, ARefusedConfigurationIsInvalidArgument) {
+  auto conf = NewKafkaConf({{"bootstrap.servers", "127.0.0.1:1"},
+                            {"enable.idempotence", "true"},
+                            {"acks", "1"}});
+  ASSERT_OK(conf.status());
+  auto rk = NewKafkaClient(KafkaClientType::kProducer, std::move(*conf), "kafka producer");
+  ASSERT_FALSE(rk.ok());
+  EXPECT_EQ(rk.status().code(), absl::StatusCode::kInvalidArgument) << rk.status();
+  EXPECT_THAT(std::string(rk.status().message()), ::testing::HasSubstr("kafka producer: "));
+}
+
+TEST(NewKafkaClientTest, AClientOwnsItsConfiguration) {
+  auto conf = NewKafkaConf({{"bootstrap.servers", "127.0.0.1:1"}});
+  ASSERT_OK(conf.status());
+  auto rk = NewKafkaClient(KafkaClientType::kProducer, std::move(*conf), "kafka producer");
+  ASSERT_OK(rk.status());
+  rd_kafka_destroy(*rk);
 }
 
 }  // namespace

@@ -54,12 +54,8 @@ class KafkaOut final : public MessageOut {
                       {"group.id", o.flow_group},
                       {"enable.auto.commit", "false"},
                       {"allow.auto.create.topics", "false"}}));
-    char err[512];
-    group_rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof(err));
-    if (group_rk_ == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("kafka flow-control client: ", err));
-    }
-    (void)conf.release();
+    ASSIGN_OR_RETURN(group_rk_, NewKafkaClient(KafkaClientType::kConsumer, std::move(conf),
+                                               "kafka flow-control client"));
     unread_.assign(static_cast<size_t>(o.partitions), 0);
     committed_.assign(static_cast<size_t>(o.partitions), -1);
     delivered_.resize(static_cast<size_t>(o.partitions));
@@ -120,10 +116,7 @@ class KafkaOut final : public MessageOut {
                      }));
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaOut::DeliveryReport);
     rd_kafka_conf_set_opaque(conf.get(), this);
-    char err[512];
-    rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof(err));
-    if (rk_ == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka producer: ", err));
-    (void)conf.release();  // owned by rk_ now
+    ASSIGN_OR_RETURN(rk_, NewKafkaClient(KafkaClientType::kProducer, std::move(conf), "kafka producer"));
 
     // The topic must exist (EnsureExchangeTopic) with at least the count:
     // list all topics first, since naming a missing topic auto-creates it on

@@ -121,11 +121,9 @@ absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string
   ASSIGN_OR_RETURN(KafkaConfPtr conf, NewKafkaConf({{"bootstrap.servers", bootstrap},
                                                     {"client.id", "caravela-exchange-admin"},
                                                     {"allow.auto.create.topics", "false"}}));
-  char err[512];
-  std::unique_ptr<rd_kafka_t, HandleDeleter> rk(
-      rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof(err)));
-  if (rk == nullptr) return absl::InvalidArgumentError(absl::StrCat("kafka admin client: ", err));
-  (void)conf.release();  // owned by rk now
+  ASSIGN_OR_RETURN(rd_kafka_t * client,
+                   NewKafkaClient(KafkaClientType::kProducer, std::move(conf), "kafka admin client"));
+  std::unique_ptr<rd_kafka_t, HandleDeleter> rk(client);
 
   ASSIGN_OR_RETURN(std::optional<int> existing, ExistingPartitions(rk.get(), bootstrap, topic));
   if (existing.has_value()) return CheckCount(topic, partitions, *existing);
