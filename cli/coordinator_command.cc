@@ -21,6 +21,7 @@ struct CoordinatorFlags {
   CoordinatorOptions options;  // the token and worker timeout filled in from the two below
   std::string token_file;
   std::string worker_timeout = "10s";
+  std::string max_restart_backoff = "1m";
 };
 
 int RunCoordinator(const CLI::App& cmd, CoordinatorFlags& f) {
@@ -34,6 +35,13 @@ int RunCoordinator(const CLI::App& cmd, CoordinatorFlags& f) {
     return 2;
   }
   f.options.worker_timeout_ms = *timeout;
+  const std::optional<int64_t> backoff = ParseDuration(f.max_restart_backoff);
+  if (!backoff.has_value() || *backoff < 0) {
+    std::fprintf(stderr, "error: --max-restart-backoff %s: expected a duration such as 1m\n",
+                 f.max_restart_backoff.c_str());
+    return 2;
+  }
+  f.options.max_restart_backoff_ms = *backoff;
   absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(f.options);
   if (!c.ok()) return Fail(c.status());
   std::printf("caravela coordinator: grpc=%s http=%s data-dir=%s auth=%s\n",
@@ -96,6 +104,17 @@ Command AddCoordinatorCommand(CLI::App& app) {
   cmd->add_option("--worker-timeout", f->worker_timeout,
                   "A worker without heartbeats for this long is dead (its lease)")
       ->envname("CARAVELA_WORKER_TIMEOUT")
+      ->capture_default_str();
+  cmd->add_option("--max-restarts", f->options.max_restarts,
+                  "Restarts in a row without a completed checkpoint before a job is FAILED\n"
+                  "(0: no limit). The first restart is at once, each further one waits twice\n"
+                  "as long as the one before: 1s, 2s, 4s, ... up to --max-restart-backoff")
+      ->envname("CARAVELA_MAX_RESTARTS")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-restart-backoff", f->max_restart_backoff,
+                  "The longest wait between two restarts in a row")
+      ->envname("CARAVELA_MAX_RESTART_BACKOFF")
       ->capture_default_str();
   return {cmd, [cmd, f] { return RunCoordinator(*cmd, *f); }};
 }

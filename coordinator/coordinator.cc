@@ -203,6 +203,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   so.checkpoint_storage = options.checkpoint_storage;
   so.prepare_job = options.prepare_job;
   so.metrics = &im.metrics;
+  so.max_restarts = options.max_restarts;
+  so.max_restart_backoff_ms = options.max_restart_backoff_ms;
   if (so.checkpoint_storage.empty()) {
     so.checkpoint_storage =
         "file://" + std::filesystem::absolute(options.data_dir + "/checkpoints").string();

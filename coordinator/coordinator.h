@@ -44,6 +44,10 @@ struct CoordinatorOptions {
   std::function<absl::Status(const JobSpec&, const JobPlan&)> prepare_job;
   // TLS (PEM files); both empty: plaintext.
   std::string tls_cert_file, tls_key_file;
+  // Restarts after failures in a row: SchedulerOptions::max_restarts (0: no
+  // limit) and the longest delay between two (max_restart_backoff_ms).
+  int max_restarts = 0;
+  int64_t max_restart_backoff_ms = 60000;
 };
 
 // A message as the JSON API answers it (proto3 JSON, lowerCamelCase names):

@@ -69,6 +69,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
   RETURN_IF_ERROR(store_->Put(job));
   runs_.erase(job_id);
   failures_.erase(job_id);
+  restart_at_.erase(job_id);
   Log()->info("job {} canceled", job_id);
   return job;
 }
@@ -105,6 +106,7 @@ absl::StatusOr<v1::Job> Scheduler::Restart(const std::string& job_id, int parall
   job.clear_savepoint_to();
   RETURN_IF_ERROR(store_->Put(job));
   failures_.erase(job_id);
+  restart_at_.erase(job_id);
   Log()->info("job {} ({}) restarted {} with parallelism {}", job_id, JobStateName(was), from,
               parallelism);
   return job;
@@ -212,6 +214,7 @@ void Scheduler::StartSavepoint(v1::Job& job, const JobRun& run) {
               job.message());
   runs_.erase(job.id());
   failures_.erase(job.id());
+  restart_at_.erase(job.id());
 }
 
 void Scheduler::EndSavepoint(v1::Job& job, const std::vector<v1::Job>& all,
@@ -247,6 +250,7 @@ void Scheduler::Fail(v1::Job& job, const std::string& why) {
   }
   runs_.erase(job.id());
   failures_.erase(job.id());
+  restart_at_.erase(job.id());
 }
 
 bool Scheduler::MoveJob(v1::Job& job, v1::JobState to, const std::string& message) {
@@ -264,6 +268,14 @@ bool Scheduler::MoveRun(v1::Job& job, JobRun& run, RunPhase to) {
 }
 
 bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why) {
+  // A restart after failures in a row waits its backoff (RecoverFromFailure).
+  if (auto at = restart_at_.find(job.id()); at != restart_at_.end()) {
+    if (clock_->NowMs() < at->second) {
+      if (!why.empty()) job.set_message(why);
+      return false;
+    }
+    restart_at_.erase(at);
+  }
   ParseResult parsed = ParseJobSpec(job.yaml());
   if (!parsed.ok()) {
     Fail(job, absl::StrCat(parsed.errors[0].path, ": ", parsed.errors[0].message));
@@ -362,12 +374,24 @@ CheckpointCoordinator Scheduler::NewCheckpointCoordinator(const JobSpec& spec, i
 
 void Scheduler::RecoverFromFailure(v1::Job& job, const std::vector<v1::Job>& all,
                                    const std::string& why) {
-  if (++failures_[job.id()] > options_.max_restarts) {
+  const int failures = ++failures_[job.id()];
+  if (options_.max_restarts > 0 && failures > options_.max_restarts) {
     Fail(job, absl::StrCat(why, " (", options_.max_restarts,
                            " restarts without a completed checkpoint)"));
-  } else {
-    Recover(job, all, why);
+    return;
   }
+  if (failures == 1) {
+    Recover(job, all, why);
+    return;
+  }
+  int64_t delay = std::max<int64_t>(options_.restart_backoff_ms, 0);
+  for (int i = 2; i < failures && delay < options_.max_restart_backoff_ms; ++i) delay *= 2;
+  delay = std::min(delay, std::max<int64_t>(options_.max_restart_backoff_ms, 0));
+  restart_at_[job.id()] = clock_->NowMs() + delay;
+  Recover(job, all,
+          absl::StrCat(why, " (failure ", failures,
+                       " in a row without a completed checkpoint: restarting in ",
+                       FormatDuration(delay), ")"));
 }
 
 void Scheduler::Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why) {
@@ -533,6 +557,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run, const std::vector<v1::Job>& a
         history.push_back({a.id, now, a.duration_ms, run.epoch, a.stop});
         while (history.size() > kCheckpointHistory) history.pop_front();
         failures_.erase(job.id());
+        restart_at_.erase(job.id());
         Count("scheduler_checkpoints_total");
         Log()->debug("job {} checkpoint {} complete", job.id(), a.id);
         break;
@@ -564,6 +589,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run, const std::vector<v1::Job>& a
     Log()->info("job {} finished (last checkpoint {})", job.id(), job.last_checkpoint());
     runs_.erase(job.id());
     failures_.erase(job.id());
+    restart_at_.erase(job.id());
   }
 }
 

@@ -27,8 +27,12 @@
 //    `checkpoint_timeout_ms` is a failure of the run, as a failed task is.
 //  * Recovery: a dead worker holding tasks of the job, or a failed task,
 //    starts a new epoch from the last complete checkpoint (RECOVERING, then
-//    RUNNING); after `max_restarts` failures in a row without a completed
-//    checkpoint the job is FAILED with the first error.
+//    RUNNING). The first failure after a completed checkpoint restarts at
+//    once; each further one in a row waits twice as long as the one before
+//    (`restart_backoff_ms`, up to `max_restart_backoff_ms`), so a sink or
+//    broker down for a while costs a few restarts, not the job. With
+//    `max_restarts` > 0 the job is FAILED after that many in a row. A
+//    failure a restart would repeat (TaskReport.permanent) fails it at once.
 //  * Draining: a worker that is leaving (SIGTERM) gets no new tasks, and
 //    each job with tasks on it hands them over through a stopping
 //    checkpoint, as for a rebalance (without checkpoints: a restart).
@@ -81,9 +85,13 @@ namespace caravela {
 struct SchedulerOptions {
   // Checkpoint storage URL (shared by every worker) for jobs naming none.
   std::string checkpoint_storage;
-  // Failures in a row, without a checkpoint completing between them, before
-  // a job is FAILED.
-  int max_restarts = 3;
+  // Restarts in a row, without a checkpoint completing between them, before
+  // a job is FAILED; 0: no limit (the delays below keep a failing job cheap).
+  int max_restarts = 0;
+  // The delay before the second restart in a row; it doubles with each one
+  // after, up to `max_restart_backoff_ms` (the first restart is at once).
+  int64_t restart_backoff_ms = 1000;
+  int64_t max_restart_backoff_ms = 60000;
   // Called at each placement before workers hear of it, e.g. to create the
   // job's exchange topics where workers cannot (`caravela local`: its
   // embedded broker serves no CreateTopics to other processes). An error
@@ -203,8 +211,9 @@ class Scheduler {
   // (false: not enough slots, or the job failed).
   bool Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   void Recover(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
-  // A failure of the run (a failed task, a checkpoint timed out): Recover,
-  // or FAILED after max_restarts in a row without a completed checkpoint.
+  // A failure of the run (a failed task, a checkpoint timed out): Recover
+  // (after the backoff delay), or FAILED after max_restarts in a row
+  // without a completed checkpoint.
   void RecoverFromFailure(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);
   // Ends the job's run (its slots free again) and places it anew: a RUNNING
   // job goes to `from_running` first (RECOVERING after a loss, SCHEDULING
@@ -253,9 +262,10 @@ class Scheduler {
   const Clock* clock_;
   SchedulerOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, JobRun> runs_;       // by job id
-  std::map<std::string, int> failures_;      // by job id, since the last completed checkpoint
-  std::map<std::string, int64_t> next_ids_;  // by job id: above every checkpoint id triggered
+  std::map<std::string, JobRun> runs_;         // by job id
+  std::map<std::string, int> failures_;        // by job id, since the last completed checkpoint
+  std::map<std::string, int64_t> restart_at_;  // by job id: not placed again before (ms)
+  std::map<std::string, int64_t> next_ids_;    // by job id: above every checkpoint id triggered
   std::map<std::string, std::deque<CheckpointRecord>> history_;  // by job id, oldest first
   // Savepoints being written, by job id (their jobs have no run meanwhile).
   std::map<std::string, std::future<absl::StatusOr<JobSavepoint>>> savepoints_;

@@ -70,6 +70,7 @@ class SchedulerTest : public ::testing::Test {
     o.checkpoint_storage = "file:///shared/checkpoints";
     o.placement = placement_;
     o.checkpoint_timeout_ms = checkpoint_timeout_ms_;
+    o.max_restarts = max_restarts_;
     o.write_savepoint = [this](const JobCheckpointRef& ref,
                                const std::string& dir) -> absl::StatusOr<JobSavepoint> {
       std::lock_guard<std::mutex> lock(saved_mu_);
@@ -166,6 +167,7 @@ class SchedulerTest : public ::testing::Test {
   int jobs_ = 0;
   std::shared_ptr<const PlacementPolicy> placement_;  // null: the default
   int64_t checkpoint_timeout_ms_ = kCheckpointTimeoutMs;
+  int max_restarts_ = 0;
   // What the scheduler asked the savepoint writer for, and its answer.
   std::mutex saved_mu_;
   std::vector<std::pair<JobCheckpointRef, std::string>> saved_;
@@ -349,15 +351,84 @@ TEST_F(SchedulerTest, ACheckpointThatTimesOutRestartsTheRun) {
               HasSubstr("checkpoint 1 did not complete in 2000 ms (3 of 6 tasks stored it)"));
 }
 
-TEST_F(SchedulerTest, RepeatedFailuresFailTheJob) {
+// Its tasks fail again and again (a broker down): each restart after the
+// first in a row waits twice as long as the one before, up to a minute; the
+// job is never given up on unless max_restarts says so.
+class RestartBackoffTest : public SchedulerTest {
+ protected:
+  // The tasks of the job's current placement on `worker` fail.
+  void FailTasks(const std::string& worker) {
+    Beat(worker, v1::TASK_PREPARING);
+    Beat(worker, v1::TASK_FAILED, -1, "kafka: no such broker");
+    scheduler_->Tick();
+  }
+  // `ms` pass with `worker` beating (no tasks) and the scheduler ticking.
+  void Pass(const std::string& worker, int64_t ms) {
+    for (int64_t t = 0; t < ms; t += 250) {
+      clock_.Advance(std::min<int64_t>(250, ms - t));
+      v1::HeartbeatRequest req;
+      req.set_worker_id(worker);
+      req.set_session(sessions_[worker]);
+      EXPECT_TRUE(registry_->Heartbeat(req));
+      last_[worker].Clear();  // learns its next assignment at the next Beat
+      scheduler_->Tick();
+    }
+  }
+};
+
+TEST_F(RestartBackoffTest, RestartsInARowWaitTwiceAsLongEachUpToAMinute) {
   const std::string a = AddWorker(6);
   const std::string id = Submit();
   scheduler_->Tick();
-  for (int attempt = 1; attempt <= 4; ++attempt) {
-    Beat(a, v1::TASK_PREPARING);
-    Beat(a, v1::TASK_FAILED, -1, "kafka: no such broker");
-    scheduler_->Tick();
+  FailTasks(a);
+  EXPECT_EQ(Get(id).epoch(), 2) << "the first restart is at once";
+  for (int64_t delay : {1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000}) {
+    FailTasks(a);
+    const v1::Job waiting = Get(id);
+    ASSERT_EQ(waiting.state(), v1::SCHEDULING) << waiting.DebugString();  // it never ran
+    EXPECT_THAT(waiting.message(), HasSubstr("kafka: no such broker"));
+    EXPECT_THAT(waiting.message(), HasSubstr("restarting in " + FormatDuration(delay)));
+    Pass(a, delay - 1);
+    EXPECT_EQ(Get(id).epoch(), waiting.epoch()) << "placed before its delay of " << delay;
+    Pass(a, 1);
+    EXPECT_EQ(Get(id).epoch(), waiting.epoch() + 1) << "not placed after its delay of " << delay;
   }
+}
+
+TEST_F(RestartBackoffTest, ACompletedCheckpointRestartsTheBackoff) {
+  const std::string a = AddWorker(6);
+  const std::string id = SubmitRunning(a);
+  FailTasks(a);
+  FailTasks(a);
+  EXPECT_THAT(Get(id).message(), HasSubstr("restarting in 1s"));
+  Pass(a, 1000);
+  Beat(a, v1::TASK_READY);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::RUNNING);
+  clock_.Advance(1000);
+  scheduler_->Tick();
+  Beat(a, v1::TASK_RUNNING, 1);
+  scheduler_->Tick();
+  ASSERT_EQ(Get(id).last_checkpoint(), 1);
+  const int64_t epoch = Get(id).epoch();
+  FailTasks(a);
+  EXPECT_EQ(Get(id).epoch(), epoch + 1) << "the first failure after a checkpoint restarts at once";
+  FailTasks(a);
+  EXPECT_THAT(Get(id).message(), HasSubstr("restarting in 1s"));
+}
+
+TEST_F(RestartBackoffTest, MaxRestartsFailsTheJob) {
+  max_restarts_ = 3;
+  Restart();
+  const std::string a = AddWorker(6);
+  const std::string id = Submit();
+  scheduler_->Tick();
+  for (int64_t delay : {0, 1000, 2000}) {
+    FailTasks(a);
+    ASSERT_EQ(Get(id).state(), v1::SCHEDULING);
+    Pass(a, delay);
+  }
+  FailTasks(a);
   const v1::Job job = Get(id);
   EXPECT_EQ(job.state(), v1::FAILED);
   EXPECT_THAT(job.message(), HasSubstr("kafka: no such broker"));
