@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -65,6 +67,7 @@ class ClusterJobTest : public ::testing::Test {
   void SetUp() override {
     tmp_ = std::make_unique<TempDir>("cluster-job", "CARAVELA_KEEP_TEST_DIRS", "cluster job test");
     dir_ = tmp_->path();
+    ASSERT_NO_FATAL_FAILURE(PrepareDirs());
     auto pg = PostgresServer::Start();
     ASSERT_OK(pg.status());
     postgres_ = std::move(*pg);
@@ -76,6 +79,12 @@ class ClusterJobTest : public ::testing::Test {
         CARAVELA_BINARY, "broker",
         "--topic",       absl::StrCat("purchases:", kSourcePartitions),
         "--topic",       absl::StrCat("shipments:", kSourcePartitions)};
+    if (!topic_prefix_.empty()) {
+      for (const char* t : {"purchases", "shipments"}) {
+        args.push_back("--topic");
+        args.push_back(absl::StrCat(topic_prefix_, t, ":", kSourcePartitions));
+      }
+    }
     ParseResult parsed = ParseJobSpec(Yaml());
     ASSERT_TRUE(parsed.ok()) << parsed.errors[0].ToString();
     auto plan = PlanJob(parsed.spec, kParallelism,
@@ -100,7 +109,7 @@ class ClusterJobTest : public ::testing::Test {
     // two topics interleave (the join's bound), so the answer would too.
     std::map<int64_t, std::vector<KafkaTestRecord>> shipments;
     JsonDecoder decoder;
-    std::set<std::string> shipped;
+    std::set<std::string> shipped, first_copies;
     int64_t max_event_time = kMinTime;
     while (gen.Next(&line)) {
       KafkaTestRecord r;
@@ -115,6 +124,15 @@ class ClusterJobTest : public ::testing::Test {
           ParseIso8601(rec.GetPath(FieldPath::Parse("event_time")).s).value_or(0);
       const bool late = event_time < max_event_time - 5 * 60'000;
       max_event_time = std::max(max_event_time, event_time);
+      if (first_copies.insert(id).second) {
+        std::string amount;
+        rec.GetPath(FieldPath::Parse("amount")).AppendJson(&amount);
+        Expected& e =
+            brute_force_[absl::StrCat(event_time - event_time % 3'600'000, "/",
+                                      std::string(rec.GetPath(FieldPath::Parse("country")).s))];
+        e.cents += Cents(amount);
+        ++e.orders;
+      }
       if (late || h % 5 == 0 || !shipped.insert(id).second) continue;
       const int64_t t = event_time + static_cast<int64_t>(h % 50) * 60'000;
       KafkaTestRecord sr;
@@ -122,7 +140,9 @@ class ClusterJobTest : public ::testing::Test {
       sr.value = absl::StrCat(R"({"event_id":")", id, R"(","carrier":"c)", h % 7,
                               R"(","shipped_at":")", FormatIso8601(t), R"("})");
       shipments[t].push_back(std::move(sr));
+      expected_shipped_ids_.push_back(id);
     }
+    std::sort(expected_shipped_ids_.begin(), expected_shipped_ids_.end());
     ASSERT_OK(ProduceRecords(bootstrap_, "purchases", records, 60000));
     purchases_ = records;
     produced_["purchases"] = static_cast<int64_t>(records.size());
@@ -132,6 +152,7 @@ class ClusterJobTest : public ::testing::Test {
     }
     ASSERT_OK(ProduceRecords(bootstrap_, "shipments", ordered, 60000));
     produced_["shipments"] = static_cast<int64_t>(ordered.size());
+    shipments_ = std::move(ordered);
 
     // The single-process answer.
     ParseResult ref = ParseJobSpec(JobYaml("reference", dir_ / "reference", 0, false));
@@ -148,10 +169,71 @@ class ClusterJobTest : public ::testing::Test {
     reference_shipped_ = ReadParts(dir_ / "reference/out", "shipped");
     std::sort(reference_shipped_.begin(), reference_shipped_.end());
     ASSERT_GT(reference_shipped_.size(), 50000u);
+    {
+      SCOPED_TRACE("the single-process answer against the brute force");
+      ExpectTheBruteForceAnswer(reference_);
+      ExpectTheShipmentsJoined(reference_shipped_);
+    }
 
     StartCoordinator("127.0.0.1:0");
     ASSERT_FALSE(address_.empty()) << coordinator_->Log();
     for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(StartWorker(i));
+  }
+
+  // Called once dir_ exists, before anything is started in it (a test
+  // mounts small file systems there).
+  virtual void PrepareDirs() {}
+
+  // A decimal amount's JSON text (45.98) in cents.
+  static int64_t Cents(const std::string& json) {
+    return std::llround(std::strtod(absl::StripAsciiWhitespace(json).data(), nullptr) * 100);
+  }
+
+  // The window results (key: window_start/country, text: revenue=R
+  // orders=N, as FinalResults and HighestFinals give them) equal the brute
+  // force computed from the produced input alone: no engine code but the
+  // JSON decoder, so a mistake shared by the single-process run and the
+  // cluster still shows.
+  void ExpectTheBruteForceAnswer(const std::map<std::string, WindowResult>& got) {
+    std::map<std::string, Expected> seen;
+    for (const auto& [key, w] : got) {
+      const size_t slash = key.rfind('/');
+      const std::optional<int64_t> start = ParseIso8601(key.substr(0, slash));
+      ASSERT_TRUE(start.has_value()) << key;
+      const size_t revenue = w.text.find("revenue="), orders = w.text.find(" orders=");
+      ASSERT_TRUE(revenue == 0 && orders != std::string::npos) << key << ": " << w.text;
+      Expected& e = seen[absl::StrCat(*start, key.substr(slash))];
+      e.cents = Cents(w.text.substr(8, orders - 8));
+      e.orders = std::strtoll(w.text.c_str() + orders + 8, nullptr, 10);
+    }
+    ASSERT_EQ(seen.size(), brute_force_.size());
+    int wrong = 0;
+    for (const auto& [key, want] : brute_force_) {
+      auto it = seen.find(key);
+      ASSERT_NE(it, seen.end()) << "no FINAL for window " << key;
+      if (it->second.cents == want.cents && it->second.orders == want.orders) continue;
+      if (++wrong <= 10) {
+        ADD_FAILURE() << "window " << key << ": " << it->second.cents << " cents in "
+                      << it->second.orders << " orders, the input says " << want.cents
+                      << " cents in " << want.orders;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "windows off the brute force";
+  }
+  // The interval join's rows (JSON lines) are one per shipment, each for
+  // its purchase's event id.
+  void ExpectTheShipmentsJoined(const std::vector<std::string>& rows) {
+    JsonDecoder decoder;
+    const FieldPath event_id = FieldPath::Parse("right.event_id");
+    std::vector<std::string> ids;
+    for (const std::string& line : rows) {
+      Record r;
+      ASSERT_OK(decoder.Decode(line, &r));
+      ids.emplace_back(r.GetPath(event_id).s);
+    }
+    std::sort(ids.begin(), ids.end());
+    EXPECT_EQ(ids.size(), expected_shipped_ids_.size());
+    EXPECT_TRUE(ids == expected_shipped_ids_) << Differences(ids, expected_shipped_ids_, "joined");
   }
 
   // Starts worker `i`, or starts it again after it was killed (the same
@@ -162,12 +244,12 @@ class ClusterJobTest : public ::testing::Test {
     const fs::path log = again ? dir_ / absl::StrCat("worker-", i, ".r", ++worker_restarts_, ".log")
                                : dir_ / absl::StrCat("worker-", i, ".log");
     // 8 slots each: the 15 tasks fit on the two workers left after a kill.
-    auto w = std::make_unique<ChildProcess>(
-        std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address_, "--slots",
-                                 "8", "--data-dir", (dir_ / absl::StrCat("w", i)).string(),
-                                 "--bootstrap", bootstrap_, "--allow-path", dir_.string(), "--http",
-                                 "127.0.0.1:0"},
-        log, worker_gids_[at]);
+    const std::vector<std::string> argv = {
+        CARAVELA_BINARY, "worker",     "--coordinator", address_,
+        "--slots",       "8",          "--data-dir",    (dir_ / absl::StrCat("w", i)).string(),
+        "--bootstrap",   bootstrap_,   "--allow-path",  dir_.string(),
+        "--http",        "127.0.0.1:0"};
+    auto w = std::make_unique<ChildProcess>(argv, log, worker_gids_[at]);
     std::string id = w->WaitFor(R"(id=(\S+))", milliseconds(20000));
     ASSERT_FALSE(id.empty()) << w->Log();
     std::string http = w->WaitFor(R"(http=(\S+))", milliseconds(1000));
@@ -199,6 +281,12 @@ class ClusterJobTest : public ::testing::Test {
   // and a PostgreSQL table.
   std::string Yaml() const {
     std::string yaml = JobYaml("cluster-revenue", dir_ / "cluster", 300, true);
+    if (!topic_prefix_.empty()) {
+      for (const std::string t : {"purchases", "shipments"}) {
+        const std::string from = "topic: " + t + ",";
+        yaml.replace(yaml.find(from), from.size(), "topic: " + topic_prefix_ + t + ",");
+      }
+    }
     if (!exchange_.empty())
       yaml.insert(yaml.find("spec:\n") + 6, "  exchange: " + exchange_ + "\n");
     return yaml;
@@ -258,7 +346,9 @@ class ClusterJobTest : public ::testing::Test {
   void ExpectTheAnswer(const v1::Job& job) {
     {
       SCOPED_TRACE("file sink");
-      ExpectSameFinals(reference_, FinalResults((dir_ / "cluster/out").string()));
+      const auto finals = FinalResults((dir_ / "cluster/out").string());
+      ExpectSameFinals(reference_, finals);
+      ExpectTheBruteForceAnswer(finals);
     }
     {
       SCOPED_TRACE("interval join");
@@ -267,12 +357,15 @@ class ClusterJobTest : public ::testing::Test {
       EXPECT_EQ(shipped.size(), reference_shipped_.size());
       EXPECT_TRUE(shipped == reference_shipped_)
           << Differences(shipped, reference_shipped_, "in the cluster");
+      ExpectTheShipmentsJoined(shipped);
     }
     {
       SCOPED_TRACE("Kafka changelog");
       auto values = ConsumeAllValues(bootstrap_, "revenue-changelog", 30000);
       ASSERT_OK(values.status());
-      ExpectSameFinals(reference_, HighestFinals(*values));
+      const auto finals = HighestFinals(*values);
+      ExpectSameFinals(reference_, finals);
+      ExpectTheBruteForceAnswer(finals);
     }
     {
       SCOPED_TRACE("PostgreSQL");
@@ -281,7 +374,9 @@ class ClusterJobTest : public ::testing::Test {
       std::vector<std::string> values;
       for (const auto& r : *rows) values.push_back(r[0]);
       EXPECT_EQ(values.size(), reference_.size());
-      ExpectSameFinals(reference_, HighestFinals(values));
+      const auto finals = HighestFinals(values);
+      ExpectSameFinals(reference_, finals);
+      ExpectTheBruteForceAnswer(finals);
       auto fence = postgres_->Query(
           "SELECT epoch FROM caravela_fences WHERE job = 'cluster-revenue' AND target = 'revenue'");
       ASSERT_OK(fence.status());
@@ -533,8 +628,21 @@ class ClusterJobTest : public ::testing::Test {
   std::vector<gid_t> worker_gids_ = {0, 0, 0};
   std::map<std::string, WindowResult> reference_;
   std::vector<std::string> reference_shipped_;  // the join's output, sorted
-  std::map<std::string, int64_t> produced_;     // records per input topic
-  std::vector<KafkaTestRecord> purchases_;      // as produced
+  // The brute force: per window start (ms) "/" country, the first copy of
+  // each event id summed.
+  struct Expected {
+    int64_t cents = 0;
+    int64_t orders = 0;
+  };
+  std::map<std::string, Expected> brute_force_;
+  std::vector<std::string> expected_shipped_ids_;  // one per shipment, sorted
+  std::map<std::string, int64_t> produced_;        // records per input topic
+  std::vector<KafkaTestRecord> purchases_;         // as produced
+  std::vector<KafkaTestRecord> shipments_;         // as produced
+  // Non-empty: the broker also has the topics <prefix>purchases and
+  // <prefix>shipments (empty), and the cluster job reads those (a test
+  // streams the input into them while the job runs).
+  std::string topic_prefix_;
   std::unique_ptr<PostgresServer> postgres_;
 };
 

@@ -189,32 +189,44 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
   }
 
   // The free port may be taken between FreeLoopbackPort() and the server's bind: retry.
-  const std::string server_log = s->dir_ + "/server.log";
-  const std::string ctl_log = s->dir_ + "/pg_ctl.log";
   std::string last_error;
   for (int attempt = 0; attempt < 5; ++attempt) {
     ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
-    std::string opts =
-        absl::StrCat("-p ", port, " -k ", s->dir_,
-                     " -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
-                     " -c full_page_writes=off -c max_connections=40 -c shared_buffers=16MB");
-    rc = Run(as_server_user({s->bin_dir_ + "/pg_ctl", "-D", data, "-l", server_log, "-w", "-t",
-                             "60", "-o", opts, "start"}),
-             s->dir_, ctl_log);
-    if (rc == 0) {
-      s->port_ = port;
-      s->running_ = true;
-      return s;
-    }
-    std::string log = ReadFile(server_log);
-    last_error = absl::StrCat("pg_ctl start exited with ", rc, ":\n", Tail(ReadFile(ctl_log), 5),
-                              "\nserver log:\n", Tail(log, 15));
-    if (log.find("could not bind") == std::string::npos &&
-        log.find("already in use") == std::string::npos) {
+    absl::Status started = s->StartOn(port);
+    if (started.ok()) return s;
+    last_error = std::string(started.message());
+    if (last_error.find("could not bind") == std::string::npos &&
+        last_error.find("already in use") == std::string::npos) {
       break;
     }
   }
   return absl::InternalError(last_error);
+}
+
+absl::Status PostgresServer::StartOn(int port) {
+  const std::string server_log = dir_ + "/server.log";
+  const std::string ctl_log = dir_ + "/pg_ctl.log";
+  std::vector<std::string> argv = {
+      bin_dir_ + "/pg_ctl", "-D", dir_ + "/data", "-l", server_log, "-w", "-t", "60", "-o",
+      absl::StrCat("-p ", port, " -k ", dir_,
+                   " -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
+                   " -c full_page_writes=off -c max_connections=40 -c shared_buffers=16MB"),
+      "start"};
+  if (run_as_postgres_) argv.insert(argv.begin(), {"runuser", "-u", "postgres", "--"});
+  const int rc = Run(argv, dir_, ctl_log);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("pg_ctl start exited with ", rc, ":\n",
+                                            Tail(ReadFile(ctl_log), 5), "\nserver log:\n",
+                                            Tail(ReadFile(server_log), 15)));
+  }
+  port_ = port;
+  running_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PostgresServer::Restart() {
+  RETURN_IF_ERROR(Stop());
+  return StartOn(port_);
 }
 
 PostgresServer::~PostgresServer() {

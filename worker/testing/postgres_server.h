@@ -55,9 +55,14 @@ class PostgresServer {
 
   // Stops the server (idempotent; the destructor calls it).
   absl::Status Stop();
+  // Stops the server (immediate: no checkpoint, clients cut off) and starts
+  // it again on the same port and data, as a crashed server comes back.
+  absl::Status Restart();
 
  private:
   PostgresServer() = default;
+  // pg_ctl start on `port` (the data directory exists).
+  absl::Status StartOn(int port);
 
   std::string bin_dir_;
   std::string dir_;  // temp dir: data/ inside, unix socket and logs directly in it
