@@ -114,7 +114,7 @@ std::string Coordinator::CoordinatorMetrics(Impl& im) {
       if (history.empty()) continue;
       int64_t last = 0;
       for (const Scheduler::CheckpointRecord& c : history) last = std::max(last, c.completed_at_ms);
-      const std::string label = absl::StrCat("job=\"", j.id(), "\"");
+      const std::string label = absl::StrCat("job_id=\"", j.id(), "\",job_name=\"", j.name(), "\"");
       now.Get("job_checkpoint_last_completed_timestamp_ms", label)->Set(last);
       now.Get("job_checkpoint_age_ms", label)->Set(std::max<int64_t>(0, now_ms - last));
     }

@@ -323,6 +323,7 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   ++epoch;
   JobRun run;
   run.epoch = epoch;
+  run.name = job.name();
   run.yaml = job.yaml();
   run.parallelism = job.parallelism();
   run.restore = job.last_checkpoint();
@@ -419,6 +420,7 @@ bool Scheduler::Adopt(const v1::Job& job) {
   if (!parsed.ok()) return false;
   JobRun run;
   run.epoch = job.epoch();
+  run.name = job.name();
   run.yaml = job.yaml();
   run.parallelism = job.parallelism();
   run.restore = job.last_checkpoint();
@@ -755,6 +757,7 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
           a->add_task_addresses(at != addresses.end() ? at->second : std::string());
         }
         a->set_job_id(id);
+        a->set_job_name(run.name);
         a->set_epoch(run.epoch);
         if (running.count({id, run.epoch}) == 0) a->set_yaml(run.yaml);
         a->set_parallelism(run.parallelism);

@@ -178,6 +178,7 @@ class Scheduler {
   struct JobRun {
     RunPhaseMachine phase;
     int64_t epoch = 0;
+    std::string name;  // the job's metadata.name
     std::string yaml;
     int parallelism = 1;
     int64_t restore = 0;

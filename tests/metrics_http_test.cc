@@ -94,8 +94,10 @@ spec:
   // Per source partition: the position, nothing unread, and the watermark
   // (the highest event time there minus the 5 s out-of-orderness), once
   // the task published them (every 250 ms).
-  const std::string p0 = R"({job="metrics-demo",source="purchases",partition="0"})";
-  const std::string p2 = R"({job="metrics-demo",source="purchases",partition="2"})";
+  const std::string p0 =
+      R"({job_id="metrics-demo",job_name="metrics-demo",source="purchases",partition="0"})";
+  const std::string p2 =
+      R"({job_id="metrics-demo",job_name="metrics-demo",source="purchases",partition="2"})";
   ASSERT_TRUE(Eventually(
       [&] {
         text = HttpGet(http, "/metrics");
@@ -126,11 +128,11 @@ spec:
   EXPECT_THAT(
       text,
       HasSubstr(
-          R"(caravela_source_partition_offset{job="metrics-demo",source="purchases",partition="1"} 0)"));
+          R"(caravela_source_partition_offset{job_id="metrics-demo",job_name="metrics-demo",source="purchases",partition="1"} 0)"));
   EXPECT_THAT(
       text,
       ::testing::Not(HasSubstr(
-          R"(caravela_source_partition_watermark_seconds{job="metrics-demo",source="purchases",partition="1"})")));
+          R"(caravela_source_partition_watermark_seconds{job_id="metrics-demo",job_name="metrics-demo",source="purchases",partition="1"})")));
   EXPECT_THAT(text, HasSubstr("# TYPE caravela_records_in_total counter"));
   // Counted in ms, exported in seconds.
   EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_retention_seconds{op="unique"} 3600.000)"));

@@ -84,11 +84,11 @@ spec:
   ASSERT_OK(ProduceLines(broker, "purchases", unread, 30000));
 
   const std::string p0 =
-      R"(caravela_source_partition_lag_records{job="lag-demo",source="purchases",partition="0"})";
+      R"(caravela_source_partition_lag_records{job_id="lag-demo",job_name="lag-demo",source="purchases",partition="0"})";
   const std::string p2 =
-      R"(caravela_source_partition_lag_records{job="lag-demo",source="purchases",partition="2"})";
+      R"(caravela_source_partition_lag_records{job_id="lag-demo",job_name="lag-demo",source="purchases",partition="2"})";
   const std::string o0 =
-      R"(caravela_source_partition_offset{job="lag-demo",source="purchases",partition="0"})";
+      R"(caravela_source_partition_offset{job_id="lag-demo",job_name="lag-demo",source="purchases",partition="0"})";
   std::string text;
   ASSERT_TRUE(Eventually(
       [&] {

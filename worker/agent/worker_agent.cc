@@ -107,13 +107,13 @@ struct WorkerAgent::Impl {
   }
 
   // Task reports for the heartbeat; also sets the per-partition gauges of
-  // /metrics (labelled with the job id).
+  // /metrics (labelled with the job's id and name).
   void Report(v1::HeartbeatRequest* request) {
     int n = 0;
     const int64_t now = SystemClock().NowMs();
     for (const auto& [id, part] : parts) {
       for (const JobPart::TaskState& s : part->States()) {
-        Task::PublishPartitionMetrics(id, s.partitions, now, &metrics);
+        Task::PublishPartitionMetrics(id, part->job_name(), s.partitions, now, &metrics);
         v1::TaskReport* r = request->add_tasks();
         r->set_job_id(id);
         r->set_epoch(part->epoch());
@@ -176,6 +176,7 @@ struct WorkerAgent::Impl {
         seen = a->epoch();
         JobPartOptions po;
         po.job_id = id;
+        po.job_name = a->job_name();
         po.yaml = a->yaml();
         po.epoch = a->epoch();
         po.parallelism = a->parallelism();

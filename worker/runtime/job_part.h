@@ -43,7 +43,8 @@ class NetworkExchange;
 bool IsPermanentFailure(const absl::Status& st);
 
 struct JobPartOptions {
-  std::string job_id;  // the coordinator's id; checkpoints live under <storage>/<job_id>
+  std::string job_id;    // the coordinator's id; checkpoints live under <storage>/<job_id>
+  std::string job_name;  // its metadata.name (metrics label job_name)
   std::string yaml;
   int64_t epoch = 1;
   int parallelism = 1;
@@ -93,6 +94,7 @@ class JobPart {
   ~JobPart();
 
   const std::string& job_id() const;
+  const std::string& job_name() const;
   int64_t epoch() const;
   void Run();
   void Signal(int64_t trigger, bool stop_at_trigger, int64_t completed, bool finish);

@@ -67,7 +67,8 @@ v1::Job Pipeline::Status() {
 void Pipeline::RefreshMetrics() {
   const int64_t now = SystemClock().NowMs();
   for (int i = 0; i < runner_->task_count(); ++i) {
-    Task::PublishPartitionMetrics(job_name_, runner_->task(i).partitions(), now, &metrics_);
+    Task::PublishPartitionMetrics(job_name_, job_name_, runner_->task(i).partitions(), now,
+                                  &metrics_);
   }
   metrics_.SetAges("operator_watermark_ms", "operator_watermark_lag_ms", now);
   metrics_.SetAges("job_checkpoint_last_completed_timestamp_ms", "job_checkpoint_age_ms", now);
