@@ -20,6 +20,7 @@ std::pair<std::string, std::string> SplitFullName(const std::string& k) {
 }  // namespace
 
 Counter* MetricsRegistry::Get(const std::string& name, const std::string& labels) {
+  if (parent_ != nullptr) return parent_->Get(name, Scoped(labels));
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = counters_[FullName(name, labels)];
   if (!slot) slot = std::make_unique<Counter>();
@@ -85,6 +86,7 @@ const std::vector<int64_t>& DelayBucketsMs() {
 
 Histogram* MetricsRegistry::GetHistogram(const std::string& name, const std::string& labels,
                                          const std::vector<int64_t>& bounds) {
+  if (parent_ != nullptr) return parent_->GetHistogram(name, Scoped(labels), bounds);
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = histograms_[FullName(name, labels)];
   if (!slot) slot = std::make_unique<Histogram>(bounds);
@@ -92,6 +94,7 @@ Histogram* MetricsRegistry::GetHistogram(const std::string& name, const std::str
 }
 
 DoubleCounter* MetricsRegistry::GetDouble(const std::string& name, const std::string& labels) {
+  if (parent_ != nullptr) return parent_->GetDouble(name, Scoped(labels));
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = doubles_[FullName(name, labels)];
   if (!slot) slot = std::make_unique<DoubleCounter>();
@@ -99,6 +102,7 @@ DoubleCounter* MetricsRegistry::GetDouble(const std::string& name, const std::st
 }
 
 double MetricsRegistry::DoubleValue(const std::string& name, const std::string& labels) const {
+  if (parent_ != nullptr) return parent_->DoubleValue(name, Scoped(labels));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = doubles_.find(FullName(name, labels));
   return it == doubles_.end() ? 0 : it->second->value();
@@ -106,18 +110,21 @@ double MetricsRegistry::DoubleValue(const std::string& name, const std::string& 
 
 const Histogram* MetricsRegistry::FindHistogram(const std::string& name,
                                                 const std::string& labels) const {
+  if (parent_ != nullptr) return parent_->FindHistogram(name, Scoped(labels));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = histograms_.find(FullName(name, labels));
   return it == histograms_.end() ? nullptr : it->second.get();
 }
 
 int64_t MetricsRegistry::Value(const std::string& name, const std::string& labels) const {
+  if (parent_ != nullptr) return parent_->Value(name, Scoped(labels));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = counters_.find(FullName(name, labels));
   return it == counters_.end() ? 0 : it->second->value();
 }
 
 int64_t MetricsRegistry::Sum(const std::string& name, const std::string& labels_prefix) const {
+  if (parent_ != nullptr) return parent_->Sum(name, Scoped(labels_prefix));
   std::lock_guard<std::mutex> lock(mu_);
   const std::string from = labels_prefix.empty() ? name : name + "{" + labels_prefix;
   int64_t sum = 0;
@@ -131,6 +138,7 @@ int64_t MetricsRegistry::Sum(const std::string& name, const std::string& labels_
 
 void MetricsRegistry::SetAges(const std::string& time_name, const std::string& age_name,
                               int64_t now_ms) {
+  if (parent_ != nullptr) return parent_->SetAges(time_name, age_name, now_ms);
   std::vector<std::pair<std::string, int64_t>> ages;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -242,6 +250,7 @@ std::string MsAsSeconds(int64_t ms) {
 }  // namespace
 
 std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
+  if (parent_ != nullptr) return parent_->ToPrometheusText(prefix);
   // Families: every series of a name together, after its # TYPE line.
   struct Family {
     std::vector<std::pair<std::string, int64_t>> series;         // counters, gauges
@@ -305,6 +314,7 @@ std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
 }
 
 std::map<std::string, int64_t> MetricsRegistry::Snapshot() const {
+  if (parent_ != nullptr) return parent_->Snapshot();
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, int64_t> out;
   for (const auto& [k, c] : counters_) out[k] = c->value();

@@ -93,6 +93,17 @@ const std::vector<int64_t>& DelayBucketsMs();
 
 class MetricsRegistry {
  public:
+  MetricsRegistry() = default;
+  // A view of `parent` that puts `scope` (label text, e.g.
+  // `job_id="a-1",job_name="a"`) before the labels of every series it
+  // registers or looks up there: a worker's job part counts into the
+  // worker's registry under its job's labels. Its ToPrometheusText and
+  // Snapshot are the parent's (every series). `parent` outlives the view.
+  MetricsRegistry(MetricsRegistry* parent, std::string scope)
+      : parent_(parent), scope_(std::move(scope)) {}
+  MetricsRegistry(const MetricsRegistry&) = delete;
+  MetricsRegistry& operator=(const MetricsRegistry&) = delete;
+
   // Returns the counter for `name{labels}`; created on first use; the pointer
   // is stable for the registry's lifetime. `labels` is Prometheus label text,
   // e.g. `op="unique",reason="duplicate"`.
@@ -127,6 +138,13 @@ class MetricsRegistry {
   std::map<std::string, int64_t> Snapshot() const;
 
  private:
+  // `labels` under the view's scope.
+  std::string Scoped(const std::string& labels) const {
+    return labels.empty() ? scope_ : scope_ + "," + labels;
+  }
+
+  MetricsRegistry* parent_ = nullptr;  // a view's: every series lives there
+  std::string scope_;
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Counter>> counters_;       // key: name{labels}
   std::map<std::string, std::unique_ptr<Histogram>> histograms_;   // key: name{labels}

@@ -74,5 +74,27 @@ TEST(MetricsRegistryTest, UnlabelledHistogramGetsOnlyTheLeLabel) {
   EXPECT_THAT(text, HasSubstr("grpc_latency_sum 1\n"));
 }
 
+TEST(MetricsRegistryTest, AViewPutsItsScopeBeforeEveryLabelInTheParent) {
+  MetricsRegistry worker;
+  MetricsRegistry a(&worker, R"(job_id="a-1",job_name="a")");
+  MetricsRegistry b(&worker, R"(job_id="b-1",job_name="b")");
+  a.Get("records_in_total", R"(source="s")")->Add(3);
+  b.Get("records_in_total", R"(source="s")")->Add(5);
+  a.Get("restores_total")->Add();
+  a.GetHistogram("arrival_delay_ms", R"(source="s")", {10})->Observe(4);
+  EXPECT_EQ(worker.Value("records_in_total", R"(job_id="a-1",job_name="a",source="s")"), 3);
+  EXPECT_EQ(worker.Value("records_in_total", R"(job_id="b-1",job_name="b",source="s")"), 5);
+  EXPECT_EQ(worker.Value("restores_total", R"(job_id="a-1",job_name="a")"), 1);
+  EXPECT_EQ(a.Value("records_in_total", R"(source="s")"), 3) << "a view reads its own series";
+  EXPECT_EQ(a.Sum("records_in_total"), 3);
+  EXPECT_EQ(worker.Sum("records_in_total"), 8);
+  EXPECT_NE(a.FindHistogram("arrival_delay_ms", R"(source="s")"), nullptr);
+  const std::string text = a.ToPrometheusText("caravela_");
+  EXPECT_EQ(text, worker.ToPrometheusText("caravela_")) << "a view exports the parent's text";
+  EXPECT_THAT(text,
+              HasSubstr(R"(caravela_records_in_total{job_id="b-1",job_name="b",source="s"} 5)"));
+  EXPECT_THAT(text, HasSubstr(R"(caravela_restores_total{job_id="a-1",job_name="a"} 1)"));
+}
+
 }  // namespace
 }  // namespace caravela

@@ -235,10 +235,14 @@ TEST_F(ClusterBackPressureTest, APausedConsumerHoldsItsProducersWithinTheirCredi
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Eventually([&] { return sources() > 0; }, milliseconds(60000)))
       << Get(id).DebugString() << Logs();
-  // Per-job series carry the job's id and name (the assignment's job_name).
-  EXPECT_THAT(HttpGet(http_[1], "/metrics") + HttpGet(http_[2], "/metrics"),
-              ::testing::HasSubstr(absl::StrCat("caravela_source_partition_offset{job_id=\"", id,
-                                                "\",job_name=\"cluster-revenue\",source=")));
+  // A job's series carry its id and name (the assignment's job_name): the
+  // agent's partition gauges and every series its tasks count.
+  const std::string metrics = HttpGet(http_[1], "/metrics") + HttpGet(http_[2], "/metrics");
+  const std::string job_labels = absl::StrCat("{job_id=\"", id, "\",job_name=\"cluster-revenue\",");
+  for (const char* family : {"caravela_source_partition_offset", "caravela_records_in_total",
+                             "caravela_operator_records_in_total"}) {
+    EXPECT_THAT(metrics, ::testing::HasSubstr(family + job_labels)) << metrics;
+  }
   ::kill(workers_[0]->pid(), SIGSTOP);
   std::this_thread::sleep_for(milliseconds(3000));  // credit spent, sources held
   const double held_at = sources();

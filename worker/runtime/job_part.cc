@@ -24,7 +24,8 @@ namespace caravela {
 struct JobPart::Impl {
   JobPartOptions part;
   RunOptions options;
-  MetricsRegistry* metrics = nullptr;
+  // The worker's registry under this job's labels (job_id, job_name).
+  std::unique_ptr<MetricsRegistry> metrics;
   JobSpec spec;
   JobPlan plan;  // tasks point into it
   std::unique_ptr<JobCheckpoints> job;
@@ -154,7 +155,7 @@ struct JobPart::Impl {
       }
       pl.group_flow = !network;
       pl.cancel = &cancel;
-      auto t = Task::Create(spec, options, std::move(pl), metrics);
+      auto t = Task::Create(spec, options, std::move(pl), metrics.get());
       if (!t.ok()) {
         return absl::Status(t.status().code(),
                             absl::StrCat("task ", g, ": ", t.status().message()));
@@ -238,7 +239,8 @@ std::unique_ptr<JobPart> JobPart::Start(JobPartOptions part, RunOptions options,
   options.exchange = RunOptions::Exchange::kKafka;
   options.progress_interval_ms = 0;
   im.options = std::move(options);
-  im.metrics = metrics;
+  im.metrics = std::make_unique<MetricsRegistry>(
+      metrics, absl::StrCat("job_id=\"", part.job_id, "\",job_name=\"", part.job_name, "\""));
   for (int g : part.tasks) {
     TaskState s;
     s.task = g;
