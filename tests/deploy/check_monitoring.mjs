@@ -20,14 +20,18 @@
 //    names are those of the coordinator's and workers' /metrics over that
 //    run. Allowed besides: the names the rules record, and `up`. A selector
 //    that matches on job_id (and the job_id variable's metric) must name a
-//    series exported with a job_id label, or a job_id: recorded one.
+//    series exported with a job_id label, or one recorded per job (a name
+//    whose level starts with job_id); so must every series of a query that
+//    groups or matches on job_id; a dashboard query filters every series
+//    exported with job_id by $job_id. The job's own series on the workers
+//    (records in, operators, too late, restores) must carry its job_id and
+//    job_name first.
 // 5. A real Prometheus scrapes those processes with the rules (evaluated
 //    every second): every rule evaluates without error, the recorded
-//    consumer lag and records read per second carry the job's job_id, the
-//    task label of caravela_operator_watermark_seconds gives the job's
-//    job_name (the rules and the dashboard match them), and after the kill
-//    the CaravelaJobRestarted alert fires and CaravelaTargetDown is pending
-//    for the dead worker.
+//    consumer lag, records read per second and too-late records per
+//    operator carry the job's job_id, and so do its operator watermarks;
+//    after the kill the CaravelaJobRestarted alert fires and
+//    CaravelaTargetDown is pending for the dead worker.
 // Prints each problem and "N problems" at the end; exit 1 if any.
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
@@ -79,6 +83,9 @@ const rules = YAML.parse(readFileSync(rulesFile, "utf8"));
 const ruleList = rules.groups.flatMap((g) => g.rules.map((r) => ({ ...r, group: g.name })));
 const recorded = new Set(ruleList.filter((r) => r.record).map((r) => r.record));
 const alerts = ruleList.filter((r) => r.alert).map((r) => r.alert);
+// A recorded name aggregated per job: its level (before the first colon)
+// starts with job_id (job_id:..., job_id_op:...).
+const perJob = (name) => recorded.has(name) && /^job_id(_[a-z_]+)?:/.test(name);
 {
   const check = run("promtool", ["check", "rules", rulesFile]);
   if (check.error) problem("promtool", `not found (${check.error.message}): scripts/install-deps installs it (prometheus)`);
@@ -415,24 +422,43 @@ spec:
     return lag.some((s) => s.metric.job_id === jobId);
   }, 15000);
   say(`prometheus: recorded lag ${JSON.stringify(lag.map((s) => s.metric))}`);
-  // The records the job reads per second (from its partitions' offsets),
-  // which the watermark alerts are gated on.
+  // The records the job reads per second (caravela_records_in_total over
+  // its workers), which the watermark alerts are gated on.
   let readRate = [];
   await waitFor(`Prometheus: job_id:caravela_records_in:rate5m{job_id="${jobId}"}`, async () => {
     readRate = (await api(`query?query=${encodeURIComponent("job_id:caravela_records_in:rate5m")}`))?.result ?? [];
-    return readRate.some((s) => s.metric.job_id === jobId);
+    return readRate.some((s) => s.metric.job_id === jobId && s.metric.job_name === "monitoring-probe");
   }, 15000);
   say(`prometheus: recorded records in ${JSON.stringify(readRate.map((s) => [s.metric, s.value[1]]))}`);
-  // Operator series have no job label: their task label starts with the
-  // job's name, which CaravelaWatermarkStuck and the dashboard match to the
-  // job_name of its partitions.
-  const byTask = `label_replace(caravela_operator_watermark_seconds, "job_name", "$1", "task", "([^/]*).*") and on (job_name) caravela_source_partition_offset{job_id="${jobId}"}`;
+  // Too-late records per job and operator (the probe sends one per partition).
+  let tooLate = [];
+  await waitFor(`Prometheus: job_id_op:caravela_too_late_records:rate5m{job_id="${jobId}",op="revenue"}`, async () => {
+    tooLate = (await api(`query?query=${encodeURIComponent("job_id_op:caravela_too_late_records:rate5m")}`))?.result ?? [];
+    return tooLate.some((s) => s.metric.job_id === jobId && s.metric.op === "revenue");
+  }, 15000);
+  say(`prometheus: recorded too-late ${JSON.stringify(tooLate.map((s) => s.metric))}`);
+  // The operator watermarks CaravelaWatermarkStuck and the dashboard select by job_id.
+  const byJob = `caravela_operator_watermark_seconds{job_id="${jobId}",job_name="monitoring-probe"}`;
   let tasks = [];
-  await waitFor(`Prometheus: ${byTask}`, async () => {
-    tasks = (await api(`query?query=${encodeURIComponent(byTask)}`))?.result ?? [];
+  await waitFor(`Prometheus: ${byJob}`, async () => {
+    tasks = (await api(`query?query=${encodeURIComponent(byJob)}`))?.result ?? [];
     return tasks.length > 0;
   }, 15000);
-  say(`prometheus: operator watermarks of ${jobId} by task: ${JSON.stringify(tasks.map((s) => s.metric.task))}`);
+  say(`prometheus: operator watermarks of ${jobId}: ${JSON.stringify(tasks.map((s) => [s.metric.op, s.metric.task, s.metric.instance]))}`);
+  // On the workers, the job's series carry its job_id and job_name before
+  // their own labels (a scoped registry per job); the worker's own series
+  // (gRPC, exchange transport, process) none.
+  {
+    const text = (await Promise.all(workers.map((w) => get(`http://${w.http}/metrics`)))).join("\n");
+    const scope = `{job_id="${jobId}",job_name="monitoring-probe"`;
+    for (const family of ["caravela_records_in_total", "caravela_operator_records_in_total", "caravela_too_late_total",
+      "caravela_operator_watermark_seconds", "caravela_source_partition_offset", "caravela_state_bytes",
+      "caravela_checkpoint_last_id"]) {
+      const lines = text.split("\n").filter((l) => l.startsWith(family + "{") || l.startsWith(family + " "));
+      if (!lines.some((l) => l.startsWith(family + scope))) problem(`worker /metrics ${family}`, `no series starting with ${scope}`);
+      for (const l of lines) if (!/^[^{ ]+\{job_id="[^"]*",job_name="[^"]*"/.test(l)) problem(`worker /metrics ${family}`, `without job_id, job_name first: ${l}`);
+    }
+  }
 
   // A worker lost (one that runs a task of the job): the coordinator
   // declares it dead and restarts the job on the other from its last
@@ -447,7 +473,7 @@ spec:
   await waitFor("the coordinator to restart the job (recoveries, restores, a checkpoint again)", async () => {
     const [coord, ...ws] = await scrapeAll();
     return /caravela_scheduler_recoveries_total [1-9]/.test(coord ?? "") && /caravela_coordinator_workers\{state="DEAD"\} [1-9]/.test(coord ?? "") &&
-      /caravela_restores_total [1-9]/.test(ws[workers.indexOf(survivor)] ?? "") && /caravela_job_checkpoint_age_seconds\{/.test(coord ?? "");
+      new RegExp(`^caravela_restores_total\\{job_id="${jobId.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}",[^}]*\\} [1-9]`, "m").test(ws[workers.indexOf(survivor)] ?? "") && /caravela_job_checkpoint_age_seconds\{/.test(coord ?? "");
   }, 30000);
   say(`restarted: ${exported.size} metric names exported over the run`);
 
@@ -470,8 +496,29 @@ spec:
   for (const { where, expr } of [...ruleExprs, ...dashExprs]) {
     const e = expr.replace(/"(?:[^"\\]|\\.)*"/g, '""');
     for (const m of e.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}/g)) {
-      if (/\bjob_id\b/.test(m[2]) && !exportedWithJobId.has(m[1]) && !(recorded.has(m[1]) && m[1].startsWith("job_id:"))) {
+      if (/\bjob_id\b/.test(m[2]) && !exportedWithJobId.has(m[1]) && !perJob(m[1])) {
         problem(where, `matches job_id on ${m[1]}, which is exported without a job_id label`);
+      }
+    }
+  }
+  // A query that groups or matches on job_id uses only series that have one
+  // (any other would count under an empty job_id, or match nothing).
+  for (const { where, expr } of [...ruleExprs, ...dashExprs]) {
+    if (!/\bjob_id\b/.test(expr)) continue;
+    for (const n of metricNames(expr)) {
+      if (recorded.has(n) ? !perJob(n) : (exported.has(n) && !exportedWithJobId.has(n))) {
+        problem(where, `uses job_id with ${n}, which has no job_id label`);
+      }
+    }
+  }
+  // The dashboard filters every series that has a job_id by $job_id.
+  for (const { where, expr } of dashExprs) {
+    if (where === "variable job_id") continue;
+    for (const n of metricNames(expr)) {
+      if (!exportedWithJobId.has(n) && !perJob(n)) continue;
+      const esc = n.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+      for (const m of expr.matchAll(new RegExp(`(?<![a-zA-Z0-9_:])${esc}(?![a-zA-Z0-9_:])\\s*(\\{[^}]*\\})?`, "g"))) {
+        if (!(m[1] ?? "").includes('job_id=~"$job_id"')) problem(where, `${n} not filtered by job_id=~"$job_id"`);
       }
     }
   }
