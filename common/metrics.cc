@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -19,12 +21,49 @@ std::pair<std::string, std::string> SplitFullName(const std::string& k) {
 }
 }  // namespace
 
-Counter* MetricsRegistry::Get(const std::string& name, const std::string& labels) {
-  if (parent_ != nullptr) return parent_->Get(name, Scoped(labels));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = counters_[FullName(name, labels)];
-  if (!slot) slot = std::make_unique<Counter>();
+MetricsRegistry::~MetricsRegistry() {
+  if (parent_ != nullptr) parent_->Release(held_);
+}
+
+template <class T, class... Args>
+T* MetricsRegistry::Slot(std::map<std::string, std::unique_ptr<T>>& map, char kind,
+                         const std::string& key, bool hold, Args&&... args) {
+  std::unique_ptr<T>& slot = map[key];
+  if (!slot) slot = std::make_unique<T>(std::forward<Args>(args)...);
+  if (hold) ++holders_[kind + key];
   return slot.get();
+}
+
+template <class T, class... Args>
+T* MetricsRegistry::ViewSlot(std::map<std::string, std::unique_ptr<T>> MetricsRegistry::*map,
+                             char kind, const std::string& name, const std::string& labels,
+                             Args&&... args) {
+  const std::string key = FullName(name, Scoped(labels));
+  // The view's lock, then the parent's: a series is held before another
+  // view's Release could drop it.
+  std::lock_guard<std::mutex> own(mu_);
+  const bool first = held_.insert(kind + key).second;
+  std::lock_guard<std::mutex> lock(parent_->mu_);
+  return parent_->Slot(parent_->*map, kind, key, first, std::forward<Args>(args)...);
+}
+
+void MetricsRegistry::Release(const std::set<std::string>& held) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& k : held) {
+    auto it = holders_.find(k);
+    if (it == holders_.end() || --it->second > 0) continue;
+    holders_.erase(it);
+    const std::string key = k.substr(1);
+    if (k[0] == 'c') counters_.erase(key);
+    if (k[0] == 'h') histograms_.erase(key);
+    if (k[0] == 'd') doubles_.erase(key);
+  }
+}
+
+Counter* MetricsRegistry::Get(const std::string& name, const std::string& labels) {
+  if (parent_ != nullptr) return ViewSlot(&MetricsRegistry::counters_, 'c', name, labels);
+  std::lock_guard<std::mutex> lock(mu_);
+  return Slot(counters_, 'c', FullName(name, labels), false);
 }
 
 Histogram::Histogram(std::vector<int64_t> bounds)
@@ -86,19 +125,17 @@ const std::vector<int64_t>& DelayBucketsMs() {
 
 Histogram* MetricsRegistry::GetHistogram(const std::string& name, const std::string& labels,
                                          const std::vector<int64_t>& bounds) {
-  if (parent_ != nullptr) return parent_->GetHistogram(name, Scoped(labels), bounds);
+  if (parent_ != nullptr) {
+    return ViewSlot(&MetricsRegistry::histograms_, 'h', name, labels, bounds);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = histograms_[FullName(name, labels)];
-  if (!slot) slot = std::make_unique<Histogram>(bounds);
-  return slot.get();
+  return Slot(histograms_, 'h', FullName(name, labels), false, bounds);
 }
 
 DoubleCounter* MetricsRegistry::GetDouble(const std::string& name, const std::string& labels) {
-  if (parent_ != nullptr) return parent_->GetDouble(name, Scoped(labels));
+  if (parent_ != nullptr) return ViewSlot(&MetricsRegistry::doubles_, 'd', name, labels);
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = doubles_[FullName(name, labels)];
-  if (!slot) slot = std::make_unique<DoubleCounter>();
-  return slot.get();
+  return Slot(doubles_, 'd', FullName(name, labels), false);
 }
 
 double MetricsRegistry::DoubleValue(const std::string& name, const std::string& labels) const {
@@ -142,11 +179,20 @@ void MetricsRegistry::SetAges(const std::string& time_name, const std::string& a
   std::vector<std::pair<std::string, int64_t>> ages;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    std::set<std::string> times;  // the labels of every time series
     for (auto it = counters_.lower_bound(time_name); it != counters_.end(); ++it) {
       if (it->first.compare(0, time_name.size(), time_name) != 0) break;
       auto [name, labels] = SplitFullName(it->first);
       if (name != time_name) continue;  // another name with this prefix
+      times.insert(labels);
       ages.emplace_back(std::move(labels), std::max<int64_t>(0, now_ms - it->second->value()));
+    }
+    // An age whose time series was dropped (its view ended) goes too.
+    for (auto it = counters_.lower_bound(age_name); it != counters_.end();) {
+      if (it->first.compare(0, age_name.size(), age_name) != 0) break;
+      auto [name, labels] = SplitFullName(it->first);
+      const bool stale = name == age_name && times.count(labels) == 0;
+      it = stale ? counters_.erase(it) : std::next(it);
     }
   }
   for (const auto& [labels, age] : ages) {

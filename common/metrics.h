@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -99,8 +100,11 @@ class MetricsRegistry {
   // registers or looks up there: a worker's job part counts into the
   // worker's registry under its job's labels. Its ToPrometheusText and
   // Snapshot are the parent's (every series). `parent` outlives the view.
+  // The series a view registered leave the parent with the last view that
+  // uses them (a job's tasks gone from a worker: no stale series there).
   MetricsRegistry(MetricsRegistry* parent, std::string scope)
       : parent_(parent), scope_(std::move(scope)) {}
+  ~MetricsRegistry();
   MetricsRegistry(const MetricsRegistry&) = delete;
   MetricsRegistry& operator=(const MetricsRegistry&) = delete;
 
@@ -119,7 +123,7 @@ class MetricsRegistry {
   // For every series `time_name{labels}` (a time in ms, e.g. a watermark or
   // when something last happened), sets `age_name{labels}` to now_ms minus
   // it (at least 0): ages that grow while nothing updates the time, computed
-  // when metrics are read.
+  // when metrics are read. Ages whose time series is gone are dropped.
   void SetAges(const std::string& time_name, const std::string& age_name, int64_t now_ms);
   // The histogram `name{labels}`, or nullptr.
   const Histogram* FindHistogram(const std::string& name, const std::string& labels = "") const;
@@ -143,9 +147,24 @@ class MetricsRegistry {
     return labels.empty() ? scope_ : scope_ + "," + labels;
   }
 
+  // The series `key` of `map`, created with `args` on first use; `hold`:
+  // one more view holds it. The caller holds mu_.
+  template <class T, class... Args>
+  T* Slot(std::map<std::string, std::unique_ptr<T>>& map, char kind, const std::string& key,
+          bool hold, Args&&... args);
+  // A view's lookup: the parent's series `name{scope,labels}` of `map`,
+  // held by this view from its first use.
+  template <class T, class... Args>
+  T* ViewSlot(std::map<std::string, std::unique_ptr<T>> MetricsRegistry::*map, char kind,
+              const std::string& name, const std::string& labels, Args&&... args);
+  // A view ended: each series it held and no other view holds is dropped.
+  void Release(const std::set<std::string>& held);
+
   MetricsRegistry* parent_ = nullptr;  // a view's: every series lives there
   std::string scope_;
   mutable std::mutex mu_;
+  std::set<std::string> held_;          // a view's: kind ('c', 'h', 'd') + key it holds
+  std::map<std::string, int> holders_;  // kind + key -> how many views hold it
   std::map<std::string, std::unique_ptr<Counter>> counters_;       // key: name{labels}
   std::map<std::string, std::unique_ptr<Histogram>> histograms_;   // key: name{labels}
   std::map<std::string, std::unique_ptr<DoubleCounter>> doubles_;  // key: name{labels}

@@ -3,10 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
+
 namespace caravela {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(HistogramTest, BucketsAreInclusiveUpperBoundsWithInfLast) {
   Histogram h({10, 100});
@@ -94,6 +98,33 @@ TEST(MetricsRegistryTest, AViewPutsItsScopeBeforeEveryLabelInTheParent) {
   EXPECT_THAT(text,
               HasSubstr(R"(caravela_records_in_total{job_id="b-1",job_name="b",source="s"} 5)"));
   EXPECT_THAT(text, HasSubstr(R"(caravela_restores_total{job_id="a-1",job_name="a"} 1)"));
+}
+
+TEST(MetricsRegistryTest, AViewsSeriesLeaveWithTheLastViewHoldingThem) {
+  MetricsRegistry worker;
+  worker.Get("grpc_calls_total")->Add();
+  auto epoch1 = std::make_unique<MetricsRegistry>(&worker, R"(job_id="a-1",job_name="a")");
+  epoch1->Get("records_in_total", R"(source="s")")->Add(3);
+  epoch1->GetHistogram("arrival_delay_ms", R"(source="s")", {10})->Observe(4);
+  epoch1->GetDouble("window_amount_total", R"(op="w")")->Add(1.5);
+  epoch1->Get("operator_watermark_ms", R"(op="w")")->Set(1000);
+  worker.SetAges("operator_watermark_ms", "operator_watermark_lag_ms", 5000);
+  EXPECT_EQ(worker.Value("operator_watermark_lag_ms", R"(job_id="a-1",job_name="a",op="w")"), 4000);
+  // The next epoch's part takes the same series before the last one ends.
+  auto epoch2 = std::make_unique<MetricsRegistry>(&worker, R"(job_id="a-1",job_name="a")");
+  Counter* in = epoch2->Get("records_in_total", R"(source="s")");
+  epoch1.reset();
+  in->Add(2);  // still the live series
+  EXPECT_EQ(worker.Value("records_in_total", R"(job_id="a-1",job_name="a",source="s")"), 5);
+  EXPECT_EQ(worker.FindHistogram("arrival_delay_ms", R"(job_id="a-1",job_name="a",source="s")"),
+            nullptr)
+      << "held by the ended view only";
+  EXPECT_EQ(worker.DoubleValue("window_amount_total", R"(job_id="a-1",job_name="a",op="w")"), 0);
+  worker.SetAges("operator_watermark_ms", "operator_watermark_lag_ms", 6000);
+  epoch2.reset();
+  const std::string text = worker.ToPrometheusText("caravela_");
+  EXPECT_THAT(text, Not(HasSubstr("a-1"))) << text;
+  EXPECT_THAT(text, HasSubstr("caravela_grpc_calls_total 1")) << "the worker's own series stay";
 }
 
 }  // namespace

@@ -275,6 +275,19 @@ TEST_F(ClusterBackPressureTest, APausedConsumerHoldsItsProducersWithinTheirCredi
   ExpectTheAnswer(job);
   ExpectEachFinalOnceInTheChangelog();
   ExpectNoRevisionGoesBack();
+  // The job's tasks are gone from the workers, and so are its series.
+  const std::string job_id_label = absl::StrCat("job_id=\"", id, "\"");
+  for (int w = 0; w < 3; ++w) {
+    std::string left;
+    EXPECT_TRUE(Eventually(
+        [&] {
+          left = HttpGet(http_[w], "/metrics");
+          return left.find(job_id_label) == std::string::npos;
+        },
+        milliseconds(10000)))
+        << "worker " << w << " still exports the finished job's series:\n"
+        << left;
+  }
 }
 
 // A network partition between a worker and the coordinator only: the worker

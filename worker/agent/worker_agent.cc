@@ -113,7 +113,7 @@ struct WorkerAgent::Impl {
     const int64_t now = SystemClock().NowMs();
     for (const auto& [id, part] : parts) {
       for (const JobPart::TaskState& s : part->States()) {
-        Task::PublishPartitionMetrics(id, part->job_name(), s.partitions, now, &metrics);
+        Task::PublishPartitionMetrics(s.partitions, now, part->metrics());
         v1::TaskReport* r = request->add_tasks();
         r->set_job_id(id);
         r->set_epoch(part->epoch());

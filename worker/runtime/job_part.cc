@@ -254,7 +254,7 @@ std::unique_ptr<JobPart> JobPart::Start(JobPartOptions part, RunOptions options,
 JobPart::~JobPart() { Stop(); }
 
 const std::string& JobPart::job_id() const { return impl_->part.job_id; }
-const std::string& JobPart::job_name() const { return impl_->part.job_name; }
+MetricsRegistry* JobPart::metrics() const { return impl_->metrics.get(); }
 
 int64_t JobPart::epoch() const { return impl_->part.epoch; }
 

@@ -94,7 +94,9 @@ class JobPart {
   ~JobPart();
 
   const std::string& job_id() const;
-  const std::string& job_name() const;
+  // The worker's registry under this job's labels (job_id, job_name); its
+  // series leave the worker's /metrics with the part.
+  MetricsRegistry* metrics() const;
   int64_t epoch() const;
   void Run();
   void Signal(int64_t trigger, bool stop_at_trigger, int64_t completed, bool finish);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_plan.h"
 #include "common/time_util.h"
 #include "worker/runtime/job_runner.h"
@@ -15,6 +16,8 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const JobSpec& spec,
                                                            const RunOptions& options) {
   std::unique_ptr<Pipeline> p(new Pipeline());
   p->job_name_ = spec.name;
+  p->partition_metrics_ = std::make_unique<MetricsRegistry>(
+      &p->metrics_, absl::StrCat("job_id=\"", spec.name, "\",job_name=\"", spec.name, "\""));
   ASSIGN_OR_RETURN(p->runner_, JobRunner::Create(spec, options, &p->metrics_));
   return p;
 }
@@ -67,8 +70,7 @@ v1::Job Pipeline::Status() {
 void Pipeline::RefreshMetrics() {
   const int64_t now = SystemClock().NowMs();
   for (int i = 0; i < runner_->task_count(); ++i) {
-    Task::PublishPartitionMetrics(job_name_, job_name_, runner_->task(i).partitions(), now,
-                                  &metrics_);
+    Task::PublishPartitionMetrics(runner_->task(i).partitions(), now, partition_metrics_.get());
   }
   metrics_.SetAges("operator_watermark_ms", "operator_watermark_lag_ms", now);
   metrics_.SetAges("job_checkpoint_last_completed_timestamp_ms", "job_checkpoint_age_ms", now);

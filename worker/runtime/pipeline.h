@@ -105,6 +105,9 @@ class Pipeline {
  private:
   Pipeline() = default;
   MetricsRegistry metrics_;
+  // metrics_ under job_id and job_name (both the job's name): the source
+  // partition gauges, labelled as a cluster worker labels them.
+  std::unique_ptr<MetricsRegistry> partition_metrics_;
   std::string job_name_;
   std::unique_ptr<JobRunner> runner_;
 };

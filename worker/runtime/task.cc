@@ -59,13 +59,11 @@ int64_t Task::consumer_lag() const {
   return lag;
 }
 
-void Task::PublishPartitionMetrics(const std::string& job_id, const std::string& job_name,
-                                   const std::vector<PartitionStatus>& partitions, int64_t now_ms,
+void Task::PublishPartitionMetrics(const std::vector<PartitionStatus>& partitions, int64_t now_ms,
                                    MetricsRegistry* metrics) {
   for (const PartitionStatus& p : partitions) {
     const std::string labels =
-        absl::StrCat("job_id=\"", job_id, "\",job_name=\"", job_name, "\",source=\"", p.source,
-                     "\",partition=\"", p.partition, "\"");
+        absl::StrCat("source=\"", p.source, "\",partition=\"", p.partition, "\"");
     metrics->Get("source_partition_offset", labels)->Set(p.offset);
     metrics->Get("source_partition_lag_records", labels)->Set(p.lag);
     metrics->Get("source_partition_idle", labels)->Set(p.idle ? 1 : 0);

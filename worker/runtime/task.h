@@ -173,13 +173,12 @@ class Task {
   Activity activity() const;
   static void ActivityToProto(const Activity& a, v1::TaskActivity* out);
   static void PartitionToProto(const PartitionStatus& p, v1::SourcePartitionStatus* out);
-  // Sets the per-partition gauges of `partitions`, labelled job_id and
-  // job_name, in `metrics`: source_partition_offset,
-  // source_partition_lag_records, source_partition_watermark_ms and
-  // source_partition_watermark_lag_ms (exported in seconds),
-  // source_partition_idle (0/1). `now_ms`: wall clock.
-  static void PublishPartitionMetrics(const std::string& job_id, const std::string& job_name,
-                                      const std::vector<PartitionStatus>& partitions,
+  // Sets the per-partition gauges of `partitions` (labels source and
+  // partition) in `metrics`, a view under the job's labels:
+  // source_partition_offset, source_partition_lag_records,
+  // source_partition_watermark_ms and source_partition_watermark_lag_ms
+  // (exported in seconds), source_partition_idle (0/1). `now_ms`: wall clock.
+  static void PublishPartitionMetrics(const std::vector<PartitionStatus>& partitions,
                                       int64_t now_ms, MetricsRegistry* metrics);
   // The lowest checkpoint id this task's storage has not used (a crashed run
   // may have stored ids the job never completed); 1 without checkpoints.
