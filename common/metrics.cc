@@ -325,7 +325,7 @@ std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
     // Milliseconds are counted, seconds (the base unit) exported.
     const bool ms = name.size() > 3 && name.compare(name.size() - 3, 3, "_ms") == 0;
     const std::string base = ms ? name.substr(0, name.size() - 3) : name;
-    const std::string exported = prefix + (ms ? base + "_seconds" : name);
+    const std::string exported = absl::StrCat(prefix, ms ? base : name, ms ? "_seconds" : "");
     auto value = [ms](int64_t v) { return ms ? MsAsSeconds(v) : std::to_string(v); };
     auto help = HelpTexts().find(base);
     absl::StrAppend(

@@ -149,6 +149,19 @@ class SchedulerTest : public ::testing::Test {
     return resp;
   }
 
+  // The job placed on `worker` starts (its tasks READY) and completes
+  // checkpoint 1 a second later.
+  void StartAndCompleteCheckpoint1(const std::string& worker, const std::string& id) {
+    Beat(worker, v1::TASK_READY);
+    scheduler_->Tick();
+    ASSERT_EQ(Get(id).state(), v1::RUNNING);
+    clock_.Advance(1000);
+    scheduler_->Tick();
+    Beat(worker, v1::TASK_RUNNING, 1);
+    scheduler_->Tick();
+    ASSERT_EQ(Get(id).last_checkpoint(), 1);
+  }
+
   int Tasks(const v1::HeartbeatResponse& r) {
     int n = 0;
     for (const v1::Assignment& a : r.assignments()) n += a.tasks_size();
@@ -402,14 +415,7 @@ TEST_F(RestartBackoffTest, ACompletedCheckpointRestartsTheBackoff) {
   FailTasks(a);
   EXPECT_THAT(Get(id).message(), HasSubstr("restarting in 1s"));
   Pass(a, 1000);
-  Beat(a, v1::TASK_READY);
-  scheduler_->Tick();
-  ASSERT_EQ(Get(id).state(), v1::RUNNING);
-  clock_.Advance(1000);
-  scheduler_->Tick();
-  Beat(a, v1::TASK_RUNNING, 1);
-  scheduler_->Tick();
-  ASSERT_EQ(Get(id).last_checkpoint(), 1);
+  ASSERT_NO_FATAL_FAILURE(StartAndCompleteCheckpoint1(a, id));
   const int64_t epoch = Get(id).epoch();
   FailTasks(a);
   EXPECT_EQ(Get(id).epoch(), epoch + 1) << "the first failure after a checkpoint restarts at once";
@@ -647,14 +653,7 @@ TEST_F(SchedulerTest, StopWithSavepointEndsAtACheckpointThenCopiesIt) {
   scheduler_->Tick();
   // Only a RUNNING job stops with a savepoint.
   EXPECT_TRUE(absl::IsFailedPrecondition(scheduler_->StopWithSavepoint(id, "/sp/one").status()));
-  Beat(a, v1::TASK_READY);
-  scheduler_->Tick();
-  ASSERT_EQ(Get(id).state(), v1::RUNNING);
-  clock_.Advance(1000);
-  scheduler_->Tick();
-  Beat(a, v1::TASK_RUNNING, 1);
-  scheduler_->Tick();
-  ASSERT_EQ(Get(id).last_checkpoint(), 1);
+  ASSERT_NO_FATAL_FAILURE(StartAndCompleteCheckpoint1(a, id));
 
   // The first attempt's copy fails: the job goes on from its checkpoint.
   savepoint_error_ = absl::UnavailableError("disk full");

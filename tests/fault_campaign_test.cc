@@ -117,7 +117,7 @@ class FaultCampaignTest : public ClusterPartitionTest {
   // filler file (deleting it frees the space). The job writes there
   // meanwhile: what it takes between statvfs and fallocate is retried.
   static fs::path Fill(const fs::path& dir) {
-    const fs::path filler = dir / "caravela-test-filler";
+    fs::path filler = dir / "caravela-test-filler";
     const int fd = open(filler.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
     EXPECT_GE(fd, 0) << filler << ": " << strerror(errno);
     if (fd < 0) return filler;
@@ -218,6 +218,7 @@ class FaultCampaignTest : public ClusterPartitionTest {
     std::set<int> kinds;
     while (static_cast<int>(kinds.size()) < n) kinds.insert(static_cast<int>(rng() % kKindCount));
     std::vector<Fault> faults;
+    faults.reserve(kinds.size());
     for (int kind : kinds) faults.push_back(Apply(kind, rng));
     return faults;
   }

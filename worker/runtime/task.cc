@@ -200,7 +200,7 @@ absl::Status Task::Impl::StepSources(int timeout_ms, bool* got, bool* all_done) 
       src.pos.applied = src.raw->Positions();
       src.pos.ResetLiveApplied();
       src.wm->EnsurePartitions(src.raw->PartitionCount());
-      status.PublishPartitions(/*now_anyway=*/true);
+      status.PublishPartitions(/*now=*/true);
     }
     if (src.has_pending()) {
       *got = true;
