@@ -68,8 +68,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const std::string& job_id, const std::
   RETURN_IF_ERROR(Transition(job, v1::CANCELED, clock_->NowMs(), message));
   RETURN_IF_ERROR(store_->Put(job));
   runs_.erase(job_id);
-  failures_.erase(job_id);
-  restart_at_.erase(job_id);
+  restarts_.erase(job_id);
   Log()->info("job {} canceled", job_id);
   return job;
 }
@@ -105,8 +104,7 @@ absl::StatusOr<v1::Job> Scheduler::Restart(const std::string& job_id, int parall
   job.clear_rescale_to();
   job.clear_savepoint_to();
   RETURN_IF_ERROR(store_->Put(job));
-  failures_.erase(job_id);
-  restart_at_.erase(job_id);
+  restarts_.erase(job_id);
   Log()->info("job {} ({}) restarted {} with parallelism {}", job_id, JobStateName(was), from,
               parallelism);
   return job;
@@ -213,8 +211,7 @@ void Scheduler::StartSavepoint(v1::Job& job, const JobRun& run) {
   Log()->info("job {}: tasks stopped at checkpoint {}; {}", job.id(), ref.checkpoint_id,
               job.message());
   runs_.erase(job.id());
-  failures_.erase(job.id());
-  restart_at_.erase(job.id());
+  restarts_.erase(job.id());
 }
 
 void Scheduler::EndSavepoint(v1::Job& job, const std::vector<v1::Job>& all,
@@ -249,8 +246,7 @@ void Scheduler::Fail(v1::Job& job, const std::string& why) {
     Log()->error("job {}: {}", job.id(), std::string(st.message()));
   }
   runs_.erase(job.id());
-  failures_.erase(job.id());
-  restart_at_.erase(job.id());
+  restarts_.erase(job.id());
 }
 
 bool Scheduler::MoveJob(v1::Job& job, v1::JobState to, const std::string& message) {
@@ -269,12 +265,10 @@ bool Scheduler::MoveRun(v1::Job& job, JobRun& run, RunPhase to) {
 
 bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why) {
   // A restart after failures in a row waits its backoff (RecoverFromFailure).
-  if (auto at = restart_at_.find(job.id()); at != restart_at_.end()) {
-    if (clock_->NowMs() < at->second) {
-      if (!why.empty()) job.set_message(why);
-      return false;
-    }
-    restart_at_.erase(at);
+  if (auto r = restarts_.find(job.id());
+      r != restarts_.end() && clock_->NowMs() < r->second.not_before_ms) {
+    if (!why.empty()) job.set_message(why);
+    return false;
   }
   ParseResult parsed = ParseJobSpec(job.yaml());
   if (!parsed.ok()) {
@@ -375,7 +369,8 @@ CheckpointCoordinator Scheduler::NewCheckpointCoordinator(const JobSpec& spec, i
 
 void Scheduler::RecoverFromFailure(v1::Job& job, const std::vector<v1::Job>& all,
                                    const std::string& why) {
-  const int failures = ++failures_[job.id()];
+  Restarts& restarts = restarts_[job.id()];
+  const int failures = ++restarts.failures;
   if (options_.max_restarts > 0 && failures > options_.max_restarts) {
     Fail(job, absl::StrCat(why, " (", options_.max_restarts,
                            " restarts without a completed checkpoint)"));
@@ -388,7 +383,7 @@ void Scheduler::RecoverFromFailure(v1::Job& job, const std::vector<v1::Job>& all
   int64_t delay = std::max<int64_t>(options_.restart_backoff_ms, 0);
   for (int i = 2; i < failures && delay < options_.max_restart_backoff_ms; ++i) delay *= 2;
   delay = std::min(delay, std::max<int64_t>(options_.max_restart_backoff_ms, 0));
-  restart_at_[job.id()] = clock_->NowMs() + delay;
+  restarts.not_before_ms = clock_->NowMs() + delay;
   Recover(job, all,
           absl::StrCat(why, " (failure ", failures,
                        " in a row without a completed checkpoint: restarting in ",
@@ -558,8 +553,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run, const std::vector<v1::Job>& a
         std::deque<CheckpointRecord>& history = history_[job.id()];
         history.push_back({a.id, now, a.duration_ms, run.epoch, a.stop});
         while (history.size() > kCheckpointHistory) history.pop_front();
-        failures_.erase(job.id());
-        restart_at_.erase(job.id());
+        restarts_.erase(job.id());
         Count("scheduler_checkpoints_total");
         Log()->debug("job {} checkpoint {} complete", job.id(), a.id);
         break;
@@ -590,8 +584,7 @@ void Scheduler::Advance(v1::Job& job, JobRun& run, const std::vector<v1::Job>& a
     Put(job);
     Log()->info("job {} finished (last checkpoint {})", job.id(), job.last_checkpoint());
     runs_.erase(job.id());
-    failures_.erase(job.id());
-    restart_at_.erase(job.id());
+    restarts_.erase(job.id());
   }
 }
 

@@ -263,10 +263,15 @@ class Scheduler {
   const Clock* clock_;
   SchedulerOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, JobRun> runs_;         // by job id
-  std::map<std::string, int> failures_;        // by job id, since the last completed checkpoint
-  std::map<std::string, int64_t> restart_at_;  // by job id: not placed again before (ms)
-  std::map<std::string, int64_t> next_ids_;    // by job id: above every checkpoint id triggered
+  std::map<std::string, JobRun> runs_;  // by job id
+  // Failures in a row since the last completed checkpoint, and when the
+  // restart after the last one may be placed (RecoverFromFailure).
+  struct Restarts {
+    int failures = 0;
+    int64_t not_before_ms = 0;
+  };
+  std::map<std::string, Restarts> restarts_;  // by job id
+  std::map<std::string, int64_t> next_ids_;   // by job id: above every checkpoint id triggered
   std::map<std::string, std::deque<CheckpointRecord>> history_;  // by job id, oldest first
   // Savepoints being written, by job id (their jobs have no run meanwhile).
   std::map<std::string, std::future<absl::StatusOr<JobSavepoint>>> savepoints_;

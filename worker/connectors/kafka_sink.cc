@@ -129,7 +129,8 @@ absl::Status KafkaSink::Open() {
   }
   rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaSink::DeliveryReport);
   rd_kafka_conf_set_opaque(conf.get(), this);
-  ASSIGN_OR_RETURN(rk_, NewKafkaClient(KafkaClientType::kProducer, std::move(conf), "kafka producer"));
+  ASSIGN_OR_RETURN(rk_,
+                   NewKafkaClient(KafkaClientType::kProducer, std::move(conf), "kafka producer"));
   rkt_ = rd_kafka_topic_new(rk_, options_.topic.c_str(), nullptr);
   if (rkt_ == nullptr) {
     return absl::InternalError(
@@ -436,7 +437,8 @@ absl::StatusOr<int64_t> KafkaSink::ReadLastMarker() {
                                  {"enable.auto.commit", "false"},
                                  {"isolation.level", "read_committed"},
                                  {"enable.partition.eof", "true"}}));
-  ASSIGN_OR_RETURN(rd_kafka_t * c, NewKafkaClient(KafkaClientType::kConsumer, std::move(conf), where));
+  ASSIGN_OR_RETURN(rd_kafka_t * c,
+                   NewKafkaClient(KafkaClientType::kConsumer, std::move(conf), where));
   struct Closer {
     rd_kafka_t* c;
     ~Closer() {

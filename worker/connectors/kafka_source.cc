@@ -193,7 +193,8 @@ absl::Status KafkaSource::Open() {
   for (const auto& [name, value] : options_.config) {
     RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
   }
-  ASSIGN_OR_RETURN(rk_, NewKafkaClient(KafkaClientType::kConsumer, std::move(conf), "kafka consumer"));
+  ASSIGN_OR_RETURN(rk_,
+                   NewKafkaClient(KafkaClientType::kConsumer, std::move(conf), "kafka consumer"));
   rd_kafka_poll_set_consumer(rk_);
 
   // All-topics metadata: naming the topic in a request would auto-create it

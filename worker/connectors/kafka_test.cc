@@ -550,21 +550,14 @@ TEST_F(KafkaTest, InteroperatesWithKcat) {
   EXPECT_THAT(lines, UnorderedElementsAre(R"(w1|{"n":1})", R"(w2|{"n":2})", R"(|{"n":3})"));
 }
 
-}  // namespace
-}  // namespace caravela
-
-namespace caravela {
-namespace {
-
 // A configuration librdkafka refuses only when the client is made (each
 // property alone is valid) is permanent; the campaign found that a client
 // whose threads did not start in time was called permanent as well and
 // failed the job (NewKafkaClient now says Unavailable for anything but a
 // refused configuration).
 TEST(NewKafkaClientTest, ARefusedConfigurationIsInvalidArgument) {
-  auto conf = NewKafkaConf({{"bootstrap.servers", "127.0.0.1:1"},
-                            {"enable.idempotence", "true"},
-                            {"acks", "1"}});
+  auto conf = NewKafkaConf(
+      {{"bootstrap.servers", "127.0.0.1:1"}, {"enable.idempotence", "true"}, {"acks", "1"}});
   ASSERT_OK(conf.status());
   auto rk = NewKafkaClient(KafkaClientType::kProducer, std::move(*conf), "kafka producer");
   ASSERT_FALSE(rk.ok());

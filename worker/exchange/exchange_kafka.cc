@@ -116,7 +116,8 @@ class KafkaOut final : public MessageOut {
                      }));
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaOut::DeliveryReport);
     rd_kafka_conf_set_opaque(conf.get(), this);
-    ASSIGN_OR_RETURN(rk_, NewKafkaClient(KafkaClientType::kProducer, std::move(conf), "kafka producer"));
+    ASSIGN_OR_RETURN(rk_,
+                     NewKafkaClient(KafkaClientType::kProducer, std::move(conf), "kafka producer"));
 
     // The topic must exist (EnsureExchangeTopic) with at least the count:
     // list all topics first, since naming a missing topic auto-creates it on

@@ -121,8 +121,8 @@ absl::Status EnsureExchangeTopic(const std::string& bootstrap, const std::string
   ASSIGN_OR_RETURN(KafkaConfPtr conf, NewKafkaConf({{"bootstrap.servers", bootstrap},
                                                     {"client.id", "caravela-exchange-admin"},
                                                     {"allow.auto.create.topics", "false"}}));
-  ASSIGN_OR_RETURN(rd_kafka_t * client,
-                   NewKafkaClient(KafkaClientType::kProducer, std::move(conf), "kafka admin client"));
+  ASSIGN_OR_RETURN(rd_kafka_t * client, NewKafkaClient(KafkaClientType::kProducer, std::move(conf),
+                                                       "kafka admin client"));
   std::unique_ptr<rd_kafka_t, HandleDeleter> rk(client);
 
   ASSIGN_OR_RETURN(std::optional<int> existing, ExistingPartitions(rk.get(), bootstrap, topic));

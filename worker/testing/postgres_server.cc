@@ -206,12 +206,21 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
 absl::Status PostgresServer::StartOn(int port) {
   const std::string server_log = dir_ + "/server.log";
   const std::string ctl_log = dir_ + "/pg_ctl.log";
-  std::vector<std::string> argv = {
-      bin_dir_ + "/pg_ctl", "-D", dir_ + "/data", "-l", server_log, "-w", "-t", "60", "-o",
+  const std::string opts =
       absl::StrCat("-p ", port, " -k ", dir_,
                    " -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
-                   " -c full_page_writes=off -c max_connections=40 -c shared_buffers=16MB"),
-      "start"};
+                   " -c full_page_writes=off -c max_connections=40 -c shared_buffers=16MB");
+  std::vector<std::string> argv = {bin_dir_ + "/pg_ctl",
+                                   "-D",
+                                   dir_ + "/data",
+                                   "-l",
+                                   server_log,
+                                   "-w",
+                                   "-t",
+                                   "60",
+                                   "-o",
+                                   opts,
+                                   "start"};
   if (run_as_postgres_) argv.insert(argv.begin(), {"runuser", "-u", "postgres", "--"});
   const int rc = Run(argv, dir_, ctl_log);
   if (rc != 0) {
