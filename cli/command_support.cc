@@ -25,7 +25,7 @@ void AddClientOptions(CLI::App* cmd, ClientFlags* flags) {
   cmd->add_option("--coordinator", flags->coordinator,
                   "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR, else 127.0.0.1:7400)");
   cmd->add_option("--token-file", flags->token_file,
-                  "File holding the bearer token (default $CARAVELA_TOKEN)");
+                  "File holding the bearer token (default $CARAVELA_TOKEN_FILE)");
   cmd->add_flag("--json", flags->json, "Print JSON (proto3 JSON mapping) for scripts");
   cmd->add_option("--tls-ca", flags->tls_ca,
                   "PEM file of the roots to trust: talk TLS to the coordinator");
@@ -44,18 +44,44 @@ std::string CoordinatorAddress(const std::string& flag) {
 }
 
 bool ReadToken(const std::string& token_file, std::string* token) {
-  if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in) {
-      std::fprintf(stderr, "error: cannot read --token-file %s\n", token_file.c_str());
+  if (const char* t = std::getenv("CARAVELA_TOKEN"); t != nullptr && *t != '\0') {
+    // Once read as the token itself; silently ignoring it would run a
+    // server without auth that its operator meant to protect.
+    std::fprintf(stderr,
+                 "error: $CARAVELA_TOKEN is not read: put the token in a file and name it with "
+                 "--token-file or $CARAVELA_TOKEN_FILE, then unset CARAVELA_TOKEN\n");
+    return false;
+  }
+  token->clear();
+  if (token_file.empty()) return true;
+  std::ifstream in(token_file);
+  if (!in) {
+    std::fprintf(stderr, "error: cannot read --token-file %s\n", token_file.c_str());
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const absl::string_view stripped = absl::StripAsciiWhitespace(text);
+  if (stripped.empty()) {
+    std::fprintf(stderr,
+                 "error: --token-file %s is empty: put the token in it (e.g. openssl rand -hex 32 "
+                 "> %s), or give no --token-file to run without auth\n",
+                 token_file.c_str(), token_file.c_str());
+    return false;
+  }
+  // It travels in an "authorization: Bearer <token>" header (gRPC metadata
+  // and HTTP), which takes visible ASCII only.
+  for (const char c : stripped) {
+    if (c < 0x21 || c > 0x7e) {
+      std::fprintf(stderr,
+                   "error: --token-file %s: the token must be one word of visible ASCII "
+                   "characters (no spaces, no control or non-ASCII bytes)\n",
+                   token_file.c_str());
       return false;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    *token = std::string(absl::StripAsciiWhitespace(ss.str()));
-    return true;
   }
-  if (const char* t = std::getenv("CARAVELA_TOKEN"); t != nullptr) *token = t;
+  *token = std::string(stripped);
   return true;
 }
 

@@ -49,9 +49,12 @@ void InheritClientFlags(const CLI::App& cmd, ClientFlags* flags);
 // 127.0.0.1:7400.
 std::string CoordinatorAddress(const std::string& flag);
 
-// The token in `token_file` (surrounding whitespace stripped), else
-// $CARAVELA_TOKEN; left empty for none. False, with the error printed, when
-// the file cannot be read.
+// The token in `token_file` (surrounding whitespace stripped); left empty
+// when `token_file` is empty (no auth). False, with the error printed, when
+// the file cannot be read, holds nothing but whitespace (that must not turn
+// auth off), holds more than one word of visible ASCII, or when the retired
+// $CARAVELA_TOKEN is set. One scheme for every command: --token-file, whose
+// default is $CARAVELA_TOKEN_FILE.
 bool ReadToken(const std::string& token_file, std::string* token);
 
 // Prints "error: <message>" on stderr; returns the exit code: 3 when

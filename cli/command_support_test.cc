@@ -103,5 +103,49 @@ TEST_F(InheritOptionTest, TheSiblingsConfigSectionInOrder) {
   std::filesystem::remove(own);  // one path for all three
 }
 
+// ReadToken: one word of visible ASCII, whitespace around it stripped; an
+// empty file must not turn auth off.
+class ReadTokenTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ::unsetenv("CARAVELA_TOKEN"); }
+  void TearDown() override { SetUp(); }
+  std::string File(const std::string& text) {
+    const std::string path = ::testing::TempDir() + "read_token_" + std::to_string(n_++);
+    std::ofstream(path) << text;
+    return path;
+  }
+  int n_ = 0;
+};
+
+TEST_F(ReadTokenTest, StripsTheWhitespaceAroundTheToken) {
+  std::string token = "stale";
+  EXPECT_TRUE(ReadToken(File("  s3cret\n\n"), &token));
+  EXPECT_EQ(token, "s3cret");
+  EXPECT_TRUE(ReadToken("", &token));  // no file: no auth
+  EXPECT_EQ(token, "");
+}
+
+TEST_F(ReadTokenTest, RefusesAnEmptyOrBlankFile) {
+  std::string token;
+  EXPECT_FALSE(ReadToken(File(""), &token));
+  EXPECT_FALSE(ReadToken(File(" \t\n\r\n"), &token));
+  EXPECT_EQ(token, "");
+}
+
+TEST_F(ReadTokenTest, RefusesWhatAHeaderCannotCarry) {
+  std::string token;
+  EXPECT_FALSE(ReadToken(File("two words"), &token));
+  EXPECT_FALSE(ReadToken(File("line\nbreak"), &token));
+  EXPECT_FALSE(ReadToken(File("caf\xc3\xa9"), &token));
+  EXPECT_FALSE(ReadToken(::testing::TempDir() + "no_such_token_file", &token));
+}
+
+TEST_F(ReadTokenTest, RefusesTheRetiredTokenVariable) {
+  ::setenv("CARAVELA_TOKEN", "s3cret", 1);
+  std::string token;
+  EXPECT_FALSE(ReadToken("", &token));
+  EXPECT_FALSE(ReadToken(File("s3cret"), &token));
+}
+
 }  // namespace
 }  // namespace caravela

@@ -1,10 +1,13 @@
 // `caravela local`: a whole cluster on this machine. The embedded broker and
 // a coordinator run in this process, N `caravela worker` child processes
-// beside it; until SIGINT or SIGTERM, then the workers are stopped too.
+// beside it (worker-<n> in the data directory, with their own /metrics); a
+// worker that exits is logged and started again. Until SIGINT or SIGTERM,
+// then the workers are stopped too.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/command_support.h"
 #include "cli/commands.h"
@@ -33,7 +37,106 @@ struct LocalFlags {
   int slots = 4;
   std::string data_dir = "caravela-local";
   std::string shared_dir;  // default <data_dir>/shared
+  std::string token_file;
+  // The workers' HTTP HOST:PORT; a port other than 0 is the first worker's,
+  // the next ones count up. Empty: none.
+  std::string worker_http = "127.0.0.1:0";
 };
+
+// The worker processes: started, watched, restarted when one exits.
+class LocalWorkers {
+ public:
+  explicit LocalWorkers(std::vector<std::vector<std::string>> args) : args_(std::move(args)) {
+    pids_.assign(args_.size(), -1);
+    started_.assign(args_.size(), Clock::time_point());
+    backoff_.assign(args_.size(), std::chrono::seconds(1));
+  }
+  ~LocalWorkers() { Stop(); }
+
+  // Starts every worker; false (the error printed) when one cannot be.
+  bool StartAll() {
+    for (size_t i = 0; i < args_.size(); ++i) {
+      if (!Spawn(i)) return false;
+    }
+    return true;
+  }
+
+  // Reaps the workers that exited and starts them again: at once after one
+  // that ran for a minute, else after 1 s, 2 s, 4 s ... (up to 30 s) so
+  // that one failing at startup does not spin.
+  void Watch() {
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < args_.size(); ++i) {
+      if (pids_[i] > 0) {
+        int status = 0;
+        if (::waitpid(pids_[i], &status, WNOHANG) != pids_[i]) continue;
+        std::fprintf(stderr, "caravela local: worker-%zu (pid %d) %s; starting it again\n", i + 1,
+                     static_cast<int>(pids_[i]), Describe(status).c_str());
+        pids_[i] = -1;
+        const bool ran_long = now - started_[i] > std::chrono::minutes(1);
+        backoff_[i] = ran_long ? std::chrono::seconds(0)
+                               : std::min<std::chrono::seconds>(
+                                     std::max(backoff_[i] * 2, std::chrono::seconds(1)),
+                                     std::chrono::seconds(30));
+        started_[i] = now;  // the restart waits from here
+      }
+      if (pids_[i] < 0 && now - started_[i] >= backoff_[i]) Spawn(i);
+    }
+  }
+
+  // SIGINT to every worker (they leave at once: no handover), then waits.
+  void Stop() {
+    for (pid_t p : pids_) {
+      if (p > 0) ::kill(p, SIGINT);
+    }
+    for (pid_t& p : pids_) {
+      if (p > 0) ::waitpid(p, nullptr, 0);
+      p = -1;
+    }
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  static std::string Describe(int status) {
+    if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+    return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  }
+
+  bool Spawn(size_t i) {
+    std::vector<char*> argv;
+    argv.reserve(args_[i].size() + 1);
+    for (std::string& a : args_[i]) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+      std::fprintf(stderr, "caravela local: cannot start worker-%zu\n", i + 1);
+      started_[i] = Clock::now();
+      return false;
+    }
+    pids_[i] = pid;
+    started_[i] = Clock::now();
+    return true;
+  }
+
+  std::vector<std::vector<std::string>> args_;
+  std::vector<pid_t> pids_;
+  std::vector<Clock::time_point> started_;
+  std::vector<std::chrono::seconds> backoff_;
+};
+
+// The HTTP address of the `n`-th worker (0-based) for --worker-http `base`.
+absl::StatusOr<std::string> WorkerHttp(const std::string& base, int n) {
+  if (base.empty()) return std::string();
+  const size_t colon = base.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(base.substr(colon + 1), &port) ||
+      port < 0 || port + n > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--worker-http ", base, ": expected HOST:PORT (port 0: any), e.g. 127.0.0.1:9100"));
+  }
+  return port == 0 ? base : absl::StrCat(base.substr(0, colon), ":", port + n);
+}
 
 int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   // Not given, the coordinator's (CARAVELA_LISTEN, CARAVELA_HTTP,
@@ -41,10 +144,23 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   InheritOption(cmd, "--listen", {"coordinator"}, &f.coordinator.listen);
   InheritOption(cmd, "--http", {"coordinator"}, &f.coordinator.http_listen);
   InheritOption(cmd, "--allow-path", {"coordinator"}, &f.coordinator.allowed_paths);
+  InheritOption(cmd, "--token-file", {"coordinator", "worker"}, &f.token_file);
+  std::string token;
+  if (!ReadToken(f.token_file, &token)) return 2;
+  std::vector<std::string> worker_http(f.workers);
+  for (int i = 0; i < f.workers; ++i) {
+    absl::StatusOr<std::string> http = WorkerHttp(f.worker_http, i);
+    if (!http.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(http.status().message()).c_str());
+      return 2;
+    }
+    worker_http[i] = *std::move(http);
+  }
   absl::StatusOr<std::unique_ptr<EmbeddedBroker>> broker =
       EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions);
   if (!broker.ok()) return Fail(broker.status());
   CoordinatorOptions co;
+  co.token = token;
   co.listen = f.coordinator.listen;
   co.data_dir = f.data_dir + "/coordinator";
   co.http_listen = f.coordinator.http_listen;
@@ -72,31 +188,33 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   };
   absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(co);
   if (!c.ok()) return Fail(c.status());
-  std::vector<pid_t> pids;
+  // Worker n asks for the id worker-<n> and keeps its data in worker-<n>
+  // (once restarted after a kill it gets a new id: the old one was known).
+  std::vector<std::vector<std::string>> worker_args;
   for (int i = 0; i < f.workers; ++i) {
-    const std::string data = absl::StrCat(f.data_dir, "/worker-", i);
     std::vector<std::string> args = {"caravela",      "worker",
                                      "--coordinator", (*c)->grpc_address(),
-                                     "--data-dir",    data,
+                                     "--data-dir",    absl::StrCat(f.data_dir, "/worker-", i + 1),
                                      "--bootstrap",   bootstrap,
                                      "--slots",       std::to_string(f.slots),
-                                     "--shared-dir",  f.shared_dir};
+                                     "--shared-dir",  f.shared_dir,
+                                     "--id",          absl::StrCat("worker-", i + 1)};
     for (const std::string& p : f.coordinator.allowed_paths) {
       args.push_back("--allow-path");
       args.push_back(p);
     }
-    std::vector<char*> argv;
-    argv.reserve(args.size() + 1);
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
-      std::fprintf(stderr, "error: cannot start worker %d\n", i);
-      for (pid_t p : pids) ::kill(p, SIGINT);  // all leave: no handover
-      return 1;
+    if (!f.token_file.empty()) {
+      args.push_back("--token-file");
+      args.push_back(std::filesystem::absolute(f.token_file).string());
     }
-    pids.push_back(pid);
+    if (!worker_http[i].empty()) {
+      args.push_back("--http");
+      args.push_back(worker_http[i]);
+    }
+    worker_args.push_back(std::move(args));
   }
+  LocalWorkers workers(std::move(worker_args));
+  if (!workers.StartAll()) return 1;  // the destructor stops those started
   std::printf(
       "caravela local: broker=%s coordinator=%s http=%s workers=%d data-dir=%s shared-dir=%s\n",
       (*broker)->bootstrap().c_str(), (*c)->grpc_address().c_str(),
@@ -104,9 +222,11 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
       f.data_dir.c_str(), f.shared_dir.c_str());
   std::fflush(stdout);
   CatchStopSignals(OnSigterm::kStop);
-  while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  for (pid_t p : pids) ::kill(p, SIGINT);  // all leave: no handover
-  for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+  while (!StopRequested()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    workers.Watch();
+  }
+  workers.Stop();
   (*c)->Shutdown();
   return 0;
 }
@@ -132,7 +252,16 @@ Command AddLocalCommand(CLI::App& app) {
   cmd->add_option("--allow-path", f->coordinator.allowed_paths,
                   "Another absolute directory jobs may read and write files in (repeatable; "
                   "besides the shared directory)");
-  cmd->add_option("--data-dir", f->data_dir, "Coordinator and worker data")->capture_default_str();
+  cmd->add_option("--data-dir", f->data_dir,
+                  "Coordinator and worker data (<data-dir>/coordinator, <data-dir>/worker-<n>)")
+      ->capture_default_str();
+  cmd->add_option("--token-file", f->token_file,
+                  "File holding the bearer token every gRPC and HTTP call must carry "
+                  "(default $CARAVELA_TOKEN_FILE; none: no auth)");
+  cmd->add_option("--worker-http", f->worker_http,
+                  "The workers' HTTP HOST:PORT for /metrics and /healthz: port 0 any, else the\n"
+                  "first worker's port and the next ones count up (\"\": none)")
+      ->capture_default_str();
   cmd->add_option("--shared-dir", f->shared_dir,
                   "The workers' shared directory: jobs' relative file paths (inputs, outputs,\n"
                   "dead letters) resolve against it (default <data-dir>/shared)");

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "common/time_util.h"
@@ -37,6 +38,16 @@ int RunWorker(const CLI::App& cmd, WorkerFlags& f) {
     std::filesystem::create_directories(f.agent.shared_dir, ec);
     if (ec) {
       std::fprintf(stderr, "error: --shared-dir %s: %s\n", f.agent.shared_dir.c_str(),
+                   ec.message().c_str());
+      return 2;
+    }
+  }
+  {
+    // Made now, so that one it cannot write stops it before it registers.
+    std::error_code ec;
+    std::filesystem::create_directories(f.agent.data_dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "error: --data-dir %s: %s\n", f.agent.data_dir.c_str(),
                    ec.message().c_str());
       return 2;
     }
@@ -96,6 +107,15 @@ Command AddWorkerCommand(CLI::App& app) {
                   "streams from other workers")
       ->envname("CARAVELA_LISTEN")
       ->capture_default_str();
+  cmd->add_option("--id", f->agent.requested_id,
+                  "The id to ask the coordinator for (worker-<n>); given when no worker had it\n"
+                  "since the coordinator started, else it names this worker anew")
+      ->check([](const std::string& id) -> std::string {
+        int64_t n = 0;
+        if (id.rfind("worker-", 0) == 0 && absl::SimpleAtoi(id.substr(7), &n) && n > 0) return "";
+        return "expected worker-<n> with n >= 1, e.g. worker-2";
+      })
+      ->envname("CARAVELA_WORKER_ID");
   cmd->add_option("--advertise", f->agent.advertise,
                   "HOST:PORT other workers reach --listen at (default: the bound address; "
                   "0.0.0.0 becomes the host name), e.g. $(POD_IP):7401 on Kubernetes")
@@ -113,7 +133,7 @@ Command AddWorkerCommand(CLI::App& app) {
       ->envname("CARAVELA_DRAIN_TIMEOUT")
       ->capture_default_str();
   cmd->add_option("--token-file", f->token_file,
-                  "File holding the bearer token (default $CARAVELA_TOKEN)")
+                  "File holding the bearer token the coordinator requires")
       ->envname("CARAVELA_TOKEN_FILE");
   cmd->add_option("--http", f->agent.http_listen,
                   "HOST:PORT for /metrics (its tasks' counters) and /healthz (port 0: any)")

@@ -5,6 +5,7 @@
 // one); coordinator and workers answer the gRPC health check with SERVING.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -12,12 +13,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "coordinator/job_client.h"
 #include "tests/child_process.h"
 #include "tests/test_util.h"
@@ -28,6 +32,7 @@ namespace caravela {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::HasSubstr;
 using milliseconds = std::chrono::milliseconds;
 
 // Worker id -> state, from the coordinator.
@@ -150,27 +155,98 @@ namespace caravela {
 namespace {
 
 // `caravela local`: broker and coordinator in one process, N workers as
-// children, all gone after SIGTERM.
+// children with ids worker-1..N, their data in worker-1..N and their own
+// /metrics, all behind the token of --token-file; a worker killed is logged
+// and started again; all gone after SIGTERM.
+std::map<std::string, v1::WorkerState> States(const std::string& coordinator,
+                                              const std::string& token) {
+  std::map<std::string, v1::WorkerState> out;
+  auto workers = JobClient(coordinator, token).Workers();
+  if (!workers.ok()) return out;
+  for (const v1::WorkerInfo& w : *workers) out[w.id()] = w.state();
+  return out;
+}
+
+int Alive(const std::map<std::string, v1::WorkerState>& states) {
+  int n = 0;
+  for (const auto& [id, state] : states) n += state == v1::ALIVE ? 1 : 0;
+  return n;
+}
+
+// The pids of the processes whose parent is `parent`.
+std::vector<pid_t> Children(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
+    const std::string stat = ReadFile(e.path() / "stat");
+    // pid (comm) state ppid ...: comm may hold spaces, so after the last ')'.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+    pid_t ppid = 0;
+    if (fields.size() > 1 && absl::SimpleAtoi(fields[1], &ppid) && ppid == parent) {
+      out.push_back(pid);
+    }
+  }
+  return out;
+}
+
 TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
   TempDir tmp("local", "CARAVELA_KEEP_TEST_DIRS", "caravela local test");
   const fs::path& dir = tmp.path();
-  ChildProcess local(
-      {CARAVELA_BINARY, "local", "--workers", "2", "--data-dir", (dir / "cluster").string()},
-      dir / "local.log");
+  std::ofstream(dir / "token") << "l0cal\n";
+  const std::string token = "l0cal";
+  ChildProcess local({CARAVELA_BINARY, "local", "--workers", "2", "--data-dir",
+                      (dir / "cluster").string(), "--token-file", (dir / "token").string()},
+                     dir / "local.log");
   const std::vector<std::string> got = local.WaitForMatch(
       R"(caravela local: broker=(\S+) coordinator=(\S+) http=\S+ workers=2)", milliseconds(20000));
   ASSERT_EQ(got.size(), 3u) << local.Log();
   const std::string& coordinator = got[2];
+  ASSERT_TRUE(Eventually([&] { return Alive(States(coordinator, token)) == 2; },
+                         milliseconds(10000)))
+      << local.Log();
+  EXPECT_THAT(States(coordinator, token),
+              ::testing::ElementsAre(::testing::Key("worker-1"), ::testing::Key("worker-2")));
+  EXPECT_TRUE(fs::is_directory(dir / "cluster" / "worker-1"));
+  EXPECT_TRUE(fs::is_directory(dir / "cluster" / "worker-2"));
+  EXPECT_EQ(JobClient(coordinator, "").Workers().status().code(),
+            absl::StatusCode::kUnauthenticated);
+
+  // Each worker serves its /metrics, behind the same token.
+  const std::vector<std::string> http =
+      local.WaitForMatch(R"(caravela worker: grpc=\S+ http=(127\.0\.0\.1:\d+))",
+                         milliseconds(5000));
+  ASSERT_EQ(http.size(), 2u) << local.Log();
+  httplib::Client metrics("http://" + http[1]);
+  auto anonymous = metrics.Get("/metrics");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  auto scraped = metrics.Get("/metrics", {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(scraped);
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_THAT(scraped->body, HasSubstr("caravela_"));
+
+  // A worker killed is started again: it registers anew (worker-3), the
+  // killed id goes DEAD once its lease ends.
+  const std::vector<pid_t> children = Children(local.pid());
+  ASSERT_EQ(children.size(), 2u);
+  ASSERT_EQ(::kill(children[0], SIGKILL), 0);
   ASSERT_TRUE(Eventually(
       [&] {
-        auto states = States(coordinator);
-        return states.size() == 2 && states.begin()->second == v1::ALIVE &&
-               states.rbegin()->second == v1::ALIVE;
+        auto states = States(coordinator, token);
+        return states.count("worker-3") > 0 && states["worker-3"] == v1::ALIVE;
       },
-      milliseconds(10000)))
+      milliseconds(20000)))
       << local.Log();
+  EXPECT_THAT(local.Log(), ::testing::ContainsRegex(absl::StrCat(
+                               R"(worker-[0-9] \(pid )", children[0],
+                               R"(\) was killed by signal 9; starting it again)")));
+  EXPECT_EQ(Children(local.pid()).size(), 2u);
+
   std::vector<std::string> workers;
-  auto listed = JobClient(coordinator, "").Workers();
+  auto listed = JobClient(coordinator, token).Workers();
   ASSERT_OK(listed.status());
   for (const v1::WorkerInfo& w : *listed) workers.push_back(w.address());
   EXPECT_EQ(local.Stop(SIGTERM), 0) << local.Log();

@@ -142,6 +142,36 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   EXPECT_THAT(down.out, HasSubstr("cannot reach the coordinator at " + address));
 }
 
+// An empty token file must not turn auth off: every server command refuses
+// to start, naming the file, and so does a client (exit 2 each).
+TEST(CoordinatorProcessTest, AnEmptyTokenFileRefusesToStart) {
+  TempDir tmp("coordinator_empty_token", "CARAVELA_KEEP_TEST_DIRS", "empty token test");
+  const fs::path& dir = tmp.path();
+  std::ofstream(dir / "empty") << " \n\t\n";
+  const std::string empty = (dir / "empty").string();
+  const std::string data = " --data-dir " + (dir / "data").string();
+  for (const std::string& command :
+       {"coordinator --listen 127.0.0.1:0" + data, "worker --coordinator 127.0.0.1:1" + data,
+        "local --workers 0" + data, std::string("jobs --coordinator 127.0.0.1:1")}) {
+    const CliResult r = Cli(command + " --token-file " + empty, dir);
+    EXPECT_EQ(r.code, 2) << command << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("--token-file " + empty + " is empty")) << command;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("auth=off"))) << command;
+  }
+  // The variable's form of the flag; and the retired $CARAVELA_TOKEN (the
+  // token itself) is refused rather than ignored.
+  ::setenv("CARAVELA_TOKEN_FILE", empty.c_str(), 1);
+  const CliResult by_env = Cli("coordinator --listen 127.0.0.1:0" + data, dir);
+  ::unsetenv("CARAVELA_TOKEN_FILE");
+  EXPECT_EQ(by_env.code, 2) << by_env.out;
+  EXPECT_THAT(by_env.out, HasSubstr("--token-file " + empty + " is empty"));
+  ::setenv("CARAVELA_TOKEN", "s3cret", 1);
+  const CliResult retired = Cli("coordinator --listen 127.0.0.1:0" + data, dir);
+  ::unsetenv("CARAVELA_TOKEN");
+  EXPECT_EQ(retired.code, 2) << retired.out;
+  EXPECT_THAT(retired.out, HasSubstr("$CARAVELA_TOKEN is not read"));
+}
+
 TEST(CoordinatorProcessTest, TokenIsRequiredWhenConfigured) {
   TempDir tmp("coordinator_auth", "CARAVELA_KEEP_TEST_DIRS", "coordinator auth test");
   const fs::path& dir = tmp.path();

@@ -422,7 +422,7 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   }
   const auto deadline = SteadyClock::now() + std::chrono::milliseconds(register_timeout_ms);
   grpc::Status st;
-  while (!(st = im.Register()).ok()) {
+  while (!(st = im.Register(options.requested_id)).ok()) {
     if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
         st.error_code() == grpc::StatusCode::INVALID_ARGUMENT || SteadyClock::now() > deadline) {
       return absl::Status(static_cast<absl::StatusCode>(st.error_code()),

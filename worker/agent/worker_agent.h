@@ -52,6 +52,10 @@ struct WorkerAgentOptions {
   int heartbeat_ms = 100;
   // HOST:PORT for /metrics (its tasks' counters) and /healthz; empty: none.
   std::string http_listen;
+  // The id to ask for at the first registration ("worker-<n>"; empty: any).
+  // A coordinator gives it when no worker had it during its run, else
+  // another.
+  std::string requested_id;
   // Called (on the heartbeat thread) with each id the worker registers under.
   std::function<void(const std::string& worker_id)> on_registered;
 };
