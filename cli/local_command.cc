@@ -130,8 +130,8 @@ absl::StatusOr<std::string> WorkerHttp(const std::string& base, int n) {
   if (base.empty()) return std::string();
   const size_t colon = base.rfind(':');
   int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(base.substr(colon + 1), &port) ||
-      port < 0 || port + n > 65535) {
+  if (colon == std::string::npos || !absl::SimpleAtoi(base.substr(colon + 1), &port) || port < 0 ||
+      port + n > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--worker-http ", base, ": expected HOST:PORT (port 0: any), e.g. 127.0.0.1:9100"));
   }

@@ -5,10 +5,18 @@
 // marked public (401 before the handler runs, constant-time compare), GET
 // only. Port 0 picks a free port.
 //
+// Slow clients: each connection has a thread of its own (the pool grows up
+// to kMaxHttpThreads) and kReadTimeoutSeconds for each read, so connections
+// that send nothing or trickle hold only their own threads and /healthz
+// still answers at once. Beyond kMaxHttpThreads connections at a time the
+// rest wait their turn: limit connections per client in front of it (an
+// ingress or NetworkPolicy) where the port is exposed to untrusted clients.
+//
 // Threading: handlers run on the server's worker threads; they must be
 // thread-safe. Start/Stop from one thread.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,6 +30,9 @@ class Server;
 }  // namespace httplib
 
 namespace caravela {
+
+inline constexpr size_t kMaxHttpThreads = 256;
+inline constexpr int kReadTimeoutSeconds = 5;
 
 // Whether `header` is "Bearer <token>", compared in constant time (also
 // used for the gRPC "authorization" metadata).

@@ -10,10 +10,11 @@ grpc::Status CheckToken(const grpc::ServerContext& context, const std::string& t
   auto it = md.find("authorization");
   if (it == md.end() ||
       !BearerMatches(std::string_view(it->second.data(), it->second.size()), token)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing or wrong bearer token: send the metadata \"authorization: Bearer <token>\" "
-                        "with the token of the coordinator's --token-file (the CLI: --token-file "
-                        "or $CARAVELA_TOKEN_FILE)");
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        "missing or wrong bearer token: send the metadata \"authorization: Bearer <token>\" "
+        "with the token of the coordinator's --token-file (the CLI: --token-file "
+        "or $CARAVELA_TOKEN_FILE)");
   }
   return grpc::Status::OK;
 }

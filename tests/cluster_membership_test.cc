@@ -204,8 +204,8 @@ TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
       R"(caravela local: broker=(\S+) coordinator=(\S+) http=\S+ workers=2)", milliseconds(20000));
   ASSERT_EQ(got.size(), 3u) << local.Log();
   const std::string& coordinator = got[2];
-  ASSERT_TRUE(Eventually([&] { return Alive(States(coordinator, token)) == 2; },
-                         milliseconds(10000)))
+  ASSERT_TRUE(
+      Eventually([&] { return Alive(States(coordinator, token)) == 2; }, milliseconds(10000)))
       << local.Log();
   EXPECT_THAT(States(coordinator, token),
               ::testing::ElementsAre(::testing::Key("worker-1"), ::testing::Key("worker-2")));
@@ -215,9 +215,8 @@ TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
             absl::StatusCode::kUnauthenticated);
 
   // Each worker serves its /metrics, behind the same token.
-  const std::vector<std::string> http =
-      local.WaitForMatch(R"(caravela worker: grpc=\S+ http=(127\.0\.0\.1:\d+))",
-                         milliseconds(5000));
+  const std::vector<std::string> http = local.WaitForMatch(
+      R"(caravela worker: grpc=\S+ http=(127\.0\.0\.1:\d+))", milliseconds(5000));
   ASSERT_EQ(http.size(), 2u) << local.Log();
   httplib::Client metrics("http://" + http[1]);
   auto anonymous = metrics.Get("/metrics");
@@ -240,9 +239,9 @@ TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
       },
       milliseconds(20000)))
       << local.Log();
-  EXPECT_THAT(local.Log(), ::testing::ContainsRegex(absl::StrCat(
-                               R"(worker-[0-9] \(pid )", children[0],
-                               R"(\) was killed by signal 9; starting it again)")));
+  EXPECT_THAT(local.Log(), ::testing::ContainsRegex(
+                               absl::StrCat(R"(worker-[0-9] \(pid )", children[0],
+                                            R"(\) was killed by signal 9; starting it again)")));
   EXPECT_EQ(Children(local.pid()).size(), 2u);
 
   std::vector<std::string> workers;
