@@ -360,7 +360,13 @@ int main(int argc, char** argv) {
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   int arg_count = static_cast<int>(arg_ptrs.size());
   char** arg_values = arg_ptrs.data();
-  CLI11_PARSE(app, arg_count, arg_values);
+  try {
+    app.parse(arg_count, arg_values);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error exits 2 (CLI11's own
+    // codes, 101-115, would say nothing to a script).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   caravela::LogToStderr();
   if (absl::Status st = caravela::ConfigureLogging(log_format, log_level); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());

@@ -179,11 +179,38 @@ bool IsJobName(std::string_view s) {
   return true;
 }
 
+// CheckJobLimits' two halves: before the YAML is parsed, and after.
+bool SizeError(std::string_view text, std::vector<SpecError>* errors) {
+  if (text.size() <= kMaxJobYamlBytes) return false;
+  errors->push_back(
+      {"<yaml>", absl::StrCat("the job is ", text.size(), " bytes; a job's YAML may have at most ",
+                              kMaxJobYamlBytes, " (1 MiB): split it into several jobs")});
+  return true;
+}
+
+bool StepsError(const YAML::Node& root, std::vector<SpecError>* errors) {
+  // A missing key reads as an invalid node: IsDefined first, it never throws.
+  if (!root.IsDefined() || !root.IsMap()) return false;
+  const YAML::Node spec = root["spec"];
+  if (!spec.IsDefined() || !spec.IsMap()) return false;
+  size_t steps = 0;
+  for (const char* list : {"sources", "operators", "sinks"}) {
+    const YAML::Node n = spec[list];
+    if (n.IsDefined() && n.IsSequence()) steps += n.size();
+  }
+  if (steps <= static_cast<size_t>(kMaxJobSteps)) return false;
+  errors->push_back({"spec", absl::StrCat("the job has ", steps,
+                                          " sources, operators and sinks; a job may have at most ",
+                                          kMaxJobSteps, ": split it into several jobs")});
+  return true;
+}
+
 class SpecParser : private SpecReader {
  public:
   explicit SpecParser(const KindRegistry& kinds) : SpecReader(&result_.errors), kinds_(kinds) {}
 
   ParseResult Run(std::string_view text) {
+    if (SizeError(text, &result_.errors)) return std::move(result_);
     YAML::Node root;
     try {
       root = YAML::Load(std::string(text));
@@ -191,6 +218,7 @@ class SpecParser : private SpecReader {
       YamlError(e);
       return std::move(result_);
     }
+    if (StepsError(root, &result_.errors)) return std::move(result_);
     try {
       Document(root);
     } catch (const YAML::Exception& e) {
@@ -617,6 +645,17 @@ absl::StatusOr<S3Url> ParseS3Url(std::string_view url) {
         absl::StrCat("has an empty part in its prefix: ", kExpected, ", got ", quoted));
   }
   return u;
+}
+
+std::vector<SpecError> CheckJobLimits(std::string_view yaml_text) {
+  std::vector<SpecError> errors;
+  if (SizeError(yaml_text, &errors)) return errors;
+  try {
+    StepsError(YAML::Load(std::string(yaml_text)), &errors);
+  } catch (const YAML::Exception&) {
+    // Not YAML: ParseJobSpec (on the coordinator) says where.
+  }
+  return errors;
 }
 
 ParseResult ParseJobSpec(std::string_view yaml_text, const KindRegistry& kinds) {

@@ -227,6 +227,18 @@ struct ParseResult {
   bool ok() const { return errors.empty(); }
 };
 
+// The limits of one job (docs/operations.md, "Limits"), the same for
+// `caravela run` and the cluster: its YAML text, and its sources,
+// operators and sinks together.
+inline constexpr size_t kMaxJobYamlBytes = 1 << 20;
+inline constexpr int kMaxJobSteps = 1000;
+
+// Checks `yaml_text` against the limits above before any other validation:
+// errors at "<yaml>" (its size) or "spec" (its steps), each naming the limit.
+// Cheap and independent of the operator kinds: `caravela submit` checks a
+// job with it before sending it.
+std::vector<SpecError> CheckJobLimits(std::string_view yaml_text);
+
 // Parses and validates a job YAML document with the operator kinds of
 // `kinds`. worker/registry/builtin_kinds.h has the one-argument forms, with
 // the engine's kinds.

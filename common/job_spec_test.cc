@@ -324,6 +324,36 @@ TEST(JobSpecTest, YamlSyntaxErrorHasLineAndColumn) {
   EXPECT_EQ(r.errors[0].path, "<yaml>");
 }
 
+// The limits: refused before any other check, naming the limit; at the
+// limit a job is still accepted.
+TEST(JobSpecTest, JobLimits) {
+  const std::string sink = "    - {from: src, stdout: {}}\n";
+  std::string ops;
+  for (int i = 0; i < kMaxJobSteps - 2; ++i) {  // besides its source and sink
+    ops += "    - {name: u" + std::to_string(i) + ", dedup: {from: src, id: id, retention: 1h}}\n";
+  }
+  const std::string at_limit = Job(ops, sink);
+  EXPECT_THAT(JobErrors(ops, sink), IsEmpty());
+  EXPECT_THAT(CheckJobLimits(at_limit), IsEmpty());
+  ops += "    - {name: over, dedup: {from: src, id: id, retention: soon}}\n";
+  for (const std::vector<SpecError>& errors :
+       {ParseJobSpec(Job(ops, sink)).errors, CheckJobLimits(Job(ops, sink))}) {
+    ASSERT_EQ(errors.size(), 1u);  // not the retention: the limit comes first
+    EXPECT_EQ(errors[0].path, "spec");
+    EXPECT_EQ(errors[0].message,
+              "the job has 1001 sources, operators and sinks; a job may have at most 1000: split "
+              "it into several jobs");
+  }
+  std::string padded = at_limit + "# " + std::string(kMaxJobYamlBytes, 'x') + "\n";
+  for (const std::vector<SpecError>& errors :
+       {ParseJobSpec(padded).errors, CheckJobLimits(padded)}) {
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_EQ(errors[0].path, "<yaml>");
+    EXPECT_THAT(errors[0].message, HasSubstr("may have at most 1048576 (1 MiB)"));
+  }
+  EXPECT_THAT(CheckJobLimits("{{{"), IsEmpty());  // not YAML: ParseJobSpec says where
+}
+
 TEST(JobSpecTest, DocumentShape) {
   EXPECT_THAT(Errors(ParseJobSpec("")), ElementsAre("<yaml>: the document is empty"));
   EXPECT_THAT(Errors(ParseJobSpec("- a\n- b\n")),

@@ -222,7 +222,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                    ServerCredentials(options.tls_cert_file, options.tls_key_file));
   ASSIGN_OR_RETURN(GrpcServer server, StartGrpcServer(options.listen, std::move(credentials),
                                                       {im.jobs.get(), im.worker_service.get()},
-                                                      options.max_message_bytes, &im.metrics));
+                                                      options.max_message_bytes, &im.metrics,
+                                                      {v1::JobService::service_full_name(),
+                                                       v1::WorkerService::service_full_name()}));
   im.server = std::move(server.server);
   im.address = std::move(server.address);
   if (!options.http_listen.empty()) {

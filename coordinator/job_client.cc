@@ -123,11 +123,12 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> JobClient::Workers() {
   return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
 }
 
-absl::StatusOr<std::string> JobClient::Health() {
+absl::StatusOr<std::string> JobClient::Health(const std::string& service) {
   auto health = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext context;
   Prepare(&context);
   grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
   RETURN_IF_ERROR(FromGrpc(health->Check(&context, request, &response)));
   return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());

@@ -33,8 +33,9 @@ class JobClient {
   absl::StatusOr<v1::Job> StopWithSavepoint(const std::string& id, const std::string& dir);
   // WorkerService.ListWorkers.
   absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
-  // grpc.health.v1 Check of the whole server: "SERVING", "NOT_SERVING", ...
-  absl::StatusOr<std::string> Health();
+  // grpc.health.v1 Check of the whole server (or of the service named, e.g.
+  // "caravela.v1.JobService"): "SERVING", "NOT_SERVING", ...
+  absl::StatusOr<std::string> Health(const std::string& service = "");
 
  private:
   void Prepare(grpc::ClientContext* context) const;

@@ -100,6 +100,16 @@ grpc::Status JobServiceImpl::Authorize(const grpc::ServerContext& context) const
   return CheckToken(context, token_);
 }
 
+grpc::Status JobServiceImpl::AuthorizeJobCall(const grpc::ServerContext& context,
+                                              const std::string& job_id) const {
+  if (grpc::Status a = Authorize(context); !a.ok()) return a;
+  if (job_id.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "job_id is empty: name a job (ListJobs, or `caravela jobs`, lists them)");
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
@@ -109,9 +119,21 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     ve->set_path(path);
     ve->set_message(message);
   };
+  if (request->parallelism() < 0) {
+    add_error("parallelism",
+              absl::StrCat("expected 0 (the spec's) or 1 to the job's spec.max_parallelism, got ",
+                           request->parallelism()));
+    return grpc::Status::OK;
+  }
   ParseResult parsed = ParseJobSpec(request->yaml());
   for (const SpecError& e : parsed.errors) add_error(e.path, e.message);
   if (!parsed.ok()) return grpc::Status::OK;
+  if (request->parallelism() > parsed.spec.max_parallelism) {
+    add_error("parallelism",
+              absl::StrCat("expected 0 (the spec's) or 1 to the job's spec.max_parallelism (",
+                           parsed.spec.max_parallelism, "), got ", request->parallelism()));
+    return grpc::Status::OK;
+  }
   // YAML from the network is untrusted: its files stay where workers allow.
   for (const SpecError& e : CheckAllowedPaths(parsed.spec, allowed_paths_)) {
     add_error(e.path, e.message);
@@ -172,7 +194,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                     v1::Job* response) {
-  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  if (grpc::Status a = AuthorizeJobCall(*context, request->job_id()); !a.ok()) return a;
   absl::StatusOr<v1::Job> job = store_->Get(request->job_id());
   if (!job.ok()) return ToGrpc(job.status());
   *response = std::move(*job);
@@ -196,7 +218,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context,
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
                                        const v1::CancelJobRequest* request, v1::Job* response) {
-  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  if (grpc::Status a = AuthorizeJobCall(*context, request->job_id()); !a.ok()) return a;
   if (scheduler_ != nullptr) {
     absl::StatusOr<v1::Job> job = scheduler_->Cancel(request->job_id(), "canceled by a user");
     if (!job.ok()) return ToGrpc(job.status());
@@ -219,7 +241,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::StopJobWithSavepoint(grpc::ServerContext* context,
                                                   const v1::StopJobWithSavepointRequest* request,
                                                   v1::Job* response) {
-  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  if (grpc::Status a = AuthorizeJobCall(*context, request->job_id()); !a.ok()) return a;
   if (scheduler_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
   }
@@ -234,7 +256,7 @@ grpc::Status JobServiceImpl::StopJobWithSavepoint(grpc::ServerContext* context,
 
 grpc::Status JobServiceImpl::RestartJob(grpc::ServerContext* context,
                                         const v1::RestartJobRequest* request, v1::Job* response) {
-  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  if (grpc::Status a = AuthorizeJobCall(*context, request->job_id()); !a.ok()) return a;
   if (scheduler_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
   }
@@ -246,7 +268,7 @@ grpc::Status JobServiceImpl::RestartJob(grpc::ServerContext* context,
 
 grpc::Status JobServiceImpl::RescaleJob(grpc::ServerContext* context,
                                         const v1::RescaleJobRequest* request, v1::Job* response) {
-  if (grpc::Status a = Authorize(*context); !a.ok()) return a;
+  if (grpc::Status a = AuthorizeJobCall(*context, request->job_id()); !a.ok()) return a;
   if (scheduler_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this coordinator runs no scheduler");
   }

@@ -53,6 +53,10 @@ class JobServiceImpl final : public v1::JobService::Service {
 
  private:
   grpc::Status Authorize(const grpc::ServerContext& context) const;
+  // Authorize, then INVALID_ARGUMENT for an empty job id (not NOT_FOUND: the
+  // call was malformed, no job was looked for).
+  grpc::Status AuthorizeJobCall(const grpc::ServerContext& context,
+                                const std::string& job_id) const;
   // The absolute directory a request's savepoint path names, or why it may
   // not be used (InvalidArgument, PermissionDenied).
   absl::StatusOr<std::string> SavepointPath(const std::string& requested) const;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/job_spec.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_client.h"
@@ -146,6 +147,52 @@ TEST_F(JobServiceTest, FilesOutsideTheAllowedPathsAreRefused) {
   EXPECT_EQ(r->errors(0).path(), "spec.sinks[0].file.path");
   EXPECT_THAT(r->errors(0).message(), HasSubstr("--allow-path"));
   EXPECT_TRUE(client.List()->empty());
+}
+
+// What a client generated from proto/ can send that the CLI never does:
+// parallelism out of range, empty job ids, jobs beyond the limits.
+TEST_F(JobServiceTest, MalformedCallsAreInvalidArguments) {
+  Start("");
+  JobClient client(coordinator_->grpc_address(), "");
+  for (int parallelism : {-1, 129}) {
+    auto r = client.Submit(kJob, parallelism);
+    ASSERT_OK(r.status());
+    EXPECT_TRUE(r->job_id().empty()) << parallelism;
+    ASSERT_EQ(r->errors_size(), 1) << parallelism;
+    EXPECT_EQ(r->errors(0).path(), "parallelism");
+    EXPECT_THAT(r->errors(0).message(), HasSubstr("spec.max_parallelism"));
+  }
+  EXPECT_TRUE(client.List()->empty());
+  for (const absl::Status& st :
+       {client.Get("").status(), client.Cancel("").status(), client.Rescale("", 2).status(),
+        client.Restart("", 0).status(), client.StopWithSavepoint("", "sp").status()}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_THAT(st.message(), HasSubstr("job_id is empty"));
+  }
+  EXPECT_TRUE(absl::IsNotFound(client.Get("revenue-9").status()));
+
+  // 1,001 operators: refused before any of them is validated, naming the limit.
+  std::string many = kJob;
+  std::string ops;
+  for (int i = 0; i < kMaxJobSteps - 2; ++i) {  // besides its source, dedup and sink
+    ops += "    - {name: f" + std::to_string(i) + ", filter: {from: purchases, where: \"true\"}}\n";
+  }
+  many.insert(many.find("  sinks:"), ops);
+  auto big = client.Submit(many, 0);
+  ASSERT_OK(big.status());
+  ASSERT_EQ(big->errors_size(), 1);
+  EXPECT_EQ(big->errors(0).path(), "spec");
+  EXPECT_THAT(big->errors(0).message(), HasSubstr("1001 sources, operators and sinks"));
+  EXPECT_THAT(big->errors(0).message(), HasSubstr("at most 1000"));
+}
+
+// The health service answers for the server and for each of its services.
+TEST_F(JobServiceTest, HealthAnswersPerService) {
+  Start("");
+  JobClient client(coordinator_->grpc_address(), "");
+  EXPECT_EQ(*client.Health("caravela.v1.JobService"), "SERVING");
+  EXPECT_EQ(*client.Health("caravela.v1.WorkerService"), "SERVING");
+  EXPECT_TRUE(absl::IsNotFound(client.Health("caravela.v1.NoSuchService").status()));
 }
 
 TEST(BearerTest, MatchesOnlyTheExactToken) {

@@ -333,7 +333,7 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
       ts->set_stage(st.id);
       ts->set_index(i);
       ts->set_worker(placed[g]);
-      ts->set_state("ASSIGNED");
+      ts->set_state(v1::TASK_ASSIGNED);
       TaskSlot slot;
       slot.worker = placed[g];
       slot.stage = st.id;
@@ -791,7 +791,7 @@ void Scheduler::FillTasks(const JobRun& run, v1::Job* job) {
     v1::TaskStatus* ts = job->mutable_tasks(g);
     ts->set_worker(t.worker);
     if (!t.reported) continue;
-    ts->set_state(v1::TaskPhase_Name(t.report.phase()));
+    ts->set_state(t.report.phase());
     ts->set_watermark_ms(t.report.watermark_ms());
     ts->set_consumer_lag(t.report.consumer_lag());
     ts->set_last_checkpoint(t.report.stored_checkpoint());

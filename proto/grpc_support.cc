@@ -178,7 +178,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            std::shared_ptr<grpc::ServerCredentials> credentials,
                                            const std::vector<grpc::Service*>& services,
-                                           int max_message_bytes, MetricsRegistry* metrics) {
+                                           int max_message_bytes, MetricsRegistry* metrics,
+                                           const std::vector<std::string>& health_names) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(
@@ -202,6 +203,9 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
         absl::StrCat("cannot listen on ", listen, " (in use, or not an address here?)"));
   }
   out.address = absl::StrCat(listen.substr(0, colon), ":", port);
+  for (const std::string& name : health_names) {
+    out.server->GetHealthCheckService()->SetServingStatus(name, true);
+  }
   out.server->GetHealthCheckService()->SetServingStatus(true);
   return out;
 }

@@ -57,14 +57,17 @@ struct GrpcServer {
 
 // Binds `listen` (HOST:PORT; port 0 picks a free one) with `credentials`,
 // serves `services` and the standard health service (grpc.health.v1,
-// SERVING once started). Every RPC, health checks included, is counted in
+// SERVING once started, for the server ("") and for each name of
+// `health_names`, the full names of `services` such as
+// "caravela.v1.JobService"). Every RPC, health checks included, is counted in
 // `metrics` when not null (it must outlive the server). InvalidArgument for
 // an address that is not HOST:PORT, Unavailable when it cannot be bound.
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            std::shared_ptr<grpc::ServerCredentials> credentials,
                                            const std::vector<grpc::Service*>& services,
                                            int max_message_bytes = kDefaultGrpcMessageBytes,
-                                           MetricsRegistry* metrics = nullptr);
+                                           MetricsRegistry* metrics = nullptr,
+                                           const std::vector<std::string>& health_names = {});
 
 // A channel to `target` whose calls are counted in `metrics` (the grpc_client_*
 // metrics; must outlive the channel); a plain channel when it is null.

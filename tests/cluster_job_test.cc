@@ -101,7 +101,8 @@ TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   std::set<std::string> used;
   for (const v1::TaskStatus& t : job.tasks()) used.insert(t.worker());
   EXPECT_EQ(used.size(), 3u) << job.DebugString();
-  for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.state(), "TASK_DONE") << t.DebugString();
+  for (const v1::TaskStatus& t : job.tasks())
+    EXPECT_EQ(t.state(), v1::TASK_DONE) << t.DebugString();
   // `caravela job ID`: one row per task with its worker.
   ChildProcess cli({CARAVELA_BINARY, "job", id, "--coordinator", address_}, dir_ / "job.out");
   EXPECT_EQ(cli.Stop(0, milliseconds(10000)), 0);

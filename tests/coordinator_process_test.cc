@@ -135,6 +135,20 @@ TEST(CoordinatorProcessTest, SubmitListCancelAndSurviveAKill) {
   EXPECT_THAT(invalid.out, HasSubstr("spec.operators[0].dedup.retention"));
   EXPECT_THAT(Cli("jobs" + at, dir).out, ::testing::Not(HasSubstr("revenue-4")));
 
+  // A job above the limits is refused before it is sent (10 MB would fail
+  // at the gRPC message limit), naming the limit; so is a parallelism
+  // beyond any job's max_parallelism.
+  std::ofstream(dir / "huge.yaml") << kJob << "# " << std::string(10 << 20, 'x') << "\n";
+  CliResult huge = Cli("submit " + (dir / "huge.yaml").string() + at, dir);
+  EXPECT_EQ(huge.code, 2) << huge.out;
+  EXPECT_THAT(huge.out, HasSubstr("a job's YAML may have at most 1048576 (1 MiB)"));
+  CliResult wide = Cli("submit " + (dir / "job.yaml").string() + " --parallelism 40000" + at, dir);
+  EXPECT_EQ(wide.code, 2) << wide.out;
+  CliResult above_max =
+      Cli("submit " + (dir / "job.yaml").string() + " --parallelism 200" + at, dir);
+  EXPECT_EQ(above_max.code, 2) << above_max.out;
+  EXPECT_THAT(above_max.out, HasSubstr("spec.max_parallelism (128), got 200"));
+
   // Nobody there: a clear error.
   coordinator->Stop(SIGTERM);
   CliResult down = Cli("jobs" + at, dir);

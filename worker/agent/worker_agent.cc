@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "caravela/v1/exchange.grpc.pb.h"
 #include "caravela/v1/worker.grpc.pb.h"
 #include "common/http_server.h"
 #include "common/logging.h"
@@ -403,9 +404,10 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   constexpr int kMaxMessageBytes = 64 << 20;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
                    ServerCredentials(options.tls_cert, options.tls_key));
-  ASSIGN_OR_RETURN(GrpcServer server,
-                   StartGrpcServer(options.listen, server_credentials, {im.network->service()},
-                                   kMaxMessageBytes, &im.metrics));
+  ASSIGN_OR_RETURN(
+      GrpcServer server,
+      StartGrpcServer(options.listen, server_credentials, {im.network->service()}, kMaxMessageBytes,
+                      &im.metrics, {v1::ExchangeService::service_full_name()}));
   im.server = std::move(server.server);
   im.address = AdvertisedAddress(options.advertise, server.address);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,

@@ -49,7 +49,7 @@ v1::Job Pipeline::Status() {
       ts->set_stage(one ? 0 : st.id);
       ts->set_index(i);
       ts->set_worker("local");
-      ts->set_state("TASK_RUNNING");
+      ts->set_state(v1::TASK_RUNNING);
       ts->set_watermark_ms(t.watermark());
       ts->set_consumer_lag(t.consumer_lag());
       ts->set_records_in(t.records_in());
