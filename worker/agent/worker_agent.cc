@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "caravela/v1/exchange.grpc.pb.h"
+#include "caravela/v1/job.grpc.pb.h"
 #include "caravela/v1/worker.grpc.pb.h"
 #include "common/http_server.h"
 #include "common/logging.h"
@@ -60,7 +61,9 @@ struct WorkerAgent::Impl {
   std::unique_ptr<grpc::Server> server;
   std::string address;  // as registered: others reach this worker there
   std::unique_ptr<v1::WorkerService::Stub> stub;
+  std::shared_ptr<grpc::Channel> channel;  // to the coordinator (its job service too)
   mutable std::mutex mu;
+  std::vector<std::string> held_jobs;  // the jobs of `parts` (under mu)
   std::string worker_id;
   uint64_t session = 0;             // of the current registration
   std::string cluster_id;           // the cluster it joined (kept across registrations)
@@ -87,6 +90,21 @@ struct WorkerAgent::Impl {
     }
     parts.clear();
     tasks = 0;
+  }
+
+  // "revenue-1 SCHEDULING: waiting for workers: ..." as the coordinator
+  // sees the job now (or why it cannot say).
+  std::string DescribeJob(const std::string& job_id) const {
+    auto jobs = v1::JobService::NewStub(channel);
+    grpc::ClientContext context;
+    Prepare(&context, 2000);
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::Job job;
+    const grpc::Status st = jobs->GetJob(&context, request, &job);
+    if (!st.ok()) return absl::StrCat(job_id, ": the coordinator did not say (", st.error_message(), ")");
+    return absl::StrCat(job_id, " ", v1::JobState_Name(job.state()),
+                        job.message().empty() ? "" : ": ", job.message());
   }
 
   static v1::TaskPhase ToProto(JobPart::Phase p) {
@@ -205,6 +223,9 @@ struct WorkerAgent::Impl {
     int n = 0;
     for (const v1::Assignment& a : response.assignments()) n += a.tasks_size();
     tasks = n;
+    std::lock_guard<std::mutex> lock(mu);
+    held_jobs.clear();
+    for (const auto& [id, part] : parts) held_jobs.push_back(id);
   }
 
   void Prepare(grpc::ClientContext* c, int timeout_ms) const {
@@ -330,6 +351,11 @@ WorkerAgent::~WorkerAgent() { Stop(); }
 bool WorkerAgent::Drain(int64_t timeout_ms) {
   if (impl_ == nullptr) return true;
   impl_->draining = true;
+  std::vector<std::string> jobs;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    jobs = impl_->held_jobs;
+  }
   Log()->info("draining: {} tasks to hand over (up to {} ms)", impl_->tasks.load(), timeout_ms);
   const auto until = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   while (impl_->tasks.load() > 0 && SteadyClock::now() < until) {
@@ -337,7 +363,10 @@ bool WorkerAgent::Drain(int64_t timeout_ms) {
   }
   const bool moved = impl_->tasks.load() == 0;
   if (moved) {
-    Log()->info("drained: every task moved to other workers");
+    // No task is left here; where each job went is the coordinator's to say
+    // (other workers, or SCHEDULING until slots are free).
+    Log()->info("drained: no task left here{}", jobs.empty() ? "" : "; its jobs now:");
+    for (const std::string& id : jobs) Log()->info("  {}", impl_->DescribeJob(id));
   } else {
     Log()->warn("drain timed out with {} tasks here: stopping them (their jobs restore)",
                 impl_->tasks.load());
@@ -412,8 +441,8 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Start(const WorkerAgen
   im.address = AdvertisedAddress(options.advertise, server.address);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    ChannelCredentials(options.tls_ca));
-  im.stub =
-      v1::WorkerService::NewStub(CreateGrpcChannel(options.coordinator, credentials, &im.metrics));
+  im.channel = CreateGrpcChannel(options.coordinator, credentials, &im.metrics);
+  im.stub = v1::WorkerService::NewStub(im.channel);
   if (!options.http_listen.empty()) {
     Impl* impl = &im;
     ASSIGN_OR_RETURN(im.http,
