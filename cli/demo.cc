@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <thread>
@@ -189,6 +190,12 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
 
   RunOptions options;
   options.data_dir = "caravela-data/demo";
+  // Each demo starts afresh: its broker is new, so the checkpoints of an
+  // earlier demo (offsets in another broker's topics) must not be resumed.
+  {
+    std::error_code ec;
+    std::filesystem::remove_all(options.data_dir, ec);
+  }
   options.embedded_bootstrap = bootstrap;
   options.stop = &stop;
   options.end_of_input = &produced;
