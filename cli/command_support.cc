@@ -26,7 +26,9 @@ void AddClientOptions(CLI::App* cmd, ClientFlags* flags) {
                   "Coordinator HOST:PORT (default $CARAVELA_COORDINATOR, else 127.0.0.1:7400)");
   cmd->add_option("--token-file", flags->token_file,
                   "File holding the bearer token (default $CARAVELA_TOKEN_FILE)");
-  cmd->add_flag("--json", flags->json, "Print JSON (proto3 JSON mapping) for scripts");
+  cmd->add_flag(
+      "--json", flags->json,
+      "Print JSON for scripts (docs/api.md: snake_case, every field, numbers as numbers)");
   cmd->add_option("--tls-ca", flags->tls_ca,
                   "PEM file of the roots to trust: talk TLS to the coordinator");
 }

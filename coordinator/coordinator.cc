@@ -92,7 +92,7 @@ HttpResponse FromStatus(const absl::Status& st) {
 
 HttpResponse ProtoJsonResponse(const google::protobuf::Message& m) {
   HttpResponse r;
-  r.body = ProtoJson(m, /*proto_names=*/false) + "\n";
+  r.body = ProtoJson(m) + "\n";
   return r;
 }
 

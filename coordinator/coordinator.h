@@ -50,7 +50,7 @@ struct CoordinatorOptions {
   int64_t max_restart_backoff_ms = 60000;
 };
 
-// A message as the JSON API answers it (proto3 JSON, lowerCamelCase names):
+// A message as the JSON API answers it (ProtoJson: docs/api.md):
 // the coordinator's /api/v1/ and `caravela run --http`'s.
 HttpResponse ProtoJsonResponse(const google::protobuf::Message& m);
 

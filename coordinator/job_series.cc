@@ -113,7 +113,11 @@ std::string JobSeries::Json(const std::string& job_id) const {
     t.push_back(p.t_ms);
     rate.push_back(p.records_per_s);
     lag.push_back(p.consumer_lag);
-    wm_lag.push_back(p.watermark_lag_s);
+    if (p.watermark_lag_s.has_value()) {
+      wm_lag.push_back(*p.watermark_lag_s);
+    } else {
+      wm_lag.push_back(nullptr);
+    }
     ckpt.push_back(p.last_checkpoint);
     state.push_back(p.state_bytes);
     late.push_back(p.late_per_s);

@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -52,7 +53,9 @@ class JobSeries {
     int64_t t_ms = 0;
     double records_per_s = 0;
     int64_t consumer_lag = 0;
-    double watermark_lag_s = 0;  // NaN-free: 0 before any watermark
+    // Unknown (JSON null) while no source partition that is not idle has a
+    // watermark: every one idle, or none read yet. Not 0: nothing lags.
+    std::optional<double> watermark_lag_s;
     int64_t last_checkpoint = 0;
     int64_t state_bytes = 0;
     double late_per_s = 0;      // records behind their operator's watermark

@@ -73,6 +73,23 @@ TEST(JobSeriesTest, RatesSinceWhenAndWhatHoldsTheWatermarkBack) {
   EXPECT_EQ(series.Json("revenue-1"), "");
 }
 
+// Every partition idle: nothing lags, and the watermark lag is unknown
+// (null), not 0 s; the holdback is null too.
+TEST(JobSeriesTest, WatermarkLagIsNullWhileEveryPartitionIsIdle) {
+  JobSeries series;
+  v1::Job job;
+  job.set_id("idle-1");
+  v1::TaskStatus* t = job.add_tasks();
+  AddPartition(t, 0, 10, 5'000, /*idle=*/true);
+  AddPartition(t, 1, 10, 6'000, /*idle=*/true);
+  series.Sample(job, 10'000);
+  t->mutable_sources(1)->set_idle(false);
+  series.Sample(job, 11'000);
+  const nlohmann::json j = nlohmann::json::parse(series.Json("idle-1"));
+  EXPECT_TRUE(j["watermark_lag_s"][0].is_null()) << j.dump();
+  EXPECT_EQ(j["watermark_lag_s"][1], 5.0);  // 11 s - 6 s
+}
+
 // A two-stage job: task 0 reads the source and feeds task 1 (the window)
 // through an exchange.
 v1::Job Staged(int64_t source_wm, int64_t marker, int64_t late, int64_t too_late) {

@@ -729,6 +729,7 @@ void Scheduler::OnHeartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatRe
     if (slot.worker != worker) continue;
     slot.report = r;
     slot.reported = true;
+    slot.reported_at_ms = clock_->NowMs();
   }
   // The job's YAML only goes to a worker that does not run the epoch yet
   // (it reported none of its tasks): it is what most of an answer weighs.
@@ -782,7 +783,17 @@ std::vector<Scheduler::CheckpointRecord> Scheduler::CheckpointHistory(
 void Scheduler::FillLive(v1::Job* job) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = runs_.find(job->id());
-  if (it != runs_.end()) FillTasks(it->second, job);
+  if (it == runs_.end()) return;
+  FillTasks(it->second, job);
+  // How fresh each task's state is: a worker that stopped heartbeating
+  // (killed, cut off) shows its tasks' last state with a growing age until
+  // its lease ends and the job recovers.
+  const int64_t now = clock_->NowMs();
+  for (int g = 0; g < job->tasks_size() && g < static_cast<int>(it->second.tasks.size()); ++g) {
+    const TaskSlot& t = it->second.tasks[g];
+    if (t.reported)
+      job->mutable_tasks(g)->set_report_age_ms(std::max<int64_t>(0, now - t.reported_at_ms));
+  }
 }
 
 void Scheduler::FillTasks(const JobRun& run, v1::Job* job) {

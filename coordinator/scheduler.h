@@ -172,6 +172,7 @@ class Scheduler {
     int index = 0;
     bool reported = false;
     v1::TaskReport report;
+    int64_t reported_at_ms = 0;  // when `report` came (the clock's time)
   };
   // One epoch of a job's placement; what it waits for is its phase
   // (run_phase.h), which changes only through MoveRun.

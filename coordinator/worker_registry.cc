@@ -64,6 +64,7 @@ bool WorkerRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   // A heartbeat after the timeout, before ExpireSilent() noticed: still dead.
   if (now - it->second.last_heartbeat_ms() > timeout_ms_) {
     it->second.set_state(v1::DEAD);
+    it->second.set_running_tasks(0);  // its tasks are gone with it
     return false;
   }
   it->second.set_last_heartbeat_ms(now);
@@ -79,6 +80,7 @@ std::vector<std::string> WorkerRegistry::ExpireSilent() {
   for (auto& [id, w] : workers_) {
     if (w.state() == v1::ALIVE && now - w.last_heartbeat_ms() > timeout_ms_) {
       w.set_state(v1::DEAD);
+      w.set_running_tasks(0);
       dead.push_back(id);
     }
   }

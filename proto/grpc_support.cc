@@ -5,14 +5,17 @@
 #include <grpcpp/support/server_interceptor.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/metrics.h"
 #include "google/protobuf/descriptor.h"
-#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 
 namespace caravela {
 namespace {
@@ -210,12 +213,87 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   return out;
 }
 
-std::string ProtoJson(const google::protobuf::Message& m, bool proto_names) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.preserve_proto_field_names = proto_names;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+nlohmann::ordered_json FieldValue(const google::protobuf::Message& m, const FieldDescriptor* f,
+                                  int index);
+
+nlohmann::ordered_json MessageJson(const google::protobuf::Message& m) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (f->is_map()) {
+      nlohmann::ordered_json map = nlohmann::ordered_json::object();
+      const FieldDescriptor* key = f->message_type()->map_key();
+      const FieldDescriptor* value = f->message_type()->map_value();
+      for (int k = 0; k < r->FieldSize(m, f); ++k) {
+        const google::protobuf::Message& entry = r->GetRepeatedMessage(m, f, k);
+        nlohmann::ordered_json kj = FieldValue(entry, key, -1);
+        map[kj.is_string() ? kj.get<std::string>() : kj.dump()] = FieldValue(entry, value, -1);
+      }
+      out[f->name()] = std::move(map);
+    } else if (f->is_repeated()) {
+      nlohmann::ordered_json list = nlohmann::ordered_json::array();
+      for (int k = 0; k < r->FieldSize(m, f); ++k) list.push_back(FieldValue(m, f, k));
+      out[f->name()] = std::move(list);
+    } else {
+      out[f->name()] = FieldValue(m, f, -1);
+    }
+  }
   return out;
+}
+
+// The value of field `f` of `m` (element `index` of a repeated field, -1
+// for a singular one).
+nlohmann::ordered_json FieldValue(const google::protobuf::Message& m, const FieldDescriptor* f,
+                                  int index) {
+  const google::protobuf::Reflection* r = m.GetReflection();
+  const bool rep = index >= 0;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f);
+    case FieldDescriptor::CPPTYPE_INT64: {
+      const int64_t v = rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f);
+      if (v == std::numeric_limits<int64_t>::min()) return nullptr;  // unknown
+      return v;
+    }
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      const double v = f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE
+                           ? (rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f))
+                           : (rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
+      if (!std::isfinite(v)) return nullptr;
+      return v;
+    }
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f);
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const google::protobuf::EnumValueDescriptor* e =
+          rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f);
+      return e->name();
+    }
+    case FieldDescriptor::CPPTYPE_STRING:
+      // Every string of the API is text (no bytes fields).
+      return rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return MessageJson(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f));
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string ProtoJson(const google::protobuf::Message& m) {
+  // Invalid UTF-8 (a user's error text) is replaced, never thrown.
+  return MessageJson(m).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace caravela

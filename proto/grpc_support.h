@@ -43,10 +43,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const std::string& ca_file);
 
-// `m` in the proto3 JSON mapping: with the .proto's field names
-// (snake_case, the CLI's --json) or, `proto_names` false, lowerCamelCase (the
-// coordinator's HTTP API).
-std::string ProtoJson(const google::protobuf::Message& m, bool proto_names = true);
+// `m` as Caravela's JSON (docs/api.md; the CLI's --json and the HTTP API
+// alike): the .proto's field names (snake_case); every field, zero and
+// default ones too (a message field not set as its defaults, so a reader
+// never meets a missing key); 64-bit integers as JSON numbers (ids, offsets,
+// milliseconds since 1970 all stay below 2^53); INT64_MIN, the "unknown"
+// of watermarks, as null; enums by name; non-finite doubles as null.
+std::string ProtoJson(const google::protobuf::Message& m);
 
 // A started server and the address it is bound to ("HOST:PORT" with the
 // port actually chosen).

@@ -116,13 +116,13 @@ spec:
   ASSERT_TRUE(Eventually(
       [&] {
         job = HttpGet(http, "/api/v1/jobs/lag-demo");
-        return job.find(R"("consumerLag":")") != std::string::npos &&
-               std::regex_search(job, std::regex(R"("partition":2,[^}]*"lag":"1000")"));
+        return job.find(R"("consumer_lag":)") != std::string::npos &&
+               std::regex_search(job, std::regex(R"("partition":2,[^}]*"lag":1000[,}])"));
       },
       milliseconds(10000)))
       << job;
   const int64_t lag_total = 1000 + 5 - static_cast<int64_t>(applied);
-  EXPECT_THAT(job, HasSubstr(absl::StrCat(R"("consumerLag":")", lag_total, "\"")));
+  EXPECT_THAT(job, HasSubstr(absl::StrCat(R"("consumer_lag":)", lag_total, ",")));
   run.Stop(SIGKILL);
 }
 

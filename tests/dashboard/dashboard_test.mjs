@@ -166,6 +166,45 @@ async function checkDashboard(browser, scene, http, job, worker) {
   await page.close();
 }
 
+// Without #job=, the dashboard opens the newest job that still runs, not a
+// newer canceled one. A worker killed: its tasks show their last state with
+// the age of their last report until its lease ends (10 s); then it is
+// listed DEAD, after the live ones, with no tasks (`caravela local` started
+// a new worker meanwhile).
+async function checkSelectionAndSilentWorker(browser, http, coordinator, local, job) {
+  const cli = (...args) => spawnSync(binary, [...args, "--coordinator", coordinator], { encoding: "utf8" });
+  const newer = cli("submit", writeJob("cluster-newer"));
+  if (newer.status !== 0) throw new Error(`caravela submit: ${newer.stdout}${newer.stderr}`);
+  const newerId = newer.stdout.trim().split("\n").pop();
+  const canceled = cli("cancel", newerId);
+  if (canceled.status !== 0) throw new Error(`caravela cancel: ${canceled.stdout}${canceled.stderr}`);
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1300 } });
+  await page.goto(`http://${http}/`);
+  await page.waitForSelector("#job:not([hidden])", { timeout: 10000 });
+  const shown = (await page.textContent("#job-id")).trim();
+  check(shown === job, `the dashboard opens the running ${job}, not the newer canceled ${newerId} (${shown})`);
+
+  const workerPid = spawnSync("pgrep", ["-P", String(local.pid)], { encoding: "utf8" }).stdout.trim().split("\n")[0];
+  process.kill(Number(workerPid), "SIGKILL");
+  const cellsOf = (table) =>
+    page.$$eval(`#${table} tbody tr`, (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+  await page.waitForTimeout(4000);
+  const stale = await cellsOf("tasks");
+  check(stale.length >= 1 && stale.every((r) => /^TASK_RUNNING\? \(no report for \d+ s\)$/.test(r[4])),
+    `tasks of the killed worker show their report's age: ${JSON.stringify(stale.map((r) => r[4]))}`);
+  let workers = [];
+  for (const t0 = Date.now(); Date.now() - t0 < 20000;) {
+    workers = await cellsOf("workers");
+    if (workers.some((r) => r[1].startsWith("DEAD"))) break;
+    await page.waitForTimeout(500);
+  }
+  const dead = workers.find((r) => r[0] === "worker-1");
+  check(dead && /^DEAD \(silent since /.test(dead[1]) && dead[3] === "0" && workers[workers.length - 1] === dead &&
+    workers[0][1] === "ALIVE",
+    `workers table: the dead worker last, with no tasks, the restarted one alive: ${JSON.stringify(workers)}`);
+  await page.close();
+}
+
 let exitCode = 1;
 let browser;
 const children = [];
@@ -186,6 +225,7 @@ try {
   const job = submit.stdout.trim().split("\n").pop();
   console.log(`cluster: job ${job}, dashboard http://${http}/`);
   await checkDashboard(browser, "cluster", http, job, "worker-1");
+  await checkSelectionAndSilentWorker(browser, http, coordinator, local, job);
   await stop(local);
 
   // 2. One process: `caravela run --http` on its embedded broker.

@@ -99,12 +99,20 @@ function chart(id, label, t, values) {
 async function refresh() {
   try {
     const [workers, jobs] = await Promise.all([api("/api/v1/workers"), api("/api/v1/jobs")]);
-    fill("workers", (workers.workers || []).map((w) => [w.id, w.state, num(w.slots), num(w.runningTasks), w.address]));
+    // Live workers first; a dead one keeps its row (its id is never given
+    // again) with no tasks, and says since when it is silent.
+    const ws = [...(workers.workers || [])].sort((a, b) => (a.state === "DEAD") - (b.state === "DEAD"));
+    fill("workers", ws.map((w) => [
+      w.id, w.state === "DEAD" ? `DEAD (silent since ${fmtTime(w.last_heartbeat_ms)})` : w.draining ? "ALIVE, leaving" : w.state,
+      num(w.slots), num(w.running_tasks), w.address,
+    ]));
     const list = jobs.jobs || [];
-    if (!selected && list.length > 0) selected = list[list.length - 1].id;
+    // The newest job still running (or starting, recovering); else the newest.
+    const ended = (j) => ["FINISHED", "FAILED", "CANCELED"].includes(j.state);
+    if (!selected && list.length > 0) selected = ([...list].reverse().find((j) => !ended(j)) || list[list.length - 1]).id;
     fill(
       "jobs",
-      list.map((j) => [j.id, j.state, num(j.parallelism), num(j.epoch), num(j.lastCheckpoint), j.message]),
+      list.map((j) => [j.id, j.state, num(j.parallelism), num(j.epoch), num(j.last_checkpoint), j.message]),
       (tr, cells) => {
         if (cells[0] === selected) tr.classList.add("selected");
         tr.addEventListener("click", () => {
@@ -141,7 +149,7 @@ async function showJob(id) {
   }
   $("job").hidden = false;
   $("job-id").textContent = job.id;
-  $("job-state").textContent = `${job.state}, epoch ${num(job.epoch)}, last checkpoint ${num(job.lastCheckpoint)}`;
+  $("job-state").textContent = `${job.state}, epoch ${num(job.epoch)}, last checkpoint ${num(job.last_checkpoint)}`;
   // A failed or canceled job can start again from its last checkpoint.
   const ended = job.state === "FAILED" || job.state === "CANCELED";
   $("job-restart").hidden = !ended;
@@ -149,14 +157,17 @@ async function showJob(id) {
     ? ""
     : `${job.state}: ${job.message || "no reason recorded"}. Once the cause is fixed, ` +
       `\`caravela restart ${job.id}\` starts it again ` +
-      (Number(job.lastCheckpoint || 0) > 0
-        ? `from checkpoint ${num(job.lastCheckpoint)} with a new epoch (add --parallelism N to change its size).`
+      (Number(job.last_checkpoint || 0) > 0
+        ? `from checkpoint ${num(job.last_checkpoint)} with a new epoch (add --parallelism N to change its size).`
         : "from the beginning (it has no complete checkpoint).");
   fill(
     "tasks",
     (job.tasks || []).map((t, g) => [
-      g, num(t.stage), num(t.index), t.worker, t.state, num(t.recordsIn), num(t.recordsOut),
-      num(t.consumerLag), num(t.lastCheckpoint), fmtBytes(t.stateBytes), fmtTime(t.watermarkMs),
+      // A task whose worker went silent shows its last known state and how old it is.
+      g, num(t.stage), num(t.index), t.worker,
+      num(t.report_age_ms) > 2000 ? `${t.state}? (no report for ${Math.round(num(t.report_age_ms) / 1000)} s)` : t.state,
+      num(t.records_in), num(t.records_out),
+      num(t.consumer_lag), num(t.last_checkpoint), fmtBytes(t.state_bytes), fmtTime(t.watermark_ms),
       (t.partitions || []).join(","), num(job.epoch),
     ]),
   );
@@ -198,6 +209,11 @@ async function showJob(id) {
   chart("chart-rate", "records/s", series.t_ms, series.records_per_s);
   chart("chart-lag", "lag", series.t_ms, series.consumer_lag);
   chart("chart-wmlag", "watermark lag", series.t_ms, series.watermark_lag_s);
+  // null: no partition that is not idle has a watermark, so nothing lags.
+  const lastLag = series.watermark_lag_s[series.watermark_lag_s.length - 1];
+  $("wmlag-title").textContent = lastLag === null && series.t_ms.length > 0
+    ? "Watermark lag (s): idle (every source partition is idle or has no record yet)"
+    : "Watermark lag (s)";
   chart("chart-state", "state bytes", series.t_ms, series.state_bytes);
   chart("chart-late", "late records/s", series.t_ms, series.late_per_s || []);
   chart("chart-toolate", "too-late records/s", series.t_ms, series.too_late_per_s || []);
