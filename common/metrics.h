@@ -140,6 +140,8 @@ class MetricsRegistry {
   std::string ToPrometheusText(const std::string& prefix = "") const;
   // name{labels} -> value, sorted; a histogram as name_count and name_sum.
   std::map<std::string, int64_t> Snapshot() const;
+  // The view's label text (empty for a registry of its own).
+  const std::string& scope() const { return scope_; }
 
  private:
   // `labels` under the view's scope.

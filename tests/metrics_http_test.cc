@@ -83,14 +83,24 @@ spec:
   ASSERT_TRUE(Eventually(
       [&] {
         text = HttpGet(http, "/metrics");
-        return text.find(R"(caravela_dedup_passed_total{op="unique"} 3)") != std::string::npos;
+        return text.find(
+                   R"(caravela_dedup_passed_total{job_id="metrics-demo",job_name="metrics-demo",op="unique"} 3)") !=
+               std::string::npos;
       },
       milliseconds(20000)))
       << text << run.Log();
-  EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_duplicates_total{op="unique"} 2)"));
-  EXPECT_THAT(text, HasSubstr(R"(caravela_operator_records_out_total{op="unique"} 3)"));
   EXPECT_THAT(
-      text, HasSubstr(R"(caravela_operator_side_records_total{op="unique",output="conflicts"} 0)"));
+      text,
+      HasSubstr(
+          R"(caravela_dedup_duplicates_total{job_id="metrics-demo",job_name="metrics-demo",op="unique"} 2)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(caravela_operator_records_out_total{job_id="metrics-demo",job_name="metrics-demo",op="unique"} 3)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(caravela_operator_side_records_total{job_id="metrics-demo",job_name="metrics-demo",op="unique",output="conflicts"} 0)"));
   // Per source partition: the position, nothing unread, and the watermark
   // (the highest event time there minus the 5 s out-of-orderness), once
   // the task published them (every 250 ms).
@@ -118,12 +128,16 @@ spec:
   ASSERT_TRUE(Eventually(
       [&] {
         text = HttpGet(http, "/metrics");
-        return text.find(R"(caravela_state_keys{task="metrics-demo",table="unique/ids"} 3)") !=
+        return text.find(
+                   R"(caravela_state_keys{job_id="metrics-demo",job_name="metrics-demo",task="metrics-demo",table="unique/ids"} 3)") !=
                std::string::npos;
       },
       milliseconds(10000)))
       << text;
-  EXPECT_THAT(text, HasSubstr(R"(caravela_state_bytes{task="metrics-demo",table="unique/ids"})"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(caravela_state_bytes{job_id="metrics-demo",job_name="metrics-demo",task="metrics-demo",table="unique/ids"})"));
   // Partitions 1 and 3 got nothing: no watermark yet, offset 0.
   EXPECT_THAT(
       text,
@@ -135,7 +149,10 @@ spec:
           R"(caravela_source_partition_watermark_seconds{job_id="metrics-demo",job_name="metrics-demo",source="purchases",partition="1"})")));
   EXPECT_THAT(text, HasSubstr("# TYPE caravela_records_in_total counter"));
   // Counted in ms, exported in seconds.
-  EXPECT_THAT(text, HasSubstr(R"(caravela_dedup_retention_seconds{op="unique"} 3600.000)"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          R"(caravela_dedup_retention_seconds{job_id="metrics-demo",job_name="metrics-demo",op="unique"} 3600.000)"));
   const auto [rc, lint] = Promtool(text, dir);
   EXPECT_EQ(rc, 0) << lint << text;
   // After each checkpoint its source offsets go to the consumer group

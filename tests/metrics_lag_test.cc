@@ -104,12 +104,21 @@ spec:
   // histogram (processing time - event time of 2023: far beyond its last
   // bucket, a day).
   const double applied = Sample(text, o0);
-  EXPECT_EQ(Sample(text, R"(caravela_arrival_delay_seconds_count{source="purchases"})"), applied);
   EXPECT_EQ(
-      Sample(text, R"(caravela_arrival_delay_seconds_bucket{source="purchases",le="86400.000"})"),
+      Sample(
+          text,
+          R"(caravela_arrival_delay_seconds_count{job_id="lag-demo",job_name="lag-demo",source="purchases"})"),
+      applied);
+  EXPECT_EQ(
+      Sample(
+          text,
+          R"(caravela_arrival_delay_seconds_bucket{job_id="lag-demo",job_name="lag-demo",source="purchases",le="86400.000"})"),
       0);
-  EXPECT_EQ(Sample(text, R"(caravela_window_records_total{op="hourly",arrival="on_time"})"),
-            applied);
+  EXPECT_EQ(
+      Sample(
+          text,
+          R"(caravela_window_records_total{job_id="lag-demo",job_name="lag-demo",op="hourly",arrival="on_time"})"),
+      applied);
 
   // The JSON API the dashboard reads says the same per task and partition.
   std::string job;

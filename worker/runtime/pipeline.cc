@@ -16,9 +16,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const JobSpec& spec,
                                                            const RunOptions& options) {
   std::unique_ptr<Pipeline> p(new Pipeline());
   p->job_name_ = spec.name;
-  p->partition_metrics_ = std::make_unique<MetricsRegistry>(
+  p->job_metrics_ = std::make_unique<MetricsRegistry>(
       &p->metrics_, absl::StrCat("job_id=\"", spec.name, "\",job_name=\"", spec.name, "\""));
-  ASSIGN_OR_RETURN(p->runner_, JobRunner::Create(spec, options, &p->metrics_));
+  ASSIGN_OR_RETURN(p->runner_, JobRunner::Create(spec, options, p->job_metrics_.get()));
   return p;
 }
 
@@ -36,8 +36,8 @@ v1::Job Pipeline::Status() {
   const JobPlan& plan = runner_->plan();
   job.set_stages(static_cast<int32_t>(plan.stages.size()));
   job.set_exchanges(static_cast<int32_t>(plan.exchanges.size()));
-  job.set_last_checkpoint(
-      std::max(metrics_.Value("job_checkpoint_last_id"), metrics_.Value("checkpoint_last_id")));
+  job.set_last_checkpoint(std::max(job_metrics_->Value("job_checkpoint_last_id"),
+                                   job_metrics_->Value("checkpoint_last_id")));
   // One task for the whole job unless it runs as one per stage and index.
   const bool one = runner_->task_count() == 1;
   int g = 0;
@@ -70,14 +70,14 @@ v1::Job Pipeline::Status() {
 void Pipeline::RefreshMetrics() {
   const int64_t now = SystemClock().NowMs();
   for (int i = 0; i < runner_->task_count(); ++i) {
-    Task::PublishPartitionMetrics(runner_->task(i).partitions(), now, partition_metrics_.get());
+    Task::PublishPartitionMetrics(runner_->task(i).partitions(), now, job_metrics_.get());
   }
   metrics_.SetAges("operator_watermark_ms", "operator_watermark_lag_ms", now);
   metrics_.SetAges("job_checkpoint_last_completed_timestamp_ms", "job_checkpoint_age_ms", now);
 }
 
 std::string Pipeline::Summary() const {
-  return JobSummary(metrics_, runner_->records_in(), runner_->records_out());
+  return JobSummary(*job_metrics_, runner_->records_in(), runner_->records_out());
 }
 
 }  // namespace caravela

@@ -88,7 +88,9 @@ class Pipeline {
   // to +inf and everything fires) or options.stop is set. Closes sinks.
   absl::Status Run();
 
-  MetricsRegistry& metrics() { return metrics_; }
+  // The job's series (a view under its job_id and job_name labels: lookups
+  // take the other labels only; ToPrometheusText has them all).
+  MetricsRegistry& metrics() { return *job_metrics_; }
   // Updates the gauges read at a scrape (per source partition: offset, lag,
   // watermark, idle; Task::PublishPartitionMetrics). Thread-safe.
   void RefreshMetrics();
@@ -105,9 +107,9 @@ class Pipeline {
  private:
   Pipeline() = default;
   MetricsRegistry metrics_;
-  // metrics_ under job_id and job_name (both the job's name): the source
-  // partition gauges, labelled as a cluster worker labels them.
-  std::unique_ptr<MetricsRegistry> partition_metrics_;
+  // metrics_ under job_id and job_name (both the job's name): every series
+  // of the job, labelled as a cluster worker labels them.
+  std::unique_ptr<MetricsRegistry> job_metrics_;
   std::string job_name_;
   std::unique_ptr<JobRunner> runner_;
 };
