@@ -1,9 +1,13 @@
 # Caravela: one image for the coordinator, workers and the CLI (SPEC §8).
-#   docker build -t caravela:dev .
+#   docker build -t caravela:dev .        (or: scripts/image, which also tests it)
+#   buildah bud --format docker -t caravela:dev .
 #   docker run --rm caravela:dev --help
+#   docker run -d -p 7400:7400 -p 8080:8080 caravela:dev coordinator
+# Build with the docker format (buildah's and podman's default, OCI, drops
+# HEALTHCHECK); on Kubernetes the manifests' probes do the same check.
 # Stage 1 builds with Debian 12's -dev packages (scripts/install-deps);
 # stage 2 carries the binary and only the shared libraries it links
-# (tests/deploy/check_dockerfile.py checks that list against `ldd`).
+# (tests/deploy/check_deploy.mjs checks that list against `ldd`).
 
 FROM debian:12 AS build
 WORKDIR /src
@@ -39,17 +43,24 @@ RUN apt-get update \
        libxxhash0 \
        libyaml-cpp0.7 \
     && rm -rf /var/lib/apt/lists/*
-RUN groupadd --system --gid 10001 caravela \
-    && useradd --system --uid 10001 --gid caravela --home-dir /var/lib/caravela \
-       --create-home caravela
+# A fixed uid above the system range (runAsUser 10001 in deploy/k8s/).
+RUN groupadd --gid 10001 caravela \
+    && useradd --uid 10001 --gid caravela --no-log-init --home-dir /var/lib/caravela \
+       --create-home --shell /usr/sbin/nologin caravela
 COPY --from=build /src/build/cli/caravela /usr/local/bin/caravela
 USER 10001:10001
 WORKDIR /var/lib/caravela
-# gRPC (coordinator 7400, worker 7401) and HTTP (/healthz, /metrics, /api/v1/).
-EXPOSE 7400 7401 8080
+# gRPC and HTTP (/healthz, /metrics, the dashboard and /api/v1/) on every
+# interface: a coordinator or a worker, each in a container of its own,
+# listens on 7400 and 8080 (the binary's defaults, 127.0.0.1 and port 0,
+# suit a process on a host). A worker tells others where it is with
+# --advertise (CARAVELA_ADVERTISE; default the container's host name:7400).
+ENV CARAVELA_LISTEN=0.0.0.0:7400 \
+    CARAVELA_HTTP=0.0.0.0:8080 \
+    CARAVELA_DATA_DIR=/var/lib/caravela/data
+EXPOSE 7400 8080
 # The gRPC health service of the coordinator or worker in this container
-# (CARAVELA_HEALTH_ADDRESS, default the coordinator's port; a worker's
-# container sets 127.0.0.1:7401).
+# (CARAVELA_HEALTH_ADDRESS).
 ENV CARAVELA_HEALTH_ADDRESS=127.0.0.1:7400
 HEALTHCHECK --interval=10s --timeout=5s --retries=5 \
     CMD caravela health "$CARAVELA_HEALTH_ADDRESS"

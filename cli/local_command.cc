@@ -192,13 +192,14 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   // (once restarted after a kill it gets a new id: the old one was known).
   std::vector<std::vector<std::string>> worker_args;
   for (int i = 0; i < f.workers; ++i) {
-    std::vector<std::string> args = {"caravela",      "worker",
-                                     "--coordinator", (*c)->grpc_address(),
-                                     "--data-dir",    absl::StrCat(f.data_dir, "/worker-", i + 1),
-                                     "--bootstrap",   bootstrap,
-                                     "--slots",       std::to_string(f.slots),
-                                     "--shared-dir",  f.shared_dir,
-                                     "--id",          absl::StrCat("worker-", i + 1)};
+    std::vector<std::string> args = {"caravela", "worker", "--coordinator", (*c)->grpc_address(),
+                                     "--data-dir", absl::StrCat(f.data_dir, "/worker-", i + 1),
+                                     "--bootstrap", bootstrap, "--slots", std::to_string(f.slots),
+                                     "--shared-dir", f.shared_dir, "--id",
+                                     absl::StrCat("worker-", i + 1),
+                                     // Not the coordinator's CARAVELA_LISTEN and
+                                     // CARAVELA_HTTP, which they would inherit.
+                                     "--listen", "127.0.0.1:0", "--http", worker_http[i]};
     for (const std::string& p : f.coordinator.allowed_paths) {
       args.push_back("--allow-path");
       args.push_back(p);
@@ -206,10 +207,6 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
     if (!f.token_file.empty()) {
       args.push_back("--token-file");
       args.push_back(std::filesystem::absolute(f.token_file).string());
-    }
-    if (!worker_http[i].empty()) {
-      args.push_back("--http");
-      args.push_back(worker_http[i]);
     }
     worker_args.push_back(std::move(args));
   }
