@@ -37,13 +37,14 @@ void PrintTasks(const v1::Job& job) {
                       p.partition());
       last = p.source();
     }
-    std::printf(
-        "%5d %5d %5d  %-12s %-15s %12lld %12lld %10lld %10lld  %-24s %s%s%s\n", g, t.stage(),
-        t.index(), t.worker().c_str(), v1::TaskPhase_Name(t.state()).c_str(),
-        static_cast<long long>(t.records_in()), static_cast<long long>(t.records_out()),
-        static_cast<long long>(t.consumer_lag()), static_cast<long long>(t.last_checkpoint()),
-        t.state() == v1::TASK_ASSIGNED ? "" : FormatWatermark(t.watermark_ms()).c_str(),
-        parts.empty() ? "-" : parts.c_str(), t.error().empty() ? "" : "  ", t.error().c_str());
+    std::printf("%5d %5d %5d  %-12s %-15s %12lld %12lld %10lld %10lld  %-24s %s%s%s\n", g,
+                t.stage(), t.index(), t.worker().c_str(), v1::TaskPhase_Name(t.state()).c_str(),
+                static_cast<long long>(t.records_in() + t.activity().exchange_records_in()),
+                static_cast<long long>(t.records_out()), static_cast<long long>(t.consumer_lag()),
+                static_cast<long long>(t.last_checkpoint()),
+                t.state() == v1::TASK_ASSIGNED ? "" : FormatWatermark(t.watermark_ms()).c_str(),
+                parts.empty() ? "-" : parts.c_str(), t.error().empty() ? "" : "  ",
+                t.error().c_str());
     for (const std::string& w : t.activity().waiting()) std::printf("      %s\n", w.c_str());
   }
 }

@@ -188,6 +188,14 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   };
   absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(co);
   if (!c.ok()) return Fail(c.status());
+  // The workers reach the coordinator on loopback when it listens on every
+  // interface (the image's CARAVELA_LISTEN=0.0.0.0:7400).
+  std::string coordinator = (*c)->grpc_address();
+  for (const char* any : {"0.0.0.0:", "[::]:"}) {
+    if (coordinator.rfind(any, 0) == 0) {
+      coordinator = "127.0.0.1:" + coordinator.substr(std::string(any).size());
+    }
+  }
   // Worker n asks for the id worker-<n> and keeps its data in worker-<n>
   // (once restarted after a kill it gets a new id: the old one was known).
   std::vector<std::vector<std::string>> worker_args;

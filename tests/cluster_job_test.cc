@@ -103,6 +103,17 @@ TEST_F(ClusterJobTest, ThreeWorkersGiveTheSingleProcessAnswer) {
   EXPECT_EQ(used.size(), 3u) << job.DebugString();
   for (const v1::TaskStatus& t : job.tasks())
     EXPECT_EQ(t.state(), v1::TASK_DONE) << t.DebugString();
+  // A task fed only by an exchange counts what came in through it (its
+  // records_in, from sources, is 0); every such stage got records (one of
+  // its tasks may get none: few keys).
+  std::map<int, int64_t> fed;  // stage -> records in through exchanges
+  for (const v1::TaskStatus& t : job.tasks()) {
+    if (!t.sources().empty()) continue;
+    EXPECT_EQ(t.records_in(), 0) << t.DebugString();
+    fed[t.stage()] += t.activity().exchange_records_in();
+  }
+  EXPECT_FALSE(fed.empty()) << job.DebugString();
+  for (const auto& [stage, n] : fed) EXPECT_GT(n, 0) << "stage " << stage;
   // `caravela job ID`: one row per task with its worker.
   ChildProcess cli({CARAVELA_BINARY, "job", id, "--coordinator", address_}, dir_ / "job.out");
   EXPECT_EQ(cli.Stop(0, milliseconds(10000)), 0);
@@ -432,7 +443,8 @@ TEST_F(ClusterJobTest, ALeavingWorkerHandsItsTasksOverWithoutDuplicates) {
       << workers_[2]->Log();
   EXPECT_EQ(workers_[2]->ExitCode(), 0) << workers_[2]->Log();
   // It says where its job went, as the coordinator sees it then.
-  EXPECT_THAT(workers_[2]->Log(), ::testing::HasSubstr("drained: no task left here; its jobs now:"));
+  EXPECT_THAT(workers_[2]->Log(),
+              ::testing::HasSubstr("drained: no task left here; its jobs now:"));
   EXPECT_THAT(workers_[2]->Log(),
               ::testing::ContainsRegex(id + " (RUNNING|FINISHED|SCHEDULING|RECOVERING)"));
   ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))

@@ -166,7 +166,8 @@ async function showJob(id) {
       // A task whose worker went silent shows its last known state and how old it is.
       g, num(t.stage), num(t.index), t.worker,
       num(t.report_age_ms) > 2000 ? `${t.state}? (no report for ${Math.round(num(t.report_age_ms) / 1000)} s)` : t.state,
-      num(t.records_in), num(t.records_out),
+      // What it read from its sources plus what exchanges brought it.
+      num(t.records_in) + num(t.activity && t.activity.exchange_records_in), num(t.records_out),
       num(t.consumer_lag), num(t.last_checkpoint), fmtBytes(t.state_bytes), fmtTime(t.watermark_ms),
       (t.partitions || []).join(","), num(job.epoch),
     ]),

@@ -88,6 +88,7 @@ void Task::ActivityToProto(const Activity& a, v1::TaskActivity* out) {
     p->set_idle(e.idle);
   }
   for (const std::string& w : a.waiting) out->add_waiting(w);
+  out->set_exchange_records_in(a.exchange_records_in);
 }
 
 void Task::PartitionToProto(const PartitionStatus& p, v1::SourcePartitionStatus* out) {

@@ -169,6 +169,7 @@ class Task {
     // What sources wait for before they can read: "purchases: waiting for
     // topic purchases on host:9092" (RawSource::Waiting).
     std::vector<std::string> waiting;
+    int64_t exchange_records_in = 0;  // records received from exchanges
   };
   Activity activity() const;
   static void ActivityToProto(const Activity& a, v1::TaskActivity* out);

@@ -188,12 +188,19 @@ absl::Status Dispatcher::ApplyArrivalStep(int src_id, int64_t t) {
   return count == 0 ? absl::OkStatus() : ApplySourceBatch(src_id, count);
 }
 
+void Dispatcher::CountExchangeRecords(const ReaderNode& rn) {
+  int64_t records = 0;
+  for (const RecordBatch& b : rn.by_input) records += static_cast<int64_t>(b.size());
+  status_.AddExchangeRecordsIn(records);
+}
+
 absl::Status Dispatcher::PollReaders(int timeout_ms, bool* got) {
   for (ReaderNode& rn : graph_.readers) {
     for (RecordBatch& b : rn.by_input) b.clear();
     ASSIGN_OR_RETURN(int n, rn.reader->Poll(ctx_.options.batch_size, timeout_ms, &rn.by_input));
     if (n == 0) continue;
     *got = true;
+    CountExchangeRecords(rn);
     for (size_t in = 0; in < rn.by_input.size(); ++in) {
       if (!rn.by_input[in].empty()) {
         RETURN_IF_ERROR(Feed(rn.op, static_cast<int>(in), rn.by_input[in]));
@@ -209,6 +216,7 @@ absl::Status Dispatcher::ConsumeReplayInput() {
       for (RecordBatch& b : rn.by_input) b.clear();
       ASSIGN_OR_RETURN(int n, rn.reader->Poll(1 << 20, 0, &rn.by_input));
       if (n == 0) break;
+      CountExchangeRecords(rn);
       for (size_t in = 0; in < rn.by_input.size(); ++in) {
         RecordBatch& batch = rn.by_input[in];
         if (batch.empty()) continue;

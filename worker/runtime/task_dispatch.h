@@ -44,6 +44,8 @@ class Dispatcher {
   absl::Status CloseSinks();
 
  private:
+  // Counts the records of `rn`'s last poll as the task's exchange input.
+  void CountExchangeRecords(const task_internal::ReaderNode& rn);
   absl::Status WriteSink(int sink, int node, const Record& r, std::string_view side_name);
 
   const TaskContext& ctx_;

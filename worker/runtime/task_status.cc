@@ -117,7 +117,9 @@ std::vector<Task::PartitionStatus> TaskStatus::partitions() const {
 
 Task::Activity TaskStatus::activity() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return activity_;
+  Task::Activity a = activity_;
+  a.exchange_records_in = exchange_records_in_.load(std::memory_order_relaxed);
+  return a;
 }
 
 void TaskStatus::ForgetLiveSources() {

@@ -23,6 +23,9 @@ class TaskStatus {
 
   // ---- written by the task thread
   void AddRecordsIn(int64_t n) { records_in_.fetch_add(n, std::memory_order_relaxed); }
+  void AddExchangeRecordsIn(int64_t n) {
+    exchange_records_in_.fetch_add(n, std::memory_order_relaxed);
+  }
   void AddRecordOut() { records_out_.fetch_add(1, std::memory_order_relaxed); }
   void AddInvalid() { ++invalid_total_; }
   void SetWatermark(int64_t w) { watermark_.store(w, std::memory_order_relaxed); }
@@ -61,6 +64,7 @@ class TaskStatus {
   const TaskContext& ctx_;
   TaskGraph& graph_;
   std::atomic<int64_t> records_in_{0};
+  std::atomic<int64_t> exchange_records_in_{0};
   std::atomic<int64_t> records_out_{0};
   std::atomic<int64_t> watermark_{kMinTime};
   std::atomic<int64_t> state_bytes_{0};  // as of the last checkpoint: sum over tables
