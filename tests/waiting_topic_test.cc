@@ -148,6 +148,28 @@ TEST(WaitingTopicTest, AClusterJobWaitsForItsTopicWithoutBurningEpochs) {
   for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.activity().waiting_size(), 0);
 }
 
+// Ctrl-C while `caravela run` still waits for its topic ends it at once.
+TEST(WaitingTopicTest, CtrlCWhileWaitingForTheTopicEndsTheRun) {
+  TempDir tmp("waiting-topic-ctrlc", "CARAVELA_KEEP_TEST_DIRS", "waiting topic test");
+  ChildProcess broker({CARAVELA_BINARY, "broker"}, tmp.path() / "broker.log");
+  const std::string bootstrap = broker.WaitFor(R"(listening on (\S+))", milliseconds(20000));
+  ASSERT_FALSE(bootstrap.empty()) << broker.Log();
+  std::string yaml = WaitingJob("waits-ctrlc", "never-created", false, ".");
+  const std::string from = "kafka: {topic: never-created, bounded: false}";
+  yaml.replace(yaml.find(from), from.size(),
+               absl::StrCat("kafka: {topic: never-created, bounded: false, bootstrap: \"",
+                            bootstrap, "\"}"));
+  std::ofstream(tmp.path() / "job.yaml") << yaml;
+  ChildProcess run({CARAVELA_BINARY, "run", (tmp.path() / "job.yaml").string(), "--data-dir",
+                    (tmp.path() / "data").string()},
+                   tmp.path() / "run.log");
+  ASSERT_FALSE(run.WaitFor(R"((waiting for topic never-created))", milliseconds(10000)).empty())
+      << run.Log();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(run.Stop(SIGINT, milliseconds(5000)), 0) << run.Log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(5000));
+}
+
 TEST(WaitingTopicTest, CaravelaRunWaitsReadsTheTopicOnceCreatedAndStopsOnCtrlC) {
   TempDir tmp("waiting-topic-run", "CARAVELA_KEEP_TEST_DIRS", "waiting topic test");
   ChildProcess broker({CARAVELA_BINARY, "broker"}, tmp.path() / "broker.log");
