@@ -148,47 +148,54 @@ TEST(WaitingTopicTest, AClusterJobWaitsForItsTopicWithoutBurningEpochs) {
   for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.activity().waiting_size(), 0);
 }
 
+// `caravela run` of the revenue job over `topic` (not created) on an
+// embedded broker of its own process (`caravela broker`), once it says it
+// waits for the topic.
+struct WaitingRun {
+  std::unique_ptr<ChildProcess> broker;
+  std::string bootstrap;
+  std::unique_ptr<ChildProcess> run;
+};
+
+void StartWaitingRun(const fs::path& dir, const std::string& name, const std::string& topic,
+                     WaitingRun* w) {
+  w->broker = std::make_unique<ChildProcess>(std::vector<std::string>{CARAVELA_BINARY, "broker"},
+                                             dir / "broker.log");
+  w->bootstrap = w->broker->WaitFor(R"(listening on (\S+))", milliseconds(20000));
+  ASSERT_FALSE(w->bootstrap.empty()) << w->broker->Log();
+  std::string yaml = WaitingJob(name, topic, false, ".");
+  const std::string from = absl::StrCat("kafka: {topic: ", topic, ", bounded: false}");
+  yaml.replace(yaml.find(from), from.size(),
+               absl::StrCat("kafka: {topic: ", topic, ", bounded: false, bootstrap: \"",
+                            w->bootstrap, "\"}"));
+  std::ofstream(dir / "job.yaml") << yaml;
+  w->run = std::make_unique<ChildProcess>(
+      std::vector<std::string>{CARAVELA_BINARY, "run", (dir / "job.yaml").string(), "--data-dir",
+                               (dir / "data").string()},
+      dir / "run.log");
+  ASSERT_FALSE(
+      w->run->WaitFor(absl::StrCat("(waiting for topic ", topic, ")"), milliseconds(10000)).empty())
+      << w->run->Log();
+}
+
 // Ctrl-C while `caravela run` still waits for its topic ends it at once.
 TEST(WaitingTopicTest, CtrlCWhileWaitingForTheTopicEndsTheRun) {
   TempDir tmp("waiting-topic-ctrlc", "CARAVELA_KEEP_TEST_DIRS", "waiting topic test");
-  ChildProcess broker({CARAVELA_BINARY, "broker"}, tmp.path() / "broker.log");
-  const std::string bootstrap = broker.WaitFor(R"(listening on (\S+))", milliseconds(20000));
-  ASSERT_FALSE(bootstrap.empty()) << broker.Log();
-  std::string yaml = WaitingJob("waits-ctrlc", "never-created", false, ".");
-  const std::string from = "kafka: {topic: never-created, bounded: false}";
-  yaml.replace(yaml.find(from), from.size(),
-               absl::StrCat("kafka: {topic: never-created, bounded: false, bootstrap: \"",
-                            bootstrap, "\"}"));
-  std::ofstream(tmp.path() / "job.yaml") << yaml;
-  ChildProcess run({CARAVELA_BINARY, "run", (tmp.path() / "job.yaml").string(), "--data-dir",
-                    (tmp.path() / "data").string()},
-                   tmp.path() / "run.log");
-  ASSERT_FALSE(run.WaitFor(R"((waiting for topic never-created))", milliseconds(10000)).empty())
-      << run.Log();
+  WaitingRun w;
+  ASSERT_NO_FATAL_FAILURE(StartWaitingRun(tmp.path(), "waits-ctrlc", "never-created", &w));
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(run.Stop(SIGINT, milliseconds(5000)), 0) << run.Log();
+  EXPECT_EQ(w.run->Stop(SIGINT, milliseconds(5000)), 0) << w.run->Log();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(5000));
 }
 
 TEST(WaitingTopicTest, CaravelaRunWaitsReadsTheTopicOnceCreatedAndStopsOnCtrlC) {
   TempDir tmp("waiting-topic-run", "CARAVELA_KEEP_TEST_DIRS", "waiting topic test");
-  ChildProcess broker({CARAVELA_BINARY, "broker"}, tmp.path() / "broker.log");
-  const std::string bootstrap = broker.WaitFor(R"(listening on (\S+))", milliseconds(20000));
-  ASSERT_FALSE(bootstrap.empty()) << broker.Log();
-  std::string yaml = WaitingJob("waits-run", "purchases-run", false, ".");
-  const std::string from = "kafka: {topic: purchases-run, bounded: false}";
-  yaml.replace(yaml.find(from), from.size(),
-               absl::StrCat("kafka: {topic: purchases-run, bounded: false, bootstrap: \"",
-                            bootstrap, "\"}"));
-  std::ofstream(tmp.path() / "job.yaml") << yaml;
-  ChildProcess run({CARAVELA_BINARY, "run", (tmp.path() / "job.yaml").string(), "--data-dir",
-                    (tmp.path() / "data").string()},
-                   tmp.path() / "run.log");
-  ASSERT_FALSE(run.WaitFor(R"((waiting for topic purchases-run))", milliseconds(10000)).empty())
-      << run.Log();
+  WaitingRun w;
+  ASSERT_NO_FATAL_FAILURE(StartWaitingRun(tmp.path(), "waits-run", "purchases-run", &w));
+  ChildProcess& run = *w.run;
   std::this_thread::sleep_for(milliseconds(1500));
   ASSERT_TRUE(run.running()) << "it ended instead of waiting:\n" << run.Log();
-  ASSERT_OK(ProduceRecords(bootstrap, "purchases-run", Purchases(5000), 60000));
+  ASSERT_OK(ProduceRecords(w.bootstrap, "purchases-run", Purchases(5000), 60000));
   ASSERT_FALSE(run.WaitFor(R"((exists now: reading it))", milliseconds(10000)).empty())
       << run.Log();
   // Windows close as the records come in.
