@@ -39,7 +39,8 @@ void PrintTasks(const v1::Job& job) {
     }
     std::printf("%5d %5d %5d  %-12s %-15s %12lld %12lld %10lld %10lld  %-24s %s%s%s\n", g,
                 t.stage(), t.index(), t.worker().c_str(), v1::TaskPhase_Name(t.state()).c_str(),
-                static_cast<long long>(t.records_in() + t.activity().exchange_records_in()),
+                static_cast<long long>(t.records_in()) +
+                    static_cast<long long>(t.activity().exchange_records_in()),
                 static_cast<long long>(t.records_out()), static_cast<long long>(t.consumer_lag()),
                 static_cast<long long>(t.last_checkpoint()),
                 t.state() == v1::TASK_ASSIGNED ? "" : FormatWatermark(t.watermark_ms()).c_str(),
