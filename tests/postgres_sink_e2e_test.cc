@@ -154,7 +154,8 @@ TEST_F(PostgresSinkE2ETest, TableHoldsTheFinalResultsOfTheFileSink) {
   // met a newer one in the table), the replay's upserts were all refused by
   // the guard (one per row: revisions a flush supersedes are never sent).
   const std::string metrics = ReadFile(dir_ / "stdout.txt");
-  const std::string from = R"({from="revenue",sink="postgres:hourly_revenue"})";
+  const std::string from =
+      R"({job_id="pg-e2e",job_name="pg-e2e",from="revenue",sink="postgres:hourly_revenue"})";
   auto value = [](const std::string& text, const std::string& series) {
     const size_t at = text.find(series + " ");
     return at == std::string::npos

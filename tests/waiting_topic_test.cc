@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "bench/purchase_generator.h"
 #include "coordinator/job_client.h"
 #include "tests/child_process.h"
+#include "tests/http_test_util.h"
 #include "tests/revenue_job.h"
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
@@ -146,6 +148,33 @@ TEST(WaitingTopicTest, AClusterJobWaitsForItsTopicWithoutBurningEpochs) {
   EXPECT_EQ(job.state(), v1::RUNNING);
   EXPECT_EQ(job.epoch(), 1) << local.Log();
   for (const v1::TaskStatus& t : job.tasks()) EXPECT_EQ(t.activity().waiting_size(), 0);
+
+  // Canceled, its series leave the workers' /metrics (within 30 s; the
+  // next heartbeat stops its tasks).
+  std::vector<std::string> worker_http;
+  const std::string log = local.Log();
+  const std::regex line(R"(caravela worker: grpc=\S+ http=(\S+))");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
+       ++it) {
+    worker_http.push_back((*it)[1]);
+  }
+  ASSERT_EQ(worker_http.size(), 2u) << log;
+  const std::string job_label = absl::StrCat("job_id=\"", id, "\"");
+  EXPECT_NE((HttpGet(worker_http[0], "/metrics") + HttpGet(worker_http[1], "/metrics"))
+                .find(job_label + ",job_name=\"waits\",source=\"purchases\""),
+            std::string::npos);
+  ASSERT_OK(client.Cancel(id).status());
+  const auto canceled_at = std::chrono::steady_clock::now();
+  std::string left;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        left = HttpGet(worker_http[0], "/metrics") + HttpGet(worker_http[1], "/metrics");
+        return left.find(job_label) == std::string::npos;
+      },
+      milliseconds(30000)))
+      << left;
+  std::printf("the canceled job's series left the workers after %lld ms\n",
+              static_cast<long long>(MsSince(canceled_at)));
 }
 
 // `caravela run` of the revenue job over `topic` (not created) on an
