@@ -108,13 +108,20 @@ TEST_F(InheritOptionTest, TheSiblingsConfigSectionInOrder) {
 class ReadTokenTest : public ::testing::Test {
  protected:
   void SetUp() override { ::unsetenv("CARAVELA_TOKEN"); }
-  void TearDown() override { SetUp(); }
+  void TearDown() override {
+    SetUp();
+    for (const std::string& f : files_) std::filesystem::remove(f);
+  }
   std::string File(const std::string& text) {
-    const std::string path = ::testing::TempDir() + "read_token_" + std::to_string(n_++);
+    // Per process and file: ctest runs the tests of this suite in parallel.
+    const std::string path = ::testing::TempDir() + "read_token_" + std::to_string(::getpid()) +
+                             "_" + std::to_string(n_++);
     std::ofstream(path) << text;
+    files_.push_back(path);
     return path;
   }
   int n_ = 0;
+  std::vector<std::string> files_;
 };
 
 TEST_F(ReadTokenTest, StripsTheWhitespaceAroundTheToken) {
