@@ -200,7 +200,7 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   // (once restarted after a kill it gets a new id: the old one was known).
   std::vector<std::vector<std::string>> worker_args;
   for (int i = 0; i < f.workers; ++i) {
-    std::vector<std::string> args = {"caravela", "worker", "--coordinator", (*c)->grpc_address(),
+    std::vector<std::string> args = {"caravela", "worker", "--coordinator", coordinator,
                                      "--data-dir", absl::StrCat(f.data_dir, "/worker-", i + 1),
                                      "--bootstrap", bootstrap, "--slots", std::to_string(f.slots),
                                      "--shared-dir", f.shared_dir, "--id",

@@ -2,7 +2,6 @@
 // id, or every error of an invalid job with its YAML path (exit 2).
 #include <cstdio>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -24,34 +23,34 @@ struct SubmitFlags {
   ClientFlags client;
 };
 
-// The errors of `errors` under "<file>: N errors", as the coordinator's are.
-void PrintErrors(const std::string& file, int n, const std::function<void(int)>& print) {
-  std::fprintf(stderr, "%s: %d error%s\n", file.c_str(), n, n == 1 ? "" : "s");
-  for (int i = 0; i < n; ++i) print(i);
-}
-
 int RunSubmit(JobClient& client, const SubmitFlags& f) {
   std::ifstream in(f.job_file, std::ios::binary);
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string yaml = buffer.str();
-  // The job's limits before it is sent: a message above the coordinator's
-  // gRPC limit would fail with a transport error instead.
+  // The job's limits before it is sent (a message above the coordinator's
+  // gRPC limit would fail with a transport error instead), answered as the
+  // coordinator answers an invalid job.
+  absl::StatusOr<v1::SubmitJobResponse> r;
   if (const std::vector<SpecError> limits = CheckJobLimits(yaml); !limits.empty()) {
-    PrintErrors(f.job_file, static_cast<int>(limits.size()), [&](int i) {
-      std::fprintf(stderr, "  %s: %s\n", limits[i].path.c_str(), limits[i].message.c_str());
-    });
-    return 2;
+    r.emplace();
+    for (const SpecError& e : limits) {
+      v1::ValidationError* ve = r->add_errors();
+      ve->set_path(e.path);
+      ve->set_message(e.message);
+    }
+  } else {
+    r = client.Submit(yaml, f.parallelism, f.from_savepoint);
   }
-  absl::StatusOr<v1::SubmitJobResponse> r = client.Submit(yaml, f.parallelism, f.from_savepoint);
   if (!r.ok()) return Fail(r.status());
   if (f.client.json) {
     std::printf("%s\n", ProtoJson(*r).c_str());
   } else if (r->job_id().empty()) {
-    PrintErrors(f.job_file, r->errors_size(), [&](int i) {
-      std::fprintf(stderr, "  %s: %s\n", r->errors(i).path().c_str(),
-                   r->errors(i).message().c_str());
-    });
+    std::fprintf(stderr, "%s: %d error%s\n", f.job_file.c_str(), r->errors_size(),
+                 r->errors_size() == 1 ? "" : "s");
+    for (const v1::ValidationError& e : r->errors()) {
+      std::fprintf(stderr, "  %s: %s\n", e.path().c_str(), e.message().c_str());
+    }
   } else {
     std::printf("%s\n", r->job_id().c_str());
   }

@@ -360,7 +360,22 @@ std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
 }
 
 std::map<std::string, int64_t> MetricsRegistry::Snapshot() const {
-  if (parent_ != nullptr) return parent_->Snapshot();
+  if (parent_ != nullptr) {
+    // The parent's series under this scope: name{scope,labels} -> name{labels}.
+    const std::string scope = "{" + scope_;
+    std::map<std::string, int64_t> own;
+    for (const auto& [key, v] : parent_->Snapshot()) {
+      const size_t at = key.find(scope);
+      if (at == std::string::npos) continue;
+      const size_t end = at + scope.size();
+      if (end < key.size() && key[end] == ',') {
+        own[key.substr(0, at) + "{" + key.substr(end + 1)] = v;
+      } else if (end < key.size() && key[end] == '}') {
+        own[key.substr(0, at) + key.substr(end + 1)] = v;
+      }
+    }
+    return own;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, int64_t> out;
   for (const auto& [k, c] : counters_) out[k] = c->value();

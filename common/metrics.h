@@ -98,8 +98,9 @@ class MetricsRegistry {
   // A view of `parent` that puts `scope` (label text, e.g.
   // `job_id="a-1",job_name="a"`) before the labels of every series it
   // registers or looks up there: a worker's job part counts into the
-  // worker's registry under its job's labels. Its ToPrometheusText and
-  // Snapshot are the parent's (every series). `parent` outlives the view.
+  // worker's registry under its job's labels. Its ToPrometheusText is the
+  // parent's (every series); its Snapshot has its own series only, without
+  // the scope's labels. `parent` outlives the view.
   // The series a view registered leave the parent with the last view that
   // uses them (a job's tasks gone from a worker: no stale series there).
   MetricsRegistry(MetricsRegistry* parent, std::string scope)
@@ -140,8 +141,6 @@ class MetricsRegistry {
   std::string ToPrometheusText(const std::string& prefix = "") const;
   // name{labels} -> value, sorted; a histogram as name_count and name_sum.
   std::map<std::string, int64_t> Snapshot() const;
-  // The view's label text (empty for a registry of its own).
-  const std::string& scope() const { return scope_; }
 
  private:
   // `labels` under the view's scope.

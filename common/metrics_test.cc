@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -93,6 +94,12 @@ TEST(MetricsRegistryTest, AViewPutsItsScopeBeforeEveryLabelInTheParent) {
   EXPECT_EQ(a.Sum("records_in_total"), 3);
   EXPECT_EQ(worker.Sum("records_in_total"), 8);
   EXPECT_NE(a.FindHistogram("arrival_delay_ms", R"(source="s")"), nullptr);
+  // Its snapshot: its own series, without its scope.
+  const std::map<std::string, int64_t> own = {{R"(arrival_delay_ms_count{source="s"})", 1},
+                                              {R"(arrival_delay_ms_sum{source="s"})", 4},
+                                              {R"(records_in_total{source="s"})", 3},
+                                              {"restores_total", 1}};
+  EXPECT_EQ(a.Snapshot(), own);
   const std::string text = a.ToPrometheusText("caravela_");
   EXPECT_EQ(text, worker.ToPrometheusText("caravela_")) << "a view exports the parent's text";
   EXPECT_THAT(text,

@@ -102,7 +102,8 @@ struct WorkerAgent::Impl {
     request.set_job_id(job_id);
     v1::Job job;
     const grpc::Status st = jobs->GetJob(&context, request, &job);
-    if (!st.ok()) return absl::StrCat(job_id, ": the coordinator did not say (", st.error_message(), ")");
+    if (!st.ok())
+      return absl::StrCat(job_id, ": the coordinator did not say (", st.error_message(), ")");
     return absl::StrCat(job_id, " ", v1::JobState_Name(job.state()),
                         job.message().empty() ? "" : ": ", job.message());
   }

@@ -396,19 +396,8 @@ std::string Task::Summary() const {
 
 std::string JobSummary(const MetricsRegistry& metrics, int64_t records_in, int64_t records_out) {
   std::string s = absl::StrFormat("records in: %d, results out: %d", records_in, records_out);
-  // A view's series without its scope (the job's labels), and only its own.
-  const std::string scope = metrics.scope().empty() ? "" : "{" + metrics.scope();
-  for (const auto& [full, v] : metrics.Snapshot()) {
+  for (const auto& [name, v] : metrics.Snapshot()) {
     if (v == 0) continue;
-    std::string name = full;
-    if (!scope.empty()) {
-      const size_t at = name.find(scope);
-      if (at == std::string::npos) continue;
-      const size_t end = at + scope.size();
-      name =
-          name.substr(0, at) + (end < name.size() && name[end] == ',' ? "{" + name.substr(end + 1)
-                                                                      : name.substr(end + 1));
-    }
     if (name.rfind("invalid_records_total", 0) == 0 || name.rfind("too_late_total", 0) == 0 ||
         name.rfind("dedup_", 0) == 0 || name.rfind("dead_letter", 0) == 0) {
       if (name.rfind("dedup_retention", 0) == 0 || name.rfind("dedup_passed", 0) == 0) continue;
