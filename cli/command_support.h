@@ -15,6 +15,11 @@
 
 namespace caravela {
 
+// Set by `caravela local` in its workers' environment to its pid: a worker
+// that finds it leaves when that process dies (PR_SET_PDEATHSIG), so that a
+// `caravela local` killed with SIGKILL leaves no worker behind.
+inline constexpr char kLocalPidVariable[] = "CARAVELA_LOCAL_PID";
+
 // The options of the commands that call the coordinator (`workers`,
 // `submit`, `jobs`, `job`, `cancel`, `rescale`, `savepoint`).
 struct ClientFlags {

@@ -2,10 +2,12 @@
 // a coordinator run in this process, N `caravela worker` child processes
 // beside it (worker-<n> in the data directory, with their own /metrics); a
 // worker that exits is logged and started again. Until SIGINT or SIGTERM,
-// then the workers are stopped too.
+// then the workers are stopped too; killed (SIGKILL), its workers leave by
+// themselves (kLocalPidVariable).
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/command_support.h"
@@ -108,8 +111,18 @@ class LocalWorkers {
     argv.reserve(args_[i].size() + 1);
     for (std::string& a : args_[i]) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // The environment, plus this process's pid: the worker leaves when this
+    // process dies, however it dies (worker_command.cc).
+    std::vector<std::string> env_strings = {absl::StrCat(kLocalPidVariable, "=", ::getpid())};
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!absl::StartsWith(*e, absl::StrCat(kLocalPidVariable, "="))) env_strings.push_back(*e);
+    }
+    std::vector<char*> env;
+    env.reserve(env_strings.size() + 1);
+    for (std::string& e : env_strings) env.push_back(e.data());
+    env.push_back(nullptr);
     pid_t pid = -1;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) {
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), env.data()) != 0) {
       std::fprintf(stderr, "caravela local: cannot start worker-%zu\n", i + 1);
       started_[i] = Clock::now();
       return false;

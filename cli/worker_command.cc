@@ -1,8 +1,13 @@
 // `caravela worker`: a worker process (worker/agent/worker_agent.h) until
 // SIGINT (stops its tasks at once) or SIGTERM (hands them over first).
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -27,6 +32,13 @@ struct WorkerFlags {
 };
 
 int RunWorker(const CLI::App& cmd, WorkerFlags& f) {
+  // Started by `caravela local`: leave at once (SIGINT) when it dies, however
+  // it dies, rather than stay behind looking for its coordinator.
+  if (const char* local = std::getenv(kLocalPidVariable); local != nullptr) {
+    ::prctl(PR_SET_PDEATHSIG, SIGINT);
+    if (std::to_string(::getppid()) != local) return 1;  // it died before the prctl
+    ::unsetenv(kLocalPidVariable);
+  }
   // Without its own, the coordinator's token file (a [coordinator] section of
   // --config).
   InheritOption(cmd, "--token-file", {"coordinator"}, &f.token_file);

@@ -254,6 +254,44 @@ TEST(ClusterMembershipTest, LocalStartsACoordinatorAndItsWorkers) {
   }
 }
 
+// True once process `pid` is gone or a zombie (an orphan's zombie waits for
+// whatever reaps it here).
+bool Gone(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || line.substr(paren + 2, 1) == "Z";
+}
+
+// `caravela local` SIGKILLed (no chance to stop its workers): its workers
+// leave by themselves instead of staying behind, looking for the coordinator.
+TEST(ClusterMembershipTest, LocalKilledTakesItsWorkersWithIt) {
+  TempDir tmp("local-killed", "CARAVELA_KEEP_TEST_DIRS", "caravela local test");
+  const fs::path& dir = tmp.path();
+  ChildProcess local(
+      {CARAVELA_BINARY, "local", "--workers", "2", "--data-dir", (dir / "cluster").string()},
+      dir / "local.log");
+  ASSERT_EQ(
+      local.WaitForMatch(R"(caravela local: broker=\S+ coordinator=(\S+))", milliseconds(20000))
+          .size(),
+      2u)
+      << local.Log();
+  std::vector<pid_t> children;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        children = Children(local.pid());
+        return children.size() == 2;
+      },
+      milliseconds(10000)))
+      << local.Log();
+  ASSERT_EQ(::kill(local.pid(), SIGKILL), 0);
+  for (pid_t child : children) {
+    EXPECT_TRUE(Eventually([&] { return Gone(child); }, milliseconds(10000)))
+        << "worker pid " << child << " outlived caravela local (SIGKILL)";
+  }
+}
+
 }  // namespace
 }  // namespace caravela
 
