@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -147,6 +148,18 @@ struct Body {
     std::memcpy(out, b->memory.data() + b->sent, want);
     b->sent += want;
     return want;
+  }
+  // Rewinds the body when curl sends the request again: a pooled connection
+  // the server had closed is found dead only once the request goes out, and
+  // curl then sends it on a new one (without this: "necessary data rewind
+  // wasn't possible").
+  static int Seek(void* self, curl_off_t offset, int origin) {
+    Body* b = static_cast<Body*>(self);
+    if (origin != SEEK_SET || offset < 0 || static_cast<size_t>(offset) > b->size) {
+      return CURL_SEEKFUNC_CANTSEEK;
+    }
+    b->sent = static_cast<size_t>(offset);
+    return CURL_SEEKFUNC_OK;
   }
 };
 
@@ -541,6 +554,8 @@ class S3Storage : public CheckpointStorage {
         curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(h, CURLOPT_READFUNCTION, &Body::Read);
         curl_easy_setopt(h, CURLOPT_READDATA, body);
+        curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &Body::Seek);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, body);
         curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body->size));
       } else if (method == "POST") {
         curl_easy_setopt(h, CURLOPT_POST, 1L);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "worker/testing/fault_proxy.h"
 #include "worker/testing/s3_server.h"
 #include "worker/testing/status_testing.h"
 
@@ -172,6 +173,48 @@ TEST_F(S3StorageTest, WrongCredentialsMissingBucketAndUnreachableEndpointNameThe
                                                                      "/p: GET (the bucket) at "
                                                                      "http://127.0.0.1:1: ")));
   EXPECT_THAT(unreachable.status().message(), HasSubstr("(after 2 attempts)"));
+}
+
+// The fault campaign's S3 faults (tests/fault_campaign_test.cc), here on a
+// server of its own: errors injected by the proxy fail a write and name the
+// HTTP status; a killed server fails it as unreachable; started again on its
+// data, the server still has what was written before.
+TEST(S3FaultsTest, ProxyErrorsAndAKilledServerFailWritesAndTheDataSurvivesARestart) {
+  auto started = S3Server::Start();
+  ASSERT_OK(started.status());
+  std::unique_ptr<S3Server> server = std::move(*started);
+  FaultProxy proxy(server->port());
+  ASSERT_GT(proxy.port(), 0);
+  S3Config c;
+  c.bucket = S3Server::kBucket;
+  c.prefix = "faults";
+  c.endpoint = absl::StrCat("http://127.0.0.1:", proxy.port());
+  c.access_key_id = S3Server::kAccessKeyId;
+  c.secret_access_key = S3Server::kSecretAccessKey;
+  c.retries = 0;
+  auto opened = OpenS3Storage(c);
+  ASSERT_OK(opened.status());
+  std::unique_ptr<CheckpointStorage> s = std::move(*opened);
+  ASSERT_OK(s->Write("a", "before"));
+
+  proxy.SetFailing(true);
+  const absl::Status failed = s->Write("b", "during");
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(failed.message(), HasSubstr("InternalError")) << failed;
+  EXPECT_GE(proxy.errors_answered(), 1);
+  proxy.SetFailing(false);
+  ASSERT_OK(s->Write("b", "after"));
+
+  server->Kill();
+  const absl::Status down = s->Write("c", "down");
+  EXPECT_TRUE(absl::IsUnavailable(down)) << down;
+  ASSERT_OK(server->StartAgain());
+  auto a = s->Read("a");
+  ASSERT_OK(a.status());
+  EXPECT_EQ(*a, "before");
+  auto b = s->Read("b");
+  ASSERT_OK(b.status());
+  EXPECT_EQ(*b, "after");
 }
 
 TEST(S3ConfigTest, FromTheUrlAndTheEnvironment) {

@@ -32,7 +32,7 @@ void S3Server::ExportEnvironment() const {
   unsetenv("AWS_SESSION_TOKEN");
 }
 
-absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start() {
+absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start(const std::string& data_dir) {
   const std::string script = S3rverScript();
   if (access(script.c_str(), R_OK) != 0 || std::system("command -v node > /dev/null 2>&1") != 0) {
     return absl::FailedPreconditionError(
@@ -41,28 +41,35 @@ absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start() {
   }
   std::unique_ptr<S3Server> s(new S3Server());
   ASSIGN_OR_RETURN(s->dir_, MakeServerDir("s3rver"));
+  s->data_dir_ = data_dir.empty() ? s->dir_ + "/data" : data_dir;
   ASSIGN_OR_RETURN(s->port_, FreeLoopbackPort());
-  const std::string log = s->dir_ + "/s3rver.log";
-  // s3rver's continuation tokens use a cipher OpenSSL 3 keeps in its legacy
-  // provider.
-  ASSIGN_OR_RETURN(
-      s->pid_, SpawnServer({"node", "--openssl-legacy-provider", script, "-d", s->dir_ + "/data",
-                            "-a", "127.0.0.1", "-p", std::to_string(s->port_), "--configure-bucket",
-                            kBucket, "-s"},
-                           log));
-  S3Config config;
-  config.bucket = kBucket;
-  config.endpoint = s->endpoint();
-  config.access_key_id = kAccessKeyId;
-  config.secret_access_key = kSecretAccessKey;
-  config.retries = 0;
-  RETURN_IF_ERROR(WaitUntilServing(&s->pid_, "s3rver on " + s->endpoint(), s->dir_, log,
-                                   [&] { return OpenS3Storage(config).status(); }));
+  RETURN_IF_ERROR(s->StartAgain());
   return s;
 }
 
+absl::Status S3Server::StartAgain() {
+  if (pid_ > 0) return absl::FailedPreconditionError("s3rver is running");
+  const std::string log = dir_ + "/s3rver.log";
+  // s3rver's continuation tokens use a cipher OpenSSL 3 keeps in its legacy
+  // provider.
+  ASSIGN_OR_RETURN(pid_, SpawnServer({"node", "--openssl-legacy-provider", S3rverScript(), "-d",
+                                      data_dir_, "-a", "127.0.0.1", "-p", std::to_string(port_),
+                                      "--configure-bucket", kBucket, "-s"},
+                                     log));
+  S3Config config;
+  config.bucket = kBucket;
+  config.endpoint = endpoint();
+  config.access_key_id = kAccessKeyId;
+  config.secret_access_key = kSecretAccessKey;
+  config.retries = 0;
+  return WaitUntilServing(&pid_, "s3rver on " + endpoint(), dir_, log,
+                          [&] { return OpenS3Storage(config).status(); });
+}
+
+void S3Server::Kill() { StopServer(&pid_, std::chrono::milliseconds(0)); }
+
 S3Server::~S3Server() {
-  StopServer(&pid_, std::chrono::milliseconds(0));
+  Kill();
   RemoveServerDir(dir_);
 }
 

@@ -11,6 +11,11 @@
 //
 // If node or s3rver is missing, Start() fails with a message naming
 // scripts/install-deps: tests fail, they do not skip.
+//
+// For fault tests: Start(data_dir) keeps the objects in a directory of the
+// caller's (e.g. on a small file system); Kill() and StartAgain() end the
+// server and start it again on the same port and data; pid() is for
+// SIGSTOP/SIGCONT.
 #pragma once
 
 #include <sys/types.h>
@@ -28,7 +33,9 @@ class S3Server {
   static constexpr const char* kAccessKeyId = "S3RVER";
   static constexpr const char* kSecretAccessKey = "S3RVER";
 
-  static absl::StatusOr<std::unique_ptr<S3Server>> Start();
+  // `data_dir`: where s3rver keeps the objects; "" for data/ in its own
+  // temp directory.
+  static absl::StatusOr<std::unique_ptr<S3Server>> Start(const std::string& data_dir = "");
   ~S3Server();
   S3Server(const S3Server&) = delete;
   S3Server& operator=(const S3Server&) = delete;
@@ -36,12 +43,20 @@ class S3Server {
   std::string endpoint() const;  // http://127.0.0.1:<port>
   int port() const { return port_; }
   // Where s3rver keeps the objects (a directory per bucket).
-  const std::string& dir() const { return dir_; }
+  const std::string& data_dir() const { return data_dir_; }
+  pid_t pid() const { return pid_; }
   void ExportEnvironment() const;
+
+  // SIGKILL, as a crashed server (idempotent).
+  void Kill();
+  // Starts the server again on the same port and data; returns once the
+  // bucket answers.
+  absl::Status StartAgain();
 
  private:
   S3Server() = default;
-  std::string dir_;
+  std::string dir_;  // temp dir: the log, and data/ unless Start named one
+  std::string data_dir_;
   int port_ = 0;
   pid_t pid_ = -1;
 };
