@@ -269,11 +269,14 @@ class ClusterJobTest : public ::testing::Test {
 
   // (Re)starts the coordinator on `listen`; sets address_.
   void StartCoordinator(const std::string& listen) {
+    std::vector<std::string> argv = {CARAVELA_BINARY,    "coordinator",
+                                     "--listen",         listen,
+                                     "--data-dir",       (dir_ / "coordinator").string(),
+                                     "--allow-path",     dir_.string(),
+                                     "--worker-timeout", worker_timeout_};
+    argv.insert(argv.end(), coordinator_flags_.begin(), coordinator_flags_.end());
     coordinator_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{CARAVELA_BINARY, "coordinator", "--listen", listen, "--data-dir",
-                                 (dir_ / "coordinator").string(), "--allow-path", dir_.string(),
-                                 "--worker-timeout", worker_timeout_},
-        dir_ / absl::StrCat("coordinator-", ++coordinator_starts_, ".log"));
+        argv, dir_ / absl::StrCat("coordinator-", ++coordinator_starts_, ".log"));
     address_ = coordinator_->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
   }
 
@@ -631,6 +634,8 @@ class ClusterJobTest : public ::testing::Test {
   // The workers' lease: a worker stops its tasks when it cannot reach the
   // coordinator for this long.
   std::string worker_timeout_ = "2s";
+  // More flags for `caravela coordinator` (e.g. --storage).
+  std::vector<std::string> coordinator_flags_;
   // The group id each worker runs with (0: the test's), for iptables'
   // owner match.
   std::vector<gid_t> worker_gids_ = {0, 0, 0};

@@ -11,11 +11,22 @@
 //                     a worker's packets to the coordinator, another worker's
 //                     exchange server, the Kafka broker or PostgreSQL dropped
 //   packet_loss       10 % of a worker's packets dropped
+//   slow_link         the traffic to and from a worker's exchange server
+//                     shaped to 512 kbit/s (htb; this kernel has no netem,
+//                     so no delay or reordering but the queueing's)
 //   coordinator_kill  SIGKILL, started again on its address at the heal
 //   postgres_restart  PostgreSQL stopped (immediate), started at the heal
 //   disk_full_checkpoints / disk_full_worker
 //                     the checkpoint storage's or a worker's data directory
 //                     (each a small tmpfs of its own) filled to the last byte
+// Schedules of even seeds keep the checkpoints in S3 (s3rver, its objects on
+// the checkpoint storage's tmpfs, behind worker/testing/fault_proxy.h) and draw four
+// more kinds:
+//   s3_restart        s3rver SIGKILLed, started again on its data at the heal
+//   s3_stall          s3rver SIGSTOPped, SIGCONT at the heal
+//   s3_errors         the proxy cuts the open connections (uploads fail
+//                     midway) and answers 500 to every request
+//   partition_s3      a worker's packets to S3 dropped
 // The test process runs in network and mount namespaces of its own; each
 // worker runs with a group id of its own, which iptables' owner match uses
 // to drop that worker's packets. After every heal it measures the recovery
@@ -28,6 +39,7 @@
 //
 // CARAVELA_FAULTS_SEED (default 1) and CARAVELA_FAULTS_SECONDS (default 40)
 // choose the schedule and its length; the same seed draws the same faults.
+// CARAVELA_FAULTS_KINDS (kinds, comma-separated) draws from those only.
 // With CARAVELA_FAULTS_REPORT the run writes its JSON report there
 // (scripts/faults runs many schedules and sums them up).
 #include <fcntl.h>
@@ -42,7 +54,11 @@
 #include <fstream>
 #include <random>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/str_split.h"
 #include "tests/cluster_fixture.h"
+#include "worker/testing/fault_proxy.h"
+#include "worker/testing/s3_server.h"
 
 namespace caravela {
 namespace {
@@ -67,20 +83,34 @@ int64_t Percentile(std::vector<int64_t> v, double p) {
 // waits, so a worker with its clock 2 h ahead hung its Kafka clients
 // (`kcat -L` to a closed port: 2 s with +0, still waiting after 20 s with
 // +2h), a fault of the tool's, not Caravela's.
-constexpr const char* kKinds[] = {"worker_kill",           "coordinator_kill",   "worker_pause",
-                                  "partition_coordinator", "partition_workers",  "packet_loss",
-                                  "partition_broker",      "partition_postgres", "postgres_restart",
-                                  "disk_full_checkpoints", "disk_full_worker"};
+constexpr const char* kKinds[] = {"worker_kill",       "coordinator_kill",
+                                  "worker_pause",      "partition_coordinator",
+                                  "partition_workers", "packet_loss",
+                                  "partition_broker",  "partition_postgres",
+                                  "postgres_restart",  "disk_full_checkpoints",
+                                  "disk_full_worker",  "slow_link",
+                                  "s3_restart",        "s3_stall",
+                                  "s3_errors",         "partition_s3"};
 constexpr int kKindCount = sizeof(kKinds) / sizeof(kKinds[0]);
+constexpr int kS3Kinds = 4;  // the last ones: drawn only with S3 checkpoint storage
 
 // ClusterPartitionTest's network namespace, plus a mount namespace; every
 // worker in a group of its own, its data directory and the checkpoint storage on small file systems
 // of their own.
 class FaultCampaignTest : public ClusterPartitionTest {
  protected:
-  FaultCampaignTest() {
+  FaultCampaignTest()
+      : seed_(static_cast<uint64_t>(EnvInt("CARAVELA_FAULTS_SEED", 1))),
+        seconds_(EnvInt("CARAVELA_FAULTS_SECONDS", 40)),
+        s3_(seed_ % 2 == 0) {
     worker_gids_ = {kCutOff, kCutOff + 1, kCutOff + 2};
     topic_prefix_ = "live-";
+    const char* only = std::getenv("CARAVELA_FAULTS_KINDS");
+    const std::vector<std::string> wanted =
+        only != nullptr && *only != '\0' ? absl::StrSplit(only, ',') : std::vector<std::string>();
+    for (int k = 0; k < (s3_ ? kKindCount : kKindCount - kS3Kinds); ++k) {
+      if (wanted.empty() || absl::c_linear_search(wanted, kKinds[k])) pool_.push_back(k);
+    }
   }
   void SetUp() override {
     // Before any thread starts (unshare refuses CLONE_NEWNS to a process
@@ -91,6 +121,8 @@ class FaultCampaignTest : public ClusterPartitionTest {
     ClusterPartitionTest::SetUp();
   }
   void TearDown() override {
+    proxy_.reset();
+    s3_server_.reset();
     for (const fs::path& d : small_fs_) umount2(d.c_str(), MNT_DETACH);
   }
   void PrepareDirs() override {
@@ -101,6 +133,17 @@ class FaultCampaignTest : public ClusterPartitionTest {
           << "mount tmpfs on " << d << ": " << strerror(errno);
       small_fs_.push_back(d);
     }
+    if (!s3_) return;
+    // s3rver keeps its objects on the checkpoint storage's file system; the
+    // processes reach it through the proxy.
+    auto server = S3Server::Start((dir_ / "coordinator/checkpoints/s3rver").string());
+    ASSERT_OK(server.status());
+    s3_server_ = std::move(*server);
+    proxy_ = std::make_unique<FaultProxy>(s3_server_->port());
+    ASSERT_GT(proxy_->port(), 0) << "the fault proxy could not listen";
+    s3_server_->ExportEnvironment();
+    setenv("AWS_ENDPOINT_URL_S3", absl::StrCat("http://127.0.0.1:", proxy_->port()).c_str(), 1);
+    coordinator_flags_ = {"--storage", absl::StrCat("s3://", S3Server::kBucket, "/campaign")};
   }
 
   static std::string Port(const std::string& address) {
@@ -199,6 +242,50 @@ class FaultCampaignTest : public ClusterPartitionTest {
                 if (both) Rule("-D", other, to_w);
               }};
     }
+    if (name == "s3_restart") {
+      s3_server_->Kill();
+      return {name, "s3rver killed", [this] { ASSERT_OK(s3_server_->StartAgain()); }};
+    }
+    if (name == "s3_stall") {
+      const pid_t s3 = s3_server_->pid();
+      if (s3 <= 0) return {name, "s3rver stopped (it is down already)", [] {}};  // never kill(-1)
+      kill(s3, SIGSTOP);
+      return {name, "s3rver stopped (SIGSTOP)", [s3] { kill(s3, SIGCONT); }};
+    }
+    if (name == "s3_errors") {
+      proxy_->SetFailing(true);
+      return {name, "S3 answers 500, uploads cut", [this] { proxy_->SetFailing(false); }};
+    }
+    if (name == "partition_s3") {
+      return cut(name, worker + " cut off from S3",
+                 absl::StrCat("-p tcp --dport ", proxy_->port()));
+    }
+    if (name == "slow_link") {
+      const std::string port = Port(grpc_[static_cast<size_t>(w)]);
+      for (const std::string& cmd : std::vector<std::string>{
+               "tc qdisc add dev lo root handle 1: htb default 1 r2q 100000",
+               "tc class add dev lo parent 1: classid 1:1 htb rate 100gbit",
+               "tc class add dev lo parent 1: classid 1:2 htb rate 512kbit",
+               "tc filter add dev lo parent 1: protocol ip u32 match ip dport " + port +
+                   " 0xffff flowid 1:2",
+               "tc filter add dev lo parent 1: protocol ip u32 match ip sport " + port +
+                   " 0xffff flowid 1:2"}) {
+        EXPECT_EQ(std::system((cmd + " 2> /dev/null").c_str()), 0) << cmd;
+      }
+      return {name, worker + "'s exchange link at 512 kbit/s", [this] {
+                // What went through the slow class (the report's shaped_bytes).
+                if (FILE* f = popen("tc -s class show dev lo classid 1:2", "r"); f != nullptr) {
+                  long long sent = 0;
+                  char line[512];
+                  while (fgets(line, sizeof(line), f) != nullptr) {
+                    if (std::sscanf(line, " Sent %lld bytes", &sent) == 1) shaped_bytes_ += sent;
+                  }
+                  pclose(f);
+                }
+                const char* del = "tc qdisc del dev lo root";
+                EXPECT_EQ(std::system(del), 0) << del;
+              }};
+    }
     if (name == "postgres_restart") {
       EXPECT_OK(postgres_->Stop());
       return {name, "PostgreSQL stopped", [this] { ASSERT_OK(postgres_->Restart()); }};
@@ -207,19 +294,32 @@ class FaultCampaignTest : public ClusterPartitionTest {
     const bool checkpoints = name == "disk_full_checkpoints";
     const fs::path filler =
         Fill(checkpoints ? dir_ / "coordinator/checkpoints" : dir_ / absl::StrCat("w", w));
+    // s3rver exits when a write fails for space (an S3 service would answer
+    // 507 or 500): started again at the heal, as a supervisor would.
     return {name, checkpoints ? "the checkpoint storage full" : worker + "'s data directory full",
-            [filler] { fs::remove(filler); }};
+            [this, filler] {
+              fs::remove(filler);
+              if (s3_server_ != nullptr && !s3_server_->Running()) {
+                ASSERT_OK(s3_server_->StartAgain());
+              }
+            }};
   }
 
   // The faults of one step of the schedule: one, or (a time in four) two,
   // or (a time in sixteen) three of different kinds, kills first.
   std::vector<Fault> Draw(std::mt19937_64& rng) {
-    const int n = 1 + (rng() % 4 == 0 ? 1 : 0) + (rng() % 16 == 0 ? 1 : 0);
+    const int n = std::min<int>(1 + (rng() % 4 == 0 ? 1 : 0) + (rng() % 16 == 0 ? 1 : 0),
+                                static_cast<int>(pool_.size()));
     std::set<int> kinds;
-    while (static_cast<int>(kinds.size()) < n) kinds.insert(static_cast<int>(rng() % kKindCount));
+    while (static_cast<int>(kinds.size()) < n) kinds.insert(pool_[rng() % pool_.size()]);
+    // s3rver's kill goes with the other kills: healed last, once its disk
+    // has room.
+    std::vector<int> ordered(kinds.begin(), kinds.end());
+    std::stable_partition(ordered.begin(), ordered.end(),
+                          [](int k) { return k <= 1 || std::string(kKinds[k]) == "s3_restart"; });
     std::vector<Fault> faults;
-    faults.reserve(kinds.size());
-    for (int kind : kinds) faults.push_back(Apply(kind, rng));
+    faults.reserve(ordered.size());
+    for (int kind : ordered) faults.push_back(Apply(kind, rng));
     return faults;
   }
 
@@ -282,13 +382,22 @@ class FaultCampaignTest : public ClusterPartitionTest {
     std::thread thread_;
   };
 
+  const uint64_t seed_;
+  const int64_t seconds_;
+  const bool s3_;             // checkpoints in S3 (even seeds)
+  std::vector<int> pool_;     // the kinds drawn from
+  int64_t shaped_bytes_ = 0;  // sent through slow_link's shaped class
+  std::unique_ptr<S3Server> s3_server_;
+  std::unique_ptr<FaultProxy> proxy_;
   std::vector<fs::path> small_fs_;  // the tmpfs mounts
 };
 
 TEST_F(FaultCampaignTest, ASeededScheduleOfFaultsLeavesEveryFinalExact) {
-  const uint64_t seed = static_cast<uint64_t>(EnvInt("CARAVELA_FAULTS_SEED", 1));
-  const int64_t seconds = EnvInt("CARAVELA_FAULTS_SECONDS", 40);
-  std::printf("fault campaign: seed %" PRIu64 ", %" PRId64 " s of faults\n", seed, seconds);
+  ASSERT_FALSE(pool_.empty()) << "CARAVELA_FAULTS_KINDS names no kind this schedule draws";
+  const uint64_t seed = seed_;
+  const int64_t seconds = seconds_;
+  std::printf("fault campaign: seed %" PRIu64 ", %" PRId64 " s of faults, checkpoints in %s\n",
+              seed, seconds, s3_ ? "S3" : "files");
   std::mt19937_64 rng(seed);
   const std::string id = SubmitUnbounded(2);
   ASSERT_FALSE(id.empty());
@@ -361,7 +470,10 @@ TEST_F(FaultCampaignTest, ASeededScheduleOfFaultsLeavesEveryFinalExact) {
     absl::StrAppend(&kinds, kinds.empty() ? "" : ",", "\"", kind, "\":", n);
   }
   const std::string report = absl::StrCat(
-      "{\"seed\":", seed, ",\"seconds\":", seconds, ",\"steps\":", steps, ",\"faults\":", faults,
+      "{\"seed\":", seed, ",\"seconds\":", seconds, ",\"storage\":\"", s3_ ? "s3" : "file",
+      "\",\"s3_errors_answered\":", proxy_ ? proxy_->errors_answered() : 0,
+      ",\"s3_connections_cut\":", proxy_ ? proxy_->connections_cut() : 0,
+      ",\"slow_link_bytes\":", shaped_bytes_, ",\"steps\":", steps, ",\"faults\":", faults,
       ",\"by_kind\":{", kinds, "},\"windows_checked\":", brute_force_.size(),
       ",\"records_streamed\":", purchases_.size() + shipments_.size(),
       ",\"finals_published_again\":", finals_again,

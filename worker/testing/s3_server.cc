@@ -1,5 +1,6 @@
 #include "worker/testing/s3_server.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -67,6 +68,11 @@ absl::Status S3Server::StartAgain() {
 }
 
 void S3Server::Kill() { StopServer(&pid_, std::chrono::milliseconds(0)); }
+
+bool S3Server::Running() {
+  if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == pid_) pid_ = -1;
+  return pid_ > 0;
+}
 
 S3Server::~S3Server() {
   Kill();

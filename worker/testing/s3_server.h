@@ -49,6 +49,8 @@ class S3Server {
 
   // SIGKILL, as a crashed server (idempotent).
   void Kill();
+  // False once the server exited (s3rver ends on a full disk).
+  bool Running();
   // Starts the server again on the same port and data; returns once the
   // bucket answers.
   absl::Status StartAgain();
