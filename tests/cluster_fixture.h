@@ -337,7 +337,7 @@ class ClusterJobTest : public ::testing::Test {
       absl::StrAppend(&sinks,
                       "    - {from: revenue, kafka: {topic: revenue-changelog, mode: changelog}}\n"
                       "    - {from: revenue, postgres: {dsn: \"",
-                      postgres_->Dsn(), "\", table: revenue}}\n");
+                      postgres_->Dsn(), "\", table: revenue}}\n", extra_sinks_);
     }
     yaml.insert(yaml.find("  dead_letter:"), sinks);
     return yaml;
@@ -636,6 +636,8 @@ class ClusterJobTest : public ::testing::Test {
   std::string worker_timeout_ = "2s";
   // More flags for `caravela coordinator` (e.g. --storage).
   std::vector<std::string> coordinator_flags_;
+  // More sink lines for the job's external sinks (set in PrepareDirs).
+  std::string extra_sinks_;
   // The group id each worker runs with (0: the test's), for iptables'
   // owner match.
   std::vector<gid_t> worker_gids_ = {0, 0, 0};

@@ -16,6 +16,9 @@
 //                     so no delay or reordering but the queueing's)
 //   coordinator_kill  SIGKILL, started again on its address at the heal
 //   postgres_restart  PostgreSQL stopped (immediate), started at the heal
+//   clickhouse_restart
+//                     clickhouse-server (the job's fourth sink) SIGKILLed,
+//                     started again on its data at the heal
 //   disk_full_checkpoints / disk_full_worker
 //                     the checkpoint storage's or a worker's data directory
 //                     (each a small tmpfs of its own) filled to the last byte
@@ -57,6 +60,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_split.h"
 #include "tests/cluster_fixture.h"
+#include "worker/testing/clickhouse_server.h"
 #include "worker/testing/fault_proxy.h"
 #include "worker/testing/s3_server.h"
 
@@ -83,14 +87,15 @@ int64_t Percentile(std::vector<int64_t> v, double p) {
 // waits, so a worker with its clock 2 h ahead hung its Kafka clients
 // (`kcat -L` to a closed port: 2 s with +0, still waiting after 20 s with
 // +2h), a fault of the tool's, not Caravela's.
-constexpr const char* kKinds[] = {"worker_kill",       "coordinator_kill",
-                                  "worker_pause",      "partition_coordinator",
-                                  "partition_workers", "packet_loss",
-                                  "partition_broker",  "partition_postgres",
-                                  "postgres_restart",  "disk_full_checkpoints",
-                                  "disk_full_worker",  "slow_link",
-                                  "s3_restart",        "s3_stall",
-                                  "s3_errors",         "partition_s3"};
+constexpr const char* kKinds[] = {"worker_kill",        "coordinator_kill",
+                                  "worker_pause",       "partition_coordinator",
+                                  "partition_workers",  "packet_loss",
+                                  "partition_broker",   "partition_postgres",
+                                  "postgres_restart",   "disk_full_checkpoints",
+                                  "disk_full_worker",   "slow_link",
+                                  "clickhouse_restart", "s3_restart",
+                                  "s3_stall",           "s3_errors",
+                                  "partition_s3"};
 constexpr int kKindCount = sizeof(kKinds) / sizeof(kKinds[0]);
 constexpr int kS3Kinds = 4;  // the last ones: drawn only with S3 checkpoint storage
 
@@ -108,7 +113,9 @@ class FaultCampaignTest : public ClusterPartitionTest {
     const char* only = std::getenv("CARAVELA_FAULTS_KINDS");
     const std::vector<std::string> wanted =
         only != nullptr && *only != '\0' ? absl::StrSplit(only, ',') : std::vector<std::string>();
+    clickhouse_missing_ = ClickHouseServer::Missing();
     for (int k = 0; k < (s3_ ? kKindCount : kKindCount - kS3Kinds); ++k) {
+      if (!clickhouse_missing_.empty() && std::string(kKinds[k]) == "clickhouse_restart") continue;
       if (wanted.empty() || absl::c_linear_search(wanted, kKinds[k])) pool_.push_back(k);
     }
   }
@@ -123,6 +130,7 @@ class FaultCampaignTest : public ClusterPartitionTest {
   void TearDown() override {
     proxy_.reset();
     s3_server_.reset();
+    clickhouse_.reset();
     for (const fs::path& d : small_fs_) umount2(d.c_str(), MNT_DETACH);
   }
   void PrepareDirs() override {
@@ -132,6 +140,15 @@ class FaultCampaignTest : public ClusterPartitionTest {
       ASSERT_EQ(mount("tmpfs", d.c_str(), "tmpfs", 0, "size=512m"), 0)
           << "mount tmpfs on " << d << ": " << strerror(errno);
       small_fs_.push_back(d);
+    }
+    if (clickhouse_missing_.empty()) {
+      auto clickhouse = ClickHouseServer::Start();
+      ASSERT_OK(clickhouse.status());
+      clickhouse_ = std::move(*clickhouse);
+      extra_sinks_ = absl::StrCat("    - {from: revenue, clickhouse: {url: \"", clickhouse_->url(),
+                                  "\", database: campaign, table: revenue}}\n");
+    } else {
+      std::printf("fault campaign: no ClickHouse sink: %s\n", clickhouse_missing_.c_str());
     }
     if (!s3_) return;
     // s3rver keeps its objects on the checkpoint storage's file system; the
@@ -286,6 +303,10 @@ class FaultCampaignTest : public ClusterPartitionTest {
                 EXPECT_EQ(std::system(del), 0) << del;
               }};
     }
+    if (name == "clickhouse_restart") {
+      clickhouse_->Kill();
+      return {name, "clickhouse-server killed", [this] { ASSERT_OK(clickhouse_->StartAgain()); }};
+    }
     if (name == "postgres_restart") {
       EXPECT_OK(postgres_->Stop());
       return {name, "PostgreSQL stopped", [this] { ASSERT_OK(postgres_->Restart()); }};
@@ -312,11 +333,13 @@ class FaultCampaignTest : public ClusterPartitionTest {
                                 static_cast<int>(pool_.size()));
     std::set<int> kinds;
     while (static_cast<int>(kinds.size()) < n) kinds.insert(pool_[rng() % pool_.size()]);
-    // s3rver's kill goes with the other kills: healed last, once its disk
-    // has room.
+    // The servers' kills go with the other kills: healed last (s3rver once
+    // its disk has room).
     std::vector<int> ordered(kinds.begin(), kinds.end());
-    std::stable_partition(ordered.begin(), ordered.end(),
-                          [](int k) { return k <= 1 || std::string(kKinds[k]) == "s3_restart"; });
+    std::stable_partition(ordered.begin(), ordered.end(), [](int k) {
+      const std::string name = kKinds[k];
+      return k <= 1 || name == "s3_restart" || name == "clickhouse_restart";
+    });
     std::vector<Fault> faults;
     faults.reserve(ordered.size());
     for (int kind : ordered) faults.push_back(Apply(kind, rng));
@@ -388,6 +411,8 @@ class FaultCampaignTest : public ClusterPartitionTest {
   std::vector<int> pool_;     // the kinds drawn from
   int64_t shaped_bytes_ = 0;  // sent through slow_link's shaped class
   std::unique_ptr<S3Server> s3_server_;
+  std::unique_ptr<ClickHouseServer> clickhouse_;
+  std::string clickhouse_missing_;  // why there is no ClickHouse sink, if none
   std::unique_ptr<FaultProxy> proxy_;
   std::vector<fs::path> small_fs_;  // the tmpfs mounts
 };
@@ -454,9 +479,18 @@ TEST_F(FaultCampaignTest, ASeededScheduleOfFaultsLeavesEveryFinalExact) {
   const int64_t finals_again = ExpectNoFinalWithTwoValues();
   ExpectNoRevisionGoesBack();
   int reconcile_differences = 0;
-  for (const std::string& sink :
-       {"file:" + (dir_ / "cluster/out/revenue.jsonl").string(),
-        std::string("kafka:revenue-changelog"), std::string("postgres:revenue")}) {
+  std::vector<std::string> sinks = {"file:" + (dir_ / "cluster/out/revenue.jsonl").string(),
+                                    "kafka:revenue-changelog", "postgres:revenue"};
+  if (clickhouse_ != nullptr) {
+    sinks.push_back("clickhouse:campaign.revenue");
+    // One FINAL row per window once the table's versions are merged.
+    auto finals =
+        clickhouse_->Query("SELECT count() FROM campaign.revenue FINAL WHERE state = 'FINAL'");
+    ASSERT_OK(finals.status());
+    EXPECT_EQ(std::stoll(*finals), static_cast<int64_t>(reference_.size()))
+        << "FINAL windows in ClickHouse";
+  }
+  for (const std::string& sink : sinks) {
     const std::string report = Reconcile(sink);
     if (report.empty()) continue;
     ++reconcile_differences;

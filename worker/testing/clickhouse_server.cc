@@ -63,17 +63,23 @@ absl::StatusOr<std::unique_ptr<ClickHouseServer>> ClickHouseServer::Start() {
       user, "><password>", password, "</password><networks><ip>127.0.0.1</ip></networks>",
       "<profile>default</profile><quota>default</quota></", user,
       ">\n  </users>\n  <quotas><default/></quotas>\n</yandex>\n");
-  ASSIGN_OR_RETURN(
-      s->pid_, SpawnServer({Binary(), "--config-file=" + d + "/config.xml"}, d + "/stdout.log"));
-  ClickHouseClientOptions o;
-  o.url = s->url();
-  o.retries = 0;
-  ClickHouseClient client(o);
-  RETURN_IF_ERROR(WaitUntilServing(&s->pid_, "clickhouse-server on " + s->url(), d,
-                                   d + "/server.err.log",
-                                   [&] { return client.Execute("SELECT 1").status(); }));
+  RETURN_IF_ERROR(s->StartAgain());
   return s;
 }
+
+absl::Status ClickHouseServer::StartAgain() {
+  if (pid_ > 0) return absl::FailedPreconditionError("clickhouse-server is running");
+  ASSIGN_OR_RETURN(
+      pid_, SpawnServer({Binary(), "--config-file=" + dir_ + "/config.xml"}, dir_ + "/stdout.log"));
+  ClickHouseClientOptions o;
+  o.url = url();
+  o.retries = 0;
+  ClickHouseClient client(o);
+  return WaitUntilServing(&pid_, "clickhouse-server on " + url(), dir_, dir_ + "/server.err.log",
+                          [&] { return client.Execute("SELECT 1").status(); });
+}
+
+void ClickHouseServer::Kill() { StopServer(&pid_, std::chrono::milliseconds(0)); }
 
 absl::StatusOr<std::string> ClickHouseServer::Query(std::string_view sql) const {
   ClickHouseClientOptions o;

@@ -42,6 +42,10 @@ class ClickHouseServer {
   absl::StatusOr<std::string> Query(std::string_view sql) const;
 
   void Stop();
+  // SIGKILL, as a crashed server (idempotent); StartAgain() starts it on the
+  // same port, config and data and returns once it answers.
+  void Kill();
+  absl::Status StartAgain();
 
  private:
   ClickHouseServer() = default;
