@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -110,8 +111,13 @@ class ChildProcess {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return;
     started_at_ = Clock::now();
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
+      // Dies with the test, also when the test is killed (a timeout): no
+      // broker or worker left running into the next tests.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(125);
       dup2(fd, 1);  // the duplicates do not inherit O_CLOEXEC
       dup2(fd, 2);
       if (gid != 0 && setgid(gid) != 0) _exit(126);

@@ -22,9 +22,9 @@
 //   disk_full_checkpoints / disk_full_worker
 //                     the checkpoint storage's or a worker's data directory
 //                     (each a small tmpfs of its own) filled to the last byte
-// Schedules of even seeds keep the checkpoints in S3 (s3rver, its objects on
-// the checkpoint storage's tmpfs, behind worker/testing/fault_proxy.h) and draw four
-// more kinds:
+// Schedules of even seeds keep the checkpoints in S3 (s3rver behind
+// worker/testing/fault_proxy.h), draw no disk_full_checkpoints and four more
+// kinds:
 //   s3_restart        s3rver SIGKILLed, started again on its data at the heal
 //   s3_stall          s3rver SIGSTOPped, SIGCONT at the heal
 //   s3_errors         the proxy cuts the open connections (uploads fail
@@ -115,7 +115,13 @@ class FaultCampaignTest : public ClusterPartitionTest {
         only != nullptr && *only != '\0' ? absl::StrSplit(only, ',') : std::vector<std::string>();
     clickhouse_missing_ = ClickHouseServer::Missing();
     for (int k = 0; k < (s3_ ? kKindCount : kKindCount - kS3Kinds); ++k) {
-      if (!clickhouse_missing_.empty() && std::string(kKinds[k]) == "clickhouse_restart") continue;
+      const std::string kind = kKinds[k];
+      if (!clickhouse_missing_.empty() && kind == "clickhouse_restart") continue;
+      // No full disk under S3: s3rver exits on ENOSPC, and twice (seeds 46
+      // and 58) its listings then answered 500 InternalError for over a
+      // minute after it started again; a real S3 service has no disk to
+      // fill, and s3_errors brings its 500s.
+      if (s3_ && kind == "disk_full_checkpoints") continue;
       if (wanted.empty() || absl::c_linear_search(wanted, kKinds[k])) pool_.push_back(k);
     }
   }
@@ -151,9 +157,8 @@ class FaultCampaignTest : public ClusterPartitionTest {
       std::printf("fault campaign: no ClickHouse sink: %s\n", clickhouse_missing_.c_str());
     }
     if (!s3_) return;
-    // s3rver keeps its objects on the checkpoint storage's file system; the
-    // processes reach it through the proxy.
-    auto server = S3Server::Start((dir_ / "coordinator/checkpoints/s3rver").string());
+    // The processes reach s3rver through the proxy.
+    auto server = S3Server::Start();
     ASSERT_OK(server.status());
     s3_server_ = std::move(*server);
     proxy_ = std::make_unique<FaultProxy>(s3_server_->port());
@@ -290,7 +295,7 @@ class FaultCampaignTest : public ClusterPartitionTest {
         EXPECT_EQ(std::system((cmd + " 2> /dev/null").c_str()), 0) << cmd;
       }
       return {name, worker + "'s exchange link at 512 kbit/s", [this] {
-                // What went through the slow class (the report's shaped_bytes).
+                // What went through the slow class (the report's slow_link_bytes).
                 if (FILE* f = popen("tc -s class show dev lo classid 1:2", "r"); f != nullptr) {
                   long long sent = 0;
                   char line[512];
@@ -315,15 +320,8 @@ class FaultCampaignTest : public ClusterPartitionTest {
     const bool checkpoints = name == "disk_full_checkpoints";
     const fs::path filler =
         Fill(checkpoints ? dir_ / "coordinator/checkpoints" : dir_ / absl::StrCat("w", w));
-    // s3rver exits when a write fails for space (an S3 service would answer
-    // 507 or 500): started again at the heal, as a supervisor would.
     return {name, checkpoints ? "the checkpoint storage full" : worker + "'s data directory full",
-            [this, filler] {
-              fs::remove(filler);
-              if (s3_server_ != nullptr && !s3_server_->Running()) {
-                ASSERT_OK(s3_server_->StartAgain());
-              }
-            }};
+            [filler] { fs::remove(filler); }};
   }
 
   // The faults of one step of the schedule: one, or (a time in four) two,

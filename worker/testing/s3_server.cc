@@ -1,6 +1,5 @@
 #include "worker/testing/s3_server.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,7 +32,7 @@ void S3Server::ExportEnvironment() const {
   unsetenv("AWS_SESSION_TOKEN");
 }
 
-absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start(const std::string& data_dir) {
+absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start() {
   const std::string script = S3rverScript();
   if (access(script.c_str(), R_OK) != 0 || std::system("command -v node > /dev/null 2>&1") != 0) {
     return absl::FailedPreconditionError(
@@ -42,7 +41,7 @@ absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start(const std::string& dat
   }
   std::unique_ptr<S3Server> s(new S3Server());
   ASSIGN_OR_RETURN(s->dir_, MakeServerDir("s3rver"));
-  s->data_dir_ = data_dir.empty() ? s->dir_ + "/data" : data_dir;
+  s->data_dir_ = s->dir_ + "/data";
   ASSIGN_OR_RETURN(s->port_, FreeLoopbackPort());
   RETURN_IF_ERROR(s->StartAgain());
   return s;
@@ -68,11 +67,6 @@ absl::Status S3Server::StartAgain() {
 }
 
 void S3Server::Kill() { StopServer(&pid_, std::chrono::milliseconds(0)); }
-
-bool S3Server::Running() {
-  if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == pid_) pid_ = -1;
-  return pid_ > 0;
-}
 
 S3Server::~S3Server() {
   Kill();

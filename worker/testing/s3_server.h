@@ -12,10 +12,8 @@
 // If node or s3rver is missing, Start() fails with a message naming
 // scripts/install-deps: tests fail, they do not skip.
 //
-// For fault tests: Start(data_dir) keeps the objects in a directory of the
-// caller's (e.g. on a small file system); Kill() and StartAgain() end the
-// server and start it again on the same port and data; pid() is for
-// SIGSTOP/SIGCONT.
+// For fault tests: Kill() and StartAgain() end the server and start it
+// again on the same port and data; pid() is for SIGSTOP/SIGCONT.
 #pragma once
 
 #include <sys/types.h>
@@ -33,9 +31,7 @@ class S3Server {
   static constexpr const char* kAccessKeyId = "S3RVER";
   static constexpr const char* kSecretAccessKey = "S3RVER";
 
-  // `data_dir`: where s3rver keeps the objects; "" for data/ in its own
-  // temp directory.
-  static absl::StatusOr<std::unique_ptr<S3Server>> Start(const std::string& data_dir = "");
+  static absl::StatusOr<std::unique_ptr<S3Server>> Start();
   ~S3Server();
   S3Server(const S3Server&) = delete;
   S3Server& operator=(const S3Server&) = delete;
@@ -49,16 +45,14 @@ class S3Server {
 
   // SIGKILL, as a crashed server (idempotent).
   void Kill();
-  // False once the server exited (s3rver ends on a full disk).
-  bool Running();
   // Starts the server again on the same port and data; returns once the
   // bucket answers.
   absl::Status StartAgain();
 
  private:
   S3Server() = default;
-  std::string dir_;  // temp dir: the log, and data/ unless Start named one
-  std::string data_dir_;
+  std::string dir_;       // temp dir: the log and data/
+  std::string data_dir_;  // dir_/data
   int port_ = 0;
   pid_t pid_ = -1;
 };
