@@ -113,9 +113,10 @@ class LocalWorkers {
     argv.push_back(nullptr);
     // The environment, plus this process's pid: the worker leaves when this
     // process dies, however it dies (worker_command.cc).
-    std::vector<std::string> env_strings = {absl::StrCat(kLocalPidVariable, "=", ::getpid())};
+    const std::string prefix = absl::StrCat(kLocalPidVariable, "=");
+    std::vector<std::string> env_strings = {absl::StrCat(prefix, ::getpid())};
     for (char** e = environ; *e != nullptr; ++e) {
-      if (!absl::StartsWith(*e, absl::StrCat(kLocalPidVariable, "="))) env_strings.push_back(*e);
+      if (!absl::StartsWith(*e, prefix)) env_strings.push_back(*e);
     }
     std::vector<char*> env;
     env.reserve(env_strings.size() + 1);

@@ -41,7 +41,6 @@ absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start() {
   }
   std::unique_ptr<S3Server> s(new S3Server());
   ASSIGN_OR_RETURN(s->dir_, MakeServerDir("s3rver"));
-  s->data_dir_ = s->dir_ + "/data";
   ASSIGN_OR_RETURN(s->port_, FreeLoopbackPort());
   RETURN_IF_ERROR(s->StartAgain());
   return s;
@@ -53,7 +52,7 @@ absl::Status S3Server::StartAgain() {
   // s3rver's continuation tokens use a cipher OpenSSL 3 keeps in its legacy
   // provider.
   ASSIGN_OR_RETURN(pid_, SpawnServer({"node", "--openssl-legacy-provider", S3rverScript(), "-d",
-                                      data_dir_, "-a", "127.0.0.1", "-p", std::to_string(port_),
+                                      data_dir(), "-a", "127.0.0.1", "-p", std::to_string(port_),
                                       "--configure-bucket", kBucket, "-s"},
                                      log));
   S3Config config;

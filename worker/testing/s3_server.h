@@ -39,7 +39,7 @@ class S3Server {
   std::string endpoint() const;  // http://127.0.0.1:<port>
   int port() const { return port_; }
   // Where s3rver keeps the objects (a directory per bucket).
-  const std::string& data_dir() const { return data_dir_; }
+  std::string data_dir() const { return dir_ + "/data"; }
   pid_t pid() const { return pid_; }
   void ExportEnvironment() const;
 
@@ -51,8 +51,7 @@ class S3Server {
 
  private:
   S3Server() = default;
-  std::string dir_;       // temp dir: the log and data/
-  std::string data_dir_;  // dir_/data
+  std::string dir_;  // temp dir: the log and data/
   int port_ = 0;
   pid_t pid_ = -1;
 };
