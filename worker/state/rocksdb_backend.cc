@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -22,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/free_space.h"
+#include "common/logging.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/db.h"
@@ -32,6 +34,7 @@
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/utilities/write_batch_with_index.h"
 #include "rocksdb/write_buffer_manager.h"
+#include "spdlog/spdlog.h"
 #include "worker/state/state_backend.h"
 #include "worker/state/unsynced_env.h"
 
@@ -59,6 +62,11 @@ std::string NormalizePath(const std::string& path) {
 // Free space a snapshot keeps beyond twice the memtables (RocksDB's own
 // files: MANIFEST, OPTIONS, the checkpoint's copies of them).
 constexpr uint64_t kSnapshotMarginBytes = 4 << 20;
+
+std::shared_ptr<spdlog::logger> Log() {
+  static const std::shared_ptr<spdlog::logger> logger = SubsystemLogger("state");
+  return logger;
+}
 
 rocksdb::Slice ToSlice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 std::string_view ToView(const rocksdb::Slice& s) { return std::string_view(s.data(), s.size()); }
@@ -127,6 +135,8 @@ rocksdb::Options MakeOptions(const std::shared_ptr<rocksdb::Cache>& block_cache,
   // Writes skip the WAL, so flushes must commit all CFs together for the files
   // on disk to be a consistent cut across tables.
   o.atomic_flush = true;
+  // Close() flushes only when CloseDb() asks, and then only if it fits.
+  o.avoid_flush_during_shutdown = true;
   o.keep_log_file_num = 3;
   o.max_log_file_size = 8 << 20;
 
@@ -229,9 +239,12 @@ class RocksDbBackend final : public StateBackend {
 
   absl::Status CheckOpen(absl::string_view op) const;
   std::vector<rocksdb::ColumnFamilyHandle*> Handles() const;
-  // Flushes (if `flush`), releases column families and closes the DB. Drops
-  // the uncommitted batch.
+  // Flushes (if `flush` and the memtables fit on the disk), releases column
+  // families and closes the DB. Drops the uncommitted batch.
   void CloseDb(bool flush);
+  // What a flush of the memtables may take on disk: twice the memtables
+  // (the flush, and a snapshot's copies) plus kSnapshotMarginBytes.
+  uint64_t FlushReserveBytes() const;
 
   const std::string path_;
   std::shared_ptr<StateMemoryBudget> budget_;  // null: a cache of its own
@@ -400,10 +413,20 @@ void RocksDbBackend::CloseDb(bool flush) {
   if (flush) {
     // Best effort: the WAL is off, so unflushed memtables would be lost. A
     // failure here surfaces as missing data on reopen, which recovery from the
-    // last checkpoint covers.
-    rocksdb::FlushOptions fo;
-    fo.wait = true;
-    db_->Flush(fo, Handles()).PermitUncheckedError();
+    // last checkpoint covers. Not on a full disk: a flush that runs out of
+    // space aborts the process (Snapshot()).
+    const uint64_t reserve = FlushReserveBytes();
+    const std::optional<uint64_t> free = FreeBytes(path_);
+    if (free.has_value() && *free < reserve) {
+      Log()->warn(
+          "closing the state at {} without flushing it: {} bytes free, about {} needed; the "
+          "task restores from its last checkpoint",
+          path_, *free, reserve);
+    } else {
+      rocksdb::FlushOptions fo;
+      fo.wait = true;
+      db_->Flush(fo, Handles()).PermitUncheckedError();
+    }
   }
   for (const auto& [name, table] : tables_) {
     db_->DestroyColumnFamilyHandle(table->cf()).PermitUncheckedError();
@@ -471,6 +494,15 @@ absl::Status RocksDbBackend::Commit() {
   return WriteBlind();
 }
 
+uint64_t RocksDbBackend::FlushReserveBytes() const {
+  uint64_t memtables = 0;
+  for (rocksdb::ColumnFamilyHandle* cf : Handles()) {
+    uint64_t bytes = 0;
+    if (db_->GetIntProperty(cf, "rocksdb.cur-size-all-mem-tables", &bytes)) memtables += bytes;
+  }
+  return 2 * memtables + kSnapshotMarginBytes;
+}
+
 absl::Status RocksDbBackend::Snapshot(const std::string& dir) {
   RETURN_IF_ERROR(CheckOpen("snapshot"));
   std::string context = absl::StrCat("rocksdb state snapshot (db ", path_, ", to ", dir, ")");
@@ -490,12 +522,7 @@ absl::Status RocksDbBackend::Snapshot(const std::string& dir) {
   // its assertions abort on (Debian's build keeps them): refuse up front
   // when the memtables (twice, for the flush and the checkpoint's copies)
   // plus a margin do not fit, with the free space and what to do.
-  uint64_t memtables = 0;
-  for (rocksdb::ColumnFamilyHandle* cf : Handles()) {
-    uint64_t bytes = 0;
-    if (db_->GetIntProperty(cf, "rocksdb.cur-size-all-mem-tables", &bytes)) memtables += bytes;
-  }
-  const uint64_t reserve = 2 * memtables + (kSnapshotMarginBytes);
+  const uint64_t reserve = FlushReserveBytes();
   for (const std::string& where : {path_, target.parent_path().string()}) {
     const std::optional<uint64_t> free = FreeBytes(where);
     if (free.has_value() && *free < reserve) {
