@@ -13,7 +13,9 @@
 // scripts/install-deps: tests fail, they do not skip.
 //
 // For fault tests: Kill() and StartAgain() end the server and start it
-// again on the same port and data; pid() is for SIGSTOP/SIGCONT.
+// again on the same port and data (without the objects whose PUT the kill
+// cut off: s3rver is not crash-safe, S3's PUTs are atomic); pid() is for
+// SIGSTOP/SIGCONT.
 #pragma once
 
 #include <sys/types.h>
