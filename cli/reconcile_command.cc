@@ -3,13 +3,13 @@
 // in one of its sinks (worker/reconcile/reconcile.h); --apply publishes the
 // differences as higher FINAL revisions. Exit codes: 0 every window matches,
 // 3 differences were found, 2 usage errors, 1 other failures.
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "common/job_spec.h"
+#include "common/time_util.h"
 #include "worker/reconcile/reconcile.h"
 #include "worker/registry/builtin_kinds.h"
 
@@ -40,10 +40,7 @@ int RunReconcile(const ReconcileFlags& f) {
   o.work_dir = f.work_dir;
   o.apply = f.apply;
   if (!f.range.empty()) {
-    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-    absl::StatusOr<std::pair<int64_t, int64_t>> r = ParseTimeRange(f.range, now);
+    absl::StatusOr<std::pair<int64_t, int64_t>> r = ParseTimeRange(f.range, WallClockMs());
     if (!r.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(r.status().message()).c_str());
       return 2;

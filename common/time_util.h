@@ -68,6 +68,19 @@ class Clock {
   virtual int64_t NowMs() const = 0;
 };
 
+// The machine's wall clock (ms since the Unix epoch) as the OS reports it
+// now: it jumps when the clock is stepped (NTP, `date -s`). For timestamps
+// people read; intervals are measured with SystemClock. Fault tests jump one
+// process's wall clock with CARAVELA_CLOCK_SKEW_FILE: a file holding an
+// offset in ms, added to what this returns and read again at most every
+// 50 ms (unset: no file is read).
+int64_t WallClockMs();
+
+// The processes' clock (processing time, leases, worker timeouts, timers,
+// idleness): the wall clock when the process first reads it, advanced by the
+// monotonic clock from then on. Non-decreasing, and a step of the wall clock
+// neither fires every timer at once nor keeps a dead worker alive; it follows
+// the wall clock's slewing (NTP adjusts both alike), not its steps.
 class SystemClock : public Clock {
  public:
   int64_t NowMs() const override;

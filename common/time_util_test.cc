@@ -1,8 +1,13 @@
 #include "common/time_util.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -253,6 +258,42 @@ TEST(ClockTest, ManualClockIsMonotonic) {
   EXPECT_EQ(c.NowMs(), 205);
   SystemClock sys;
   EXPECT_GT(sys.NowMs(), 1'600'000'000'000);
+}
+
+// What ClockTest.SystemClockIgnoresStepsOfTheWallClock runs in its child:
+// 0 when the wall clock's steps moved WallClockMs and not SystemClock.
+int StepTheWallClock(const std::string& file) {
+  auto step = [&](int64_t ms) {
+    std::ofstream(file) << ms;
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));  // read every 50 ms
+  };
+  step(0);
+  setenv("CARAVELA_CLOCK_SKEW_FILE", file.c_str(), 1);
+  SystemClock clock;
+  const int64_t wall0 = WallClockMs();
+  const int64_t clock0 = clock.NowMs();
+  bool ok = std::abs(wall0 - clock0) < 100;
+  step(2 * kHour);
+  ok = ok && WallClockMs() - wall0 >= 2 * kHour && clock.NowMs() - clock0 < 5 * kSec;
+  const int64_t clock1 = clock.NowMs();
+  step(-2 * kHour);
+  ok = ok && wall0 - WallClockMs() >= 2 * kHour - 5 * kSec && clock.NowMs() >= clock1 &&
+       clock.NowMs() - clock0 < 5 * kSec;
+  std::fprintf(stderr, "after the steps: wall clock %+lld ms, SystemClock %+lld ms\n",
+               static_cast<long long>(WallClockMs() - wall0),
+               static_cast<long long>(clock.NowMs() - clock0));
+  return ok ? 0 : 1;
+}
+
+// A step of the wall clock (CARAVELA_CLOCK_SKEW_FILE) moves WallClockMs but
+// not SystemClock, which goes on at the monotonic clock's pace. In a child
+// process started afresh (threadsafe death tests run the binary again), so
+// the variable is read at the clock's first use.
+TEST(ClockTest, SystemClockIgnoresStepsOfTheWallClock) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string file = ::testing::TempDir() + "caravela-clock-skew-test";
+  EXPECT_EXIT(std::exit(StepTheWallClock(file)), ::testing::ExitedWithCode(0), "");
+  std::remove(file.c_str());
 }
 
 }  // namespace

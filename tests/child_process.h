@@ -98,9 +98,10 @@ class ChildProcess {
   using milliseconds = std::chrono::milliseconds;
 
   // `gid`: when not 0, the child runs with that group id (setgid before
-  // exec; tests match its packets with iptables' owner match).
+  // exec; tests match its packets with iptables' owner match). `env`:
+  // NAME=value entries the child gets besides this process's environment.
   ChildProcess(const std::vector<std::string>& argv, const std::filesystem::path& log,
-               gid_t gid = 0)
+               gid_t gid = 0, const std::vector<std::string>& env = {})
       : log_(log) {
     // Everything the child needs is prepared before fork(): the parent has
     // threads (librdkafka), so the child only calls async-signal-safe functions.
@@ -108,6 +109,10 @@ class ChildProcess {
     args.reserve(argv.size() + 1);
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    std::vector<char*> envp;
+    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return;
     started_at_ = Clock::now();
@@ -121,7 +126,7 @@ class ChildProcess {
       dup2(fd, 1);  // the duplicates do not inherit O_CLOEXEC
       dup2(fd, 2);
       if (gid != 0 && setgid(gid) != 0) _exit(126);
-      execv(args[0], args.data());
+      execve(args[0], args.data(), envp.data());
       _exit(127);
     }
     close(fd);

@@ -249,7 +249,8 @@ class ClusterJobTest : public ::testing::Test {
         "--slots",       "8",          "--data-dir",    (dir_ / absl::StrCat("w", i)).string(),
         "--bootstrap",   bootstrap_,   "--allow-path",  dir_.string(),
         "--http",        "127.0.0.1:0"};
-    auto w = std::make_unique<ChildProcess>(argv, log, worker_gids_[at]);
+    auto w = std::make_unique<ChildProcess>(argv, log, worker_gids_[at],
+                                            ProcessEnv(absl::StrCat("worker-", i)));
     std::string id = w->WaitFor(R"(id=(\S+))", milliseconds(20000));
     ASSERT_FALSE(id.empty()) << w->Log();
     std::string http = w->WaitFor(R"(http=(\S+))", milliseconds(1000));
@@ -276,7 +277,8 @@ class ClusterJobTest : public ::testing::Test {
                                      "--worker-timeout", worker_timeout_};
     argv.insert(argv.end(), coordinator_flags_.begin(), coordinator_flags_.end());
     coordinator_ = std::make_unique<ChildProcess>(
-        argv, dir_ / absl::StrCat("coordinator-", ++coordinator_starts_, ".log"));
+        argv, dir_ / absl::StrCat("coordinator-", ++coordinator_starts_, ".log"), 0,
+        ProcessEnv("coordinator"));
     address_ = coordinator_->WaitFor(R"(grpc=(\S+))", milliseconds(20000));
   }
 
@@ -638,6 +640,16 @@ class ClusterJobTest : public ::testing::Test {
   std::vector<std::string> coordinator_flags_;
   // More sink lines for the job's external sinks (set in PrepareDirs).
   std::string extra_sinks_;
+  // Each process started with CARAVELA_CLOCK_SKEW_FILE=ClockSkewFile(its
+  // name): writing an offset there steps its wall clock.
+  bool clock_skew_files_ = false;
+  fs::path ClockSkewFile(const std::string& process) const {
+    return dir_ / absl::StrCat("clock-skew-", process);
+  }
+  std::vector<std::string> ProcessEnv(const std::string& process) const {
+    if (!clock_skew_files_) return {};
+    return {"CARAVELA_CLOCK_SKEW_FILE=" + ClockSkewFile(process).string()};
+  }
   // The group id each worker runs with (0: the test's), for iptables'
   // owner match.
   std::vector<gid_t> worker_gids_ = {0, 0, 0};

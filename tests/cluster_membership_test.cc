@@ -33,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using milliseconds = std::chrono::milliseconds;
 
 // Worker id -> state, from the coordinator.
@@ -99,6 +100,52 @@ TEST(ClusterMembershipTest, DeadWorkersAreDetectedAndPausedOnesRegisterAgain) {
   EXPECT_EQ(states[again], v1::ALIVE);
   EXPECT_EQ(states[ids[1]], v1::DEAD);  // the old id stays given up
   EXPECT_THAT(workers[1]->Log(), ::testing::HasSubstr("lease of " + ids[1] + " lost"));
+}
+
+// The coordinator's wall clock stepped (NTP, `date -s`; here
+// CARAVELA_CLOCK_SKEW_FILE) does not move its worker timeouts: 2 h back, it
+// still declares a SIGKILLed worker dead after the timeout; then 2 h ahead of
+// the true time, it declares no heartbeating worker dead. (Measured on the
+// wall clock, the step back had kept the killed worker alive for two hours,
+// and the step ahead declared every worker dead at once.)
+TEST(ClusterMembershipTest, ClockStepsNeitherHideDeadWorkersNorKillLiveOnes) {
+  TempDir tmp("cluster", "CARAVELA_KEEP_TEST_DIRS", "cluster membership test");
+  const fs::path& dir = tmp.path();
+  const fs::path skew = dir / "coordinator-clock-skew";
+  std::ofstream(skew) << 0;
+  ChildProcess coordinator({CARAVELA_BINARY, "coordinator", "--listen", "127.0.0.1:0", "--data-dir",
+                            (dir / "coord").string(), "--worker-timeout", "1s"},
+                           dir / "coordinator.log", 0,
+                           {"CARAVELA_CLOCK_SKEW_FILE=" + skew.string()});
+  const std::string address = coordinator.WaitFor(R"(grpc=(\S+))", milliseconds(20000));
+  ASSERT_FALSE(address.empty()) << coordinator.Log();
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address, "--slots",
+                                 "2", "--data-dir", (dir / absl::StrCat("w", i)).string()},
+        dir / absl::StrCat("worker-", i, ".log")));
+    ids.push_back(workers[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
+    ASSERT_FALSE(ids[i].empty()) << workers[i]->Log();
+  }
+  constexpr int64_t kTwoHours = 2 * 3'600'000;
+  // The kill, then at once the step back: the last heartbeat was on the
+  // true time.
+  const auto killed_at = std::chrono::steady_clock::now();
+  workers[0]->Stop(SIGKILL);
+  std::ofstream(skew) << -kTwoHours;
+  EXPECT_TRUE(Eventually([&] { return States(address)[ids[0]] == v1::DEAD; }, milliseconds(5000)))
+      << "a killed worker stayed alive after the clock stepped back";
+  std::printf(
+      "cluster membership: with the clock 2 h back, the killed worker declared dead "
+      "after %lld ms\n",
+      static_cast<long long>(MsSince(killed_at)));
+
+  std::ofstream(skew) << kTwoHours;
+  std::this_thread::sleep_for(milliseconds(2500));  // 2.5 worker timeouts
+  EXPECT_EQ(States(address)[ids[1]], v1::ALIVE) << "declared dead when the clock stepped ahead";
+  EXPECT_THAT(coordinator.Log(), Not(HasSubstr("worker " + ids[1] + " is dead")));
 }
 
 // A coordinator of another cluster (another data directory) takes the

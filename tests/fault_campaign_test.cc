@@ -22,6 +22,11 @@
 //   disk_full_checkpoints / disk_full_worker
 //                     the checkpoint storage's or a worker's data directory
 //                     (each a small tmpfs of its own) filled to the last byte
+//   clock_jump        a worker's or the coordinator's wall clock stepped
+//                     1 min to 2 h ahead or back (CARAVELA_CLOCK_SKEW_FILE:
+//                     what Caravela reads of the wall clock; librdkafka, gRPC
+//                     and the logs' timestamps see the true time), stepped
+//                     back to the true time at the heal
 // Schedules of even seeds keep the checkpoints in S3 (s3rver behind
 // worker/testing/fault_proxy.h), draw no disk_full_checkpoints and four more
 // kinds:
@@ -82,20 +87,21 @@ int64_t Percentile(std::vector<int64_t> v, double p) {
 
 // The fault kinds, in the order Draw() numbers them. Kills come first:
 // applied first, healed last (a worker starts again once its disk has room).
-// No clock jumps: CLOCK_REALTIME has no namespace, and libfaketime (tried)
-// fakes what a process reads but not the deadlines of librdkafka's timed
-// waits, so a worker with its clock 2 h ahead hung its Kafka clients
-// (`kcat -L` to a closed port: 2 s with +0, still waiting after 20 s with
-// +2h), a fault of the tool's, not Caravela's.
+// Clock jumps step what Caravela reads of the wall clock, not the kernel's
+// (CLOCK_REALTIME has no namespace): libfaketime (tried) fakes what a process
+// reads but not the deadlines of librdkafka's timed waits, so a worker with
+// its clock 2 h ahead hung its Kafka clients (`kcat -L` to a closed port: 2 s
+// with +0, still waiting after 20 s with +2h, also with
+// FAKETIME_DONT_FAKE_MONOTONIC=1), a fault of the tool's, not Caravela's.
 constexpr const char* kKinds[] = {"worker_kill",        "coordinator_kill",
                                   "worker_pause",       "partition_coordinator",
                                   "partition_workers",  "packet_loss",
                                   "partition_broker",   "partition_postgres",
                                   "postgres_restart",   "disk_full_checkpoints",
                                   "disk_full_worker",   "slow_link",
-                                  "clickhouse_restart", "s3_restart",
-                                  "s3_stall",           "s3_errors",
-                                  "partition_s3"};
+                                  "clickhouse_restart", "clock_jump",
+                                  "s3_restart",         "s3_stall",
+                                  "s3_errors",          "partition_s3"};
 constexpr int kKindCount = sizeof(kKinds) / sizeof(kKinds[0]);
 constexpr int kS3Kinds = 4;  // the last ones: drawn only with S3 checkpoint storage
 
@@ -110,6 +116,7 @@ class FaultCampaignTest : public ClusterPartitionTest {
         s3_(seed_ % 2 == 0) {
     worker_gids_ = {kCutOff, kCutOff + 1, kCutOff + 2};
     topic_prefix_ = "live-";
+    clock_skew_files_ = true;
     const char* only = std::getenv("CARAVELA_FAULTS_KINDS");
     const std::vector<std::string> wanted =
         only != nullptr && *only != '\0' ? absl::StrSplit(only, ',') : std::vector<std::string>();
@@ -307,6 +314,17 @@ class FaultCampaignTest : public ClusterPartitionTest {
                 const char* del = "tc qdisc del dev lo root";
                 EXPECT_EQ(std::system(del), 0) << del;
               }};
+    }
+    if (name == "clock_jump") {
+      const bool coordinator = rng() % 4 == 0;
+      const int64_t minutes = 1 + static_cast<int64_t>(rng() % 120);
+      const int64_t step_ms = (rng() % 2 == 0 ? 60'000 : -60'000) * minutes;
+      const fs::path file = ClockSkewFile(coordinator ? "coordinator" : absl::StrCat("worker-", w));
+      std::ofstream(file) << step_ms;
+      return {name,
+              absl::StrCat(coordinator ? "the coordinator" : worker, "'s clock stepped ",
+                           step_ms > 0 ? "+" : "-", minutes, " min"),
+              [file] { std::ofstream(file) << 0; }};
     }
     if (name == "clickhouse_restart") {
       clickhouse_->Kill();

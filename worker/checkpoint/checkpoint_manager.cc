@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "common/failpoint.h"
 #include "common/logging.h"
+#include "common/time_util.h"
 #include "spdlog/spdlog.h"
 #define XXH_STATIC_LINKING_ONLY
 #include "xxhash.h"
@@ -44,12 +45,6 @@ constexpr size_t kHashChunk = 4 << 20;
 std::shared_ptr<spdlog::logger> Log() {
   static const std::shared_ptr<spdlog::logger> logger = SubsystemLogger("checkpoint");
   return logger;
-}
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 class Timer {
@@ -474,7 +469,7 @@ absl::StatusOr<CheckpointStats> CheckpointManager::Upload(CheckpointSnapshot sna
       UploadSnapshot(*storage_, snap.dir, prefix_, absl::StrCat("chk-", id, "/"), true, &m, &stats);
   if (st.ok()) {
     Failpoint("checkpoint.after_files");
-    m.set_created_at_ms(NowUnixMs());
+    m.set_created_at_ms(WallClockMs());
     std::string bytes = EncodeManifest(m);
     st = storage_->Write(prefix_ + ManifestKey(id), bytes);
     stats.bytes_uploaded += bytes.size();
@@ -679,7 +674,7 @@ absl::StatusOr<CheckpointStats> CheckpointManager::WriteSavepoint(StateBackend& 
   stats.snapshot_ms = snap_timer.Ms();
   absl::Status st = UploadSnapshot(*storage, snap, "", "state/", false, &m, &stats);
   if (st.ok()) {
-    m.set_created_at_ms(NowUnixMs());
+    m.set_created_at_ms(WallClockMs());
     std::string bytes = EncodeManifest(m);
     st = storage->Write(kSavepointManifest, bytes);
     stats.bytes_uploaded += bytes.size();

@@ -36,8 +36,6 @@ std::shared_ptr<spdlog::logger> Log() {
   return logger;
 }
 
-int64_t NowUnixMs() { return SystemClock().NowMs(); }
-
 std::string TaskPrefix(const std::string& job, int task) {
   return absl::StrCat(job, "/task-", task, "/");
 }
@@ -53,7 +51,7 @@ absl::Status CopyObject(CheckpointStorage& from, const std::string& from_key, Ch
   const std::string local = from.LocalPath(from_key);
   if (!local.empty()) return to.Upload(to_key, local);
   const fs::path tmp = fs::temp_directory_path() /
-                       absl::StrCat("caravela-copy-", ::getpid(), "-", NowUnixMs(), ".tmp");
+                       absl::StrCat("caravela-copy-", ::getpid(), "-", WallClockMs(), ".tmp");
   absl::Status st;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -135,7 +133,7 @@ absl::StatusOr<JobSavepoint> WriteJobSavepoint(const JobCheckpointRef& from,
     const std::string mkey = ManifestKey(from.job_name, g, from.checkpoint_id);
     RETURN_IF_ERROR(CopyObject(*src, mkey, *dst, state + mkey));
   }
-  sp.set_created_at_ms(NowUnixMs());
+  sp.set_created_at_ms(WallClockMs());
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
