@@ -15,10 +15,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -110,7 +112,13 @@ class ChildProcess {
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     std::vector<char*> envp;
-    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view name(*e, std::strcspn(*e, "=") + 1);  // NAME=
+      if (std::none_of(env.begin(), env.end(),
+                       [&](const std::string& v) { return v.starts_with(name); })) {
+        envp.push_back(*e);  // not overridden by `env`
+      }
+    }
     for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
