@@ -325,6 +325,17 @@ class Bench {
             RD_KAFKA_V_VALUE(value.data(), value.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_END);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+          // Not produced (the client's queue is full): take its ledger
+          // entries back, so the retry does not shift every later sequence
+          // number by one (each retry used to count as a record "not seen").
+          {
+            std::lock_guard<std::mutex> lock(ledger_.mu);
+            ledger_.produced.pop_back();
+            ledger_.latency.pop_back();
+            if (f_.job == "revenue") {
+              ledger_.groups[absl::StrCat(t / 3'600'000 * 3'600'000, "/C", country)].pop_back();
+            }
+          }
           rd_kafka_poll(rk, 10);
           --seq;  // retry this one
           continue;
