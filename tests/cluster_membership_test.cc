@@ -36,6 +36,15 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using milliseconds = std::chrono::milliseconds;
 
+// Worker `i` (2 slots) of the coordinator at `address`, its data and log
+// under `dir`.
+std::unique_ptr<ChildProcess> StartWorker(const std::string& address, const fs::path& dir, int i) {
+  return std::make_unique<ChildProcess>(
+      std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address, "--slots", "2",
+                               "--data-dir", (dir / absl::StrCat("w", i)).string()},
+      dir / absl::StrCat("worker-", i, ".log"));
+}
+
 // Worker id -> state, from the coordinator.
 std::map<std::string, v1::WorkerState> States(const std::string& coordinator) {
   std::map<std::string, v1::WorkerState> out;
@@ -57,10 +66,7 @@ TEST(ClusterMembershipTest, DeadWorkersAreDetectedAndPausedOnesRegisterAgain) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   std::vector<std::string> ids, addresses;
   for (int i = 0; i < 2; ++i) {
-    workers.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address, "--slots",
-                                 "2", "--data-dir", (dir / absl::StrCat("w", i)).string()},
-        dir / absl::StrCat("worker-", i, ".log")));
+    workers.push_back(StartWorker(address, dir, i));
     ids.push_back(workers[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
     addresses.push_back(workers[i]->WaitFor(R"(grpc=(\S+))", milliseconds(20000)));
     ASSERT_FALSE(ids[i].empty() || addresses[i].empty()) << workers[i]->Log();
@@ -122,10 +128,7 @@ TEST(ClusterMembershipTest, ClockStepsNeitherHideDeadWorkersNorKillLiveOnes) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   std::vector<std::string> ids;
   for (int i = 0; i < 2; ++i) {
-    workers.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{CARAVELA_BINARY, "worker", "--coordinator", address, "--slots",
-                                 "2", "--data-dir", (dir / absl::StrCat("w", i)).string()},
-        dir / absl::StrCat("worker-", i, ".log")));
+    workers.push_back(StartWorker(address, dir, i));
     ids.push_back(workers[i]->WaitFor(R"(id=(\S+))", milliseconds(20000)));
     ASSERT_FALSE(ids[i].empty()) << workers[i]->Log();
   }
