@@ -388,6 +388,7 @@ TEST(ClusterMembershipTest, LocalRunsASubmittedJob) {
   EXPECT_NE(got[3], "off");
   // Input on a topic the broker auto-creates (4 partitions).
   std::vector<std::pair<int32_t, std::string>> lines;
+  lines.reserve(2000);
   for (int i = 0; i < 2000; ++i) {
     lines.emplace_back(i % 4,
                        absl::StrCat(R"({"event_id":"e)", i % 1900, R"(","user_id":"u)", i % 37,
