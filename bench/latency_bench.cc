@@ -312,12 +312,14 @@ class Bench {
         value =
             absl::StrCat(R"({"event_id":"e-)", seq, R"(","user_id":")", user, R"(","country":"C)",
                          country, R"(","amount":1.5,"produce_ms":)", t, "}");
+        std::vector<int64_t>* group = nullptr;  // revenue: this record's window and country
         {
           std::lock_guard<std::mutex> lock(ledger_.mu);
           ledger_.produced.push_back(t);
           ledger_.latency.push_back(-1);
           if (f_.job == "revenue") {
-            ledger_.groups[absl::StrCat(t / 3'600'000 * 3'600'000, "/C", country)].push_back(seq);
+            group = &ledger_.groups[absl::StrCat(t / 3'600'000 * 3'600'000, "/C", country)];
+            group->push_back(seq);
           }
         }
         rd_kafka_resp_err_t err = rd_kafka_producev(
@@ -332,9 +334,7 @@ class Bench {
             std::lock_guard<std::mutex> lock(ledger_.mu);
             ledger_.produced.pop_back();
             ledger_.latency.pop_back();
-            if (f_.job == "revenue") {
-              ledger_.groups[absl::StrCat(t / 3'600'000 * 3'600'000, "/C", country)].pop_back();
-            }
+            if (group != nullptr) group->pop_back();
           }
           rd_kafka_poll(rk, 10);
           --seq;  // retry this one
