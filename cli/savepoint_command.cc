@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/status.h"
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "common/time_util.h"
@@ -32,14 +33,26 @@ int RunSavepoint(JobClient& client, const SavepointFlags& f) {
     return 2;
   }
   const bool json = f.client.json;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(*wait);
   absl::StatusOr<v1::Job> job = client.StopWithSavepoint(f.job_id, f.dir);
+  // A job between two epochs (scheduling, recovering, rescaling) cannot take
+  // the request yet; it runs again soon: ask again within --wait.
+  while (!job.ok() && absl::IsFailedPrecondition(job.status()) &&
+         std::chrono::steady_clock::now() < until) {
+    absl::StatusOr<v1::Job> now = client.Get(f.job_id);
+    if (!now.ok()) return Fail(now.status());
+    const bool between_epochs = now->state() == v1::SCHEDULING || now->state() == v1::RECOVERING ||
+                                (now->state() == v1::RUNNING && now->rescale_to() > 0);
+    if (!between_epochs) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    job = client.StopWithSavepoint(f.job_id, f.dir);
+  }
   if (!job.ok()) return Fail(job.status());
   const std::string dir = job->savepoint_to();
   if (!json) {
     std::fprintf(stderr, "job %s: stopping at its next checkpoint, then writing it to %s\n",
                  f.job_id.c_str(), dir.c_str());
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(*wait);
   while (job->savepoint_to() == dir && !IsFinal(job->state())) {
     if (std::chrono::steady_clock::now() >= until) {
       std::fprintf(stderr,
@@ -76,7 +89,10 @@ Command AddSavepointCommand(CLI::App& app) {
                   "Directory on the coordinator's filesystem: a name (under its "
                   "<data-dir>/savepoints) or an absolute path under an --allow-path")
       ->required();
-  cmd->add_option("--wait", f->wait, "How long to wait for the savepoint")->capture_default_str();
+  cmd->add_option("--wait", f->wait,
+                  "How long to wait for the savepoint (and, for a job between two epochs, "
+                  "for it to run again first)")
+      ->capture_default_str();
   AddClientOptions(cmd, &f->client);
   return {cmd, [cmd, f] {
             InheritClientFlags(*cmd, &f->client);
