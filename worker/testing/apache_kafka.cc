@@ -86,10 +86,14 @@ const rd_kafka_metadata_topic_t* FindTopic(const rd_kafka_metadata_t* md,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ApacheKafka>> ApacheKafka::Start(int brokers,
+absl::StatusOr<std::unique_ptr<ApacheKafka>> ApacheKafka::Start(int brokers, int default_partitions,
                                                                 std::chrono::seconds timeout) {
   if (brokers != 1 && brokers != 3) {
     return absl::InvalidArgumentError(absl::StrCat("ApacheKafka: 1 or 3 brokers, not ", brokers));
+  }
+  if (default_partitions < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ApacheKafka: default_partitions must be positive, not ", default_partitions));
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_ptr<ApacheKafka> k(new ApacheKafka());
@@ -98,8 +102,9 @@ absl::StatusOr<std::unique_ptr<ApacheKafka>> ApacheKafka::Start(int brokers,
   // storage; it fails naming scripts/install-deps when the jars are missing.
   const std::string script = std::string(CARAVELA_SOURCE_DIR) + "/scripts/kafka";
   const std::string prepare_log = k->dir_ + "/prepare.log";
-  const std::string cmd = absl::StrCat("'", script, "' prepare --brokers ", brokers, " --dir '",
-                                       k->dir_, "' > '", prepare_log, "' 2>&1");
+  const std::string cmd =
+      absl::StrCat("'", script, "' prepare --brokers ", brokers, " --partitions ",
+                   default_partitions, " --dir '", k->dir_, "' > '", prepare_log, "' 2>&1");
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -39,8 +39,11 @@ namespace caravela {
 class ApacheKafka {
  public:
   // Starts `brokers` (1 or 3) brokers; up to `timeout` for all to serve.
+  // `default_partitions`: the partitions of a topic a producer auto-creates
+  // (num.partitions; the embedded broker gives such topics 4).
   static absl::StatusOr<std::unique_ptr<ApacheKafka>> Start(
-      int brokers = 1, std::chrono::seconds timeout = std::chrono::seconds(90));
+      int brokers = 1, int default_partitions = 1,
+      std::chrono::seconds timeout = std::chrono::seconds(90));
   ~ApacheKafka();
   ApacheKafka(const ApacheKafka&) = delete;
   ApacheKafka& operator=(const ApacheKafka&) = delete;

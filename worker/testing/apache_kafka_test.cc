@@ -1,7 +1,7 @@
 // The ApacheKafka fixture against real brokers: one broker serves a
-// 3-partition topic and transactions; on three, a topic with replication
-// factor 3 and min.insync.replicas=2 still takes acks=all writes after its
-// leader is SIGKILLed, and the broker comes back.
+// 3-partition topic, auto-creates topics and serves transactions; on three, a topic with
+// replication factor 3 and min.insync.replicas=2 still takes acks=all writes after its leader is
+// SIGKILLed, and the broker comes back.
 #include "worker/testing/apache_kafka.h"
 
 #include <gtest/gtest.h>
@@ -114,7 +114,7 @@ std::vector<KafkaTestRecord> Records(const std::string& prefix, int n) {
 }
 
 TEST(ApacheKafkaTest, OneBrokerServesPartitionsAndTransactions) {
-  auto kafka = ApacheKafka::Start(1);
+  auto kafka = ApacheKafka::Start(1, /*default_partitions=*/4);
   ASSERT_OK(kafka);
   const std::string& bootstrap = (*kafka)->bootstrap();
   EXPECT_EQ((*kafka)->brokers(), 1);
@@ -134,6 +134,11 @@ TEST(ApacheKafkaTest, OneBrokerServesPartitionsAndTransactions) {
   }
   EXPECT_EQ(partitions.size(), 3u) << "12 keys over 3 partitions";
   EXPECT_EQ(values.size(), 12u);
+
+  // A producer auto-creates the topic it names, with default_partitions (as
+  // the suite's sinks and kcat expect).
+  ASSERT_OK(ProduceRecords(bootstrap, "auto", Records("a", 4)));
+  ASSERT_OK((*kafka)->WaitForLeaders("auto", 4));
 
   // Transactions: a read_committed consumer sees the committed ones only.
   ASSERT_OK((*kafka)->CreateTopic("txn", 1));
