@@ -36,7 +36,7 @@ Command AddRescaleCommand(CLI::App& app);    // rescale_command.cc
 Command AddRestartCommand(CLI::App& app);    // restart_command.cc
 Command AddSavepointCommand(CLI::App& app);  // savepoint_command.cc
 
-// Tools. `nexmark gen` (the returned subcommand is `gen`).
+// Tools. `nexmark gen` and `nexmark check`.
 Command AddNexmarkCommand(CLI::App& app);    // nexmark_command.cc
 Command AddReconcileCommand(CLI::App& app);  // reconcile_command.cc
 

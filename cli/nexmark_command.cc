@@ -2,6 +2,10 @@
 // bench/nexmark_generator.h) into JSON Lines files and, with --kafka, into
 // topics nexmark-person, nexmark-auction and nexmark-bid. Exit codes: 0 ok,
 // 1 failure, 2 usage.
+// `caravela nexmark check`: a query's output against its brute force over
+// those files (bench/nexmark_check.h). Exit codes: 0 match, 3 mismatch,
+// 1 failure (files missing or unreadable), 2 usage.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,11 +13,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bench/nexmark_check.h"
 #include "bench/nexmark_generator.h"
 #include "cli/commands.h"
 #include "common/time_util.h"
+#include "nlohmann/json.hpp"
 #include "worker/connectors/kafka_sink.h"
 
 namespace caravela {
@@ -26,6 +34,14 @@ struct NexmarkFlags {
   int64_t rate = 10'000'000;
   std::string base_time = "2026-01-01T00:00:00Z";
   std::string kafka;
+};
+
+struct CheckFlags {
+  std::string query;
+  std::string events;
+  std::string output;
+  bool in_order = false;
+  bool json = false;
 };
 
 // Produces the files' lines to nexmark-person|auction|bid on `bootstrap`.
@@ -103,6 +119,36 @@ int RunGen(const NexmarkFlags& f) {
   return 0;
 }
 
+int RunCheck(const CheckFlags& f) {
+  const std::vector<std::string>& known = bench::NexmarkCheckedQueries();
+  if (std::find(known.begin(), known.end(), f.query) == known.end()) {
+    std::fprintf(stderr, "error: --query %s: unknown query (checked: %s)\n", f.query.c_str(),
+                 absl::StrJoin(known, ", ").c_str());
+    return 2;
+  }
+  bench::NexmarkCheckOptions o;
+  o.in_order = f.in_order;
+  absl::StatusOr<bench::NexmarkCheckResult> r =
+      bench::CheckNexmarkQuery(f.query, f.events, f.output, o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  if (f.json) {
+    const nlohmann::json j = {{"query", f.query},        {"verdict", r->Verdict()},
+                              {"match", r->match},       {"unit", r->unit},
+                              {"expected", r->expected}, {"got", r->got},
+                              {"missing", r->missing},   {"unexpected", r->unexpected}};
+    std::printf("%s\n", j.dump().c_str());
+  } else if (r->match) {
+    std::printf("%s: match (%lld %s)\n", f.query.c_str(), static_cast<long long>(r->expected),
+                r->unit.c_str());
+  } else {
+    std::printf("%s: %s\n", f.query.c_str(), r->Verdict().c_str());
+  }
+  return r->match ? 0 : 3;
+}
+
 }  // namespace
 
 Command AddNexmarkCommand(CLI::App& app) {
@@ -124,7 +170,26 @@ Command AddNexmarkCommand(CLI::App& app) {
   gen->add_option("--kafka", f->kafka,
                   "Also produce the events to topics nexmark-person|auction|bid on this "
                   "bootstrap address");
-  return {gen, [f] { return RunGen(*f); }};
+
+  auto c = std::make_shared<CheckFlags>();
+  CLI::App* check = nexmark->add_subcommand(
+      "check",
+      "Compare a query's output with its brute force over the events in EVENTS (plain\n"
+      "loops over the files: bench/nexmark_check.h): OUTPUT and its part files\n"
+      "(OUTPUT's stem.part-N.jsonl), the FINAL results of windowed queries. Prints\n"
+      "the verdict; exit 0 match, 3 mismatch, 1 files missing or unreadable.");
+  check
+      ->add_option("--query", c->query, "The query of bench/nexmark/ (q0, q1, q2, q5, q7, q8, q11)")
+      ->required();
+  check->add_option("--events", c->events, "The directory `nexmark gen --out` wrote")->required();
+  check->add_option("--output", c->output, "The query's file sink path (out/q5.jsonl)")->required();
+  check->add_flag("--in-order", c->in_order,
+                  "The output was written by one task reading the files in order (caravela\n"
+                  "run): lines (q0-q2) and tied bids (q7) must also be in the events' order");
+  check->add_flag("--json", c->json,
+                  "Print the verdict as one JSON object (query, verdict, match, unit,\n"
+                  "expected, got, missing, unexpected)");
+  return {nexmark, [f, c, gen, check] { return *gen ? RunGen(*f) : RunCheck(*c); }};
 }
 
 }  // namespace caravela

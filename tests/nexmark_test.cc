@@ -1,8 +1,9 @@
 // Nexmark (issue 12): the generator's event model, and each query's output
-// under `caravela run` against a brute-force computation over the same
-// generated rows, written here independently of the operators (plain loops
-// over the parsed JSON). Bad input to `caravela nexmark gen` and
-// scripts/nexmark gives clear errors.
+// under `caravela run` and on a cluster against a brute-force computation
+// over the same generated rows, written independently of the operators
+// (plain loops over the parsed JSON: bench/nexmark_check.h, which
+// `caravela nexmark check` uses too). Bad input to
+// `caravela nexmark gen` and scripts/nexmark gives clear errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +22,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bench/nexmark_check.h"
 #include "bench/nexmark_generator.h"
 #include "common/time_util.h"
 #include "nlohmann/json.hpp"
@@ -86,6 +89,18 @@ class NexmarkTest : public ::testing::Test {
               0)
         << ReadFile(log);
     return ReadLines(Events() / "out" / (q + ".jsonl"));
+  }
+
+  // Compares out/<q>.jsonl of RunQuery with the brute force
+  // (bench/nexmark_check.h), in the events' order: `caravela run` reads the
+  // files in order.
+  static bench::NexmarkCheckResult Check(const std::string& q) {
+    bench::NexmarkCheckOptions o;
+    o.in_order = true;
+    absl::StatusOr<bench::NexmarkCheckResult> r = bench::CheckNexmarkQuery(
+        q, Events().string(), (Events() / "out" / (q + ".jsonl")).string(), o);
+    EXPECT_OK(r.status());
+    return r.ok() ? *r : bench::NexmarkCheckResult{};
   }
 
   static TempDir* dir_;
@@ -175,199 +190,153 @@ TEST_F(NexmarkTest, GeneratorIsDeterministicBySeed) {
 TEST_F(NexmarkTest, Q0PassesEveryBidThrough) {
   const std::vector<std::string> out = RunQuery("q0");
   ASSERT_EQ(out.size(), bids_->size());
-  for (size_t i = 0; i < out.size(); i += 997) {
-    const json& b = (*bids_)[i];
-    const json o = json::parse(out[i]);
-    EXPECT_EQ(o, (json{{"auction", b["auction"]},
-                       {"bidder", b["bidder"]},
-                       {"price", b["price"]},
-                       {"dateTime", b["dateTime"]},
-                       {"extra", b["extra"]}}))
-        << out[i];
-  }
+  const bench::NexmarkCheckResult r = Check("q0");
+  EXPECT_TRUE(r.match) << r.detail;
 }
 
 TEST_F(NexmarkTest, Q1ConvertsEveryPriceExactly) {
   const std::vector<std::string> out = RunQuery("q1");
   ASSERT_EQ(out.size(), bids_->size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    // price * 0.908 exactly: the integer price * 908 with three decimals.
-    const int64_t milli = (*bids_)[i]["price"].get<int64_t>() * 908;
-    const std::string price =
-        absl::StrCat(milli / 1000, ".", milli % 1000 / 100, milli % 100 / 10, milli % 10);
-    ASSERT_THAT(out[i], HasSubstr(absl::StrCat("\"price\":", price, ",")))
-        << "bid " << i << ": " << (*bids_)[i].dump();
-  }
+  // The price as written: the integer price * 908 with three decimals.
+  const bench::NexmarkCheckResult r = Check("q1");
+  EXPECT_TRUE(r.match) << r.detail;
 }
 
 TEST_F(NexmarkTest, Q2SelectsTheBidsOfEvery123rdAuction) {
-  const std::vector<std::string> out = RunQuery("q2");
-  std::vector<std::string> want;
-  for (const json& b : *bids_) {
-    if (b["auction"].get<int64_t>() % 123 == 0) {
-      want.push_back(json{{"auction", b["auction"]}, {"price", b["price"]}}.dump());
-    }
-  }
-  ASSERT_FALSE(want.empty());
-  std::vector<std::string> got;
-  got.reserve(out.size());
-  for (const std::string& l : out) got.push_back(json::parse(l).dump());
-  EXPECT_EQ(got, want);
+  RunQuery("q2");
+  const bench::NexmarkCheckResult r = Check("q2");
+  EXPECT_GT(r.expected, 0);
+  EXPECT_TRUE(r.match) << r.detail;
 }
 
-// Epoch ms of an ISO-8601 dateTime the generator wrote.
-int64_t Ms(const json& v) { return ParseIso8601(v.get<std::string>()).value(); }
-
 TEST_F(NexmarkTest, Q8JoinsPersonsToTheirAuctionsInTheSameWindow) {
-  const std::vector<std::string> out = RunQuery("q8");
-  // Brute force: every (person, auction) with id == seller whose dateTimes
-  // fall into the same 10 s window.
-  constexpr int64_t kWindow = 10'000;
-  std::multimap<std::pair<int64_t, int64_t>, const json*> persons;  // (id, window) -> person
-  const std::vector<json> person_rows = Rows(Events() / "persons.jsonl");
-  for (const json& p : person_rows) {
-    persons.emplace(std::make_pair(p["id"].get<int64_t>(), Ms(p["dateTime"]) / kWindow), &p);
-  }
-  std::vector<std::string> want;
-  for (const json& a : Rows(Events() / "auctions.jsonl")) {
-    const int64_t w = Ms(a["dateTime"]) / kWindow;
-    auto [b, e] = persons.equal_range({a["seller"].get<int64_t>(), w});
-    for (auto it = b; it != e; ++it) {
-      want.push_back(json{
-          {"window_start", FormatIso8601(w * kWindow)},
-          {"window_end", FormatIso8601((w + 1) * kWindow)},
-          {"id", (*it->second)["id"]},
-          {"name", (*it->second)["name"]},
-          {"reserve",
-           a["reserve"]}}.dump());
-    }
-  }
-  std::vector<std::string> got;
-  got.reserve(out.size());
-  for (const std::string& l : out) got.push_back(json::parse(l).dump());
-  std::sort(want.begin(), want.end());
-  std::sort(got.begin(), got.end());
-  EXPECT_GT(want.size(), 100u);
-  EXPECT_EQ(got.size(), want.size());
-  EXPECT_EQ(Missing(want, got, 5), "0 line(s)");
-  EXPECT_EQ(Missing(got, want, 5), "0 line(s)");
+  RunQuery("q8");
+  // Every (person, auction) with id == seller whose dateTimes fall into the
+  // same 10 s window.
+  const bench::NexmarkCheckResult r = Check("q8");
+  EXPECT_GT(r.expected, 100);
+  EXPECT_TRUE(r.match) << r.detail;
 }
 
 TEST_F(NexmarkTest, Q5FindsTheHotItemsOfEachSlidingWindow) {
-  const std::vector<std::string> out = RunQuery("q5");
-  // Brute force: every 10 s window starting at a multiple of 2 s counts the
-  // bids per auction; its hot items are the auctions with the most.
-  constexpr int64_t kSize = 10'000, kSlide = 2'000;
-  std::map<int64_t, std::map<int64_t, int64_t>> counts;  // window start -> auction -> bids
-  for (const json& b : *bids_) {
-    const int64_t t = Ms(b["dateTime"]);
-    const int64_t last = t / kSlide * kSlide;
-    for (int64_t s = last - kSize + kSlide; s <= last; s += kSlide) {
-      ++counts[s][b["auction"].get<int64_t>()];
-    }
-  }
-  std::map<std::string, std::set<std::string>> want;  // window_end -> hot items
-  for (const auto& [start, per_auction] : counts) {
-    int64_t most = 0;
-    for (const auto& [a, n] : per_auction) most = std::max(most, n);
-    for (const auto& [a, n] : per_auction) {
-      if (n != most) continue;
-      want[FormatIso8601(start + kSize)].insert(json{
-          {"auction", a},
-          {"bids", n},
-          {"window_start", FormatIso8601(start)},
-          {"window_end",
-           FormatIso8601(start + kSize)}}.dump());
-    }
-  }
-  // The job: one FINAL result per 2 s window, ending where its 10 s window does.
-  std::map<std::string, std::set<std::string>> got;
-  for (const std::string& l : out) {
-    const json o = json::parse(l);
-    if (o["state"] != "FINAL") continue;
-    std::set<std::string>& items = got[o["window_end"].get<std::string>()];
-    for (const json& h : o["hot"]) items.insert(h.dump());
-  }
-  EXPECT_GT(want.size(), 40u);
-  EXPECT_EQ(got, want);
+  RunQuery("q5");
+  // Per 10 s window sliding by 2 s, the auctions with the most bids: one
+  // FINAL result per 2 s window, ending where its 10 s window does.
+  const bench::NexmarkCheckResult r = Check("q5");
+  EXPECT_GT(r.expected, 40);
+  EXPECT_TRUE(r.match) << r.detail;
 }
 
 TEST_F(NexmarkTest, Q7KeepsTheHighestBidsOfEachWindow) {
-  const std::vector<std::string> out = RunQuery("q7");
-  // Brute force: per 10 s window, the maximum price and every bid with it.
-  constexpr int64_t kWindow = 10'000;
-  std::map<int64_t, std::pair<int64_t, json>> best;  // window -> (price, bids)
-  for (const json& b : *bids_) {
-    const int64_t w = Ms(b["dateTime"]) / kWindow;
-    const int64_t price = b["price"].get<int64_t>();
-    json row = {{"auction", b["auction"]},
-                {"price", b["price"]},
-                {"bidder", b["bidder"]},
-                {"dateTime", b["dateTime"]},
-                {"extra", b["extra"]}};
-    auto [it, inserted] = best.try_emplace(w, price, json::array({row}));
-    if (inserted) continue;
-    if (price > it->second.first) {
-      it->second = {price, json::array({row})};
-    } else if (price == it->second.first) {
-      it->second.second.push_back(row);
-    }
-  }
-  std::map<int64_t, json> got;  // window -> highest (FINAL)
-  for (const std::string& l : out) {
-    const json o = json::parse(l);
-    if (o["state"] == "FINAL") got[Ms(o["window_start"]) / kWindow] = o["highest"];
-  }
-  ASSERT_EQ(got.size(), best.size());
-  for (const auto& [w, b] : best) EXPECT_EQ(got[w], b.second) << "window " << w;
+  RunQuery("q7");
+  // Per 10 s window, every bid with the maximum price, in the bids' order.
+  const bench::NexmarkCheckResult r = Check("q7");
+  EXPECT_GT(r.expected, 0);
+  EXPECT_TRUE(r.match) << r.detail;
 }
 
 TEST_F(NexmarkTest, Q11CountsEachBiddersSessions) {
-  const std::vector<std::string> out = RunQuery("q11");
-  // Brute force: per bidder, bids in time order; a session ends when the
-  // next bid is more than 10 s after the last (sessions that touch merge);
-  // it spans [first, last + 10 s).
-  constexpr int64_t kGap = 10'000;
-  std::map<int64_t, std::vector<int64_t>> times;
-  for (const json& b : *bids_) times[b["bidder"].get<int64_t>()].push_back(Ms(b["dateTime"]));
-  std::vector<std::string> want;
-  for (auto& [bidder, ts] : times) {
-    std::sort(ts.begin(), ts.end());
-    size_t first = 0;
-    for (size_t i = 1; i <= ts.size(); ++i) {
-      if (i < ts.size() && ts[i] <= ts[i - 1] + kGap) continue;
-      want.push_back(json{{"window_start", FormatIso8601(ts[first])},
-                          {"window_end", FormatIso8601(ts[i - 1] + kGap)},
-                          {"bidder", bidder},
-                          {"bids", static_cast<int64_t>(i - first)}}
-                         .dump());
-      first = i;
-    }
-  }
-  // The job's last revision of each session (FINAL).
-  std::map<std::string, json> last;
-  for (const std::string& l : out) {
-    json o = json::parse(l);
-    if (o["state"] != "FINAL") continue;
-    o.erase("revision");
-    o.erase("state");
-    last[o.dump()] = o;
-  }
-  std::vector<std::string> got;
-  got.reserve(last.size());
-  for (const auto& [k, o] : last) got.push_back(k);
-  std::sort(want.begin(), want.end());
-  EXPECT_GT(want.size(), 100u);
-  EXPECT_EQ(got.size(), want.size());
-  EXPECT_EQ(Missing(want, got, 5), "0 line(s)");
-  EXPECT_EQ(Missing(got, want, 5), "0 line(s)");
+  RunQuery("q11");
+  // Per bidder, sessions of bids at most 10 s apart: the FINAL revisions.
+  const bench::NexmarkCheckResult r = Check("q11");
+  EXPECT_GT(r.expected, 100);
+  EXPECT_TRUE(r.match) << r.detail;
+}
+
+// The check finds what a wrong answer gets wrong: a line dropped, a price
+// off, two lines swapped, a window's FINAL result missing, bad input.
+TEST_F(NexmarkTest, CheckReportsTheFirstDifferences) {
+  const fs::path out = dir_->path() / "wrong" / "q.jsonl";
+  fs::create_directories(out.parent_path());
+  auto check = [&](const std::string& q, const std::vector<std::string>& lines, bool in_order) {
+    std::ofstream f(out, std::ios::trunc);
+    for (const std::string& l : lines) f << l << "\n";
+    f.close();
+    bench::NexmarkCheckOptions o;
+    o.in_order = in_order;
+    return bench::CheckNexmarkQuery(q, Events().string(), out.string(), o);
+  };
+  std::vector<std::string> q2 = RunQuery("q2");
+  ASSERT_GT(q2.size(), 3u);
+  auto r = check("q2", q2, true);
+  ASSERT_OK(r.status());
+  EXPECT_EQ(r->Verdict(), "match");
+  // Two different lines swapped: the same lines, in another order.
+  const auto other =
+      std::find_if(q2.begin(), q2.end(), [&](const std::string& l) { return l != q2[0]; });
+  ASSERT_NE(other, q2.end());
+  std::iter_swap(q2.begin(), other);
+  r = check("q2", q2, true);
+  ASSERT_OK(r.status());
+  EXPECT_FALSE(r->match);
+  EXPECT_THAT(r->Verdict(), HasSubstr("in another order: row 1 is"));
+  EXPECT_TRUE(check("q2", q2, false)->match);  // order not asked for
+  // A line dropped.
+  q2.pop_back();
+  r = check("q2", q2, false);
+  ASSERT_OK(r.status());
+  EXPECT_EQ(r->missing, 1);
+  EXPECT_EQ(r->unexpected, 0);
+  EXPECT_THAT(r->Verdict(), HasSubstr("mismatch: 1 of "));
+  EXPECT_THAT(r->Verdict(), HasSubstr("expected lines missing, 0 of"));
+  // A price changed (q1's exact text).
+  std::vector<std::string> q1 = RunQuery("q1");
+  const size_t at = q1[5].find("\"price\":");
+  ASSERT_NE(at, std::string::npos);
+  q1[5].insert(at + 8, "1");
+  r = check("q1", q1, true);
+  ASSERT_OK(r.status());
+  EXPECT_EQ(r->missing, 1);
+  EXPECT_EQ(r->unexpected, 1);
+  EXPECT_THAT(r->detail, HasSubstr("first unexpected: "));
+  // A window's FINAL result missing (q7): the window is missing.
+  std::vector<std::string> q7 = RunQuery("q7");
+  auto final_line = std::find_if(q7.begin(), q7.end(), [](const std::string& l) {
+    return l.find("\"state\":\"FINAL\"") != std::string::npos;
+  });
+  ASSERT_NE(final_line, q7.end());
+  q7.erase(final_line);
+  r = check("q7", q7, true);
+  ASSERT_OK(r.status());
+  EXPECT_EQ(r->missing, 1);
+  EXPECT_EQ(r->unit, "windows");
+  // Not a result, no output, an unknown query.
+  EXPECT_EQ(check("q7", {"not json"}, true).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      bench::CheckNexmarkQuery("q7", Events().string(), (out.parent_path() / "none.jsonl").string())
+          .status()
+          .code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_THAT(check("q3", q2, false).status().message(),
+              HasSubstr("unknown query q3 (checked: q0,"));
+
+  // `caravela nexmark check`: exit 0 match, 3 mismatch, 1 no output, 2 usage.
+  const std::string cli =
+      absl::StrCat(CARAVELA_BINARY, " nexmark check --events ", Events().string());
+  const fs::path log = out.parent_path() / "check.log";
+  std::ofstream(out, std::ios::trunc) << absl::StrJoin(RunQuery("q2"), "\n") << "\n";
+  EXPECT_EQ(Sh(absl::StrCat(cli, " --query q2 --in-order --output ", out.string()), log), 0);
+  EXPECT_THAT(ReadFile(log), HasSubstr("q2: match ("));
+  std::ofstream(out, std::ios::app) << "{\"auction\":1,\"price\":2}\n";
+  EXPECT_EQ(Sh(absl::StrCat(cli, " --query q2 --json --output ", out.string()), log), 3);
+  const json verdict = json::parse(ReadFile(log));
+  EXPECT_EQ(verdict["unexpected"], 1);
+  EXPECT_THAT(verdict["verdict"].get<std::string>(),
+              HasSubstr("first unexpected: {\"auction\":1,\"price\":2}"));
+  EXPECT_EQ(
+      Sh(absl::StrCat(cli, " --query q2 --output ", (out.parent_path() / "none.jsonl").string()),
+         log),
+      1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("no output: neither"));
+  EXPECT_EQ(Sh(absl::StrCat(cli, " --query q3 --output ", out.string()), log), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--query q3: unknown query (checked: q0, q1,"));
 }
 
 // The queries on a cluster (`caravela local --workers 2`, parallelism 2,
 // checkpoints every second): the file-reading stage runs one task, the
 // joins, windows and top-N behind exchanges two, and each query's output
-// (its part files together) is the same set of lines as `caravela run`'s,
-// which the tests above check against brute force. Over both exchanges.
+// (its part files together) is the same set of lines as `caravela run`'s
+// and the brute force's answer (in any order). Over both exchanges.
 class NexmarkClusterTest : public NexmarkTest, public ::testing::WithParamInterface<const char*> {
  protected:
   void SetUp() override {
@@ -445,6 +414,11 @@ TEST_P(NexmarkClusterTest, QueriesGiveTheSingleProcessAnswer) {
     EXPECT_EQ(got.size(), want.size()) << q;
     EXPECT_EQ(Missing(want, got, 5), "0 line(s)") << q;
     EXPECT_EQ(Missing(got, want, 5), "0 line(s)") << q;
+    // And the brute force, whatever order the part files hold.
+    absl::StatusOr<bench::NexmarkCheckResult> checked =
+        bench::CheckNexmarkQuery(q, Events().string(), (shared_ / "out" / (q + ".jsonl")).string());
+    ASSERT_TRUE(checked.ok()) << q << ": " << checked.status();
+    EXPECT_TRUE(checked->match) << q << ": " << checked->detail;
   }
 }
 
