@@ -2,8 +2,9 @@
 // under `caravela run` and on a cluster against a brute-force computation
 // over the same generated rows, written independently of the operators
 // (plain loops over the parsed JSON: bench/nexmark_check.h, which
-// `caravela nexmark check` uses too). Bad input to
-// `caravela nexmark gen` and scripts/nexmark gives clear errors.
+// `caravela nexmark check` and scripts/nexmark use too). Bad input to
+// `caravela nexmark gen` and scripts/nexmark gives clear errors, and the
+// script's cluster mode writes its JSON with a verdict per query.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -458,6 +459,43 @@ TEST(NexmarkCliTest, GenProducesTheFilesToKafkaTopics) {
       EXPECT_EQ(partitions.size(), 4u) << topic;
     }
   }
+}
+
+// scripts/nexmark --cluster (issue 53): a broker, a coordinator and two
+// workers; every query from the topics to file sinks in the shared
+// directory, checked against the brute force; the JSON has a row per query
+// with its measurements and verdict.
+TEST(NexmarkCliTest, ScriptRunsEveryQueryOnAClusterAndWritesVerdicts) {
+  TempDir tmp("nexmark-script", "CARAVELA_KEEP_TEST_DIRS", "nexmark script test");
+  const fs::path& d = tmp.path();
+  const fs::path results = d / "results.json";
+  const std::string script = absl::StrCat(CARAVELA_SOURCE_DIR, "/scripts/nexmark");
+  ASSERT_EQ(Sh(absl::StrCat(script, " --cluster --events 20000 --binary ", CARAVELA_BINARY,
+                            " --json ", results.string()),
+               d / "script.log"),
+            0)
+      << ReadFile(d / "script.log");
+  const std::string log = ReadFile(d / "script.log");
+  EXPECT_THAT(log, HasSubstr("verdict"));
+  EXPECT_THAT(log, HasSubstr("wrote " + results.string()));
+  const json rows = json::parse(ReadFile(results));
+  ASSERT_TRUE(rows.is_array());
+  std::vector<std::string> queries;
+  for (const json& r : rows) {
+    queries.push_back(r.at("query"));
+    EXPECT_EQ(r.at("mode"), "cluster");
+    EXPECT_EQ(r.at("verdict"), "match") << r.dump();
+    EXPECT_GT(r.at("events_read").get<int64_t>(), 0) << r.dump();
+    EXPECT_GT(r.at("wall_s").get<double>(), 0) << r.dump();
+    EXPECT_EQ(r.at("cpu_s"), r.at("worker_cpu_s"));
+    for (const char* f : {"read_per_s_per_core", "stream_events_per_s_per_core", "peak_rss_kb",
+                          "state_disk_kb", "coordinator_cpu_s", "broker_cpu_s"}) {
+      EXPECT_TRUE(r.at(f).is_number()) << f << ": " << r.dump();
+    }
+    EXPECT_EQ(r.at("parallelism"), 2);
+    EXPECT_EQ(r.at("exchange"), "network");
+  }
+  EXPECT_EQ(queries, (std::vector<std::string>{"q0", "q1", "q2", "q5", "q7", "q8", "q11"}));
 }
 
 TEST(NexmarkCliTest, BadInputGivesClearErrors) {
