@@ -29,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/expr.h"
+#include "common/job_outputs.h"
 #include "common/kind_registry.h"
 #include "common/spec_reader.h"
 #include "common/time_util.h"
@@ -226,6 +227,9 @@ class SpecParser : private SpecReader {
       YamlError(e);
     } catch (const std::exception& e) {
       Err("<yaml>", absl::StrCat("internal error: ", e.what()));
+    }
+    if (result_.errors.empty()) {
+      for (SpecError& e : CheckOwnOutputs(spec())) result_.errors.push_back(std::move(e));
     }
     return std::move(result_);
   }

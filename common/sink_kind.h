@@ -10,6 +10,9 @@
 //   Files() / KafkaBootstrap()   what it touches outside the engine (paths
 //                 resolved against the job file and checked for jobs from
 //                 the network; brokers);
+//   Output()      what it writes that one job at a time may write (a file,
+//                 a table, a topic written exactly-once): the coordinator
+//                 refuses a second job that names it (common/job_outputs.h);
 //   ForTask()     what makes one task's output its own in a parallel job
 //                 (file sinks: a `.part-<part>` file);
 //   Create()      its Sink (worker/connectors/sink.h);
@@ -59,6 +62,12 @@ class SinkKind {
   virtual std::optional<std::string> KafkaBootstrap(const SinkSpec& sink) const {
     return std::nullopt;
   }
+  // What the sink writes that only one job at a time may write, as text
+  // equal for two sinks that write the same output and readable in a message
+  // ("file out/revenue.jsonl", "postgres table revenue at dbname=app");
+  // empty when jobs may share what it writes (stdout, discard, a Kafka topic
+  // written at-least-once). docs/semantics.md "One writer per output".
+  virtual std::string Output(const SinkSpec& sink) const { return ""; }
   // Adapts `sink` to the task whose output carries part name `part`
   // (never empty; task_graph.h SinkNode::part).
   virtual void ForTask(SinkSpec& sink, const std::string& part) const {}

@@ -154,11 +154,12 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
     return grpc::Status::OK;
   }
   if (scheduler_ != nullptr) {
-    if (absl::Status st = scheduler_->CheckName(parsed.spec.name); !st.ok()) {
-      if (!absl::IsFailedPrecondition(st)) return ToGrpc(st);
-      add_error("metadata.name", std::string(st.message()));
-      return grpc::Status::OK;
-    }
+    // Before an id is taken; Submit checks again under its lock.
+    v1::Job candidate;
+    candidate.set_name(parsed.spec.name);
+    candidate.set_yaml(request->yaml());
+    for (const SpecError& e : scheduler_->CheckAdmission(candidate)) add_error(e.path, e.message);
+    if (response->errors_size() > 0) return grpc::Status::OK;
   }
   absl::StatusOr<std::string> id = store_->NewId(parsed.spec.name);
   if (!id.ok()) return ToGrpc(id.status());
@@ -178,8 +179,8 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context,
   job.set_exchanges(static_cast<int32_t>(plan->exchanges.size()));
   if (absl::Status st = scheduler_ != nullptr ? scheduler_->Submit(job) : store_->Put(job);
       !st.ok()) {
-    if (absl::IsFailedPrecondition(st)) {
-      add_error("metadata.name", std::string(st.message()));
+    if (absl::IsFailedPrecondition(st)) {  // a job admitted since CheckAdmission
+      add_error("spec", std::string(st.message()));
       return grpc::Status::OK;
     }
     return ToGrpc(st);

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_outputs.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
 #include "common/logging.h"
@@ -38,27 +40,45 @@ void Scheduler::Put(const v1::Job& job) {
   }
 }
 
-absl::Status Scheduler::CheckNameLocked(const std::string& name) const {
-  ASSIGN_OR_RETURN(std::vector<v1::Job> all, store_->List());
-  for (const v1::Job& j : all) {
-    if (j.name() == name && !IsFinal(j.state())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("a job named ", name, " is ", JobStateName(j.state()), " as ", j.id(),
-                       " (jobs of one name share exchange topics): cancel it first, or rename "
-                       "this one"));
+std::vector<SpecError> Scheduler::CheckAdmissionLocked(const v1::Job& job) const {
+  std::vector<SpecError> errors;
+  absl::StatusOr<std::vector<v1::Job>> all = store_->List();
+  if (!all.ok()) {
+    errors.push_back({"spec", absl::StrCat("cannot list the jobs: ", all.status().message())});
+    return errors;
+  }
+  std::vector<OutputWriter> running;
+  for (const v1::Job& j : *all) {
+    if (IsFinal(j.state()) || j.id() == job.id()) continue;
+    if (j.name() == job.name()) {
+      errors.push_back(
+          {"metadata.name",
+           absl::StrCat("a job named ", job.name(), " is ", JobStateName(j.state()), " as ", j.id(),
+                        " (jobs of one name share exchange topics): cancel it "
+                        "first, or rename this one")});
+    }
+    ParseResult theirs = ParseJobSpec(j.yaml());
+    if (theirs.ok()) {
+      running.push_back({j.id(), JobStateName(j.state()), JobOutputs(theirs.spec)});
     }
   }
-  return absl::OkStatus();
+  ParseResult mine = ParseJobSpec(job.yaml());
+  if (mine.ok()) {
+    for (SpecError& e : CheckOutputsFree(mine.spec, running)) errors.push_back(std::move(e));
+  }
+  return errors;
 }
 
-absl::Status Scheduler::CheckName(const std::string& name) const {
+std::vector<SpecError> Scheduler::CheckAdmission(const v1::Job& job) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return CheckNameLocked(name);
+  return CheckAdmissionLocked(job);
 }
 
 absl::Status Scheduler::Submit(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(CheckNameLocked(job.name()));
+  if (std::vector<SpecError> errors = CheckAdmissionLocked(job); !errors.empty()) {
+    return absl::FailedPreconditionError(JoinSpecErrors(errors));
+  }
   return store_->Put(job);
 }
 
@@ -98,6 +118,10 @@ absl::StatusOr<v1::Job> Scheduler::Restart(const std::string& job_id, int parall
                     ? absl::StrCat(" (taken with parallelism ", job.checkpoint_parallelism(), ")")
                     : "")
           : std::string("from the beginning (it has no complete checkpoint)");
+  if (std::vector<SpecError> errors = CheckAdmissionLocked(job); !errors.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " cannot restart: ", JoinSpecErrors(errors)));
+  }
   const JobState was = job.state();
   RETURN_IF_ERROR(Reopen(job, clock_->NowMs(), absl::StrCat("restarted ", from)));
   job.set_parallelism(parallelism);
@@ -309,10 +333,22 @@ bool Scheduler::Place(v1::Job& job, const std::vector<v1::Job>& all, const std::
   }
   if (job.state() == v1::SUBMITTED && !MoveJob(job, v1::SCHEDULING, "")) return false;
   slots_.Take(placed);
-  // A new epoch, above every epoch of a job of this name.
+  // A new epoch, above every epoch of a job of this name and of every job
+  // that wrote one of its outputs: file sinks' fences compare epochs across
+  // the jobs that write an output in turn (FileSink).
   int64_t epoch = job.epoch();
+  std::set<std::string> outputs;
+  for (const JobOutput& o : JobOutputs(parsed.spec)) outputs.insert(o.output);
   for (const v1::Job& j : all) {
-    if (j.name() == job.name()) epoch = std::max(epoch, j.epoch());
+    if (j.epoch() <= epoch) continue;
+    bool shares = j.name() == job.name();
+    if (!shares && !outputs.empty()) {
+      ParseResult theirs = ParseJobSpec(j.yaml());
+      for (const JobOutput& o : theirs.ok() ? JobOutputs(theirs.spec) : std::vector<JobOutput>()) {
+        shares = shares || outputs.count(o.output) > 0;
+      }
+    }
+    if (shares) epoch = j.epoch();
   }
   ++epoch;
   JobRun run;

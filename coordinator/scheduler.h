@@ -116,11 +116,14 @@ class Scheduler {
  public:
   Scheduler(JobStore* store, WorkerRegistry* workers, const Clock* clock, SchedulerOptions options);
 
-  // Stores a new job (SUBMITTED); FailedPrecondition if a job of the same
-  // name has not ended (they would share exchange topics).
+  // Stores a new job (SUBMITTED); FailedPrecondition, with the errors of
+  // CheckAdmission, if it may not run.
   absl::Status Submit(const v1::Job& job);
-  // Submit's name check alone (before an id is taken).
-  absl::Status CheckName(const std::string& name) const;
+  // Why `job` may not run beside the jobs that have not ended, one error per
+  // reason with its YAML path: a job of the same name (they would share
+  // exchange topics, at metadata.name), or one writing an output of it
+  // (common/job_outputs.h, at the sink). Empty: it may.
+  std::vector<SpecError> CheckAdmission(const v1::Job& job) const;
   // CANCELED (FailedPrecondition for a job that ended); its workers stop its
   // tasks at their next heartbeat.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& message);
@@ -208,7 +211,7 @@ class Scheduler {
     bool StopAtTrigger() const { return phase.stopping() && checkpoint.checkpoints(); }
   };
 
-  absl::Status CheckNameLocked(const std::string& name) const;
+  std::vector<SpecError> CheckAdmissionLocked(const v1::Job& job) const;
   // Places the job's tasks for a new epoch with the placement policy
   // (false: not enough slots, or the job failed).
   bool Place(v1::Job& job, const std::vector<v1::Job>& all, const std::string& why);

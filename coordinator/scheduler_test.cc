@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "coordinator/fake_worker.h"
 #include "coordinator/job_state.h"
 #include "coordinator/placement_policy.h"
@@ -253,6 +254,46 @@ TEST_F(SchedulerTest, PlacesStartsCheckpointsAndFinishes) {
   EXPECT_EQ(Get(id).state(), v1::FINISHED);
   EXPECT_EQ(Get(id).last_checkpoint(), 2);
   EXPECT_EQ(Tasks(Beat(a, v1::TASK_DONE)), 0);  // nothing assigned any more
+}
+
+// One writer per output: a job of another name writing the running job's
+// file is refused, naming the path and the job; once that job has ended it
+// is admitted and runs under an epoch above the first job's, so the file
+// sink's fence hands the output over (FileSink).
+TEST_F(SchedulerTest, AJobWritingARunningJobsOutputIsRefusedThenRunsAboveItsEpoch) {
+  const std::string w = AddWorker(16);
+  const std::string first = SubmitRunning(w);
+  ASSERT_EQ(Get(first).state(), v1::RUNNING);
+  v1::Job copy;
+  copy.set_id("copy-2");  // the store orders jobs by the number of their ids
+  copy.set_name("copy");
+  copy.set_state(v1::SUBMITTED);
+  copy.set_parallelism(2);
+  copy.set_yaml(absl::StrReplaceAll(kYaml, {{"name: revenue}", "name: copy}"}}));
+  const std::vector<SpecError> errors = scheduler_->CheckAdmission(copy);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].path, "spec.sinks[0].file");
+  EXPECT_THAT(errors[0].message,
+              HasSubstr(absl::StrCat("file out/revenue.jsonl is written by job ", first,
+                                     " (RUNNING, its spec.sinks[0].file)")));
+  const absl::Status refused = scheduler_->Submit(copy);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  // Another output: admitted while the first runs.
+  v1::Job elsewhere = copy;
+  elsewhere.set_id("elsewhere-3");
+  elsewhere.set_name("elsewhere");
+  elsewhere.set_yaml(absl::StrReplaceAll(
+      kYaml, {{"name: revenue}", "name: elsewhere}"}, {"out/revenue.jsonl", "out/other.jsonl"}}));
+  EXPECT_TRUE(scheduler_->CheckAdmission(elsewhere).empty());
+
+  ASSERT_OK(scheduler_->Cancel(first, "by a test").status());
+  ASSERT_OK(scheduler_->Submit(copy));
+  scheduler_->Tick();
+  EXPECT_GT(Get("copy-2").epoch(), Get(first).epoch());
+  // The first job cannot be restarted while the copy writes its output.
+  const absl::Status restart = scheduler_->Restart(first, 0).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(restart)) << restart;
+  EXPECT_THAT(std::string(restart.message()), HasSubstr("is written by job copy-2"));
 }
 
 TEST_F(SchedulerTest, ALostWorkerMovesItsTasksStickilyWithANewEpoch) {

@@ -34,6 +34,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "bench/purchase_generator.h"
 #include "common/job_plan.h"
 #include "common/job_spec.h"
@@ -136,6 +137,55 @@ TEST_F(ClusterJobTest, KafkaExchangesGiveTheSameAnswer) {
       << Get(id).DebugString() << Logs();
   ExpectTheAnswer(Get(id));
   EXPECT_GT(ExchangeTopicMessages(), 0);
+}
+
+// One writer per output (docs/semantics.md): a second job naming the
+// outputs of a running one (the same YAML under another name: its files, its
+// PostgreSQL table, its dead letter) is refused at submit, each output named
+// with the job that writes it; the first job's output stays exact. Once the
+// first has ended, the second may write them: it runs under a higher epoch
+// and takes the files' fences over.
+TEST_F(ClusterJobTest, ASecondJobWritingTheSameOutputsIsRefusedWhileTheFirstRuns) {
+  const std::string id = Submit();
+  ASSERT_FALSE(id.empty());
+  const std::string other = absl::StrReplaceAll(Yaml(), {{"cluster-revenue", "other-revenue"}});
+  auto refused = JobClient(address_, "").Submit(other, kParallelism);
+  ASSERT_OK(refused.status());
+  EXPECT_TRUE(refused->job_id().empty());
+  std::string errors;
+  for (const v1::ValidationError& e : refused->errors()) {
+    absl::StrAppend(&errors, e.path(), ": ", e.message(), "\n");
+  }
+  const std::string revenue_path = (dir_ / "cluster/out/revenue.jsonl").string();
+  EXPECT_THAT(errors, ::testing::HasSubstr(absl::StrCat("spec.sinks[0].file: file ", revenue_path,
+                                                        " is written by job ", id)))
+      << errors;
+  EXPECT_THAT(errors, ::testing::HasSubstr("postgres table revenue")) << errors;
+  EXPECT_THAT(errors, ::testing::HasSubstr("spec.dead_letter.path")) << errors;
+  // The CLI says the same and exits 2.
+  const fs::path other_file = dir_ / "other.yaml";
+  std::ofstream(other_file) << other;
+  const CliResult cli =
+      Cli(absl::StrCat("submit ", other_file.string(), " --coordinator ", address_), dir_);
+  EXPECT_EQ(cli.code, 2) << cli.out;
+  EXPECT_THAT(cli.out, ::testing::HasSubstr(absl::StrCat(revenue_path, " is written by job ", id)));
+
+  ASSERT_TRUE(Eventually([&] { return Get(id).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id).DebugString() << Logs();
+  ExpectTheAnswer(Get(id));
+
+  // Ended: the output is free. The second job starts from nothing (its file
+  // sinks truncate what the first committed) and gives the same answer.
+  auto second = JobClient(address_, "").Submit(other, kParallelism);
+  ASSERT_OK(second.status());
+  ASSERT_EQ(second->errors_size(), 0) << second->DebugString();
+  const std::string id2 = second->job_id();
+  ASSERT_TRUE(Eventually([&] { return Get(id2).state() == v1::FINISHED; }, milliseconds(120000)))
+      << Get(id2).DebugString() << Logs();
+  EXPECT_GT(Get(id2).epoch(), Get(id).epoch());
+  const auto finals = FinalResults((dir_ / "cluster/out").string());
+  ExpectSameFinals(reference_, finals);
+  ExpectTheBruteForceAnswer(finals);
 }
 
 TEST_F(ClusterJobTest, KilledWorkersTasksMoveAndTheAnswerStaysExact) {

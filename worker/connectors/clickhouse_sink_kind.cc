@@ -64,6 +64,10 @@ class ClickHouseSinkKind final : public SinkKind {
     const ClickHouseSinkSpec& spec = sink.Get<ClickHouseSinkSpec>();
     return "clickhouse:" + spec.database + "." + spec.table;
   }
+  std::string Output(const SinkSpec& sink) const override {
+    const ClickHouseSinkSpec& spec = sink.Get<ClickHouseSinkSpec>();
+    return absl::StrCat("clickhouse table ", spec.database, ".", spec.table, " at ", spec.url);
+  }
   // A secret the worker reads and sends to the job's URL: a file like the
   // others (resolved against the job file, checked for jobs from the network).
   std::vector<std::pair<std::string, std::string*>> Files(SinkSpec& sink) const override {

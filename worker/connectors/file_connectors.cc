@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -193,11 +194,26 @@ absl::StatusOr<int> FileSink::LockFence(bool raise) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  char buf[32] = {0};
+  // "<epoch>" or "<epoch> <job id>".
+  char buf[512] = {0};
   const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
   int64_t current = -1;
-  if (n > 0 && !absl::SimpleAtoi(absl::string_view(buf, static_cast<size_t>(n)), &current)) {
-    current = -1;
+  std::string holder;
+  if (n > 0) {
+    const std::vector<std::string> words = absl::StrSplit(
+        absl::StripAsciiWhitespace(absl::string_view(buf, static_cast<size_t>(n))), ' ');
+    if (!absl::SimpleAtoi(words[0], &current)) current = -1;
+    if (words.size() > 1) holder = words[1];
+  }
+  const bool other_job = !holder.empty() && !job_id_.empty() && holder != job_id_;
+  if (other_job && current >= fence_epoch_) {
+    ::close(fd);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "file sink ", path_, ": job ", holder, " writes this output (epoch ", current,
+        "); this is job ", job_id_, " (epoch ", fence_epoch_,
+        "): one job at a time writes an output. Cancel job ", holder,
+        " or give this job's sink another path (if no job ", holder,
+        " runs any more, for instance one of another coordinator, remove ", path_, ".fence)"));
   }
   if (current > fence_epoch_) {
     ::close(fd);
@@ -205,8 +221,13 @@ absl::StatusOr<int> FileSink::LockFence(bool raise) {
         absl::StrCat("file sink ", path_, ": fenced: epoch ", current,
                      " writes it now; this writer has epoch ", fence_epoch_));
   }
-  if (raise && current < fence_epoch_) {
-    const std::string text = std::to_string(fence_epoch_);
+  if (raise && (current < fence_epoch_ || (holder.empty() && !job_id_.empty()))) {
+    if (other_job) {
+      SubsystemLogger("file")->info("file sink {}: taking the output over from job {} (epoch {})",
+                                    path_, holder, current);
+    }
+    const std::string text =
+        job_id_.empty() ? std::to_string(fence_epoch_) : absl::StrCat(fence_epoch_, " ", job_id_);
     if (::ftruncate(fd, 0) != 0 ||
         ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()) ||
         ::fsync(fd) != 0) {

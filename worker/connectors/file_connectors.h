@@ -97,12 +97,21 @@ class FileSink : public Sink {
   // own, `<path>.pending-e<epoch>`. The lock is held only around a rename or
   // an append; one held for 10 s (a writer paused in the middle of a commit)
   // fails the call with Unavailable, and the job retries.
+  //
+  // The fence also names the job that holds it (`job_id`; "<epoch> <job>").
+  // Epochs rise across the jobs that write one output in turn (the
+  // coordinator gives a job an epoch above every job that wrote one of its
+  // outputs), so a later job takes an ended one's output over; a writer of
+  // another job that finds a fence of its epoch or above is refused for good
+  // (PermissionDenied, naming the path and that job): two jobs never share
+  // an output (docs/semantics.md "One writer per output").
   explicit FileSink(std::string path, bool checkpointed = false, bool local = false,
-                    int64_t fence_epoch = -1)
+                    int64_t fence_epoch = -1, std::string job_id = "")
       : path_(std::move(path)),
         checkpointed_(checkpointed),
         local_(local),
-        fence_epoch_(fence_epoch) {}
+        fence_epoch_(fence_epoch),
+        job_id_(std::move(job_id)) {}
   ~FileSink() override;
   absl::Status Open() override;
   absl::Status WriteRecord(const SinkRecord& r) override;
@@ -125,9 +134,11 @@ class FileSink : public Sink {
   bool checkpointed_;
   bool local_;
   int64_t fence_epoch_;
+  std::string job_id_;
   // Locks `<path>.fence` (the lock lives as long as the returned fd; -1
   // without fencing); raises it to fence_epoch_ if `raise`; FailedPrecondition
-  // if a newer epoch holds it.
+  // if a newer epoch of this job holds it, PermissionDenied if another job
+  // holds it at this epoch or above.
   absl::StatusOr<int> LockFence(bool raise);
   static constexpr size_t kBufferBytes = 1 << 20;
   std::unique_ptr<char[]> buffer_;  // file_'s stdio buffer

@@ -35,6 +35,9 @@ class FileSinkKind final : public SinkKind {
   std::vector<std::pair<std::string, std::string*>> Files(SinkSpec& sink) const override {
     return {{"file.path", &sink.Mutable<FileSinkSpec>()->path}};
   }
+  std::string Output(const SinkSpec& sink) const override {
+    return "file " + fs::path(sink.Get<FileSinkSpec>().path).lexically_normal().string();
+  }
   void ForTask(SinkSpec& sink, const std::string& part) const override {
     std::string& path = sink.Mutable<FileSinkSpec>()->path;
     path = PartFilePath(path, part);
@@ -44,7 +47,7 @@ class FileSinkKind final : public SinkKind {
     const std::string& path = sink.Get<FileSinkSpec>().path;
     return std::unique_ptr<Sink>(new FileSink(
         path, ctx.checkpointed, !ctx.local_dir.empty() && path.rfind(ctx.local_dir + "/", 0) == 0,
-        ctx.fence ? ctx.epoch : -1));
+        ctx.fence ? ctx.epoch : -1, ctx.job_id));
   }
 
   bool readable() const override { return true; }

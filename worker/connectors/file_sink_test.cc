@@ -84,6 +84,44 @@ TEST_F(FileSinkTest, ANewerEpochFencesTheOldWriter) {
   EXPECT_TRUE(absl::IsFailedPrecondition(late.Open()));
 }
 
+// One writer per output: a job's fence refuses a writer of another job at
+// its epoch or below for good (PermissionDenied, naming the path and the
+// job); a later job (a higher epoch: the coordinator numbers epochs above
+// every job that wrote the output) takes it over.
+TEST_F(FileSinkTest, AnotherJobsFenceRefusesForGoodUntilAHigherEpochTakesItOver) {
+  FileSink first(path_, true, false, /*fence_epoch=*/3, "revenue-1");
+  ASSERT_OK(first.Open());
+  ASSERT_OK(first.Recover(0, ""));
+  ASSERT_OK(Write(first, "r1"));
+  ASSERT_OK(first.PreCommit(1));
+  ASSERT_OK(first.Commit(1));
+
+  for (int64_t epoch : {1, 3}) {
+    FileSink other(path_, true, false, epoch, "copy-2");
+    const absl::Status st = other.Open();
+    EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+    EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("file sink ", path_,
+                                                     ": job revenue-1 writes "
+                                                     "this output (epoch 3); this is job copy-2")));
+  }
+  // The first job goes on, untouched.
+  ASSERT_OK(Write(first, "r2"));
+  ASSERT_OK(first.PreCommit(2));
+  ASSERT_OK(first.Commit(2));
+  EXPECT_EQ(Content(), "r1\nr2\n");
+
+  FileSink later(path_, true, false, /*fence_epoch=*/4, "copy-2");
+  ASSERT_OK(later.Open());
+  ASSERT_OK(later.Recover(0, ""));
+  EXPECT_EQ(Content(), "");
+  // Now the first job's writer is the fenced one (of another job, below).
+  EXPECT_TRUE(absl::IsPermissionDenied(first.PreCommit(3).status()));
+  // A fence written before fences named jobs counts as this job's.
+  std::ofstream(path_ + ".fence", std::ios::trunc) << "5";
+  FileSink same(path_, true, false, 5, "copy-2");
+  EXPECT_OK(same.Open());
+}
+
 // Output of a task that ran on another worker's disk before: the file here
 // holds less than the checkpoint committed. A local sink goes on; a shared
 // one (or a single process) says the file was modified.

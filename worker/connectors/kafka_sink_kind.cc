@@ -52,6 +52,15 @@ class KafkaSinkKind final : public SinkKind {
   std::string Label(const SinkSpec& sink) const override {
     return "kafka:" + sink.Get<KafkaSinkSpec>().topic;
   }
+  // A topic written exactly-once is the job's alone (its transactions and
+  // read_committed readers assume one writer); at-least-once topics may be
+  // shared (docs/semantics.md "One writer per output").
+  std::string Output(const SinkSpec& sink) const override {
+    const KafkaSinkSpec& spec = sink.Get<KafkaSinkSpec>();
+    if (!spec.exactly_once) return "";
+    return absl::StrCat("kafka topic ", spec.topic, " (written exactly-once) on ",
+                        spec.bootstrap.empty() ? "the workers' Kafka" : spec.bootstrap);
+  }
   std::optional<std::string> KafkaBootstrap(const SinkSpec& sink) const override {
     return sink.Get<KafkaSinkSpec>().bootstrap;
   }

@@ -3,6 +3,7 @@
 // Read back (reconcile) from the table's `value` column.
 #include <memory>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/sink_kind.h"
 #include "common/spec_reader.h"
@@ -44,6 +45,11 @@ class PostgresSinkKind final : public SinkKind {
   }
   std::string Label(const SinkSpec& sink) const override {
     return "postgres:" + sink.Get<PostgresSinkSpec>().table;
+  }
+  std::string Output(const SinkSpec& sink) const override {
+    const PostgresSinkSpec& spec = sink.Get<PostgresSinkSpec>();
+    return absl::StrCat("postgres table ", absl::AsciiStrToLower(spec.table), " at \"",
+                        MaskPostgresDsn(spec.dsn), "\"");
   }
   absl::StatusOr<std::unique_ptr<Sink>> Create(const SinkSpec& sink,
                                                const SinkContext& ctx) const override {

@@ -15,6 +15,9 @@ namespace caravela {
 
 struct SinkContext {
   std::string job_name;
+  // The job's id in the cluster (file sinks' fences name the job that
+  // writes the output); empty in `caravela run`.
+  std::string job_id;
   // Bootstrap of the embedded broker for Kafka sinks that name none.
   std::string embedded_bootstrap;
   // Index of the sink in spec.sinks (transactional ids, table names).

@@ -151,8 +151,8 @@ struct JobPart::Impl {
       if (network) {
         pl.network = part.network;
         pl.task_addresses = part.task_addresses;
-        pl.job_id = part.job_id;
       }
+      pl.job_id = part.job_id;
       pl.group_flow = !network;
       pl.cancel = &cancel;
       auto t = Task::Create(spec, options, std::move(pl), metrics.get());

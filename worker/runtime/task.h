@@ -91,6 +91,8 @@ struct TaskPlacement {
   // naming `job_id`.
   NetworkExchange* network = nullptr;
   std::vector<std::string> task_addresses;
+  // The job's id in the cluster (the network exchange's streams, file
+  // sinks' output fences); its name in `caravela run`.
   std::string job_id;
   JobCheckpoints* checkpoints = nullptr;  // null: standalone
   // Partition counts of the Kafka sources the task's stage reads.

@@ -78,7 +78,10 @@ absl::StatusOr<std::unique_ptr<Sink>> GraphBuilder::OpenTaskSink(size_t sink_ind
   sc.epoch = ctx_.epoch;
   sc.checkpointed = checkpointed_;
   sc.fence = ctx_.placement.fence_sinks;
-  if (ctx_.placement.fence_sinks) sc.local_dir = ctx_.options.data_dir;
+  if (ctx_.placement.fence_sinks) {
+    sc.local_dir = ctx_.options.data_dir;
+    sc.job_id = ctx_.placement.job_id;
+  }
   sc.task = ctx_.parallel() ? global_id : -1;
   sc.from = ctx_.spec.FindOperator(ss.from);
   ASSIGN_OR_RETURN(std::unique_ptr<Sink> sink, MakeSink(ss, sc));
@@ -97,9 +100,9 @@ absl::StatusOr<std::unique_ptr<Sink>> GraphBuilder::OpenDeadLetter(const std::st
   if (!part.empty()) path = PartFilePath(path, part);
   // A cluster task's default dead letter is on its worker's own disk.
   const bool fence = ctx_.placement.fence_sinks;
-  auto sink = std::make_unique<FileSink>(path, checkpointed_,
-                                         fence && path.rfind(options.data_dir + "/", 0) == 0,
-                                         fence ? ctx_.epoch : -1);
+  auto sink = std::make_unique<FileSink>(
+      path, checkpointed_, fence && path.rfind(options.data_dir + "/", 0) == 0,
+      fence ? ctx_.epoch : -1, fence ? ctx_.placement.job_id : std::string());
   RETURN_IF_ERROR(sink->Open());
   return sink;
 }
