@@ -62,6 +62,9 @@ std::string NormalizePath(const std::string& path) {
 // Free space a snapshot keeps beyond twice the memtables (RocksDB's own
 // files: MANIFEST, OPTIONS, the checkpoint's copies of them).
 constexpr uint64_t kSnapshotMarginBytes = 4 << 20;
+// Free space an open needs: a new MANIFEST, OPTIONS and WAL file, and the
+// info LOG's option dump, with room to spare.
+constexpr uint64_t kOpenReserveBytes = 4 << 20;
 
 std::shared_ptr<spdlog::logger> Log() {
   static const std::shared_ptr<spdlog::logger> logger = SubsystemLogger("state");
@@ -104,7 +107,14 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view context,
   }
 }
 
-absl::Status FromErrorCode(const std::error_code& ec, absl::string_view context) {
+// A full file system (at `path`, when given) is ResourceExhausted with the
+// free space and what to do, as in FromRocks.
+absl::Status FromErrorCode(const std::error_code& ec, absl::string_view context,
+                           std::string_view path = {}) {
+  if (ec == std::errc::no_space_on_device) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(context, ": ", ec.message(), FreeSpaceNote(path)));
+  }
   return absl::InternalError(absl::StrCat(context, ": ", ec.message()));
 }
 
@@ -382,6 +392,17 @@ std::vector<rocksdb::ColumnFamilyHandle*> RocksDbBackend::Handles() const {
 }
 
 absl::Status RocksDbBackend::OpenDb() {
+  // Opening writes a MANIFEST, an OPTIONS file and a WAL; one of those
+  // writes running out of space leaves RocksDB's file writer in the state
+  // its assertions abort on (Debian's build keeps them), as a flush does
+  // (Snapshot): refuse up front, with the free space and what to do, when
+  // the margin does not fit.
+  if (const std::optional<uint64_t> free = FreeBytes(path_);
+      free.has_value() && *free < kOpenReserveBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rocksdb state open (db ", path_, "): No space left on device to open it (it needs about ",
+        kOpenReserveBytes, " bytes)", FreeSpaceNote(path_)));
+  }
   std::error_code ec;
   std::vector<std::string> names;
   if (fs::exists(fs::path(path_) / "CURRENT", ec)) {
@@ -579,7 +600,8 @@ absl::Status RocksDbBackend::Restore(const std::string& dir) {
       fs::copy_file(it->path(), to, ec);
     }
     if (ec) {
-      absl::Status err = FromErrorCode(ec, absl::StrCat(context, ": copy ", it->path().string()));
+      absl::Status err =
+          FromErrorCode(ec, absl::StrCat(context, ": copy ", it->path().string()), path_);
       fs::remove_all(tmp, ec);
       return err;
     }
