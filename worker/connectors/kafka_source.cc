@@ -55,6 +55,14 @@ bool IsTopicPending(rd_kafka_resp_err_t err) {
          err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC || err == RD_KAFKA_RESP_ERR__TRANSPORT;
 }
 
+// Errors of a partition whose leader is not (yet) known or serving.
+bool IsLeaderPending(rd_kafka_resp_err_t err) {
+  return err == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
+         err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
+         err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+         err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION;
+}
+
 int RemainingMs(std::chrono::steady_clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                   deadline - std::chrono::steady_clock::now())
@@ -234,6 +242,14 @@ absl::Status KafkaSource::Open() {
     int64_t high = 0;
     rd_kafka_resp_err_t qerr = rd_kafka_query_watermark_offsets(
         rk_, options_.topic.c_str(), p, &low, &high, std::max(RemainingMs(deadline), 1000));
+    // A topic just created (an exchange topic of 128 partitions on Apache
+    // Kafka) is listed before each partition's leader serves it, and a
+    // leader may be moving: ask again until the open deadline.
+    while (IsLeaderPending(qerr) && RemainingMs(deadline) > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, RemainingMs(deadline))));
+      qerr = rd_kafka_query_watermark_offsets(rk_, options_.topic.c_str(), p, &low, &high,
+                                              std::max(RemainingMs(deadline), 1000));
+    }
     if (qerr != RD_KAFKA_RESP_ERR_NO_ERROR) {
       rd_kafka_topic_partition_list_destroy(assignment);
       return absl::UnavailableError(absl::StrCat("kafka ", options_.topic, "[", p,
