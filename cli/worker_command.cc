@@ -13,12 +13,14 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "cli/command_support.h"
 #include "cli/commands.h"
 #include "common/time_util.h"
 #include "worker/agent/worker_agent.h"
+#include "worker/connectors/kafka_properties.h"
 
 namespace caravela {
 namespace {
@@ -29,6 +31,7 @@ struct WorkerFlags {
   WorkerAgentOptions agent;
   std::string token_file;
   std::string drain_timeout = "25s";
+  std::vector<std::string> kafka_properties;  // KEY=VALUE
 };
 
 int RunWorker(const CLI::App& cmd, WorkerFlags& f) {
@@ -69,6 +72,11 @@ int RunWorker(const CLI::App& cmd, WorkerFlags& f) {
       std::fprintf(stderr, "error: --allow-path %s: give an absolute directory\n", p.c_str());
       return 2;
     }
+  }
+  // Before any Kafka client exists: every client of this process gets them.
+  if (absl::Status st = SetProcessKafkaProperties(f.kafka_properties); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return 2;
   }
   f.agent.on_registered = [coordinator = f.agent.coordinator](const std::string& id) {
     std::printf("caravela worker: id=%s coordinator=%s\n", id.c_str(), coordinator.c_str());
@@ -153,6 +161,13 @@ Command AddWorkerCommand(CLI::App& app) {
   cmd->add_option("--bootstrap", f->agent.bootstrap,
                   "Kafka bootstrap for jobs that name none (sources, sinks, exchanges)")
       ->envname("CARAVELA_BOOTSTRAP");
+  cmd->add_option("--kafka-property", f->kafka_properties,
+                  "KEY=VALUE: a librdkafka property for every Kafka client of the worker\n"
+                  "(repeatable; e.g. security.protocol=SASL_SSL). A job's kafka.properties win\n"
+                  "over it; keys Caravela sets for its guarantees are refused. The variable\n"
+                  "holds one KEY=VALUE a line")
+      ->envname("CARAVELA_KAFKA_PROPERTY")
+      ->delimiter('\n');
   cmd->add_option("--shared-dir", f->agent.shared_dir,
                   "A directory every worker mounts at the same path (NFS, a shared volume):\n"
                   "jobs' relative file paths resolve against it and their default dead letter\n"

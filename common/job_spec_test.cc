@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 namespace caravela {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -772,6 +774,94 @@ TEST(JobSpecTest, KafkaSinkModes) {
                                      "changelog, got ")));
   EXPECT_THAT(JobErrors("", "    - {from: src, kafka: {topic: a, exactly-once: true}}\n"),
               ElementsAre(StartsWith("spec.sinks[0].kafka.exactly-once: unknown field")));
+}
+
+// `kafka: {properties: {...}}` on sources and sinks: librdkafka properties
+// passed to the clients verbatim (worker/connectors/kafka_properties.h),
+// checked by librdkafka when the job is parsed.
+TEST(JobSpecTest, KafkaProperties) {
+  const std::string source_props =
+      "    - name: k\n"
+      "      kafka:\n"
+      "        topic: clicks\n"
+      "        properties:\n"
+      "          security.protocol: SASL_SSL\n"
+      "          sasl.mechanisms: SCRAM-SHA-512\n"
+      "          sasl.username: caravela\n"
+      "          sasl.password: s3cret\n"
+      "          ssl.ca.location: /etc/kafka/ca.pem\n"
+      "          fetch.max.bytes: 1048576\n"
+      "      event_time: {field: ts}\n";
+  ParseResult r = ParseJobSpec(Job("",
+                                   "    - {from: k, kafka: {topic: out, properties: "
+                                   "{security.protocol: SSL, compression.type: lz4}}}\n"
+                                   "    - {from: src, kafka: {topic: plain}}\n",
+                                   source_props));
+  ASSERT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
+  const std::map<std::string, std::string> want_source = {{"security.protocol", "SASL_SSL"},
+                                                          {"sasl.mechanisms", "SCRAM-SHA-512"},
+                                                          {"sasl.username", "caravela"},
+                                                          {"sasl.password", "s3cret"},
+                                                          {"ssl.ca.location", "/etc/kafka/ca.pem"},
+                                                          {"fetch.max.bytes", "1048576"}};
+  EXPECT_EQ(r.spec.sources[1].Get<KafkaSourceSpec>().properties, want_source);
+  const std::map<std::string, std::string> want_sink = {{"security.protocol", "SSL"},
+                                                        {"compression.type", "lz4"}};
+  EXPECT_EQ(r.spec.sinks[0].Get<KafkaSinkSpec>().properties, want_sink);
+  EXPECT_TRUE(r.spec.sinks[1].Get<KafkaSinkSpec>().properties.empty());  // default: none
+
+  auto sink_errors = [](const std::string& properties) {
+    return JobErrors("", "    - {from: src, kafka: {topic: a, properties: " + properties + "}}\n");
+  };
+  // Not a mapping; values that are not strings; keys that are not names.
+  EXPECT_THAT(sink_errors("[security.protocol=SSL]"),
+              ElementsAre("spec.sinks[0].kafka.properties: expected a mapping of librdkafka "
+                          "property names to values (e.g. {security.protocol: SASL_SSL}), got a "
+                          "list"));
+  EXPECT_THAT(sink_errors("{sasl.username: {name: x}, sasl.password: [a], client.id: ~}"),
+              ElementsAre("spec.sinks[0].kafka.properties.sasl.username: expected a string, got "
+                          "a mapping",
+                          "spec.sinks[0].kafka.properties.sasl.password: expected a string, got "
+                          "a list",
+                          "spec.sinks[0].kafka.properties.client.id: expected a string, got null"));
+  EXPECT_THAT(sink_errors("{[a]: b}"),
+              ElementsAre("spec.sinks[0].kafka.properties: expected property names, got a list "
+                          "as a key"));
+  EXPECT_THAT(sink_errors("{client.id: a, client.id: b}"),
+              ElementsAre(HasSubstr("spec.sinks[0].kafka.properties.client.id: duplicate")));
+  // librdkafka's own checks: an unknown name, a value it refuses.
+  EXPECT_THAT(sink_errors("{no.such.property: 1}"),
+              ElementsAre("spec.sinks[0].kafka.properties.no.such.property: kafka property "
+                          "no.such.property: No such configuration property: "
+                          "\"no.such.property\""));
+  EXPECT_THAT(sink_errors("{security.protocol: carrier-pigeon}"),
+              ElementsAre(AllOf(StartsWith("spec.sinks[0].kafka.properties.security.protocol: "),
+                                HasSubstr("carrier-pigeon"))));
+  // Keys Caravela sets for its guarantees, with the reason.
+  EXPECT_THAT(sink_errors("{transactional.id: x, acks: '1', linger.ms: 20, bootstrap.servers: b}"),
+              ElementsAre(HasSubstr("kafka.properties.transactional.id: kafka property "
+                                    "transactional.id is set by Caravela: exactly-once sinks "
+                                    "derive it"),
+                          HasSubstr("kafka.properties.acks: kafka property acks is set by "
+                                    "Caravela"),
+                          HasSubstr("a Kafka sink's linger is its kafka.linger"),
+                          HasSubstr("kafka.properties.bootstrap.servers: kafka property "
+                                    "bootstrap.servers is set by Caravela: the cluster is the "
+                                    "source's or sink's kafka.bootstrap")));
+  EXPECT_THAT(sink_errors("{isolation.level: read_uncommitted}"),
+              ElementsAre(HasSubstr("exactly-once sinks read their commit markers")));
+  // A source may read read_committed; its offsets are Caravela's.
+  auto source_errors = [](const std::string& properties) {
+    return Errors(
+        ParseJobSpec("apiVersion: caravela/v1\nkind: Job\nmetadata: {name: t}\nspec:\n  sources:\n"
+                     "    - {name: a, kafka: {topic: t, properties: " +
+                     properties + "}, event_time: {field: ts}}\n"));
+  };
+  EXPECT_THAT(source_errors("{isolation.level: read_committed}"), IsEmpty());
+  EXPECT_THAT(source_errors("{group.id: mine, auto.offset.reset: latest}"),
+              ElementsAre(HasSubstr("spec.sources[0].kafka.properties.group.id: kafka property "
+                                    "group.id is set by Caravela"),
+                          HasSubstr("where a source starts is its kafka.start")));
 }
 
 TEST(JobSpecTest, SqlIdentifier) {

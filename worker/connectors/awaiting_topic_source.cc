@@ -44,6 +44,7 @@ absl::Status AwaitingTopicSource::TryOpen(int timeout_ms) {
   probe_options.bootstrap = options_.bootstrap;
   probe_options.topic = options_.topic;
   probe_options.open_timeout_ms = timeout_ms;
+  probe_options.config = options_.config;  // the job's properties (SASL, TLS)
   KafkaSource probe(probe_options);
   absl::Status st = probe.Open();
   if (absl::IsNotFound(st)) {  // not there yet

@@ -124,6 +124,9 @@ absl::Status KafkaSink::Open() {
     props.push_back({"transaction.timeout.ms", std::to_string(options_.transaction_timeout_ms)});
   }
   ASSIGN_OR_RETURN(KafkaConfPtr conf, NewKafkaConf(props));
+  for (const auto& [name, value] : options_.properties) {
+    RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
+  }
   for (const auto& [name, value] : options_.config) {
     RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
   }
@@ -437,6 +440,9 @@ absl::StatusOr<int64_t> KafkaSink::ReadLastMarker() {
                                  {"enable.auto.commit", "false"},
                                  {"isolation.level", "read_committed"},
                                  {"enable.partition.eof", "true"}}));
+  for (const auto& [name, value] : options_.properties) {
+    RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
+  }
   ASSIGN_OR_RETURN(rd_kafka_t * c,
                    NewKafkaClient(KafkaClientType::kConsumer, std::move(conf), where));
   struct Closer {

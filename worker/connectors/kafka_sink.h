@@ -55,7 +55,8 @@ typedef struct rd_kafka_message_s rd_kafka_message_t;
 
 namespace caravela {
 
-// `kafka: {topic, bootstrap, mode, exactly_once}` (kafka_sink_kind.cc).
+// `kafka: {topic, bootstrap, mode, exactly_once, linger, properties}`
+// (kafka_sink_kind.cc).
 struct KafkaSinkSpec {
   std::string topic;
   std::string bootstrap;  // empty: the embedded broker
@@ -70,6 +71,9 @@ struct KafkaSinkSpec {
   // The producer's linger.ms: how long a result may wait for others to
   // share its produce request (0: sent at once, more requests).
   int64_t linger_ms = 5;
+  // librdkafka properties for this sink's clients (SASL, TLS, tuning),
+  // checked when the job is parsed (kafka_properties.h).
+  std::map<std::string, std::string> properties;
 };
 
 struct KafkaSinkOptions {
@@ -109,6 +113,10 @@ struct KafkaSinkOptions {
   int flush_timeout_ms = 30000;
   // Extra librdkafka producer properties, applied last (expert use, tests).
   std::map<std::string, std::string> config;
+  // The job's kafka.properties: applied to every client of the sink (the
+  // producer, after the process's properties; the reader of the commit
+  // markers).
+  std::map<std::string, std::string> properties;
 };
 
 // Errors: Open() fails if the topic's metadata cannot be had in time (and,

@@ -1,10 +1,12 @@
-// Sink kind `kafka: {topic, bootstrap?, mode?, exactly_once?, linger?}`: a changelog
-// (or upsert) topic, idempotent or transactional with the checkpoints
-// (KafkaSink, kafka_sink.h). Read back (reconcile) from the topic's start to
-// its current end.
+// Sink kind `kafka: {topic, bootstrap?, mode?, exactly_once?, linger?,
+// properties?}`: a changelog (or upsert) topic, idempotent or transactional
+// with the checkpoints (KafkaSink, kafka_sink.h); `properties` go to its
+// librdkafka clients (kafka_properties.h). Read back (reconcile) from the
+// topic's start to its current end.
 #include "absl/strings/str_cat.h"
 #include "common/sink_kind.h"
 #include "common/spec_reader.h"
+#include "worker/connectors/kafka_properties.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/connectors/sink_factory.h"
@@ -22,7 +24,8 @@ class KafkaSinkKind final : public SinkKind {
     SpecReader& r = ctx.r;
     const YAML::Node& k = ctx.node;
     const std::string& kpath = ctx.path;
-    if (!r.CheckMap(k, kpath, {"topic", "bootstrap", "mode", "exactly_once", "linger"})) {
+    if (!r.CheckMap(k, kpath,
+                    {"topic", "bootstrap", "mode", "exactly_once", "linger", "properties"})) {
       return spec;
     }
     if (auto t = r.String(k, "topic", kpath, true)) spec.topic = *t;
@@ -47,6 +50,7 @@ class KafkaSinkKind final : public SinkKind {
         spec.linger_ms = *l;
       }
     }
+    spec.properties = ReadKafkaProperties(r, k, kpath, KafkaPropertyScope::kSink);
     return spec;
   }
   std::string Label(const SinkSpec& sink) const override {
@@ -84,6 +88,7 @@ class KafkaSinkKind final : public SinkKind {
     if (ctx.task >= 0) absl::StrAppend(&ko.transactional_id, "-task", ctx.task);
     ko.epoch = ctx.epoch;
     ko.linger_ms = static_cast<int>(spec.linger_ms);
+    ko.properties = spec.properties;
     return std::unique_ptr<Sink>(new KafkaSink(ko));
   }
 
@@ -95,7 +100,8 @@ class KafkaSinkKind final : public SinkKind {
     const KafkaSinkSpec& spec = sink.Get<KafkaSinkSpec>();
     absl::Status st = ForEachKafkaMessage(
         spec.bootstrap.empty() ? bootstrap : spec.bootstrap, spec.topic, 5000,
-        [&](const RawMessage& m) { add(m.tombstone ? std::string_view() : m.payload); });
+        [&](const RawMessage& m) { add(m.tombstone ? std::string_view() : m.payload); },
+        spec.properties);
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("kafka sink: cannot read it back: ", st.message()));

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
+#include "worker/connectors/kafka_properties.h"
 
 namespace caravela {
 namespace {
@@ -84,7 +85,9 @@ absl::Status SetKafkaConf(rd_kafka_conf_t* conf, const std::string& name,
   char err[512];
   if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), err, sizeof(err)) != RD_KAFKA_CONF_OK) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kafka client property ", name, "=", value, ": ", err));
+        IsSecretKafkaProperty(name)
+            ? absl::StrCat("kafka client property ", name, ": refused (value not shown)")
+            : absl::StrCat("kafka client property ", name, "=", value, ": ", err));
   }
   return absl::OkStatus();
 }
@@ -94,6 +97,10 @@ absl::StatusOr<KafkaConfPtr> NewKafkaConf(
   KafkaConfPtr conf(rd_kafka_conf_new());
   rd_kafka_conf_set_log_cb(conf.get(), LogCallback);
   for (const auto& [name, value] : props) RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
+  // The process's (caravela worker --kafka-property): after Caravela's own.
+  for (const auto& [name, value] : ProcessKafkaProperties()) {
+    RETURN_IF_ERROR(SetKafkaConf(conf.get(), name, value));
+  }
   return conf;
 }
 
@@ -459,8 +466,10 @@ absl::Status KafkaSource::CommitOffsets(const std::vector<int64_t>& next_offsets
 
 absl::Status ForEachKafkaMessage(const std::string& bootstrap, const std::string& topic,
                                  int open_timeout_ms,
-                                 const std::function<void(const RawMessage&)>& f) {
+                                 const std::function<void(const RawMessage&)>& f,
+                                 const std::map<std::string, std::string>& properties) {
   KafkaSourceOptions o;
+  o.config = properties;
   o.bootstrap = bootstrap;
   o.topic = topic;
   o.start = "earliest";

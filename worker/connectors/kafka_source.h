@@ -29,8 +29,8 @@ class logger;
 
 namespace caravela {
 
-// A source's `kafka: {topic, bootstrap?, start?, bounded?, arrival_field?}`
-// (kafka_source_kind.cc).
+// A source's `kafka: {topic, bootstrap?, start?, bounded?, arrival_field?,
+// properties?}` (kafka_source_kind.cc).
 struct KafkaSourceSpec {
   std::string topic;
   std::string bootstrap;           // empty: the embedded broker
@@ -41,6 +41,10 @@ struct KafkaSourceSpec {
   // As for files: processing time follows this field (needs bounded: the
   // partitions are merged by it, ties by partition then offset).
   std::string arrival_field;
+  // librdkafka properties for this source's clients (SASL, TLS, tuning),
+  // checked when the job is parsed (kafka_properties.h); applied after the
+  // process's.
+  std::map<std::string, std::string> properties;
 };
 
 struct KafkaSourceOptions {
@@ -143,7 +147,9 @@ struct KafkaConfDeleter {
 using KafkaConfPtr = std::unique_ptr<rd_kafka_conf_t, KafkaConfDeleter>;
 
 // A new configuration whose librdkafka log lines go to KafkaLogger(), with
-// `props` applied in order. InvalidArgument names the bad property.
+// `props` applied in order, then the process's properties (caravela worker
+// --kafka-property, kafka_properties.h). InvalidArgument names the bad
+// property.
 absl::StatusOr<KafkaConfPtr> NewKafkaConf(
     const std::vector<std::pair<std::string, std::string>>& props);
 // rd_kafka_new with `conf` (the client owns it once it exists). A failure
@@ -167,9 +173,11 @@ absl::Status SetKafkaConf(rd_kafka_conf_t* conf, const std::string& name, const 
 
 // Calls `f` with every message of `topic` from its start to its current end
 // (a bounded read: `caravela reconcile` reading a sink or an audit trail
-// back). Errors name the topic and the broker.
+// back). `properties`: more librdkafka properties for its consumer (a
+// sink's kafka.properties). Errors name the topic and the broker.
 absl::Status ForEachKafkaMessage(const std::string& bootstrap, const std::string& topic,
                                  int open_timeout_ms,
-                                 const std::function<void(const RawMessage&)>& f);
+                                 const std::function<void(const RawMessage&)>& f,
+                                 const std::map<std::string, std::string>& properties = {});
 
 }  // namespace caravela

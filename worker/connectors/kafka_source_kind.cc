@@ -1,11 +1,13 @@
-// Source kind `kafka: {topic, bootstrap?, start?, bounded?, arrival_field?}`:
-// a topic, its partitions shared by the tasks of a stage (KafkaSource,
-// kafka_source.h); `bounded: true` reads what exists at the start and ends,
-// and only then may processing time follow `arrival_field`.
+// Source kind `kafka: {topic, bootstrap?, start?, bounded?, arrival_field?,
+// properties?}`: a topic, its partitions shared by the tasks of a stage
+// (KafkaSource, kafka_source.h); `bounded: true` reads what exists at the
+// start and ends, and only then may processing time follow `arrival_field`;
+// `properties` go to its librdkafka clients (kafka_properties.h).
 #include "absl/strings/str_cat.h"
 #include "common/source_kind.h"
 #include "common/spec_reader.h"
 #include "worker/connectors/awaiting_topic_source.h"
+#include "worker/connectors/kafka_properties.h"
 #include "worker/connectors/kafka_source.h"
 
 namespace caravela {
@@ -21,7 +23,8 @@ class KafkaSourceKind final : public SourceKind {
     SpecReader& r = ctx.r;
     const YAML::Node& k = ctx.node;
     const std::string& kpath = ctx.path;
-    if (!r.CheckMap(k, kpath, {"topic", "bootstrap", "start", "bounded", "arrival_field"})) {
+    if (!r.CheckMap(k, kpath,
+                    {"topic", "bootstrap", "start", "bounded", "arrival_field", "properties"})) {
       return spec;
     }
     if (auto t = r.String(k, "topic", kpath, true)) spec.topic = *t;
@@ -36,6 +39,7 @@ class KafkaSourceKind final : public SourceKind {
               "their end at the start)");
       }
     }
+    spec.properties = ReadKafkaProperties(r, k, kpath, KafkaPropertyScope::kSource);
     return spec;
   }
   std::string Label(const SourceSpec& source) const override {
@@ -63,6 +67,7 @@ class KafkaSourceKind final : public SourceKind {
     KafkaSourceOptions ko;
     ko.bootstrap = spec.bootstrap.empty() ? embedded_bootstrap : spec.bootstrap;
     ko.topic = spec.topic;
+    ko.config = spec.properties;
     ko.open_timeout_ms = 1000;  // NotFound: a topic not created yet (its source waits)
     KafkaSource probe(ko);
     RETURN_IF_ERROR(probe.Open());
@@ -81,6 +86,7 @@ class KafkaSourceKind final : public SourceKind {
     ko.start = spec.start;
     ko.start_offsets = ctx.start_offsets;
     ko.partitions = ctx.partitions;
+    ko.config = spec.properties;  // group.id is not among them (reserved)
     ko.config["group.id"] = "caravela-" + ctx.job_name;
     // A topic that does not exist yet is waited for (the task runs and
     // reports it); `bounded` then reads up to the end it has once created.
