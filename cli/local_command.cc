@@ -1,9 +1,9 @@
-// `caravela local`: a whole cluster on this machine. The embedded broker and
-// a coordinator run in this process, N `caravela worker` child processes
-// beside it (worker-<n> in the data directory, with their own /metrics); a
-// worker that exits is logged and started again. Until SIGINT or SIGTERM,
-// then the workers are stopped too; killed (SIGKILL), its workers leave by
-// themselves (kLocalPidVariable).
+// `caravela local`: a whole cluster on this machine. The embedded broker (or,
+// with --bootstrap, an existing Kafka) and a coordinator run in this
+// process, N `caravela worker` child processes beside it (worker-<n> in the
+// data directory, with their own /metrics); a worker that exits is logged
+// and started again. Until SIGINT or SIGTERM, then the workers are stopped
+// too; killed (SIGKILL), its workers leave by themselves (kLocalPidVariable).
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -25,6 +25,7 @@
 #include "cli/commands.h"
 #include "coordinator/coordinator.h"
 #include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_properties.h"
 #include "worker/exchange/exchange.h"
 #include "worker/runtime/job_runner.h"
 
@@ -44,6 +45,9 @@ struct LocalFlags {
   // The workers' HTTP HOST:PORT; a port other than 0 is the first worker's,
   // the next ones count up. Empty: none.
   std::string worker_http = "127.0.0.1:0";
+  // An existing Kafka (HOST:PORT[,...]) instead of the embedded broker.
+  std::string bootstrap;
+  std::vector<std::string> kafka_properties;  // KEY=VALUE, for every client
 };
 
 // The worker processes: started, watched, restarted when one exits.
@@ -159,6 +163,8 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
   InheritOption(cmd, "--http", {"coordinator"}, &f.coordinator.http_listen);
   InheritOption(cmd, "--allow-path", {"coordinator"}, &f.coordinator.allowed_paths);
   InheritOption(cmd, "--token-file", {"coordinator", "worker"}, &f.token_file);
+  // The worker's CARAVELA_KAFKA_PROPERTY (which the workers inherit too).
+  InheritOption(cmd, "--kafka-property", {"worker"}, &f.kafka_properties);
   std::string token;
   if (!ReadToken(f.token_file, &token)) return 2;
   std::vector<std::string> worker_http(f.workers);
@@ -170,9 +176,21 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
     }
     worker_http[i] = *std::move(http);
   }
-  absl::StatusOr<std::unique_ptr<EmbeddedBroker>> broker =
-      EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions);
-  if (!broker.ok()) return Fail(broker.status());
+  // This process's clients (the exchange topics below) and the workers'.
+  if (absl::Status st = SetProcessKafkaProperties(f.kafka_properties); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  // The embedded broker, unless the cluster uses an existing Kafka.
+  std::unique_ptr<EmbeddedBroker> broker;
+  std::string bootstrap = f.bootstrap;
+  if (bootstrap.empty()) {
+    absl::StatusOr<std::unique_ptr<EmbeddedBroker>> started =
+        EmbeddedBroker::Start(0, EmbeddedBroker::kAutoCreatePartitions);
+    if (!started.ok()) return Fail(started.status());
+    broker = *std::move(started);
+    bootstrap = broker->bootstrap();
+  }
   CoordinatorOptions co;
   co.token = token;
   co.listen = f.coordinator.listen;
@@ -187,16 +205,21 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
     f.shared_dir = std::filesystem::absolute(f.shared_dir).lexically_normal().string();
   }
   co.allowed_paths.push_back(f.shared_dir);
-  // Jobs that name no Kafka cluster use this broker; it serves no
-  // CreateTopics to the worker processes, so the exchange topics of a job
-  // with Kafka exchanges (spec.exchange: kafka) are created here.
-  const std::string bootstrap = (*broker)->bootstrap();
-  co.prepare_job = [bootstrap](const JobSpec& spec, const JobPlan& plan) -> absl::Status {
+  // Jobs that name no Kafka cluster use this one. The embedded broker serves
+  // no CreateTopics to the worker processes, so the exchange topics of a job
+  // with Kafka exchanges (spec.exchange: kafka) are created here, at submit.
+  // An existing Kafka serves the workers' CreateTopics, but creating them
+  // here too reports a problem (a topic with too few partitions, no rights
+  // to create) when the job is submitted; with room for a rescale up to the
+  // job's max_parallelism, as the workers would create them.
+  const bool embedded = broker != nullptr;
+  co.prepare_job = [bootstrap, embedded](const JobSpec& spec, const JobPlan& plan) -> absl::Status {
     if (spec.exchange != "kafka" || !JobKafkaBootstrap(spec, "").empty()) {
       return absl::OkStatus();
     }
     for (const ExchangePlan& ex : plan.exchanges) {
-      RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions));
+      RETURN_IF_ERROR(EnsureExchangeTopic(bootstrap, ex.topic, ex.partitions,
+                                          embedded ? 0 : ex.CreatePartitions(plan)));
     }
     return absl::OkStatus();
   };
@@ -230,15 +253,22 @@ int RunLocal(const CLI::App& cmd, LocalFlags& f) {
       args.push_back("--token-file");
       args.push_back(std::filesystem::absolute(f.token_file).string());
     }
+    for (const std::string& p : f.kafka_properties) {
+      args.push_back("--kafka-property");
+      args.push_back(p);
+    }
     worker_args.push_back(std::move(args));
   }
   LocalWorkers workers(std::move(worker_args));
   if (!workers.StartAll()) return 1;  // the destructor stops those started
+  // broker= is the Kafka the workers use; kafka= says whose it is.
   std::printf(
-      "caravela local: broker=%s coordinator=%s http=%s workers=%d data-dir=%s shared-dir=%s\n",
-      (*broker)->bootstrap().c_str(), (*c)->grpc_address().c_str(),
+      "caravela local: broker=%s coordinator=%s http=%s workers=%d data-dir=%s shared-dir=%s "
+      "kafka=%s\n",
+      bootstrap.c_str(), (*c)->grpc_address().c_str(),
       (*c)->http_address().empty() ? "off" : (*c)->http_address().c_str(), f.workers,
-      f.data_dir.c_str(), f.shared_dir.c_str());
+      f.data_dir.c_str(), f.shared_dir.c_str(),
+      embedded ? "embedded" : "existing (--bootstrap; no embedded broker)");
   std::fflush(stdout);
   CatchStopSignals(OnSigterm::kStop);
   while (!StopRequested()) {
@@ -256,8 +286,9 @@ Command AddLocalCommand(CLI::App& app) {
   auto f = std::make_shared<LocalFlags>();
   CLI::App* cmd = app.add_subcommand(
       "local",
-      "A whole cluster on this machine: the embedded Kafka broker and a coordinator in\n"
-      "this process, N worker processes; prints the addresses; runs until Ctrl-C.");
+      "A whole cluster on this machine: the embedded Kafka broker (or, with --bootstrap,\n"
+      "an existing Kafka) and a coordinator in this process, N worker processes; prints\n"
+      "the addresses; runs until Ctrl-C.");
   cmd->add_option("--workers", f->workers, "Worker processes")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
@@ -281,6 +312,12 @@ Command AddLocalCommand(CLI::App& app) {
                   "The workers' HTTP HOST:PORT for /metrics and /healthz: port 0 any, else the\n"
                   "first worker's port and the next ones count up (\"\": none)")
       ->capture_default_str();
+  cmd->add_option("--bootstrap", f->bootstrap,
+                  "An existing Kafka (HOST:PORT[,HOST:PORT...]) for the workers and the exchange\n"
+                  "topics instead of the embedded broker, which is then not started");
+  cmd->add_option("--kafka-property", f->kafka_properties,
+                  "KEY=VALUE: a librdkafka property for every Kafka client of the cluster (the\n"
+                  "workers' --kafka-property; repeatable), e.g. security.protocol=SASL_SSL");
   cmd->add_option("--shared-dir", f->shared_dir,
                   "The workers' shared directory: jobs' relative file paths (inputs, outputs,\n"
                   "dead letters) resolve against it (default <data-dir>/shared)");

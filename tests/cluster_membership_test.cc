@@ -26,6 +26,7 @@
 #include "tests/child_process.h"
 #include "tests/test_util.h"
 #include "worker/connectors/kafka_test_util.h"
+#include "worker/testing/apache_kafka.h"
 #include "worker/testing/status_testing.h"
 
 namespace caravela {
@@ -432,6 +433,88 @@ spec:
   }
   EXPECT_EQ(orders, 1900);
   EXPECT_GT(finals, 0);
+  EXPECT_EQ(local.Stop(SIGTERM), 0) << local.Log();
+}
+
+// `caravela local --bootstrap` against a real Apache Kafka (the ApacheKafka
+// fixture): no embedded broker; the workers read, exchange through topics
+// (spec.exchange: kafka, created on that Kafka when the job is submitted,
+// with room for its max_parallelism) and write to it.
+TEST(ClusterMembershipTest, LocalRunsASubmittedJobOnAnExistingKafka) {
+  TempDir tmp("local-kafka", "CARAVELA_KEEP_TEST_DIRS", "caravela local --bootstrap test");
+  const fs::path& dir = tmp.path();
+  absl::StatusOr<std::unique_ptr<ApacheKafka>> kafka = ApacheKafka::Start(1, 4);
+  ASSERT_OK(kafka.status());
+  const std::string bootstrap = (*kafka)->bootstrap();
+  ASSERT_OK((*kafka)->CreateTopic("purchases", 4));
+  std::vector<std::pair<int32_t, std::string>> lines;
+  lines.reserve(2000);
+  for (int i = 0; i < 2000; ++i) {
+    lines.emplace_back(i % 4,
+                       absl::StrCat(R"({"event_id":"e)", i % 1900, R"(","user_id":"u)", i % 37,
+                                    R"(","country":"c)", i % 5, R"(","amount":1,"ts":)",
+                                    1'700'000'000'000LL + i * 1000, "}"));
+  }
+  ASSERT_OK(ProduceLines(bootstrap, "purchases", lines, 30000));
+
+  ChildProcess local({CARAVELA_BINARY, "local", "--workers", "2", "--bootstrap", bootstrap,
+                      "--data-dir", (dir / "cluster").string(), "--allow-path", dir.string()},
+                     dir / "local.log");
+  const std::vector<std::string> got = local.WaitForMatch(
+      R"(caravela local: broker=(\S+) coordinator=(\S+) http=\S+ workers=2 .* kafka=existing)",
+      milliseconds(20000));
+  ASSERT_EQ(got.size(), 3u) << local.Log();
+  EXPECT_EQ(got[1], bootstrap);
+  const std::string yaml = absl::StrCat(R"(apiVersion: caravela/v1
+kind: Job
+metadata: {name: local-kafka}
+spec:
+  parallelism: 2
+  max_parallelism: 8
+  exchange: kafka
+  checkpoint: {interval: 200ms}
+  sources:
+    - name: purchases
+      kafka: {topic: purchases, bounded: true}
+      event_time: {field: ts, format: epoch_ms}
+  operators:
+    - name: unique
+      dedup: {from: purchases, id: event_id, retention: 1h}
+    - name: revenue
+      window: {from: unique, tumbling: 1h, group_by: [country], aggregates: [{as: orders, count: "*"}]}
+  sinks:
+    - {from: revenue, file: {path: )",
+                                        (dir / "out/revenue.jsonl").string(), R"(}}
+    - {from: revenue, kafka: {topic: revenue}}
+)");
+  JobClient client(got[2], "");
+  absl::StatusOr<v1::Job> job = SubmitAndWaitForTheEnd(client, yaml);
+  ASSERT_TRUE(job.ok()) << job.status() << local.Log();
+  ASSERT_EQ(job->state(), v1::FINISHED) << job->DebugString() << local.Log();
+  EXPECT_EQ(job->epoch(), 1) << "the job restarted:\n" << local.Log();
+  // 1900 distinct events in the FINAL counts of the file sink and of the
+  // Kafka sink's topic.
+  int64_t orders = 0;
+  for (const std::string& line : ReadParts(dir / "out", "revenue")) {
+    if (line.find(R"("state":"FINAL")") == std::string::npos) continue;
+    const size_t at = line.find(R"("orders":)");
+    ASSERT_NE(at, std::string::npos) << line;
+    orders += std::stoll(line.substr(at + 9));
+  }
+  EXPECT_EQ(orders, 1900);
+  absl::StatusOr<std::vector<KafkaConsumedRecord>> topic = ConsumeAll(bootstrap, "revenue", 10000);
+  ASSERT_OK(topic.status());
+  int64_t topic_orders = 0;
+  for (const KafkaConsumedRecord& r : *topic) {
+    if (r.value.find(R"("state":"FINAL")") == std::string::npos) continue;
+    topic_orders += std::stoll(r.value.substr(r.value.find(R"("orders":)") + 9));
+  }
+  EXPECT_EQ(topic_orders, 1900);
+  // The exchange topics live on that Kafka, with max_parallelism partitions.
+  EXPECT_OK((*kafka)->WaitForLeaders("caravela.local-kafka.unique", 8, std::chrono::seconds(5)));
+  EXPECT_OK((*kafka)->WaitForLeaders("caravela.local-kafka.revenue", 8, std::chrono::seconds(5)));
+  // (EmbeddedBroker::Start logs "embedded broker: bootstrap ...".)
+  EXPECT_THAT(local.Log(), ::testing::Not(::testing::HasSubstr("embedded broker: bootstrap")));
   EXPECT_EQ(local.Stop(SIGTERM), 0) << local.Log();
 }
 
