@@ -1,7 +1,7 @@
 // `caravela demo`: the README's first command. Starts the embedded Kafka
-// broker, produces a live stream of mobile purchase events into a 4-partition
-// topic (retries, hours-late uploads, cross-partition disorder, same-id
-// conflicts, malformed records), runs the hourly-revenue job against it and
+// broker (or uses an existing Kafka: --bootstrap), produces a live stream of
+// mobile purchase events into a 4-partition topic (retries, hours-late uploads, cross-partition
+// disorder, same-id conflicts, malformed records), runs the hourly-revenue job against it and
 // prints every revision as it is published (EARLY -> ON_TIME -> LATE -> FINAL),
 // then the side-output counts. Exits by itself.
 #include "cli/demo.h"
@@ -22,6 +22,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
 #include "worker/connectors/file_connectors.h"
+#include "worker/connectors/kafka_admin.h"
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/registry/builtin_kinds.h"
@@ -94,30 +95,46 @@ std::string HourMinute(std::string_view iso) {
 
 }  // namespace
 
-int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
+int RunDemo(const std::string& job_file, int seconds, int events, bool quiet,
+            const std::string& existing_bootstrap) {
   spdlog::set_level(spdlog::level::warn);  // keep the screen for the results
   ParseResult parsed = LoadJobSpec(job_file);
   if (!parsed.ok()) {
     for (const auto& e : parsed.errors) std::fprintf(stderr, "  %s\n", e.ToString().c_str());
     return 2;
   }
-  auto broker_or = EmbeddedBroker::Start(0, 4);
-  if (!broker_or.ok()) {
-    std::fprintf(stderr, "error: embedded broker: %s\n",
-                 std::string(broker_or.status().message()).c_str());
-    return 1;
+  std::unique_ptr<EmbeddedBroker> broker;
+  std::string bootstrap = existing_bootstrap;
+  if (bootstrap.empty()) {
+    auto broker_or = EmbeddedBroker::Start(0, 4);
+    if (!broker_or.ok()) {
+      std::fprintf(stderr, "error: embedded broker: %s\n",
+                   std::string(broker_or.status().message()).c_str());
+      return 1;
+    }
+    broker = std::move(*broker_or);
+    bootstrap = broker->bootstrap();
   }
-  std::unique_ptr<EmbeddedBroker> broker = std::move(*broker_or);
-  const std::string bootstrap = broker->bootstrap();
   // One output partition, so the printer shows revisions in publication order.
   for (auto [topic, partitions] : {std::pair{"purchases", 4}, std::pair{"hourly-revenue", 1}}) {
-    absl::Status st = broker->CreateTopic(topic, partitions);
+    // On an existing Kafka through its Admin API; topics that exist hold an
+    // earlier demo's records, which would mix with this one's.
+    absl::Status st = broker != nullptr ? broker->CreateTopic(topic, partitions)
+                                        : CreateKafkaTopic(bootstrap, topic, partitions);
+    if (absl::IsAlreadyExists(st) && broker == nullptr) {
+      std::fprintf(stderr,
+                   "error: %s: the demo needs fresh topics (delete them, or start a fresh "
+                   "cluster: scripts/kafka start --fresh)\n",
+                   std::string(st.message()).c_str());
+      return 1;
+    }
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
       return 1;
     }
   }
-  std::printf("Embedded Kafka broker at %s; topics purchases (4 partitions), hourly-revenue (1)\n",
+  std::printf("%s at %s; topics purchases (4 partitions), hourly-revenue (1)\n",
+              broker != nullptr ? "Embedded Kafka broker" : "Kafka (--bootstrap)",
               bootstrap.c_str());
 
   const int64_t now = SystemClock().NowMs();
@@ -190,8 +207,9 @@ int RunDemo(const std::string& job_file, int seconds, int events, bool quiet) {
 
   RunOptions options;
   options.data_dir = "caravela-data/demo";
-  // Each demo starts afresh: its broker is new, so the checkpoints of an
-  // earlier demo (offsets in another broker's topics) must not be resumed.
+  // Each demo starts afresh: its broker (or its topics) are new, so the
+  // checkpoints of an earlier demo (offsets in other topics) must not be
+  // resumed.
   {
     std::error_code ec;
     std::filesystem::remove_all(options.data_dir, ec);
