@@ -2,7 +2,12 @@
 // moment a result that counts it is visible in the sink topic.
 //
 // A `caravela broker` process holds the input topic `purchases` and the
-// sink topic `latency-out`. A producer thread writes purchases at a fixed
+// sink topic `latency-out` (or, with --bootstrap HOST:PORT, an existing
+// Kafka such as `scripts/kafka start`: the bench creates its topics there
+// through the Admin API, named for this run — `purchases-<run>`,
+// `latency-out-<run>`, and the job `latency-<job>-<run>`, so that nothing
+// of an earlier run is read — and deletes them, with the job's exchange
+// topics, at the end). A producer thread writes purchases at a fixed
 // rate, each stamped with its produce time (`produce_ms`, also its event
 // time); a consumer thread reads the sink topic from its start and records,
 // when a result arrives, the latency of every record it newly counts. The
@@ -12,6 +17,10 @@
 //                exchange, re-keyed) -> Kafka sink (changelog): each
 //                output record is its input record; latency = arrival of
 //                the output - its produce_ms.
+//   filter-dedup purchases keyed by user_id -> filter `amount >= 0` (passes
+//                every record; stays in the source's stage) -> dedup by
+//                event_id (one exchange) -> Kafka sink: measured as
+//                passthrough.
 //   revenue      the exchange job: dedup -> hourly revenue by country with
 //                early_fire_every 1s -> Kafka sink; a revision of (window,
 //                country) with `orders` = c counts the group's first c
@@ -59,6 +68,7 @@
 #include "common/job_spec.h"
 #include "coordinator/job_client.h"
 #include "tests/child_process.h"
+#include "worker/connectors/kafka_admin.h"
 #include "worker/registry/builtin_kinds.h"
 
 namespace caravela {
@@ -69,7 +79,6 @@ using milliseconds = std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kCountries = 8;
-constexpr const char* kSinkTopic = "latency-out";
 
 struct Flags {
   std::string job = "passthrough";
@@ -85,6 +94,14 @@ struct Flags {
   int checkpoint_ms = 1000;
   std::string json;
   std::string dir;
+  std::string bootstrap;  // an existing Kafka; empty: start `caravela broker`
+};
+
+// The names of one run: its topics and job.
+struct Names {
+  std::string input = "purchases";
+  std::string output = "latency-out";
+  std::string job;
 };
 
 int64_t NowMs() {
@@ -93,11 +110,11 @@ int64_t NowMs() {
       .count();
 }
 
-std::string JobYaml(const Flags& f, const std::string& bootstrap) {
+std::string JobYaml(const Flags& f, const Names& n, const std::string& bootstrap) {
   std::string yaml = absl::StrCat(R"(apiVersion: caravela/v1
 kind: Job
-metadata: {name: latency-)",
-                                  f.job, R"(}
+metadata: {name: )",
+                                  n.job, R"(}
 spec:
   parallelism: )",
                                   f.parallelism, R"(
@@ -108,13 +125,22 @@ spec:
   absl::StrAppend(&yaml, R"(  sources:
     - name: purchases
       kafka: {bootstrap: ")",
-                  bootstrap, R"(", topic: purchases}
+                  bootstrap, R"(", topic: )", n.input, R"(}
       key: [user_id]
       event_time: {field: produce_ms, format: epoch_ms}
       watermark: {max_out_of_orderness: 1s, idle_timeout: 1s}
   operators:
-    - name: unique
-      dedup: {from: purchases, id: event_id, retention: 10m}
+)");
+  std::string dedup_from = "purchases";
+  if (f.job == "filter-dedup") {
+    yaml += R"(    - name: valid
+      filter: {from: purchases, where: "amount >= 0"}
+)";
+    dedup_from = "valid";
+  }
+  absl::StrAppend(&yaml, R"(    - name: unique
+      dedup: {from: )",
+                  dedup_from, R"(, id: event_id, retention: 10m}
 )");
   std::string from = "unique";
   if (f.job == "revenue") {
@@ -130,7 +156,7 @@ spec:
     from = "revenue";
   }
   absl::StrAppend(&yaml, "  sinks:\n    - {from: ", from, ", kafka: {bootstrap: \"", bootstrap,
-                  "\", topic: ", kSinkTopic, ", mode: changelog, linger: ", f.sink_linger_ms,
+                  "\", topic: ", n.output, ", mode: changelog, linger: ", f.sink_linger_ms,
                   "ms}}\n");
   return yaml;
 }
@@ -178,17 +204,26 @@ rd_kafka_t* NewClient(rd_kafka_type_t type, const std::string& bootstrap,
 
 class Bench {
  public:
-  explicit Bench(Flags f) : f_(std::move(f)), dir_(f_.dir) {}
-  ~Bench() { StopAll(); }
+  explicit Bench(Flags f) : f_(std::move(f)), dir_(f_.dir) {
+    n_.job = absl::StrCat("latency-", f_.job);
+    if (!f_.bootstrap.empty()) {
+      // Fresh names on a Kafka that outlives the run.
+      const std::string run = absl::StrCat(::getpid(), "-", NowMs() % 100'000'000);
+      n_.input = absl::StrCat("purchases-", run);
+      n_.output = absl::StrCat("latency-out-", run);
+      n_.job = absl::StrCat(n_.job, "-", run);
+    }
+  }
+  ~Bench() {
+    StopAll();
+    DeleteTopics();
+  }
 
   int Run() {
-    std::vector<std::string> args = {CARAVELA_BINARY, "broker",
-                                     "--topic",       absl::StrCat("purchases:", f_.partitions),
-                                     "--topic",       absl::StrCat(kSinkTopic, ":1")};
-    // Kafka exchanges: the mock broker creates no topics for other
-    // processes, so the job's exchange topics are made here.
+    // The job's exchange topics (Kafka exchanges).
+    std::vector<std::string> exchange_topics;
     if (f_.exchange == "kafka") {
-      ParseResult parsed = ParseJobSpec(JobYaml(f_, "127.0.0.1:1"));
+      ParseResult parsed = ParseJobSpec(JobYaml(f_, n_, "127.0.0.1:1"));
       if (!parsed.ok()) {
         std::fprintf(stderr, "job: %s\n", parsed.errors[0].ToString().c_str());
         return 1;
@@ -196,14 +231,36 @@ class Bench {
       auto plan = PlanJob(parsed.spec, f_.parallelism, {{"purchases", f_.partitions}});
       if (!plan.ok()) return 1;
       for (const ExchangePlan& ex : plan->exchanges) {
-        args.push_back("--topic");
-        args.push_back(absl::StrCat(ex.topic, ":", ex.CreatePartitions(*plan)));
+        exchange_topics.push_back(absl::StrCat(ex.topic, ":", ex.CreatePartitions(*plan)));
       }
     }
-    broker_ = std::make_unique<ChildProcess>(args, dir_ / "broker.log");
-    bootstrap_ = broker_->WaitFor(R"(listening on (\S+))", milliseconds(20000));
-    if (bootstrap_.empty()) return Fail("the broker did not start");
-    const std::string yaml = JobYaml(f_, bootstrap_);
+    if (f_.bootstrap.empty()) {
+      std::vector<std::string> args = {CARAVELA_BINARY, "broker",
+                                       "--topic",       absl::StrCat(n_.input, ":", f_.partitions),
+                                       "--topic",       absl::StrCat(n_.output, ":1")};
+      // The mock broker creates no topics for other processes, so the job's
+      // exchange topics are made here.
+      for (const std::string& t : exchange_topics) {
+        args.push_back("--topic");
+        args.push_back(t);
+      }
+      broker_ = std::make_unique<ChildProcess>(args, dir_ / "broker.log");
+      bootstrap_ = broker_->WaitFor(R"(listening on (\S+))", milliseconds(20000));
+      if (bootstrap_.empty()) return Fail("the broker did not start");
+    } else {
+      // A real Kafka: the topics through its Admin API (the workers create
+      // the exchange topics themselves; they are deleted at the end).
+      bootstrap_ = f_.bootstrap;
+      for (const auto& [topic, partitions] :
+           {std::pair{n_.input, f_.partitions}, std::pair{n_.output, 1}}) {
+        if (absl::Status st = CreateKafkaTopic(bootstrap_, topic, partitions); !st.ok()) {
+          return Fail(std::string(st.message()));
+        }
+        created_.push_back(topic);
+      }
+      for (const std::string& t : exchange_topics) created_.push_back(t.substr(0, t.rfind(':')));
+    }
+    const std::string yaml = JobYaml(f_, n_, bootstrap_);
     if (!StartJob(yaml)) return 1;
 
     std::atomic<bool> stop_consumer{false};
@@ -224,6 +281,15 @@ class Bench {
   int Fail(const std::string& why) {
     std::fprintf(stderr, "latency_bench: %s\n", why.c_str());
     return 1;
+  }
+
+  // The topics this run made on an existing Kafka.
+  void DeleteTopics() {
+    if (created_.empty()) return;
+    if (absl::Status st = DeleteKafkaTopics(bootstrap_, created_); !st.ok()) {
+      std::fprintf(stderr, "latency_bench: %s\n", std::string(st.message()).c_str());
+    }
+    created_.clear();
   }
 
   bool StartJob(const std::string& yaml) {
@@ -323,7 +389,7 @@ class Bench {
           }
         }
         rd_kafka_resp_err_t err = rd_kafka_producev(
-            rk, RD_KAFKA_V_TOPIC("purchases"), RD_KAFKA_V_KEY(user.data(), user.size()),
+            rk, RD_KAFKA_V_TOPIC(n_.input.c_str()), RD_KAFKA_V_KEY(user.data(), user.size()),
             RD_KAFKA_V_VALUE(value.data(), value.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
             RD_KAFKA_V_END);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -357,7 +423,8 @@ class Bench {
                                 {"fetch.error.backoff.ms", "1"}});
     if (rk == nullptr) return;
     rd_kafka_topic_partition_list_t* parts = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(parts, kSinkTopic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_topic_partition_list_add(parts, n_.output.c_str(), 0)->offset =
+        RD_KAFKA_OFFSET_BEGINNING;
     rd_kafka_assign(rk, parts);
     rd_kafka_topic_partition_list_destroy(parts);
     const bool trace = getenv("LATENCY_TRACE") != nullptr;
@@ -366,7 +433,7 @@ class Bench {
     while (!stop.load()) {
       if (trace && SteadyClock::now() >= next_trace) {
         int64_t lo = 0, hi = 0;
-        rd_kafka_get_watermark_offsets(rk, kSinkTopic, 0, &lo, &hi);
+        rd_kafka_get_watermark_offsets(rk, n_.output.c_str(), 0, &lo, &hi);
         std::printf("consumer at %" PRId64 ", log [%" PRId64 ", %" PRId64 ")\n", last_offset, lo,
                     hi);
         next_trace += std::chrono::seconds(1);
@@ -386,7 +453,7 @@ class Bench {
   // A result visible at `now`: the latency of each record it newly counts.
   void Seen(std::string_view json, int64_t now) {
     std::lock_guard<std::mutex> lock(ledger_.mu);
-    if (f_.job == "passthrough") {
+    if (f_.job != "revenue") {  // each output record is its input record
       int64_t seq = 0;
       std::string_view id = Field(json, "event_id");
       if (id.size() < 3 || !absl::SimpleAtoi(std::string(id.substr(2)), &seq)) return;
@@ -476,11 +543,13 @@ class Bench {
     };
     const std::string where =
         f_.where == "run" ? "caravela run" : absl::StrCat("cluster of ", f_.workers, " workers");
+    const std::string kafka =
+        f_.bootstrap.empty() ? "embedded broker" : absl::StrCat("Kafka at ", f_.bootstrap);
     std::printf(
-        "latency %s, %s, %s exchange, parallelism %d, %d records/s, checkpoints every %d "
+        "latency %s, %s, %s, %s exchange, parallelism %d, %d records/s, checkpoints every %d "
         "ms: %zu records over %d s (%" PRId64 " produced, %" PRId64 " not seen): p50 %" PRId64
         " ms, p99 %" PRId64 " ms, p99.9 %" PRId64 " ms, max %" PRId64 " ms\n",
-        f_.job.c_str(), where.c_str(), f_.exchange.c_str(), f_.parallelism, f_.rate,
+        f_.job.c_str(), where.c_str(), kafka.c_str(), f_.exchange.c_str(), f_.parallelism, f_.rate,
         f_.checkpoint_ms, lat.size(), f_.seconds, produced, missing, pct(0.5), pct(0.99),
         pct(0.999), lat.back());
     if (!f_.json.empty()) {
@@ -490,7 +559,8 @@ class Bench {
         ++hist[std::max<int64_t>(b, 0)];
       }
       std::ofstream out(f_.json);
-      out << "{\"job\":\"" << f_.job << "\",\"where\":\"" << f_.where << "\",\"exchange\":\""
+      out << "{\"job\":\"" << f_.job << "\",\"where\":\"" << f_.where << "\",\"kafka\":\""
+          << (f_.bootstrap.empty() ? "embedded" : f_.bootstrap) << "\",\"exchange\":\""
           << f_.exchange << "\",\"parallelism\":" << f_.parallelism
           << ",\"workers\":" << (f_.where == "run" ? 1 : f_.workers) << ",\"rate\":" << f_.rate
           << ",\"seconds\":" << f_.seconds << ",\"checkpoint_ms\":" << f_.checkpoint_ms
@@ -508,6 +578,8 @@ class Bench {
   }
 
   Flags f_;
+  Names n_;
+  std::vector<std::string> created_;  // topics to delete at the end
   fs::path dir_;
   std::unique_ptr<ChildProcess> broker_, coordinator_, run_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
@@ -522,8 +594,8 @@ int main(int argc, char** argv) {
   (void)caravela::BuiltinKinds();
   caravela::Flags f;
   CLI::App app{"End-to-end latency of a job: produce time -> result visible in the sink topic"};
-  app.add_option("--job", f.job, "passthrough | revenue")
-      ->check(CLI::IsMember({"passthrough", "revenue"}))
+  app.add_option("--job", f.job, "passthrough | filter-dedup | revenue")
+      ->check(CLI::IsMember({"passthrough", "filter-dedup", "revenue"}))
       ->capture_default_str();
   app.add_option("--where", f.where, "run (caravela run) | cluster (coordinator + workers)")
       ->check(CLI::IsMember({"run", "cluster"}))
@@ -543,6 +615,9 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-ms", f.checkpoint_ms, "Checkpoint interval")->capture_default_str();
   app.add_option("--json", f.json, "Write the result and a histogram here");
   app.add_option("--dir", f.dir, "Working directory (default: a new temp dir, removed)");
+  app.add_option("--bootstrap", f.bootstrap,
+                 "An existing Kafka (HOST:PORT[,...], e.g. scripts/kafka start) instead of\n"
+                 "starting `caravela broker`; the run's topics are created there and deleted");
   CLI11_PARSE(app, argc, argv);
   if (f.exchange.empty()) f.exchange = f.where == "run" ? "memory" : "network";
   if (f.where == "cluster" && f.exchange == "memory") {
@@ -559,7 +634,8 @@ int main(int argc, char** argv) {
   // The job's processes (children) fetch with a 10 ms wait: the embedded
   // broker holds an empty fetch to the end of the wait, which would add up
   // to the default 100 ms to every record (worker/connectors/kafka_source.cc).
-  setenv("CARAVELA_KAFKA_FETCH_WAIT_MS", "10", 0);
+  // A real Kafka answers a fetch as soon as a record arrives: the default.
+  if (f.bootstrap.empty()) setenv("CARAVELA_KAFKA_FETCH_WAIT_MS", "10", 0);
   const int rc = caravela::Bench(f).Run();
   if (temp && rc == 0) std::filesystem::remove_all(f.dir);
   return rc;
