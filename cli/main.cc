@@ -29,6 +29,7 @@
 #include "proto/grpc_support.h"
 #include "spdlog/spdlog.h"
 #include "worker/connectors/embedded_broker.h"
+#include "worker/connectors/kafka_properties.h"
 #include "worker/registry/builtin_kinds.h"
 #include "worker/runtime/pipeline.h"
 
@@ -53,9 +54,10 @@ struct RunFlags {
   std::string savepoint_on_stop;
   bool quiet = false;
   bool print_metrics = false;
-  int parallelism = 0;   // 0: spec.parallelism
-  std::string exchange;  // empty: memory, or kafka when the job says so
-  std::string http;      // HOST:PORT for /metrics and /healthz; empty: none
+  int parallelism = 0;                        // 0: spec.parallelism
+  std::string exchange;                       // empty: memory, or kafka when the job says so
+  std::string http;                           // HOST:PORT for /metrics and /healthz; empty: none
+  std::vector<std::string> kafka_properties;  // KEY=VALUE, every Kafka client
 };
 
 // `caravela run --http`: /healthz, /metrics, and the dashboard with the API
@@ -100,6 +102,10 @@ int RunJob(const std::string& file, const RunFlags& flags) {
   caravela::ParseResult parsed = caravela::LoadJobSpec(file);
   if (!ReportSpec(parsed, file)) return 2;
   const caravela::JobSpec& spec = parsed.spec;
+  if (absl::Status st = caravela::SetProcessKafkaProperties(flags.kafka_properties); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
 
   caravela::RunOptions options;
   options.data_dir = data_dir_flag.empty() ? "caravela-data/" + spec.name : data_dir_flag;
@@ -296,6 +302,11 @@ int main(int argc, char** argv) {
                   "(port 0: any; the address is printed on stderr)");
   run->add_flag("--print-metrics", run_flags.print_metrics,
                 "Print the metrics registry (Prometheus text) to stdout at the end");
+  run->add_option("--kafka-property", run_flags.kafka_properties,
+                  "KEY=VALUE: a librdkafka property for every Kafka client of the run\n"
+                  "(repeatable; e.g. security.protocol=SASL_SSL); a job's kafka.properties win")
+      ->envname("CARAVELA_KAFKA_PROPERTY")
+      ->delimiter('\n');
 
   auto* validate = app.add_subcommand(
       "validate", "Check a job YAML; prints every error with its YAML path; exit 2 if invalid");

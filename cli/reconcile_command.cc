@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "common/job_spec.h"
 #include "common/time_util.h"
+#include "worker/connectors/kafka_properties.h"
 #include "worker/reconcile/reconcile.h"
 #include "worker/registry/builtin_kinds.h"
 
@@ -22,6 +24,7 @@ struct ReconcileFlags {
   std::string sink;
   std::string bootstrap;
   std::string work_dir;
+  std::vector<std::string> kafka_properties;  // KEY=VALUE, every Kafka client
   bool apply = false;
   bool json = false;
 };
@@ -32,6 +35,10 @@ int RunReconcile(const ReconcileFlags& f) {
     std::fprintf(stderr, "%s: %zu error%s\n", f.job.c_str(), parsed.errors.size(),
                  parsed.errors.size() == 1 ? "" : "s");
     for (const auto& e : parsed.errors) std::fprintf(stderr, "  %s\n", e.ToString().c_str());
+    return 2;
+  }
+  if (absl::Status st = SetProcessKafkaProperties(f.kafka_properties); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
     return 2;
   }
   ReconcileOptions o;
@@ -87,6 +94,11 @@ Command AddReconcileCommand(CLI::App& app) {
   cmd->add_option("--bootstrap", f->bootstrap,
                   "Kafka broker (HOST:PORT) for the job's topics that name no bootstrap\n"
                   "(the embedded broker of the run that wrote them)");
+  cmd->add_option("--kafka-property", f->kafka_properties,
+                  "KEY=VALUE: a librdkafka property for every Kafka client (repeatable; e.g.\n"
+                  "security.protocol=SASL_SSL); a job's kafka.properties win")
+      ->envname("CARAVELA_KAFKA_PROPERTY")
+      ->delimiter('\n');
   cmd->add_option("--work-dir", f->work_dir,
                   "Scratch directory of the recomputation (default: a temporary one)");
   return {cmd, [f] { return RunReconcile(*f); }};
