@@ -11,14 +11,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -286,6 +291,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(int port,
   }
   KafkaLogger()->info("embedded broker: bootstrap {} (broker advertises {})", broker->bootstrap_,
                       broker->advertised_);
+  broker->watch_ = std::thread([b = broker.get()] { b->Watch(); });
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     Registry().push_back(broker.get());
@@ -293,7 +299,65 @@ absl::StatusOr<std::unique_ptr<EmbeddedBroker>> EmbeddedBroker::Start(int port,
   return broker;
 }
 
+double MockThreadCpuSeconds() {
+  double seconds = -1;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "rdk:mock") continue;
+    seconds = std::max(seconds, 0.0);
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // Fields after the command (which ends with the last ')'): state is 3,
+    // utime 14 and stime 15.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(line.substr(close + 2), ' ');
+    int64_t utime = 0, stime = 0;
+    if (f.size() > 12 && absl::SimpleAtoi(f[11], &utime) && absl::SimpleAtoi(f[12], &stime)) {
+      seconds += static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    }
+  }
+  return seconds;
+}
+
+void EmbeddedBroker::Watch() {
+  constexpr auto kInterval = std::chrono::seconds(5);
+  auto t0 = std::chrono::steady_clock::now();
+  auto last_warning = t0 - std::chrono::minutes(2);
+  double cpu0 = std::max(MockThreadCpuSeconds(), 0.0);
+  std::unique_lock<std::mutex> lock(watch_mu_);
+  while (!watch_cv_.wait_for(lock, kInterval, [this] { return stopping_; })) {
+    const auto t1 = std::chrono::steady_clock::now();
+    const double cpu1 = std::max(MockThreadCpuSeconds(), 0.0);
+    const double busy = (cpu1 - cpu0) / std::chrono::duration<double>(t1 - t0).count();
+    busy_ = busy;
+    KafkaLogger()->debug("embedded broker: busy {:.0f}% over {:.1f} s", 100 * busy,
+                         std::chrono::duration<double>(t1 - t0).count());
+    if (busy > 0.6 && t1 - last_warning > std::chrono::minutes(1)) {
+      last_warning = t1;
+      KafkaLogger()->warn(
+          "embedded broker: busy {:.0f}% of the last {} s: librdkafka's mock cluster scans a "
+          "partition's log on every fetch and produce, so it slows down as its logs grow, and "
+          "every client of it waits (latency grows by seconds). For sustained streams use "
+          "Apache Kafka: scripts/kafka start, then caravela local --bootstrap HOST:PORT "
+          "(docs/benchmarks.md \"The embedded broker's ceiling\")",
+          100 * busy, std::chrono::duration_cast<std::chrono::seconds>(kInterval).count());
+    }
+    t0 = t1;
+    cpu0 = cpu1;
+  }
+}
+
 EmbeddedBroker::~EmbeddedBroker() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watch_.joinable()) watch_.join();
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     std::erase(Registry(), this);

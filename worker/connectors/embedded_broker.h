@@ -3,8 +3,12 @@
 // in memory). Not a production broker; see README.md "Kafka" for its limits.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -46,6 +50,16 @@ class EmbeddedBroker {
   const std::string& advertised() const { return advertised_; }
   int default_partitions() const { return default_partitions_; }
 
+  // How busy the mock cluster's thread was over the last watch interval
+  // (CPU seconds per second, 0..1; -1 before the first). librdkafka 2.0.2's
+  // mock scans a partition's log from its start on every fetch and produce,
+  // so a sustained stream makes it slower as the log grows (up to its
+  // ~5 MiB per partition): at 5,000 records/s it falls behind after about
+  // 20 s and everything it serves waits (docs/benchmarks.md "The embedded
+  // broker's ceiling"). A watch samples it every 5 s and logs a warning
+  // (at most once a minute) when it is busy more than 60 % of the time.
+  double busy_fraction() const { return busy_.load(); }
+
   // Creates `topic` with `partitions` partitions (replication factor 1).
   // AlreadyExists if the topic exists (also if a client auto-created it).
   absl::Status CreateTopic(const std::string& topic, int partitions);
@@ -63,7 +77,17 @@ class EmbeddedBroker {
   std::string bootstrap_;
   std::string advertised_;
   int default_partitions_ = kAutoCreatePartitions;
+  std::atomic<double> busy_{-1};
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool stopping_ = false;
+  std::thread watch_;
+  void Watch();
 };
+
+// CPU seconds (user + system) of this process's threads named "rdk:mock"
+// (librdkafka's mock clusters), from /proc/self/task; -1 if there is none.
+double MockThreadCpuSeconds();
 
 // Creates `topic` on the EmbeddedBroker running in this process that serves
 // `bootstrap` (its bootstrap() or advertised() address is one of the

@@ -118,6 +118,28 @@ TEST_F(KafkaTest, BrokerCreatesTopicsOnce) {
   EXPECT_EQ(v.PartitionCount(), 4);
 }
 
+// The watch on the embedded broker finds the mock cluster's thread and
+// reads its CPU time, which grows with the requests it serves
+// (docs/benchmarks.md "The embedded broker's ceiling").
+TEST_F(KafkaTest, TheMockClustersCpuTimeIsMeasured) {
+  const double before = MockThreadCpuSeconds();
+  ASSERT_GE(before, 0) << "no rdk:mock thread in /proc/self/task";
+  ASSERT_OK(broker_->CreateTopic("load", 1));
+  for (int round = 0; round < 20; ++round) {
+    std::vector<KafkaTestRecord> batch;
+    for (int i = 0; i < 1000; ++i)
+      batch.push_back({-1, "k", absl::StrCat("value ", round, " ", i)});
+    ASSERT_OK(ProduceRecords(bootstrap(), "load", batch));
+  }
+  for (int i = 0; i < 5; ++i) {
+    KafkaSource source(Options("load"));
+    ASSERT_OK(source.Open());
+    EXPECT_EQ(ReadN(source, 20000).size(), 20000u);
+  }
+  EXPECT_GE(MockThreadCpuSeconds(), before);
+  EXPECT_LE(broker_->busy_fraction(), 1.5);  // -1 until the first 5 s sample
+}
+
 TEST_F(KafkaTest, SourceReadsEveryPartitionWithOffsetsAndBacklog) {
   ASSERT_OK(broker_->CreateTopic("in", 4));
   ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "in",
