@@ -1,13 +1,13 @@
 // KafkaSink modes (upsert/changelog), record headers and exactly-once
-// transactions, against a real Kafka-protocol broker: the EmbeddedBroker
-// (librdkafka 2.0.2's mock cluster) by default, or an external broker named
-// by CARAVELA_TEST_KAFKA_BOOTSTRAP (host:port, topic auto-creation on).
+// transactions, against the suite's Kafka (TestKafka: Apache Kafka when
+// installed, or as CARAVELA_TEST_KAFKA=apache|embedded says; the embedded
+// broker is librdkafka 2.0.2's mock cluster).
 //
 // The 2.0.2 mock cluster implements the transactional *protocol* but not its
 // effects (measured, see README "Limits of librdkafka 2.0.2's mock cluster"):
 // aborted and open transactions are visible to read_committed consumers and
 // init_transactions does not fence an older producer. The assertions that
-// need those effects run only against an external broker; with the embedded
+// need those effects run only on Apache Kafka; with the embedded
 // broker the same tests assert what the mock does instead, so a librdkafka
 // upgrade that changes it shows up here.
 #include <librdkafka/rdkafka.h>
@@ -30,6 +30,7 @@
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/testing/status_testing.h"
+#include "worker/testing/test_kafka.h"
 
 namespace caravela {
 namespace {
@@ -130,28 +131,11 @@ SinkRecord Rec(std::string_view key, std::string_view value, int64_t revision,
   return r;
 }
 
-class KafkaSinkModesTest : public ::testing::Test {
+class KafkaSinkModesTest : public KafkaSuiteTest {
  protected:
-  static void SetUpTestSuite() {
-    const char* external = std::getenv("CARAVELA_TEST_KAFKA_BOOTSTRAP");
-    if (external != nullptr && *external != '\0') {
-      bootstrap_ = new std::string(external);
-      return;
-    }
-    auto broker = EmbeddedBroker::Start(0, 4);
-    ASSERT_TRUE(broker.ok()) << broker.status();
-    broker_ = broker->release();
-    bootstrap_ = new std::string(broker_->bootstrap());
-  }
-  static void TearDownTestSuite() {
-    delete broker_;
-    broker_ = nullptr;
-    delete bootstrap_;
-    bootstrap_ = nullptr;
-  }
-  // True against an external broker, which implements transactions.
-  static bool RealBroker() { return broker_ == nullptr; }
-  // Unique per run, so an external broker can be reused.
+  // True on Apache Kafka, which implements transactions.
+  static bool RealBroker() { return kafka_->is_apache(); }
+  // Unique per run.
   static std::string Topic(const std::string& name) {
     static const std::string suffix = absl::StrCat(getpid(), "-", time(nullptr));
     return absl::StrCat(name, "-", suffix);
@@ -159,7 +143,7 @@ class KafkaSinkModesTest : public ::testing::Test {
 
   KafkaSinkOptions Options(const std::string& topic, KafkaSinkOptions::Mode mode) {
     KafkaSinkOptions o;
-    o.bootstrap = *bootstrap_;
+    o.bootstrap = bootstrap();
     o.topic = topic;
     o.mode = mode;
     return o;
@@ -171,13 +155,7 @@ class KafkaSinkModesTest : public ::testing::Test {
     o.epoch = 3;
     return o;
   }
-
-  static EmbeddedBroker* broker_;
-  static std::string* bootstrap_;
 };
-
-EmbeddedBroker* KafkaSinkModesTest::broker_ = nullptr;
-std::string* KafkaSinkModesTest::bootstrap_ = nullptr;
 
 // The same sequence of writes for both modes: k1 revisions 1, 3, 2 (2 comes
 // late), k2 revision 1, a keyless record and a keyed record without
@@ -204,7 +182,7 @@ TEST_F(KafkaSinkModesTest, UpsertProducesOnlyTheHighestRevisionPerKeyWithinAFlus
   ASSERT_OK(sink.Close());  // flushes
   EXPECT_EQ(sink.delivered(), 5);
 
-  std::vector<Got> got = ReadTopic(*bootstrap_, topic, /*read_committed=*/true);
+  std::vector<Got> got = ReadTopic(bootstrap(), topic, /*read_committed=*/true);
   std::map<std::string, std::vector<Got>> by_key;
   for (const Got& g : got) by_key[g.key].push_back(g);
   ASSERT_EQ(by_key[R"({"k":1})"].size(), 2u);
@@ -232,7 +210,7 @@ TEST_F(KafkaSinkModesTest, ChangelogProducesEveryRevisionInOrder) {
   EXPECT_EQ(sink.delivered(), 6);
   EXPECT_EQ(sink.superseded(), 0);
 
-  std::vector<Got> got = ReadTopic(*bootstrap_, topic, /*read_committed=*/true);
+  std::vector<Got> got = ReadTopic(bootstrap(), topic, /*read_committed=*/true);
   ASSERT_EQ(got.size(), 6u);
   std::vector<std::string> k1_revisions;
   std::vector<std::string> k1_states;
@@ -261,12 +239,12 @@ TEST_F(KafkaSinkModesTest, UpsertBufferIsProducedWhenFull) {
   // Produced by Write itself: delivered without a Flush (poll with a deadline).
   ASSERT_OK(sink.WriteRecord(Rec("k9", "{}", 1)));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (ReadTopic(*bootstrap_, topic, true).size() < 3 &&
+  while (ReadTopic(bootstrap(), topic, true).size() < 3 &&
          std::chrono::steady_clock::now() < deadline) {
   }
-  EXPECT_EQ(ReadTopic(*bootstrap_, topic, true).size(), 3u);
+  EXPECT_EQ(ReadTopic(bootstrap(), topic, true).size(), 3u);
   ASSERT_OK(sink.Close());
-  EXPECT_EQ(ReadTopic(*bootstrap_, topic, true).size(), 4u);
+  EXPECT_EQ(ReadTopic(bootstrap(), topic, true).size(), 4u);
 }
 
 TEST_F(KafkaSinkModesTest, ExactlyOnceCommitsWithTheCheckpointAndRemembersIt) {
@@ -285,7 +263,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceCommitsWithTheCheckpointAndRemembersIt) {
     ASSERT_TRUE(state.ok()) << state.status();
     EXPECT_EQ(*state, o.transactional_id);
     ASSERT_OK(sink.Commit(1));
-    EXPECT_THAT(Values(ReadTopic(*bootstrap_, topic, true)),
+    EXPECT_THAT(Values(ReadTopic(bootstrap(), topic, true)),
                 ::testing::UnorderedElementsAre("a1", "b1"));
     EXPECT_EQ(*sink.LastCommittedCheckpoint(), 1);
     ASSERT_OK(sink.WriteRecord(Rec("a", "a2", 2)));
@@ -303,7 +281,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceCommitsWithTheCheckpointAndRemembersIt) {
   ASSERT_OK(again.Recover(2, o.transactional_id));
   ASSERT_OK(again.Close());
   // The markers: key = transactional id, value = checkpoint id, epoch header.
-  std::vector<Got> markers = ReadTopic(*bootstrap_, topic + ".caravela-commits", true);
+  std::vector<Got> markers = ReadTopic(bootstrap(), topic + ".caravela-commits", true);
   ASSERT_EQ(markers.size(), 2u);
   EXPECT_EQ(markers[0].key, o.transactional_id);
   EXPECT_EQ(markers[0].partition, 0);
@@ -367,11 +345,11 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceCrashBeforePreCommitKeepsTheLastCommittedC
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(*last, 1);
   // The record was delivered (the test can fail) ...
-  EXPECT_THAT(Values(ReadTopic(*bootstrap_, topic, /*read_committed=*/false)),
+  EXPECT_THAT(Values(ReadTopic(bootstrap(), topic, /*read_committed=*/false)),
               ElementsAre("committed", "uncommitted"));
   // ... but only a broker that implements transactions hides it.
   if (RealBroker()) {
-    EXPECT_THAT(Values(ReadTopic(*bootstrap_, topic, /*read_committed=*/true)),
+    EXPECT_THAT(Values(ReadTopic(bootstrap(), topic, /*read_committed=*/true)),
                 ElementsAre("committed"));
   }
   ASSERT_OK(second.Close());
@@ -396,11 +374,11 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceCrashBetweenPreCommitAndCommit) {
   ASSERT_OK(second.Open());
   auto last = second.LastCommittedCheckpoint();
   ASSERT_TRUE(last.ok()) << last.status();
-  EXPECT_THAT(Values(ReadTopic(*bootstrap_, topic, /*read_committed=*/false)),
+  EXPECT_THAT(Values(ReadTopic(bootstrap(), topic, /*read_committed=*/false)),
               ElementsAre("committed", "precommitted"));
   if (RealBroker()) {
     EXPECT_EQ(*last, 1);
-    EXPECT_THAT(Values(ReadTopic(*bootstrap_, topic, /*read_committed=*/true)),
+    EXPECT_THAT(Values(ReadTopic(bootstrap(), topic, /*read_committed=*/true)),
                 ElementsAre("committed"));
     EXPECT_TRUE(absl::IsFailedPrecondition(second.Recover(2, o.transactional_id)));
   } else {
@@ -408,7 +386,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceCrashBetweenPreCommitAndCommit) {
     // so the sink reports 2 -- consistent with what readers see there.
     EXPECT_EQ(*last, 2) << "the embedded broker now aborts fenced transactions: make the "
                            "RealBroker() assertions unconditional";
-    EXPECT_THAT(Values(ReadTopic(*bootstrap_, topic, /*read_committed=*/true)),
+    EXPECT_THAT(Values(ReadTopic(bootstrap(), topic, /*read_committed=*/true)),
                 ElementsAre("committed", "precommitted"));
   }
   ASSERT_OK(second.Close());
@@ -428,7 +406,7 @@ TEST_F(KafkaSinkModesTest, ExactlyOnceStaleProducerIsFenced) {
     EXPECT_TRUE(absl::IsFailedPrecondition(committed)) << committed;
     EXPECT_THAT(std::string(committed.message()), HasSubstr("fenced"));
     EXPECT_FALSE(stale.WriteRecord(Rec("a", "stale2", 2)).ok());  // sticky
-    EXPECT_THAT(Values(ReadTopic(*bootstrap_, topic, /*read_committed=*/true)), IsEmpty());
+    EXPECT_THAT(Values(ReadTopic(bootstrap(), topic, /*read_committed=*/true)), IsEmpty());
   } else {
     // librdkafka 2.0.2's mock gives the new producer a new producer id and
     // leaves the old one valid: no fencing.

@@ -1,5 +1,8 @@
-// Kafka connectors against a real EmbeddedBroker on loopback (and kcat when
-// installed). Every wait is a bounded polling loop with a deadline.
+// Kafka connectors against the suite's Kafka (TestKafka: Apache Kafka when
+// installed, or CARAVELA_TEST_KAFKA=apache|embedded) on loopback, and kcat
+// when installed; the embedded broker's own tests and the TEST()s without a
+// fixture start an EmbeddedBroker of their own. Every wait is a bounded polling loop with a
+// deadline.
 #include <librdkafka/rdkafka.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -30,8 +33,8 @@
 #include "worker/connectors/kafka_sink.h"
 #include "worker/connectors/kafka_source.h"
 #include "worker/connectors/kafka_test_util.h"
-#include "worker/testing/embedded_broker_test.h"
 #include "worker/testing/status_testing.h"
+#include "worker/testing/test_kafka.h"
 
 namespace caravela {
 namespace {
@@ -92,7 +95,7 @@ bool HaveKcat() {
   return access("/usr/bin/kcat", X_OK) == 0 || Shell("command -v kcat").second == 0;
 }
 
-class KafkaTest : public EmbeddedBrokerTest {
+class KafkaTest : public KafkaSuiteTest {
  protected:
   KafkaSourceOptions Options(const std::string& topic) {
     KafkaSourceOptions o;
@@ -103,12 +106,14 @@ class KafkaTest : public EmbeddedBrokerTest {
 };
 
 TEST_F(KafkaTest, BrokerCreatesTopicsOnce) {
-  EXPECT_THAT(broker_->bootstrap(), ::testing::StartsWith("127.0.0.1:"));
-  EXPECT_EQ(broker_->bootstrap(), broker_->advertised());
-  ASSERT_OK(broker_->CreateTopic("t", 3));
-  EXPECT_TRUE(absl::IsAlreadyExists(broker_->CreateTopic("t", 3)));
-  EXPECT_TRUE(absl::IsInvalidArgument(broker_->CreateTopic("u", 0)));
-  ASSERT_OK(broker_->CreateTopic("v"));  // default partitions
+  CARAVELA_SKIP_UNLESS_EMBEDDED_KAFKA(kafka_, "EmbeddedBroker's own CreateTopic and address");
+  EmbeddedBroker* broker = kafka_->embedded();
+  EXPECT_THAT(broker->bootstrap(), ::testing::StartsWith("127.0.0.1:"));
+  EXPECT_EQ(broker->bootstrap(), broker->advertised());
+  ASSERT_OK(broker->CreateTopic("t", 3));
+  EXPECT_TRUE(absl::IsAlreadyExists(broker->CreateTopic("t", 3)));
+  EXPECT_TRUE(absl::IsInvalidArgument(broker->CreateTopic("u", 0)));
+  ASSERT_OK(broker->CreateTopic("v"));  // default partitions
 
   KafkaSource source(Options("t"));
   ASSERT_OK(source.Open());
@@ -122,9 +127,11 @@ TEST_F(KafkaTest, BrokerCreatesTopicsOnce) {
 // reads its CPU time, which grows with the requests it serves
 // (docs/benchmarks.md "The embedded broker's ceiling").
 TEST_F(KafkaTest, TheMockClustersCpuTimeIsMeasured) {
+  CARAVELA_SKIP_UNLESS_EMBEDDED_KAFKA(kafka_, "it measures the mock cluster's thread");
+  EmbeddedBroker* broker = kafka_->embedded();
   const double before = MockThreadCpuSeconds();
   ASSERT_GE(before, 0) << "no rdk:mock thread in /proc/self/task";
-  ASSERT_OK(broker_->CreateTopic("load", 1));
+  ASSERT_OK(broker->CreateTopic("load", 1));
   for (int round = 0; round < 20; ++round) {
     std::vector<KafkaTestRecord> batch;
     for (int i = 0; i < 1000; ++i)
@@ -137,12 +144,12 @@ TEST_F(KafkaTest, TheMockClustersCpuTimeIsMeasured) {
     EXPECT_EQ(ReadN(source, 20000).size(), 20000u);
   }
   EXPECT_GE(MockThreadCpuSeconds(), before);
-  EXPECT_LE(broker_->busy_fraction(), 1.5);  // -1 until the first 5 s sample
+  EXPECT_LE(broker->busy_fraction(), 1.5);  // -1 until the first 5 s sample
 }
 
 TEST_F(KafkaTest, SourceReadsEveryPartitionWithOffsetsAndBacklog) {
-  ASSERT_OK(broker_->CreateTopic("in", 4));
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "in",
+  ASSERT_OK(kafka_->CreateTopic("in", 4));
+  ASSERT_TRUE(ProduceLines(bootstrap(), "in",
                            {{0, "a0"}, {1, "b0"}, {0, "a1"}, {2, "c0"}, {0, "a2"}, {2, "c1"}})
                   .ok());
   KafkaSource source(Options("in"));
@@ -177,18 +184,18 @@ TEST_F(KafkaTest, SourceReadsEveryPartitionWithOffsetsAndBacklog) {
   EXPECT_EQ(*none, 0);
 
   // New records keep flowing to the open source.
-  ASSERT_OK(ProduceLines(broker_->bootstrap(), "in", {{3, "d0"}, {0, "a3"}}));
+  ASSERT_OK(ProduceLines(bootstrap(), "in", {{3, "d0"}, {0, "a3"}}));
   got = ReadN(source, 2);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_THAT(source.Positions(), ElementsAre(4, 1, 2, 1));
 }
 
 TEST_F(KafkaTest, PollRespectsMaxMessages) {
-  ASSERT_OK(broker_->CreateTopic("many", 1));
+  ASSERT_OK(kafka_->CreateTopic("many", 1));
   std::vector<std::pair<int32_t, std::string>> msgs;
   msgs.reserve(50);
   for (int i = 0; i < 50; ++i) msgs.push_back({0, absl::StrCat("m", i)});
-  ASSERT_OK(ProduceLines(broker_->bootstrap(), "many", msgs));
+  ASSERT_OK(ProduceLines(bootstrap(), "many", msgs));
   KafkaSource source(Options("many"));
   ASSERT_OK(source.Open());
   int total = 0;
@@ -209,8 +216,8 @@ TEST_F(KafkaTest, PollRespectsMaxMessages) {
 }
 
 TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
-  ASSERT_OK(broker_->CreateTopic("resume", 4));
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "resume",
+  ASSERT_OK(kafka_->CreateTopic("resume", 4));
+  ASSERT_TRUE(ProduceLines(bootstrap(), "resume",
                            {{0, "a0"}, {0, "a1"}, {0, "a2"}, {1, "b0"}, {2, "c0"}, {2, "c1"}})
                   .ok());
   KafkaSourceOptions o = Options("resume");
@@ -227,7 +234,7 @@ TEST_F(KafkaTest, SourceStartsFromExplicitOffsetsAndLatest) {
   for (const Read& r : got) seen.insert({r.partition, r.offset});
   EXPECT_THAT(seen, UnorderedElementsAre(std::pair<int32_t, int64_t>{0, 2},
                                          std::pair<int32_t, int64_t>{2, 1}));
-  ASSERT_OK(ProduceLines(broker_->bootstrap(), "resume", {{1, "b1"}}));
+  ASSERT_OK(ProduceLines(bootstrap(), "resume", {{1, "b1"}}));
   got = ReadN(source, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].partition, 1);
@@ -244,15 +251,15 @@ TEST_F(KafkaTest, AwaitingTopicSourceReadsItsShareOnceTheTopicExists) {
                              /*share_index=*/1);
   ASSERT_OK(source.Open());
   EXPECT_EQ(source.PartitionCount(), 0);
-  EXPECT_EQ(source.Waiting(), "waiting for topic later on " + broker_->bootstrap());
+  EXPECT_EQ(source.Waiting(), "waiting for topic later on " + bootstrap());
   EXPECT_TRUE(source.Positions().empty());
   EXPECT_FALSE(source.Exhausted());
   auto nothing = source.Poll(10, 20, [](const RawMessage& m) { ADD_FAILURE() << m.payload; });
   ASSERT_OK(nothing);
   EXPECT_EQ(*nothing, 0);
 
-  ASSERT_OK(broker_->CreateTopic("later", 4));
-  ASSERT_OK(ProduceLines(broker_->bootstrap(), "later", {{0, "a0"}, {1, "b0"}, {3, "d0"}}));
+  ASSERT_OK(kafka_->CreateTopic("later", 4));
+  ASSERT_OK(ProduceLines(bootstrap(), "later", {{0, "a0"}, {1, "b0"}, {3, "d0"}}));
   std::set<std::string> payloads;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (payloads.size() < 2 && std::chrono::steady_clock::now() < deadline) {
@@ -267,8 +274,8 @@ TEST_F(KafkaTest, AwaitingTopicSourceReadsItsShareOnceTheTopicExists) {
 }
 
 TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {
-  ASSERT_OK(broker_->CreateTopic("subset", 4));
-  ASSERT_TRUE(ProduceLines(broker_->bootstrap(), "subset",
+  ASSERT_OK(kafka_->CreateTopic("subset", 4));
+  ASSERT_TRUE(ProduceLines(bootstrap(), "subset",
                            {{0, "a0"}, {1, "b0"}, {1, "b1"}, {2, "c0"}, {3, "d0"}, {3, "d1"}})
                   .ok());
   KafkaSourceOptions o = Options("subset");
@@ -297,7 +304,7 @@ TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {
   ASSERT_OK(tail.Open());
   EXPECT_THAT(tail.Positions(), ElementsAre(1, -1, -1, 2));
   EXPECT_EQ(tail.Backlog(0), 0);
-  ASSERT_OK(ProduceLines(broker_->bootstrap(), "subset", {{2, "c1"}, {3, "d2"}, {0, "a1"}}));
+  ASSERT_OK(ProduceLines(bootstrap(), "subset", {{2, "c1"}, {3, "d2"}, {0, "a1"}}));
   got = ReadN(tail, 2);
   ASSERT_EQ(got.size(), 2u);
   payloads.clear();
@@ -318,9 +325,8 @@ TEST_F(KafkaTest, SourceReadsOnlyItsPartitions) {
 }
 
 TEST_F(KafkaTest, StopAtCurrentEndDeliversWhatExistsThenEnds) {
-  ASSERT_OK(broker_->CreateTopic("bounded", 3));
-  ASSERT_TRUE(
-      ProduceLines(broker_->bootstrap(), "bounded", {{0, "a0"}, {0, "a1"}, {2, "c0"}}).ok());
+  ASSERT_OK(kafka_->CreateTopic("bounded", 3));
+  ASSERT_TRUE(ProduceLines(bootstrap(), "bounded", {{0, "a0"}, {0, "a1"}, {2, "c0"}}).ok());
   KafkaSource source(Options("bounded"));
   ASSERT_OK(source.Open());
   EXPECT_FALSE(source.Bounded());
@@ -338,7 +344,7 @@ TEST_F(KafkaTest, StopAtCurrentEndDeliversWhatExistsThenEnds) {
   EXPECT_TRUE(source.Bounded());
   EXPECT_FALSE(source.Exhausted());
   // Records produced after the stop are not delivered.
-  ASSERT_OK(ProduceLines(broker_->bootstrap(), "bounded", {{0, "a2"}, {1, "b0"}}));
+  ASSERT_OK(ProduceLines(bootstrap(), "bounded", {{0, "a2"}, {1, "b0"}}));
   std::vector<Read> rest;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (!source.Exhausted() && std::chrono::steady_clock::now() < deadline) {
@@ -358,8 +364,8 @@ TEST_F(KafkaTest, StopAtCurrentEndDeliversWhatExistsThenEnds) {
 }
 
 TEST_F(KafkaTest, SourceRejectsBadStarts) {
-  ASSERT_OK(broker_->CreateTopic("small", 2));
-  ASSERT_OK(ProduceLines(broker_->bootstrap(), "small", {{0, "x"}}));
+  ASSERT_OK(kafka_->CreateTopic("small", 2));
+  ASSERT_OK(ProduceLines(bootstrap(), "small", {{0, "x"}}));
 
   KafkaSourceOptions beyond = Options("small");
   beyond.start_offsets = {{0, 5}};
@@ -380,9 +386,9 @@ TEST_F(KafkaTest, SourceRejectsBadStarts) {
 }
 
 TEST_F(KafkaTest, SinkWritesKeyedRecords) {
-  ASSERT_OK(broker_->CreateTopic("out", 4));
+  ASSERT_OK(kafka_->CreateTopic("out", 4));
   KafkaSinkOptions o;
-  o.bootstrap = broker_->bootstrap();
+  o.bootstrap = bootstrap();
   o.topic = "out";
   KafkaSink sink(o);
   ASSERT_OK(sink.Open());
@@ -394,7 +400,7 @@ TEST_F(KafkaTest, SinkWritesKeyedRecords) {
   EXPECT_EQ(sink.delivered(), 4);
   ASSERT_OK(sink.Close());
 
-  auto records = ConsumeAll(broker_->bootstrap(), "out");
+  auto records = ConsumeAll(bootstrap(), "out");
   ASSERT_TRUE(records.ok()) << records.status();
   ASSERT_EQ(records->size(), 4u);
   std::map<std::string, std::vector<std::string>> by_key;
@@ -409,7 +415,7 @@ TEST_F(KafkaTest, SinkWritesKeyedRecords) {
   EXPECT_THAT(by_key["<null>"], ElementsAre(R"({"v":4})"));
   EXPECT_EQ(partitions["k1"].size(), 1u);
 
-  auto values = ConsumeAllValues(broker_->bootstrap(), "out");
+  auto values = ConsumeAllValues(bootstrap(), "out");
   ASSERT_OK(values);
   EXPECT_EQ(values->size(), 4u);
 }
@@ -539,8 +545,8 @@ TEST(EmbeddedBrokerTest, BrokerCommandServesUntilSigterm) {
 
 TEST_F(KafkaTest, InteroperatesWithKcat) {
   if (!HaveKcat()) GTEST_SKIP() << "kcat not installed";
-  const std::string b = broker_->bootstrap();
-  ASSERT_OK(broker_->CreateTopic("kin", 4));
+  const std::string b = bootstrap();
+  ASSERT_OK(kafka_->CreateTopic("kin", 4));
   auto [out, rc] =
       Shell(absl::StrCat("printf 'x0\\nx1\\nx2\\n' | kcat -b ", b, " -t kin -P -p 2 2>&1"));
   ASSERT_EQ(rc, 0) << out;
@@ -555,7 +561,7 @@ TEST_F(KafkaTest, InteroperatesWithKcat) {
   }
   EXPECT_THAT(source.Positions(), ElementsAre(0, 0, 3, 0));
 
-  ASSERT_OK(broker_->CreateTopic("kout", 4));
+  ASSERT_OK(kafka_->CreateTopic("kout", 4));
   KafkaSinkOptions o;
   o.bootstrap = b;
   o.topic = "kout";
