@@ -779,6 +779,37 @@ TEST(JobSpecTest, KafkaSinkModes) {
 // `kafka: {properties: {...}}` on sources and sinks: librdkafka properties
 // passed to the clients verbatim (worker/connectors/kafka_properties.h),
 // checked by librdkafka when the job is parsed.
+TEST(JobSpecTest, KafkaSourceIsolation) {
+  auto source = [](const std::string& kafka) {
+    return "    - name: k\n      kafka: " + kafka + "\n      event_time: {field: ts}\n";
+  };
+  auto isolation = [&](const std::string& kafka) {
+    ParseResult r = ParseJobSpec(Job("", "", source(kafka)));
+    EXPECT_TRUE(r.ok()) << ::testing::PrintToString(Errors(r));
+    return r.ok() ? r.spec.sources[1].Get<KafkaSourceSpec>().isolation : std::string("?");
+  };
+  EXPECT_EQ(isolation("{topic: t}"), "read_committed");  // the default
+  EXPECT_EQ(isolation("{topic: t, isolation: read_uncommitted}"), "read_uncommitted");
+  EXPECT_EQ(isolation("{topic: t, isolation: read_committed}"), "read_committed");
+  // The librdkafka property says the same, when `isolation` does not.
+  EXPECT_EQ(isolation("{topic: t, properties: {isolation.level: read_uncommitted}}"),
+            "read_uncommitted");
+  EXPECT_EQ(isolation("{topic: t, isolation: read_uncommitted, properties: "
+                      "{isolation.level: read_uncommitted}}"),
+            "read_uncommitted");
+
+  EXPECT_THAT(JobErrors("", "", source("{topic: t, isolation: committed}")),
+              ElementsAre(HasSubstr("spec.sources[1].kafka.isolation: ")));
+  EXPECT_THAT(JobErrors("", "", source("{topic: t, isolation: [read_committed]}")),
+              ElementsAre(HasSubstr("spec.sources[1].kafka.isolation: ")));
+  EXPECT_THAT(
+      JobErrors("", "",
+                source("{topic: t, isolation: read_committed, properties: "
+                       "{isolation.level: read_uncommitted}}")),
+      ElementsAre("spec.sources[1].kafka.properties.isolation.level: says read_uncommitted but "
+                  "isolation says read_committed; give only isolation"));
+}
+
 TEST(JobSpecTest, KafkaProperties) {
   const std::string source_props =
       "    - name: k\n"

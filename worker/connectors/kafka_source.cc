@@ -161,6 +161,7 @@ absl::StatusOr<int> AwaitTopicPartitions(rd_kafka_t* rk, const std::string& boot
 KafkaSource::KafkaSource(KafkaSourceOptions options) : options_(std::move(options)) {}
 
 KafkaSource::~KafkaSource() {
+  if (follow_ != nullptr) rd_kafka_topic_partition_list_destroy(follow_);
   if (queue_ != nullptr) rd_kafka_queue_destroy(queue_);
   if (rk_ != nullptr) {
     rd_kafka_consumer_close(rk_);
@@ -341,7 +342,10 @@ absl::StatusOr<int> KafkaSource::Poll(int max_messages, int timeout_ms,
   if (rk_ == nullptr) return absl::FailedPreconditionError("KafkaSource::Poll before Open");
   if (max_messages <= 0 || Exhausted()) return 0;
   rd_kafka_message_t* first = rd_kafka_consumer_poll(rk_, timeout_ms);
-  if (first == nullptr) return 0;
+  if (first == nullptr) {
+    FollowConsumerPositions();
+    return 0;
+  }
   int delivered = 0;
   absl::StatusOr<bool> handled = Handle(first, f);
   rd_kafka_message_destroy(first);
@@ -369,7 +373,34 @@ absl::StatusOr<int> KafkaSource::Poll(int max_messages, int timeout_ms,
     if (!status.ok()) return status;
     if (static_cast<size_t>(n) < want) break;
   }
+  if (delivered < max_messages) FollowConsumerPositions();
   return delivered;
+}
+
+void KafkaSource::FollowConsumerPositions() {
+  // librdkafka's application position is the offset after the last message
+  // it handed out (all handled above) or after a transaction's commit or
+  // abort marker it consumed without handing it out (control records are
+  // never delivered). Past the end a bounded source stops at, nothing was
+  // delivered: the position is that end.
+  if (follow_ == nullptr) {
+    follow_ = rd_kafka_topic_partition_list_new(static_cast<int>(positions_.size()));
+    for (int32_t p = 0; p < static_cast<int32_t>(positions_.size()); ++p) {
+      if (owned_[p]) rd_kafka_topic_partition_list_add(follow_, options_.topic.c_str(), p);
+    }
+  }
+  if (follow_->cnt == 0 || rd_kafka_position(rk_, follow_) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+  for (int i = 0; i < follow_->cnt; ++i) {
+    const rd_kafka_topic_partition_t& e = follow_->elems[i];
+    const int32_t p = e.partition;
+    int64_t at = e.offset;
+    if (e.err != RD_KAFKA_RESP_ERR_NO_ERROR || at < 0) continue;  // nothing consumed yet
+    if (stopping_) at = std::min(at, stop_at_[p]);
+    if (at <= positions_[p]) continue;
+    positions_[p] = at;
+    high_[p] = std::max(high_[p], at);
+    if (stopping_ && positions_[p] >= stop_at_[p]) Pause(p);
+  }
 }
 
 absl::Status KafkaSource::StopAtCurrentEnd() {

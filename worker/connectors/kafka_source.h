@@ -22,6 +22,7 @@ typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_conf_s rd_kafka_conf_t;
 typedef struct rd_kafka_queue_s rd_kafka_queue_t;
 typedef struct rd_kafka_message_s rd_kafka_message_t;
+typedef struct rd_kafka_topic_partition_list_s rd_kafka_topic_partition_list_t;
 
 namespace spdlog {
 class logger;
@@ -30,7 +31,7 @@ class logger;
 namespace caravela {
 
 // A source's `kafka: {topic, bootstrap?, start?, bounded?, arrival_field?,
-// properties?}` (kafka_source_kind.cc).
+// isolation?, properties?}` (kafka_source_kind.cc).
 struct KafkaSourceSpec {
   std::string topic;
   std::string bootstrap;           // empty: the embedded broker
@@ -41,6 +42,11 @@ struct KafkaSourceSpec {
   // As for files: processing time follows this field (needs bounded: the
   // partitions are merged by it, ties by partition then offset).
   std::string arrival_field;
+  // read_committed: records of committed transactions and non-transactional
+  // ones, up to the last stable offset (an open transaction holds the reader
+  // back); read_uncommitted: every record, aborted transactions included.
+  // (docs/semantics.md "Reading transactional topics")
+  std::string isolation = "read_committed";
   // librdkafka properties for this source's clients (SASL, TLS, tuning),
   // checked when the job is parsed (kafka_properties.h); applied after the
   // process's.
@@ -98,9 +104,15 @@ class KafkaSource : public RawSource {
   // minus the position; never blocks on the network.
   int64_t Backlog(int32_t partition) const override;
   int64_t HighWatermark(int32_t partition) const override;
-  // Next offset per partition; -1 for partitions not assigned.
+  // Next offset per partition; -1 for partitions not assigned. It moves past
+  // a transaction's commit or abort marker (never delivered) once the
+  // consumer has passed it, so that Backlog() reaches 0 on a topic written
+  // transactionally; a restore from it resumes right after the last record
+  // delivered (or after a marker, which is never delivered anyway).
   std::vector<int64_t> Positions() const override;
-  // Queries the partitions' current end offsets; Poll() then delivers the
+  // Queries the partitions' current end offsets (under isolation.level
+  // read_committed, librdkafka's default, the last stable offset: what
+  // precedes the first open transaction); Poll() then delivers the
   // records before them and nothing after, and Exhausted() turns true once
   // they are all delivered (partitions that reach their end are paused).
   // Unavailable if the end offsets cannot be queried.
@@ -121,6 +133,9 @@ class KafkaSource : public RawSource {
   absl::StatusOr<bool> Handle(rd_kafka_message_t* m,
                               const std::function<void(const RawMessage&)>& f);
   void Pause(int32_t partition);
+  // Moves positions_ up to librdkafka's position (past transaction markers)
+  // once every message it handed out was handled.
+  void FollowConsumerPositions();
 
   KafkaSourceOptions options_;
   rd_kafka_t* rk_ = nullptr;
@@ -131,7 +146,8 @@ class KafkaSource : public RawSource {
   bool stopping_ = false;              // StopAtCurrentEnd() was called
   std::vector<int64_t> stop_at_;       // end offset per partition when stopping
   std::vector<rd_kafka_message_t*> batch_;
-  absl::flat_hash_set<int> logged_errors_;  // error codes logged since last record
+  rd_kafka_topic_partition_list_t* follow_ = nullptr;  // owned partitions, for rd_kafka_position
+  absl::flat_hash_set<int> logged_errors_;             // error codes logged since last record
 };
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // Source kind `kafka: {topic, bootstrap?, start?, bounded?, arrival_field?,
-// properties?}`: a topic, its partitions shared by the tasks of a stage
+// isolation?, properties?}`: a topic, its partitions shared by the tasks of a stage
 // (KafkaSource, kafka_source.h); `bounded: true` reads what exists at the
 // start and ends, and only then may processing time follow `arrival_field`;
+// `isolation` (read_committed by default) is its consumer's isolation.level;
 // `properties` go to its librdkafka clients (kafka_properties.h).
 #include "absl/strings/str_cat.h"
 #include "common/source_kind.h"
@@ -24,7 +25,8 @@ class KafkaSourceKind final : public SourceKind {
     const YAML::Node& k = ctx.node;
     const std::string& kpath = ctx.path;
     if (!r.CheckMap(k, kpath,
-                    {"topic", "bootstrap", "start", "bounded", "arrival_field", "properties"})) {
+                    {"topic", "bootstrap", "start", "bounded", "arrival_field", "isolation",
+                     "properties"})) {
       return spec;
     }
     if (auto t = r.String(k, "topic", kpath, true)) spec.topic = *t;
@@ -39,7 +41,20 @@ class KafkaSourceKind final : public SourceKind {
               "their end at the start)");
       }
     }
+    const auto isolation = r.OneOf(k, "isolation", kpath, {"read_committed", "read_uncommitted"});
+    if (isolation) spec.isolation = *isolation;
     spec.properties = ReadKafkaProperties(r, k, kpath, KafkaPropertyScope::kSource);
+    // isolation.level among the properties (allowed before `isolation`
+    // existed) says the same: it must not contradict `isolation`.
+    if (auto it = spec.properties.find("isolation.level"); it != spec.properties.end()) {
+      if (isolation && *isolation != it->second) {
+        r.Err(SpecReader::Join(kpath, "properties.isolation.level"),
+              absl::StrCat("says ", it->second, " but isolation says ", *isolation,
+                           "; give only isolation"));
+      } else if (it->second == "read_committed" || it->second == "read_uncommitted") {
+        spec.isolation = it->second;
+      }
+    }
     return spec;
   }
   std::string Label(const SourceSpec& source) const override {
@@ -87,6 +102,7 @@ class KafkaSourceKind final : public SourceKind {
     ko.start_offsets = ctx.start_offsets;
     ko.partitions = ctx.partitions;
     ko.config = spec.properties;  // group.id is not among them (reserved)
+    ko.config["isolation.level"] = spec.isolation;
     ko.config["group.id"] = "caravela-" + ctx.job_name;
     // A topic that does not exist yet is waited for (the task runs and
     // reports it); `bounded` then reads up to the end it has once created.

@@ -109,30 +109,20 @@ absl::StatusOr<std::vector<KafkaConsumedRecord>> ConsumeAll(const std::string& b
   options.open_timeout_ms = std::min(timeout_ms, 2000);
   KafkaSource source(options);
   RETURN_IF_ERROR(source.Open());
-  // Targets: the high watermarks now (Open() queried them; Backlog() is
-  // exact before the first fetch).
-  std::vector<int64_t> target = source.Positions();
-  for (int p = 0; p < source.PartitionCount(); ++p) target[p] += source.Backlog(p);
-
+  // The end offsets now: the high watermarks, or under read_committed
+  // (librdkafka's default) the last stable offsets. The positions pass the
+  // markers of transactions, so a topic written transactionally ends too.
+  RETURN_IF_ERROR(source.StopAtCurrentEnd());
   std::vector<KafkaConsumedRecord> out;
-  auto done = [&] {
-    std::vector<int64_t> pos = source.Positions();
-    for (size_t p = 0; p < pos.size(); ++p) {
-      if (pos[p] < target[p]) return false;
-    }
-    return true;
-  };
-  while (!done()) {
+  while (!source.Exhausted()) {
     if (std::chrono::steady_clock::now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("consume ", topic, ": read ", out.size(),
                                                       " records, more expected after ", timeout_ms,
                                                       " ms"));
     }
     ASSIGN_OR_RETURN(int n, source.Poll(1000, 100, [&](const RawMessage& m) {
-      const int32_t p = m.partition;
-      if (m.offset >= target[p]) return;  // newer than the snapshot
-      out.push_back(
-          {p, m.offset, m.key.data() != nullptr, std::string(m.key), std::string(m.payload)});
+      out.push_back({m.partition, m.offset, m.key.data() != nullptr, std::string(m.key),
+                     std::string(m.payload)});
     }));
     (void)n;
   }

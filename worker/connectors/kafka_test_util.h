@@ -38,8 +38,10 @@ struct KafkaConsumedRecord {
   std::string value;
 };
 
-// Reads every partition of `topic` from its log start up to the high
-// watermarks observed when the call starts, and returns the records ordered
+// Reads every partition of `topic` from its log start up to the end offsets
+// observed when the call starts (the high watermarks; the last stable
+// offsets on a topic with transactions, read read_committed: records of
+// aborted or still open transactions are not returned), and returns the records ordered
 // by (partition, offset). Deterministic once producers have flushed.
 // Errors: NotFound (topic missing), DeadlineExceeded (not all records read
 // within `timeout_ms`), or the source's error.
