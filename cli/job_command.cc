@@ -47,6 +47,21 @@ void PrintTasks(const v1::Job& job) {
                 parts.empty() ? "-" : parts.c_str(), t.error().empty() ? "" : "  ",
                 t.error().c_str());
     for (const std::string& w : t.activity().waiting()) std::printf("      %s\n", w.c_str());
+    // Where its time went, since its epoch began (the last checkpoint's in
+    // parentheses); only once there is something to say.
+    const v1::TaskActivity& a = t.activity();
+    if (a.alignment_ms() + a.backpressure_ms() + a.checkpoint_sync_ms() > 0) {
+      std::printf(
+          "      time ms: alignment %lld (last %lld, skew %lld)  back-pressure %lld  checkpoint "
+          "sync %lld (last: state flush %lld, sink pre-commit %lld, snapshot %lld)\n",
+          static_cast<long long>(a.alignment_ms()), static_cast<long long>(a.last_alignment_ms()),
+          static_cast<long long>(a.last_alignment_skew_ms()),
+          static_cast<long long>(a.backpressure_ms()),
+          static_cast<long long>(a.checkpoint_sync_ms()),
+          static_cast<long long>(a.last_state_flush_ms()),
+          static_cast<long long>(a.last_sink_precommit_ms()),
+          static_cast<long long>(a.last_snapshot_ms()));
+    }
   }
 }
 

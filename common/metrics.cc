@@ -249,6 +249,22 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"task_records_in_total", "Records a task read from its sources (not from exchanges)."},
       {"task_records_out_total", "Results a task wrote to its sinks."},
       {"task_watermark", "A task's lowest operator watermark (event time)."},
+      {"task_alignment",
+       "Time a task's exchange inputs were held back by checkpoint barrier alignment (first "
+       "barrier to release after the snapshot), summed over its inputs."},
+      {"task_alignment_last",
+       "Alignment of the task's last checkpoint (its longest input): first barrier to release."},
+      {"task_alignment_last_skew",
+       "Of the last alignment, the part until every channel had the barrier (skew between the "
+       "producers' barriers)."},
+      {"task_backpressure",
+       "Time a task waited to send into its exchanges (credit, flow control)."},
+      {"task_checkpoint_sync",
+       "Time a task's thread spent in checkpoints' synchronous part (state flush, sink "
+       "pre-commit, barriers, snapshot)."},
+      {"task_checkpoint_sync_last",
+       "The synchronous part of the task's last checkpoint, by part: state_flush, "
+       "sink_precommit, barriers, snapshot, total."},
       {"source_partition_offset", "Offset after the last record applied, per source partition."},
       {"source_partition_lag_records",
        "Records of a source partition not read yet (up to the last high watermark seen)."},
@@ -322,10 +338,14 @@ std::string MetricsRegistry::ToPrometheusText(const std::string& prefix) const {
   std::string out;
   for (const auto& [name, family] : families) {
     const bool counter = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
-    // Milliseconds are counted, seconds (the base unit) exported.
-    const bool ms = name.size() > 3 && name.compare(name.size() - 3, 3, "_ms") == 0;
-    const std::string base = ms ? name.substr(0, name.size() - 3) : name;
-    const std::string exported = absl::StrCat(prefix, ms ? base : name, ms ? "_seconds" : "");
+    // Milliseconds are counted, seconds (the base unit) exported; a total of
+    // ms (x_ms_total) as x_seconds_total.
+    const bool ms_total =
+        counter && name.size() > 9 && name.compare(name.size() - 9, 9, "_ms_total") == 0;
+    const bool ms = ms_total || (name.size() > 3 && name.compare(name.size() - 3, 3, "_ms") == 0);
+    const std::string base = ms ? name.substr(0, name.size() - (ms_total ? 9 : 3)) : name;
+    const std::string exported = absl::StrCat(prefix, ms ? base : name,
+                                              ms ? (ms_total ? "_seconds_total" : "_seconds") : "");
     auto value = [ms](int64_t v) { return ms ? MsAsSeconds(v) : std::to_string(v); };
     auto help = HelpTexts().find(base);
     absl::StrAppend(

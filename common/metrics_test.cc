@@ -71,6 +71,20 @@ TEST(MetricsRegistryTest, ExportsHistogramsInSecondsWithCumulativeBuckets) {
   EXPECT_EQ(m.FindHistogram("nope"), nullptr);
 }
 
+TEST(MetricsRegistryTest, ATotalOfMillisecondsIsACounterOfSeconds) {
+  MetricsRegistry m;
+  m.Get("task_alignment_ms_total", R"(task="t")")->Set(1250);
+  m.Get("task_checkpoint_sync_last_ms", R"(task="t",part="snapshot")")->Set(40);
+  const std::string text = m.ToPrometheusText("caravela_");
+  EXPECT_THAT(text, HasSubstr("# TYPE caravela_task_alignment_seconds_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("# HELP caravela_task_alignment_seconds_total Time a task"));
+  EXPECT_THAT(text, HasSubstr(R"(caravela_task_alignment_seconds_total{task="t"} 1.250)"));
+  EXPECT_THAT(text, HasSubstr("# TYPE caravela_task_checkpoint_sync_last_seconds gauge\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(R"(caravela_task_checkpoint_sync_last_seconds{task="t",part="snapshot"} 0.040)"));
+}
+
 TEST(MetricsRegistryTest, UnlabelledHistogramGetsOnlyTheLeLabel) {
   MetricsRegistry m;
   m.GetHistogram("grpc_latency", "", {5})->Observe(1);

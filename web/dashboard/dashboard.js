@@ -160,6 +160,7 @@ async function showJob(id) {
       (Number(job.last_checkpoint || 0) > 0
         ? `from checkpoint ${num(job.last_checkpoint)} with a new epoch (add --parallelism N to change its size).`
         : "from the beginning (it has no complete checkpoint).");
+  const a = (t) => t.activity || {};
   fill(
     "tasks",
     (job.tasks || []).map((t, g) => [
@@ -170,6 +171,9 @@ async function showJob(id) {
       num(t.records_in) + num(t.activity && t.activity.exchange_records_in), num(t.records_out),
       num(t.consumer_lag), num(t.last_checkpoint), fmtBytes(t.state_bytes), fmtTime(t.watermark_ms),
       (t.partitions || []).join(","), num(job.epoch),
+      // Where its time went (TaskActivity): totals, the last checkpoint's in parentheses.
+      `${num(a(t).alignment_ms)} (${num(a(t).last_alignment_ms)})`, num(a(t).backpressure_ms),
+      `${num(a(t).checkpoint_sync_ms)} (${num(a(t).last_state_flush_ms)}+${num(a(t).last_sink_precommit_ms)}+${num(a(t).last_snapshot_ms)})`,
     ]),
   );
   // Sources that cannot read yet (a topic not created): nothing else matters.

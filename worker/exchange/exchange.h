@@ -376,6 +376,11 @@ class ExchangeWriter {
   // Records and bytes handed to the transport (not counting buffered ones).
   virtual int64_t records_written() const = 0;
   virtual int64_t bytes_written() const = 0;
+  // Time the writing thread spent in the transport's send, in ns: waiting
+  // for credit (network), for flow control or a full producer queue
+  // (Kafka, memory), plus the hand-over itself (microseconds). What the
+  // task's back-pressure costs it.
+  virtual int64_t send_wait_ns() const = 0;
 };
 
 // ---- Reader ------------------------------------------------------------------
@@ -443,6 +448,18 @@ class ExchangeReader {
   // n once barrier n arrived on every channel (and ReleaseBarrier not called).
   virtual std::optional<int64_t> AlignedBarrier() const = 0;
   virtual void ReleaseBarrier() = 0;
+  // Barrier alignment, in ns of the steady clock: from the first barrier of
+  // a checkpoint blocking a channel until ReleaseBarrier (the time some of
+  // this reader's input was held back), summed over released checkpoints,
+  // and for the last released one; and of that, the part until every
+  // channel was aligned (the skew between the producers' barriers).
+  struct AlignmentTimes {
+    int64_t total_ns = 0;
+    int64_t last_ns = 0;
+    int64_t last_skew_ns = 0;
+    int64_t last_id = 0;
+  };
+  virtual AlignmentTimes alignment_times() const = 0;
   // Known unread input over the owned partitions (Kafka: messages of the
   // consumer lag; memory: frames queued), plus frames read but held back by
   // alignment (a record run is one frame). 0 means nothing is waiting.

@@ -2,6 +2,7 @@
 // Kafka or memory) split into frames, with per-channel watermarks and
 // barrier alignment.
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -105,12 +106,22 @@ class ExchangeReaderImpl final : public ExchangeReader {
 
   void ReleaseBarrier() override {
     if (!aligned_) return;
+    const auto now = std::chrono::steady_clock::now();
+    times_.last_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - first_blocked_at_).count();
+    times_.last_skew_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(aligned_at_ - first_blocked_at_)
+            .count();
+    times_.total_ns += times_.last_ns;
+    times_.last_id = *aligning_;
     released_ = *aligning_;
     aligning_.reset();
     aligned_ = false;
     blocked_ = 0;
     for (Channel& ch : channels_) ch.blocked = false;
   }
+
+  AlignmentTimes alignment_times() const override { return times_; }
 
   int64_t Backlog() const override { return held_ + in_->Backlog(); }
 
@@ -292,8 +303,10 @@ class ExchangeReaderImpl final : public ExchangeReader {
     }
     aligning_ = id;
     channels_[c].blocked = true;
+    if (blocked_ == 0) first_blocked_at_ = std::chrono::steady_clock::now();
     ++blocked_;
     aligned_ = blocked_ == channels_.size();
+    if (aligned_) aligned_at_ = std::chrono::steady_clock::now();
   }
 
   void UpdateWatermark() {
@@ -322,6 +335,9 @@ class ExchangeReaderImpl final : public ExchangeReader {
   int64_t highest_barrier_ = 0;      // the newest barrier seen (on_barrier)
   int64_t held_ = 0;                 // frames held over all channels
   int64_t dropped_ = 0;
+  std::chrono::steady_clock::time_point first_blocked_at_{};  // of aligning_
+  std::chrono::steady_clock::time_point aligned_at_{};
+  AlignmentTimes times_;
 };
 
 }  // namespace

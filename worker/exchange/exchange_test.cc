@@ -778,6 +778,35 @@ TEST_P(ExchangeTest, TheFirstBarrierOfACheckpointIsReportedBeforeAlignment) {
               ElementsAre(std::make_pair(int64_t{1}, false), std::make_pair(int64_t{2}, true)));
 }
 
+// Alignment is timed from the first barrier blocking a channel to the
+// release; the skew until the last channel's barrier is part of it.
+TEST_P(ExchangeTest, AlignmentTimesRunFromTheFirstBarrierToTheRelease) {
+  const std::string topic = "caravela.j.align-times";
+  ASSERT_OK(Topic(topic, 1));
+  bool seen = false;
+  auto reader = Reader(topic, {0}, 2, 0, nullptr, [&](int64_t, bool) { seen = true; });
+  auto a = Writer(topic, 1, 0);
+  auto b = Writer(topic, 1, 1);
+  ASSERT_TRUE(reader && a && b);
+  EXPECT_EQ(reader->alignment_times().total_ns, 0);
+  ASSERT_OK(a->WriteBarrier(1));
+  ASSERT_OK(a->Flush(5000));
+  std::vector<Got> got;
+  ASSERT_TRUE(PollUntil(*reader, &got, [&] { return seen; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ASSERT_OK(b->WriteBarrier(1));
+  ASSERT_OK(b->Flush(5000));
+  ASSERT_TRUE(PollUntil(*reader, &got, [&] { return reader->AlignedBarrier().has_value(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  reader->ReleaseBarrier();
+  const ExchangeReader::AlignmentTimes t = reader->alignment_times();
+  EXPECT_EQ(t.last_id, 1);
+  EXPECT_GE(t.last_skew_ns, 30'000'000);
+  EXPECT_GE(t.last_ns, t.last_skew_ns + 20'000'000);
+  EXPECT_EQ(t.total_ns, t.last_ns);
+  EXPECT_GT(a->send_wait_ns(), 0);  // the hand-over, at least
+}
+
 TEST_P(ExchangeTest, BarriersAlignAndHoldLaterFrames) {
   const std::string topic = "caravela.j.align";
   ASSERT_OK(Topic(topic, 1));

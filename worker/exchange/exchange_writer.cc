@@ -1,5 +1,6 @@
 // ExchangeWriter (exchange.h): frames batched per partition into messages,
 // handed to a transport (exchange_transport.h: Kafka or memory).
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
@@ -97,6 +98,7 @@ class BatchingExchangeWriter final : public ExchangeWriter {
 
   int64_t records_written() const override { return records_; }
   int64_t bytes_written() const override { return bytes_; }
+  int64_t send_wait_ns() const override { return send_wait_ns_; }
 
  private:
   size_t Reserve() const { return static_cast<size_t>(options_.batch_bytes) + 4096; }
@@ -105,7 +107,11 @@ class BatchingExchangeWriter final : public ExchangeWriter {
     std::string& buffer = buffers_[partition];
     CloseRecordRun(&runs_[partition], &buffer);
     const auto size = static_cast<int64_t>(buffer.size());
+    const auto t0 = std::chrono::steady_clock::now();
     absl::Status st = out_->Send(partition, &buffer, frames_[partition]);
+    send_wait_ns_ +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     if (!st.ok()) {
       failure_ = st;  // frames are lost: the job restores its last checkpoint
       return st;
@@ -130,6 +136,7 @@ class BatchingExchangeWriter final : public ExchangeWriter {
   std::string key_scratch_;
   int64_t records_ = 0;
   int64_t bytes_ = 0;
+  int64_t send_wait_ns_ = 0;
 };
 
 }  // namespace

@@ -89,6 +89,15 @@ void Task::ActivityToProto(const Activity& a, v1::TaskActivity* out) {
   }
   for (const std::string& w : a.waiting) out->add_waiting(w);
   out->set_exchange_records_in(a.exchange_records_in);
+  out->set_alignment_ms(a.alignment_ms);
+  out->set_last_alignment_ms(a.last_alignment_ms);
+  out->set_last_alignment_skew_ms(a.last_alignment_skew_ms);
+  out->set_backpressure_ms(a.backpressure_ms);
+  out->set_checkpoint_sync_ms(a.checkpoint_sync_ms);
+  out->set_last_checkpoint_sync_ms(a.last_checkpoint_sync_ms);
+  out->set_last_state_flush_ms(a.last_state_flush_ms);
+  out->set_last_sink_precommit_ms(a.last_sink_precommit_ms);
+  out->set_last_snapshot_ms(a.last_snapshot_ms);
 }
 
 void Task::PartitionToProto(const PartitionStatus& p, v1::SourcePartitionStatus* out) {

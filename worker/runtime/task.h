@@ -172,6 +172,16 @@ class Task {
     // topic purchases on host:9092" (RawSource::Waiting).
     std::vector<std::string> waiting;
     int64_t exchange_records_in = 0;  // records received from exchanges
+    // Where the task's time went, in ms since its epoch began (TaskActivity).
+    int64_t alignment_ms = 0;             // inputs held back by barrier alignment
+    int64_t last_alignment_ms = 0;        // of the last checkpoint (longest input)
+    int64_t last_alignment_skew_ms = 0;   // of it, until every channel was aligned
+    int64_t backpressure_ms = 0;          // waiting for exchange credit
+    int64_t checkpoint_sync_ms = 0;       // checkpoints' synchronous part
+    int64_t last_checkpoint_sync_ms = 0;  // the last one's, and its parts:
+    int64_t last_state_flush_ms = 0;
+    int64_t last_sink_precommit_ms = 0;
+    int64_t last_snapshot_ms = 0;
   };
   Activity activity() const;
   static void ActivityToProto(const Activity& a, v1::TaskActivity* out);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/failpoint.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 #include "worker/checkpoint/manifest_fields.h"
 #include "worker/runtime/job_checkpoints.h"
@@ -275,7 +276,16 @@ absl::Status TaskCheckpointer::Drive(bool stop) {
 }
 
 absl::StatusOr<CheckpointManifest> TaskCheckpointer::Begin(int64_t job_id) {
+  sync_ = TaskStatus::CheckpointSync();
+  auto t = std::chrono::steady_clock::now();
+  auto lap = [&t]() {
+    const auto now = std::chrono::steady_clock::now();
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - t).count();
+    t = now;
+    return ns;
+  };
   RETURN_IF_ERROR(flush_());  // operator state into the backend, committed
+  sync_.state_flush_ns = lap();
   const int64_t id = job_id > 0 ? job_id : manager_->next_checkpoint_id();
   CheckpointManifest m;
   m.set_checkpoint_id(id);
@@ -321,10 +331,12 @@ absl::StatusOr<CheckpointManifest> TaskCheckpointer::Begin(int64_t job_id) {
     sc->set_state(st);
     sc->set_part(graph_.sinks[i].part);
   }
+  sync_.sink_precommit_ns = lap();
   // Barrier `id` after every record this task wrote into its exchanges: the
   // consumers' checkpoint `id` holds exactly the records before it (SPEC §8).
   const bool stop = ctx_.job != nullptr && ctx_.job->stops_at(id);
   for (WriterNode& wn : graph_.writers) RETURN_IF_ERROR(wn.writer->WriteBarrier(id, stop));
+  sync_.barriers_ns = lap();
   return m;
 }
 
@@ -365,11 +377,17 @@ absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t jo
   ASSIGN_OR_RETURN(CheckpointManifest m, Begin(job_id));
   const int64_t id = m.checkpoint_id();
   CheckpointStats stats;
+  const auto write_start = std::chrono::steady_clock::now();
   if (savepoint_dir.empty()) {
     ASSIGN_OR_RETURN(stats, manager_->Write(*ctx_.state, std::move(m)));
   } else {
     ASSIGN_OR_RETURN(stats, manager_->WriteSavepoint(*ctx_.state, std::move(m), savepoint_dir));
   }
+  // A standalone task writes its checkpoint on its thread: all of it is sync.
+  sync_.snapshot_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - write_start)
+                          .count();
+  status_.AddCheckpointSync(sync_);
   // The manifest is the commit point: now the sinks publish. In a parallel
   // job the commit point is the job's record once every task stored `id`
   // (ServeCheckpoints commits then).
@@ -388,7 +406,12 @@ absl::Status TaskCheckpointer::Take(const std::string& savepoint_dir, int64_t jo
 absl::Status TaskCheckpointer::StartUpload(int64_t n) {
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(CheckpointManifest m, Begin(n));
+  const auto snapshot_start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(CheckpointSnapshot snap, manager_->Snapshot(*ctx_.state, std::move(m)));
+  sync_.snapshot_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - snapshot_start)
+                          .count();
+  status_.AddCheckpointSync(sync_);
   RecordStateSize();
   ctx_.metrics->Get("checkpoint_last_sync_duration_ms")->Set(MsSince(t0));
   uploading_id_ = n;
@@ -432,7 +455,24 @@ absl::Status TaskCheckpointer::ServeJob() {
   }
   // The state is snapshotted: the inputs go on while it uploads.
   RETURN_IF_ERROR(StartUpload(n));
-  for (ReaderNode& rn : graph_.readers) rn.reader->ReleaseBarrier();
+  int64_t total_ns = 0, last_ns = 0, last_skew_ns = 0;
+  for (ReaderNode& rn : graph_.readers) {
+    rn.reader->ReleaseBarrier();
+    const ExchangeReader::AlignmentTimes a = rn.reader->alignment_times();
+    total_ns += a.total_ns;
+    if (a.last_id == n) {
+      last_ns = std::max(last_ns, a.last_ns);
+      last_skew_ns = std::max(last_skew_ns, a.last_skew_ns);
+    }
+  }
+  if (!graph_.readers.empty()) status_.SetAlignment(total_ns, last_ns, last_skew_ns);
+  SubsystemLogger("checkpoint")
+      ->debug(
+          "checkpoint {} snapshotted: sync {} ms (state flush {}, sink pre-commit {}, barriers {}, "
+          "snapshot {}), inputs aligned {} ms (skew {} ms)",
+          n, sync_.total_ns() / 1000000, sync_.state_flush_ns / 1000000,
+          sync_.sink_precommit_ns / 1000000, sync_.barriers_ns / 1000000,
+          sync_.snapshot_ns / 1000000, last_ns / 1000000, last_skew_ns / 1000000);
   if (ctx_.job->stops_at(n)) stopped_ = true;
   return absl::OkStatus();
 }

@@ -130,6 +130,7 @@ class TaskCheckpointer {
   int64_t uploading_id_ = 0;
   std::chrono::steady_clock::time_point upload_started_;
   std::future<absl::StatusOr<CheckpointStats>> upload_;
+  TaskStatus::CheckpointSync sync_;  // of the checkpoint being taken (Begin on)
 };
 
 }  // namespace caravela

@@ -15,7 +15,69 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return RuntimeLogger(); }
 
+int64_t NsToMs(int64_t ns) { return ns / 1000000; }
+
 }  // namespace
+
+// The task's timing series (labels task), in ms (exported in seconds).
+struct TaskStatus::TimingMetrics {
+  Counter* alignment_total = nullptr;
+  Counter* alignment_last = nullptr;
+  Counter* alignment_last_skew = nullptr;
+  Counter* backpressure_total = nullptr;
+  Counter* sync_total = nullptr;
+  Counter* sync_last[5] = {};  // state_flush, sink_precommit, barriers, snapshot, total
+};
+
+TaskStatus::TaskStatus(const TaskContext& ctx, TaskGraph& graph) : ctx_(ctx), graph_(graph) {}
+TaskStatus::~TaskStatus() = default;
+
+void TaskStatus::AddCheckpointSync(const CheckpointSync& s) {
+  sync_total_ns_.fetch_add(s.total_ns(), std::memory_order_relaxed);
+  const int64_t parts[4] = {s.state_flush_ns, s.sink_precommit_ns, s.barriers_ns, s.snapshot_ns};
+  for (int i = 0; i < 4; ++i) sync_last_ns_[i].store(parts[i], std::memory_order_relaxed);
+}
+
+void TaskStatus::SetAlignment(int64_t total_ns, int64_t last_ns, int64_t last_skew_ns) {
+  alignment_total_ns_.store(total_ns, std::memory_order_relaxed);
+  alignment_last_ns_.store(last_ns, std::memory_order_relaxed);
+  alignment_last_skew_ns_.store(last_skew_ns, std::memory_order_relaxed);
+}
+
+void TaskStatus::PublishTiming() {
+  int64_t send_ns = 0;
+  for (const task_internal::WriterNode& wn : graph_.writers) send_ns += wn.writer->send_wait_ns();
+  backpressure_ns_.store(send_ns, std::memory_order_relaxed);
+  if (ctx_.metrics == nullptr) return;
+  if (timing_metrics_ == nullptr) {
+    timing_metrics_ = std::make_unique<TimingMetrics>();
+    TimingMetrics& m = *timing_metrics_;
+    const std::string task = absl::StrCat("task=\"", ctx_.name, "\"");
+    m.alignment_total = ctx_.metrics->Get("task_alignment_ms_total", task);
+    m.alignment_last = ctx_.metrics->Get("task_alignment_last_ms", task);
+    m.alignment_last_skew = ctx_.metrics->Get("task_alignment_last_skew_ms", task);
+    m.backpressure_total = ctx_.metrics->Get("task_backpressure_ms_total", task);
+    m.sync_total = ctx_.metrics->Get("task_checkpoint_sync_ms_total", task);
+    const char* parts[5] = {"state_flush", "sink_precommit", "barriers", "snapshot", "total"};
+    for (int i = 0; i < 5; ++i) {
+      m.sync_last[i] = ctx_.metrics->Get("task_checkpoint_sync_last_ms",
+                                         absl::StrCat(task, ",part=\"", parts[i], "\""));
+    }
+  }
+  TimingMetrics& m = *timing_metrics_;
+  m.alignment_total->Set(NsToMs(alignment_total_ns_.load(std::memory_order_relaxed)));
+  m.alignment_last->Set(NsToMs(alignment_last_ns_.load(std::memory_order_relaxed)));
+  m.alignment_last_skew->Set(NsToMs(alignment_last_skew_ns_.load(std::memory_order_relaxed)));
+  m.backpressure_total->Set(NsToMs(send_ns));
+  m.sync_total->Set(NsToMs(sync_total_ns_.load(std::memory_order_relaxed)));
+  int64_t last_total = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t ns = sync_last_ns_[i].load(std::memory_order_relaxed);
+    last_total += ns;
+    m.sync_last[i]->Set(NsToMs(ns));
+  }
+  m.sync_last[4]->Set(NsToMs(last_total));
+}
 
 void TaskStatus::PublishPartitions(bool now_anyway) {
   // For status reports only: a few hundred ms old is fresh enough, and the
@@ -93,6 +155,7 @@ void TaskStatus::PublishPartitions(bool now_anyway) {
       activity.exchange_inputs.push_back(std::move(e));
     }
   }
+  PublishTiming();
   std::lock_guard<std::mutex> lock(mu_);
   partitions_ = std::move(out);
   live_ = std::move(live);
@@ -119,6 +182,17 @@ Task::Activity TaskStatus::activity() const {
   std::lock_guard<std::mutex> lock(mu_);
   Task::Activity a = activity_;
   a.exchange_records_in = exchange_records_in_.load(std::memory_order_relaxed);
+  a.alignment_ms = NsToMs(alignment_total_ns_.load(std::memory_order_relaxed));
+  a.last_alignment_ms = NsToMs(alignment_last_ns_.load(std::memory_order_relaxed));
+  a.last_alignment_skew_ms = NsToMs(alignment_last_skew_ns_.load(std::memory_order_relaxed));
+  a.backpressure_ms = NsToMs(backpressure_ns_.load(std::memory_order_relaxed));
+  a.checkpoint_sync_ms = NsToMs(sync_total_ns_.load(std::memory_order_relaxed));
+  int64_t last[4];
+  for (int i = 0; i < 4; ++i) last[i] = sync_last_ns_[i].load(std::memory_order_relaxed);
+  a.last_state_flush_ms = NsToMs(last[0]);
+  a.last_sink_precommit_ms = NsToMs(last[1]);
+  a.last_snapshot_ms = NsToMs(last[3]);
+  a.last_checkpoint_sync_ms = NsToMs(last[0] + last[1] + last[2] + last[3]);
   return a;
 }
 

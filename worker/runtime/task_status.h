@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -19,7 +20,8 @@ namespace caravela {
 
 class TaskStatus {
  public:
-  TaskStatus(const TaskContext& ctx, TaskGraph& graph) : ctx_(ctx), graph_(graph) {}
+  TaskStatus(const TaskContext& ctx, TaskGraph& graph);
+  ~TaskStatus();
 
   // ---- written by the task thread
   void AddRecordsIn(int64_t n) { records_in_.fetch_add(n, std::memory_order_relaxed); }
@@ -31,6 +33,23 @@ class TaskStatus {
   void SetWatermark(int64_t w) { watermark_.store(w, std::memory_order_relaxed); }
   void SetLag(int64_t lag) { lag_.store(lag, std::memory_order_relaxed); }
   void SetStateBytes(int64_t b) { state_bytes_.store(b, std::memory_order_relaxed); }
+  // The synchronous part of checkpoint `id` on the task thread, in ns:
+  // operator state into the backend, sink pre-commits (a Kafka sink's
+  // flush), barriers into the exchanges, the state snapshot (RocksDB's
+  // memtable flush and checkpoint; a standalone task: the whole write).
+  struct CheckpointSync {
+    int64_t state_flush_ns = 0;
+    int64_t sink_precommit_ns = 0;
+    int64_t barriers_ns = 0;
+    int64_t snapshot_ns = 0;
+    int64_t total_ns() const {
+      return state_flush_ns + sink_precommit_ns + barriers_ns + snapshot_ns;
+    }
+  };
+  void AddCheckpointSync(const CheckpointSync& s);
+  // After a checkpoint released the exchange inputs: their alignment times
+  // (ExchangeReader::alignment_times) summed, and the longest of the last.
+  void SetAlignment(int64_t total_ns, int64_t last_ns, int64_t last_skew_ns);
   // Source partitions (offset, lag, watermark, idle; idleness changes are
   // logged), side-output totals and exchange inputs, for partitions() and
   // activity(); at most every 250 ms unless `now`.
@@ -76,6 +95,17 @@ class TaskStatus {
   std::chrono::steady_clock::time_point published_at_{};
   int64_t invalid_total_ = 0;
   std::chrono::steady_clock::time_point last_progress_{};
+  // Where a task's time goes (task_* metrics and Activity): written by the
+  // task thread, published with the partitions.
+  std::atomic<int64_t> sync_total_ns_{0};
+  std::atomic<int64_t> sync_last_ns_[4] = {};  // CheckpointSync's parts, in order
+  std::atomic<int64_t> alignment_total_ns_{0};
+  std::atomic<int64_t> alignment_last_ns_{0};
+  std::atomic<int64_t> alignment_last_skew_ns_{0};
+  std::atomic<int64_t> backpressure_ns_{0};  // sum over the exchange writers
+  struct TimingMetrics;
+  std::unique_ptr<TimingMetrics> timing_metrics_;  // created at the first publish
+  void PublishTiming();
   int64_t progress_records_in_ = 0;
 };
 
