@@ -7,6 +7,7 @@
 // client configuration), see "Shared by the Kafka connectors" below.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -82,7 +83,8 @@ struct KafkaSourceOptions {
 // Errors: Open() returns InvalidArgument (bad options or client config),
 // NotFound (topic missing after open_timeout_ms), Unavailable (no broker).
 // Poll() returns DataLoss when a requested offset is no longer (or not yet)
-// in the log, Internal on a fatal client error; transient broker errors are
+// in the log, NotFound naming the topic when it was deleted (a permanent
+// failure of the job), Internal on a fatal client error; transient broker errors are
 // logged once per error code on the "kafka" logger and retried internally.
 class KafkaSource : public RawSource {
  public:
@@ -133,6 +135,11 @@ class KafkaSource : public RawSource {
   absl::StatusOr<bool> Handle(rd_kafka_message_t* m,
                               const std::function<void(const RawMessage&)>& f);
   void Pause(int32_t partition);
+  // NotFound naming the topic if the cluster no longer lists it (checked at
+  // most once a second; OK when it is there or no broker answers).
+  absl::Status CheckTopicExists(int32_t partition);
+  // librdkafka's error callback (on the polling thread).
+  void OnClientError(int err, const char* reason);
   // Moves positions_ up to librdkafka's position (past transaction markers)
   // once every message it handed out was handled.
   void FollowConsumerPositions();
@@ -148,6 +155,9 @@ class KafkaSource : public RawSource {
   std::vector<rd_kafka_message_t*> batch_;
   rd_kafka_topic_partition_list_t* follow_ = nullptr;  // owned partitions, for rd_kafka_position
   absl::flat_hash_set<int> logged_errors_;             // error codes logged since last record
+  std::chrono::steady_clock::time_point next_topic_check_;
+  bool topic_error_ = false;  // the client said the topic or a partition is unknown
+  bool topic_gone_ = false;   // and the cluster no longer lists the topic
 };
 
 // ---------------------------------------------------------------------------
