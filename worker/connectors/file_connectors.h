@@ -132,6 +132,8 @@ class FileSink : public Sink {
 
   std::string path_;
   bool checkpointed_;
+  // The last PreCommit found nothing written: its Commit has nothing to do.
+  int64_t empty_precommit_id_ = -1;
   bool local_;
   int64_t fence_epoch_;
   std::string job_id_;

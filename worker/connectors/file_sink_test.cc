@@ -84,6 +84,32 @@ TEST_F(FileSinkTest, ANewerEpochFencesTheOldWriter) {
   EXPECT_TRUE(absl::IsFailedPrecondition(late.Open()));
 }
 
+// A checkpoint with nothing written publishes nothing (no pending file, no
+// fsync); restoring it keeps what was committed before it.
+TEST_F(FileSinkTest, ACheckpointWithNothingWrittenPublishesNothing) {
+  FileSink sink(path_, /*checkpointed=*/true, /*local=*/false, /*fence_epoch=*/1);
+  ASSERT_OK(sink.Open());
+  ASSERT_OK(sink.Recover(0, ""));
+  ASSERT_OK(Write(sink, "a1"));
+  ASSERT_OK(sink.PreCommit(1).status());
+  ASSERT_OK(sink.Commit(1));
+  auto empty = sink.PreCommit(2);
+  ASSERT_OK(empty.status());
+  EXPECT_EQ(*empty, "3 3");
+  EXPECT_FALSE(std::filesystem::exists(path_ + ".pending-2"));
+  ASSERT_OK(sink.Commit(2));
+  ASSERT_OK(Write(sink, "a3"));
+  ASSERT_OK(sink.PreCommit(3).status());
+  ASSERT_OK(sink.Commit(3));
+  EXPECT_EQ(Content(), "a1\na3\n");
+  ASSERT_OK(sink.Close());
+  // Restored at checkpoint 2 (a3 came after it): a3 goes.
+  FileSink restored(path_, true, false, /*fence_epoch=*/2);
+  ASSERT_OK(restored.Open());
+  ASSERT_OK(restored.Recover(2, *empty));
+  EXPECT_EQ(Content(), "a1\n");
+}
+
 // One writer per output: a job's fence refuses a writer of another job at
 // its epoch or below for good (PermissionDenied, naming the path and the
 // job); a later job (a higher epoch: the coordinator numbers epochs above
