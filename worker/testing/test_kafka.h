@@ -54,19 +54,23 @@ class TestKafka {
   std::unique_ptr<EmbeddedBroker> embedded_;
 };
 
-// A GoogleTest fixture base with one TestKafka for the whole suite (every
-// test uses its own topics): kafka_, bootstrap().
+// A GoogleTest fixture base with one TestKafka for the suites of a test
+// binary (started by the first suite that needs it, stopped at exit: every
+// test uses topics of its own): kafka_, bootstrap().
 class KafkaSuiteTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto kafka = TestKafka::Start(4);
-    ASSERT_TRUE(kafka.ok()) << kafka.status();
-    kafka_ = std::move(*kafka);
+    static std::unique_ptr<TestKafka> shared;
+    if (shared == nullptr) {
+      auto kafka = TestKafka::Start(4);
+      ASSERT_TRUE(kafka.ok()) << kafka.status();
+      shared = std::move(*kafka);
+    }
+    kafka_ = shared.get();
   }
-  static void TearDownTestSuite() { kafka_.reset(); }
   static const std::string& bootstrap() { return kafka_->bootstrap(); }
 
-  static inline std::unique_ptr<TestKafka> kafka_;
+  static inline TestKafka* kafka_ = nullptr;
 };
 
 // In a test body: skip (with the reason) unless the suite runs on that Kafka.
