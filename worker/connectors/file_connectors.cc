@@ -295,7 +295,10 @@ absl::StatusOr<std::string> FileSink::PreCommit(int64_t checkpoint_id) {
     // the task thread (each checkpoint of every task; tens of ms on a busy
     // disk, while its barriers or its aligned inputs wait). Commit(id) has
     // nothing to append; Recover(id) finds no pending file and keeps the
-    // committed size.
+    // committed size. The fence is still checked (a flock, no fsync): a
+    // fenced writer learns it here as it would with output.
+    FenceLock lock;
+    ASSIGN_OR_RETURN(lock.fd, LockFence(/*raise=*/false));
     empty_precommit_id_ = checkpoint_id;
     return absl::StrCat(committed_size_, " ", committed_size_);
   }
@@ -338,9 +341,9 @@ absl::Status FileSink::AppendFile(const std::string& from) {
 
 absl::Status FileSink::Commit(int64_t checkpoint_id) {
   if (!checkpointed_) return absl::OkStatus();
-  if (checkpoint_id == empty_precommit_id_) return absl::OkStatus();  // nothing pending
   FenceLock lock;
   ASSIGN_OR_RETURN(lock.fd, LockFence(/*raise=*/false));
+  if (checkpoint_id == empty_precommit_id_) return absl::OkStatus();  // nothing pending
   const std::string pending = PendingPath(checkpoint_id);
   RETURN_IF_ERROR(AppendFile(pending));
   std::remove(pending.c_str());
