@@ -265,6 +265,23 @@ class Bench {
 
     std::atomic<bool> stop_consumer{false};
     std::thread consumer([&] { Consume(stop_consumer); });
+    // LATENCY_TRACE: each second, every task's cumulative times (ms):
+    // alignment/back-pressure/checkpoint sync.
+    std::thread times([&] {
+      if (getenv("LATENCY_TRACE") == nullptr || job_id_.empty()) return;
+      while (!stop_consumer.load()) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        auto j = JobClient(address_, "").Get(job_id_);
+        if (!j.ok()) continue;
+        std::string line = absl::StrCat("times at ", NowMs() % 100000, ":");
+        for (const v1::TaskStatus& t : j->tasks()) {
+          const v1::TaskActivity& a = t.activity();
+          absl::StrAppend(&line, " ", a.alignment_ms(), "/", a.backpressure_ms(), "/",
+                          a.checkpoint_sync_ms());
+        }
+        std::printf("%s\n", line.c_str());
+      }
+    });
     const int64_t produced = Produce();
     // Results of the last records: wait until each was seen, or 15 s.
     const auto deadline = SteadyClock::now() + std::chrono::seconds(15);
@@ -273,6 +290,7 @@ class Bench {
     }
     stop_consumer = true;
     consumer.join();
+    times.join();
     PrintTaskTimes();
     StopAll();
     return Report(produced);
