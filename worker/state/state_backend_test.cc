@@ -591,19 +591,36 @@ TEST(RocksDbBackendTest, ReopenAfterRestore) {
   EXPECT_FALSE(fs::exists(dir.Sub("db.restoring")));
 }
 
+// Runs `child` in a death-test child process (it may abort, as RocksDB's
+// assertions do): the test passes when it exits 0.
+void ExpectChildExitsZero(int (*child)()) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(child()), ::testing::ExitedWithCode(0), "");
+}
+
+// In a child process: a mount namespace of its own and a 16 MiB tmpfs at
+// `small` (created). False, with the reason on stderr, if either fails.
+bool MountSmallTmpfs(const std::string& small) {
+  if (unshare(CLONE_NEWNS) != 0 ||
+      mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    std::perror("mount namespace");
+    return false;
+  }
+  fs::create_directories(small);
+  if (mount("tmpfs", small.c_str(), "tmpfs", 0, "size=16m") != 0) {
+    std::perror("mount tmpfs");
+    return false;
+  }
+  return true;
+}
+
 // What RocksDbBackendTest.ClosingOnAFullDisk... runs in its child process,
 // with a mount namespace and a 16 MiB tmpfs of its own: 0 when the backend
 // closed on the full disk and its last snapshot restores.
 int CloseOnAFullDisk() {
-  if (unshare(CLONE_NEWNS) != 0 ||
-      mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    std::perror("mount namespace");
-    return 2;
-  }
   TempDir dir;
   const std::string small = dir.Sub("small");
-  fs::create_directories(small);
-  if (mount("tmpfs", small.c_str(), "tmpfs", 0, "size=16m") != 0) return 3;
+  if (!MountSmallTmpfs(small)) return 2;
   const std::string path = small + "/db";
   const std::string snap = dir.Sub("snap");
   {
@@ -645,8 +662,7 @@ int CloseOnAFullDisk() {
 // (seed 68), where two workers died so while their tasks stopped.
 TEST(RocksDbBackendTest, ClosingOnAFullDiskNeitherAbortsNorLosesTheLastSnapshot) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (mounts a tmpfs)";
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(std::exit(CloseOnAFullDisk()), ::testing::ExitedWithCode(0), "");
+  ExpectChildExitsZero(CloseOnAFullDisk);
 }
 
 // What RocksDbBackendTest.RestoringOnAFullDisk... runs in its child
@@ -656,15 +672,9 @@ TEST(RocksDbBackendTest, ClosingOnAFullDiskNeitherAbortsNorLosesTheLastSnapshot)
 // MiB; then the same on the emptied disk. 0 when no attempt aborted, each
 // failed one said ResourceExhausted, and the restore on room succeeded.
 int RestoreOnAFullDisk() {
-  if (unshare(CLONE_NEWNS) != 0 ||
-      mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    std::perror("mount namespace");
-    return 2;
-  }
   TempDir dir;
   const std::string small = dir.Sub("small");
-  fs::create_directories(small);
-  if (mount("tmpfs", small.c_str(), "tmpfs", 0, "size=16m") != 0) return 3;
+  if (!MountSmallTmpfs(small)) return 2;
   // The checkpoint, outside the small disk (downloaded checkpoint files are
   // hard-linked or copied from it).
   const std::string snap = dir.Sub("snap");
@@ -736,8 +746,7 @@ int RestoreOnAFullDisk() {
 // aborts; 24 attempts from no free byte to 8 MiB.
 TEST(RocksDbBackendTest, RestoringOnAFullDiskNeverAbortsTheProcess) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (mounts a tmpfs)";
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(std::exit(RestoreOnAFullDisk()), ::testing::ExitedWithCode(0), "");
+  ExpectChildExitsZero(RestoreOnAFullDisk);
 }
 
 TEST(RocksDbBackendTest, OpenErrorNamesPath) {
