@@ -21,7 +21,6 @@ constexpr size_t kKeySize = 12;    // bucket start (8) + batch sequence (4)
 constexpr size_t kEntrySize = 18;  // time offset (2) + id hash (8) + fingerprint (8)
 // Expired blobs are collected and deleted in chunks of this many.
 constexpr size_t kExpireChunk = 256;
-constexpr uint32_t kNoPending = UINT32_MAX;
 
 // Appends the bytes HashNode feeds to the hash. Hashing the concatenation in
 // one call gives exactly the streaming XXH3 digest of the same bytes (the
@@ -309,7 +308,8 @@ DedupOperator::DedupOperator(FieldPath id, int64_t retention,
 DedupOperator::~DedupOperator() = default;
 
 absl::Status DedupOperator::Open(OperatorContext& ctx) {
-  ASSIGN_OR_RETURN(ids_, ctx.OpenTable("ids"));
+  // Read only for tag hits, which find committed blobs; written at Flush.
+  ASSIGN_OR_RETURN(ids_, ctx.OpenWriteBehindTable("ids"));
   passed_ = ctx.OpCounter("dedup_passed_total");
   duplicates_ = ctx.OpCounter("dedup_duplicates_total");
   conflicts_ = ctx.OpCounter("dedup_conflicts_total");
@@ -320,6 +320,7 @@ absl::Status DedupOperator::Open(OperatorContext& ctx) {
   // Rebuild the in-memory index from the table (empty, or restored); new
   // blobs continue after the highest sequence found.
   index_->Clear();
+  unflushed_.clear();
   expired_before_ = kMinTime;
   seq_ = 0;
   bool any = false;
@@ -421,24 +422,27 @@ absl::StatusOr<bool> DedupOperator::FindFirst(uint64_t hash, int64_t horizon,
   for (const auto& [t, seq] : candidates_) {
     if (t < horizon) continue;  // forgotten (its blob is deleted a little later)
     if (seq == seq_) {
-      // Added by this batch: not written yet.
-      auto it = pending_by_hash_.find(hash);
-      for (uint32_t j = it == pending_by_hash_.end() ? kNoPending : it->second; j != kNoPending;
-           j = pending_[j].next) {
-        if (pending_[j].event_time == t) {
-          *fingerprint = pending_[j].fingerprint;
+      // Added by this batch: not written yet. A scan, newest first: only a
+      // copy within one batch (or a tag collision) gets here, while a map
+      // of the batch's new ids cost an insert for every one of them.
+      for (auto p = pending_.rbegin(); p != pending_.rend(); ++p) {
+        if (p->hash == hash && p->event_time == t) {
+          *fingerprint = p->fingerprint;
           return true;
         }
       }
       continue;
     }
-    char key[kKeySize];
     const int64_t bucket = BucketStart(t);
+    const uint16_t offset = static_cast<uint16_t>(t - bucket);
+    if (auto it = unflushed_.find({bucket, seq}); it != unflushed_.end()) {
+      if (FindEntry(it->second, offset, hash, fingerprint)) return true;
+      continue;
+    }
+    char key[kKeySize];
     MakeKey(bucket, seq, key);
     ASSIGN_OR_RETURN(bool hit, ids_->Get(std::string_view(key, kKeySize), &value_));
-    if (hit && FindEntry(value_, static_cast<uint16_t>(t - bucket), hash, fingerprint)) {
-      return true;
-    }
+    if (hit && FindEntry(value_, offset, hash, fingerprint)) return true;
   }
   return false;
 }
@@ -488,7 +492,6 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
     if (kinds_[i] == kHasId) first_ids_.Prefetch(hashes_[i]);
   }
   pending_.clear();
-  pending_by_hash_.clear();
   for (size_t i = 0; i < n; ++i) {
     const Record& r = batch[i];
     if (batch_ && i + kAhead < n && kinds_[i + kAhead] == kHasId) {
@@ -536,9 +539,7 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
       s.event_time = r.event_time;
       continue;
     }
-    auto [it, inserted] = pending_by_hash_.try_emplace(h, kNoPending);
-    pending_.push_back(PendingId{r.event_time, h, fp, it->second});
-    it->second = static_cast<uint32_t>(pending_.size() - 1);
+    pending_.push_back(PendingId{r.event_time, h, fp});
     index_->Insert(h, r.event_time, seq_);
     ++counts.passed;
     out.Forward(r);
@@ -548,17 +549,14 @@ absl::Status DedupOperator::ProcessBatch(OperatorContext& ctx, int input, const 
   std::sort(pending_.begin(), pending_.end(), [](const PendingId& a, const PendingId& b) {
     return a.event_time != b.event_time ? a.event_time < b.event_time : a.hash < b.hash;
   });
-  char key[kKeySize];
   for (size_t i = 0; i < pending_.size();) {
     const int64_t bucket = BucketStart(pending_[i].event_time);
-    blob_.clear();
+    std::string& blob = unflushed_[{bucket, seq_}];
     for (; i < pending_.size() && BucketStart(pending_[i].event_time) == bucket; ++i) {
       AppendEntry(Entry{static_cast<uint16_t>(pending_[i].event_time - bucket), pending_[i].hash,
                         pending_[i].fingerprint},
-                  &blob_);
+                  &blob);
     }
-    MakeKey(bucket, seq_, key);
-    ids_->Put(std::string_view(key, kKeySize), blob_);
   }
   ++seq_;
   return absl::OkStatus();
@@ -582,10 +580,20 @@ absl::Status DedupOperator::OnWatermark(OperatorContext& ctx, Output& out) {
     expired_before_ = cutoff;
     return absl::OkStatus();
   }
+  int64_t expired = 0;
+  // Blobs not flushed yet: dropped before they reach the table.
+  for (auto it = unflushed_.begin(); it != unflushed_.end() && it->first.first < cutoff;) {
+    const auto& [bucket, seq] = it->first;
+    for (size_t i = 0; i < it->second.size() / kEntrySize; ++i) {
+      Entry e = ReadEntry(it->second, i);
+      index_->Erase(e.hash, bucket + e.offset, seq);
+      ++expired;
+    }
+    it = unflushed_.erase(it);
+  }
   std::string begin = expired_before_ == kMinTime ? "" : EncodeBigEndian64(expired_before_);
   const std::string end = EncodeBigEndian64(cutoff);
   std::vector<std::pair<std::string, std::string>> blobs;
-  int64_t expired = 0;
   for (;;) {
     blobs.clear();
     RETURN_IF_ERROR(ids_->Scan(begin, end, [&](std::string_view key, std::string_view value) {
@@ -610,6 +618,17 @@ absl::Status DedupOperator::OnWatermark(OperatorContext& ctx, Output& out) {
   }
   expired_before_ = cutoff;
   expired_->Add(expired);
+  return absl::OkStatus();
+}
+
+absl::Status DedupOperator::Flush(OperatorContext& ctx) {
+  // In key order: the memtable inserts each next to the previous one.
+  char key[kKeySize];
+  for (const auto& [at, blob] : unflushed_) {
+    MakeKey(at.first, at.second, key);
+    ids_->Put(std::string_view(key, kKeySize), blob);
+  }
+  unflushed_.clear();
   return absl::OkStatus();
 }
 

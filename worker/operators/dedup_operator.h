@@ -27,20 +27,30 @@
 // the horizon, so decisions are exact). An id matches a stored entry only if
 // its 64-bit hash and its event time both match.
 //
+// Blobs are written behind: the blobs of the batches since the last Flush
+// live in memory (ordered by key, so expiry drops them as it deletes stored
+// ones) and reach the table, written sorted, at Flush (checkpoints, the end,
+// and every state_flush_interval_ms). A table read is then a read of
+// committed state: the read-your-writes index of uncommitted writes (a
+// skip list over the write batch, one cache miss per level) cost more than
+// the decision itself when every batch wrote its blobs through it.
+//
 // To find an id without knowing its first event time, the operator keeps an
 // in-memory index (32-bit hash tag -> event time and blob sequence; 16 bytes
 // per slot) of every id in the table, rebuilt from the table by Open() (so
 // after a restore too). A new id whose tag is absent costs no state read; a
 // tag hit is verified with one point read of the blob (or against the
-// current batch). Blob sequences wrap after 2^32 batches: a bucket that stays
-// live that long (retention of ~50 days at 1000 batches/s) is not supported.
+// current batch, or the blobs not flushed yet). Blob sequences wrap after
+// 2^32 batches: a bucket that stays live that long (retention of ~50 days at
+// 1000 batches/s) is not supported.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/btree_map.h"
 #include "common/job_spec.h"
 #include "common/record.h"
 #include "worker/operators/id_hash_set.h"
@@ -84,6 +94,8 @@ class DedupOperator : public Operator {
   absl::Status ProcessBatch(OperatorContext& ctx, int input, const RecordBatch& batch,
                             Output& out) override;
   absl::Status OnWatermark(OperatorContext& ctx, Output& out) override;
+  // Writes the blobs added since the last Flush to the table.
+  absl::Status Flush(OperatorContext& ctx) override;
 
   // Batch mode (reconciliation): no retention and no state; the 64-bit hash
   // of every id seen (the identity the stored blobs use) is kept in an
@@ -130,18 +142,18 @@ class DedupOperator : public Operator {
     int64_t event_time;
     uint64_t hash;
     uint64_t fingerprint;
-    uint32_t next;  // previous pending id with the same hash, or UINT32_MAX
   };
   mutable std::string scratch_;
   std::string value_;
-  std::string blob_;
   std::vector<uint64_t> hashes_;
   std::vector<uint64_t> fingerprints_;
   std::vector<Kind> kinds_;
   std::vector<std::pair<int64_t, uint32_t>> candidates_;  // (event time, blob sequence)
   // New ids of the current batch, written as blobs at its end.
   std::vector<PendingId> pending_;
-  absl::flat_hash_map<uint64_t, uint32_t> pending_by_hash_;  // hash -> last index
+  // Blobs of the batches since the last Flush, by (bucket start, sequence):
+  // the table's key order.
+  absl::btree_map<std::pair<int64_t, uint32_t>, std::string> unflushed_;
 };
 
 }  // namespace caravela

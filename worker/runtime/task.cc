@@ -136,11 +136,13 @@ absl::StatusOr<std::unique_ptr<Task>> Task::Create(const JobSpec& spec, RunOptio
     // Every run starts from empty local state: the state of a previous run is
     // ahead of its last checkpoint (or, without checkpoints, of the input's
     // start), so reusing it would count events twice. A checkpoint or
-    // savepoint, if any, is restored into it below.
+    // savepoint, if any, is restored into it below. For the same reason its
+    // memtables are not flushed when the task ends.
     std::error_code ec;
     std::filesystem::remove_all(dir + "/state", ec);
     std::filesystem::create_directories(dir, ec);
-    ASSIGN_OR_RETURN(im.state_owner, OpenRocksDbBackend(dir + "/state", ctx.options.state_budget));
+    ASSIGN_OR_RETURN(im.state_owner, OpenRocksDbBackend(dir + "/state", ctx.options.state_budget,
+                                                        /*flush_on_close=*/false));
   }
   ctx.state = im.state_owner.get();
   // Processing time: arrival-driven iff every source has an arrival_field.
@@ -229,15 +231,15 @@ absl::Status Task::Impl::StepSources(int timeout_ms, bool* got, bool* all_done) 
   return absl::OkStatus();
 }
 
-absl::Status Task::Impl::Commit(bool force) {
+absl::Status Task::Impl::Commit(bool force, bool state) {
   auto now = std::chrono::steady_clock::now();
   // Operator state is written behind: operators keep their working set in
   // memory and persist it at Flush, which runs at checkpoints, at the end and
   // at least every state_flush_interval_ms (so the uncommitted write batch
   // stays small). Rows that live and die between two flushes never reach
   // the backend.
-  if (force ||
-      now - last_state_flush >= std::chrono::milliseconds(ctx.options.state_flush_interval_ms)) {
+  if (state && (force || now - last_state_flush >=
+                             std::chrono::milliseconds(ctx.options.state_flush_interval_ms))) {
     for (auto& on : graph.ops) {
       if (on.here) RETURN_IF_ERROR(on.op->Flush(*on.ctx));
     }
@@ -378,7 +380,11 @@ absl::Status Task::Impl::Finish() {
     }
   }
   if (all_bounded_done) RETURN_IF_ERROR(watermarks.Update());
-  RETURN_IF_ERROR(Commit(true));
+  // The operators' last changes reach the state only for a checkpoint or
+  // savepoint taken below: nothing else reads a task's state after its run
+  // (the next run starts empty; its memtables are not even flushed at close).
+  RETURN_IF_ERROR(
+      Commit(true, /*state=*/checkpointer.enabled() || !ctx.options.savepoint_on_stop.empty()));
   // A final checkpoint commits the last output (checkpointed sinks show only
   // committed output) and lets a stopped job resume where it stopped.
   RETURN_IF_ERROR(checkpointer.Drive(/*stop=*/true));

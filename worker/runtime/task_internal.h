@@ -70,9 +70,9 @@ struct Task::Impl {
   absl::Status Step(const StepSpec& spec, StepResult* result);
 
   // Flushes operator state into the backend and commits it when `force` or
-  // state_flush_interval_ms passed; flushes sinks when `force` or 200 ms
-  // passed.
-  absl::Status Commit(bool force);
+  // state_flush_interval_ms passed (never without `state`); flushes sinks
+  // when `force` or 200 ms passed.
+  absl::Status Commit(bool force, bool state = true);
   void Progress(bool force);
   // Reads lookup-table sources whole before anything else (SPEC §5).
   absl::Status Preload();

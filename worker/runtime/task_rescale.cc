@@ -326,7 +326,7 @@ absl::Status TaskCheckpointer::RestoreRescaled(bool regroup) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
     ASSIGN_OR_RETURN(std::unique_ptr<StateBackend> old_state,
-                     OpenRocksDbBackend(dir, ctx_.options.state_budget));
+                     OpenRocksDbBackend(dir, ctx_.options.state_budget, /*flush_on_close=*/false));
     RETURN_IF_ERROR(managers[j]->RestoreState(manifests[j], *old_state).status());
     for (auto& [on, owner] : owners) {
       OperatorContext from(on->spec->name, old_state.get(), ctx_.metrics, ctx_.clock);

@@ -223,14 +223,16 @@ class RocksDbTable final : public StateTable {
 
 class RocksDbBackend final : public StateBackend {
  public:
-  RocksDbBackend(const std::string& path, std::shared_ptr<StateMemoryBudget> budget)
+  RocksDbBackend(const std::string& path, std::shared_ptr<StateMemoryBudget> budget,
+                 bool flush_on_close)
       : path_(NormalizePath(path)),
+        flush_on_close_(flush_on_close),
         budget_(std::move(budget)),
         block_cache_(budget_ != nullptr ? budget_->cache : rocksdb::NewLRUCache(kBlockCacheBytes)),
         options_(MakeOptions(block_cache_, budget_ != nullptr ? budget_->buffers : nullptr)),
         batch_(rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true) {}
 
-  ~RocksDbBackend() override { CloseDb(/*flush=*/true); }
+  ~RocksDbBackend() override { CloseDb(/*flush=*/flush_on_close_); }
 
   // Opens the DB at path_ with every existing column family.
   absl::Status OpenDb();
@@ -257,6 +259,7 @@ class RocksDbBackend final : public StateBackend {
   uint64_t FlushReserveBytes() const;
 
   const std::string path_;
+  const bool flush_on_close_;
   std::shared_ptr<StateMemoryBudget> budget_;  // null: a cache of its own
   std::shared_ptr<rocksdb::Cache> block_cache_;
   rocksdb::Options options_;
@@ -690,8 +693,8 @@ StateMemoryUsage GetStateMemoryUsage(const StateMemoryBudget& budget) {
 }
 
 absl::StatusOr<std::unique_ptr<StateBackend>> OpenRocksDbBackend(
-    const std::string& path, std::shared_ptr<StateMemoryBudget> budget) {
-  auto backend = std::make_unique<RocksDbBackend>(path, std::move(budget));
+    const std::string& path, std::shared_ptr<StateMemoryBudget> budget, bool flush_on_close) {
+  auto backend = std::make_unique<RocksDbBackend>(path, std::move(budget), flush_on_close);
   RETURN_IF_ERROR(backend->OpenDb());
   return backend;
 }
